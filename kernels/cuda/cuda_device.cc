@@ -1,0 +1,53 @@
+#include "kernels/cuda/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
+
+namespace dtr::cuda {
+
+void throw_cuda_error(const char* call, int device, cudaError_t status) {
+  throw CudaError(fmt::format("{} failed on cuda:{}: {} ({})", call, device, cudaGetErrorString(status),
+                              static_cast<int>(status)));
+}
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // clears "insufficient driver" / "no device": a CPU-only machine
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+void* device_malloc(int device, size_t nbytes) {
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  void* p = nullptr;
+  DTR_CUDA_CHECK(cudaMalloc(&p, nbytes), device);
+  return p;
+}
+
+void device_free(int device, void* ptr) {
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  DTR_CUDA_CHECK(cudaFree(ptr), device);
+}
+
+void copy_bytes(int device, void* dst, const void* src, size_t nbytes, CopyKind kind) {
+  if (nbytes == 0) return;
+  cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                     : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                       : cudaMemcpyDeviceToDevice;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  DTR_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, k), device);
+}
+
+void synchronize(int device) {
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  DTR_CUDA_CHECK(cudaDeviceSynchronize(), device);
+}
+
+}  // namespace dtr::cuda

@@ -1,0 +1,65 @@
+// Errors: one typed exception per kind of user mistake, and one for broken invariants.
+//
+// DTR_CHECK(cond, Kind, fmt, args...) is for a user's mistake: it throws dtr::Kind
+// (ValueError, TypeError, IndexError, NotImplementedError) with a message built only
+// on failure. DTR_INTERNAL_ASSERT(cond, fmt, args...) is for a broken invariant: its
+// message says it is a dtr bug. (PyTorch's TORCH_CHECK vs TORCH_INTERNAL_ASSERT.)
+// Messages name the op, the shapes, dtypes, devices and what would have been legal.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace dtr {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class ValueError : public Error {
+ public:
+  using Error::Error;
+};
+class TypeError : public Error {
+ public:
+  using Error::Error;
+};
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+class NotImplementedError : public Error {
+ public:
+  using Error::Error;
+};
+// A CUDA runtime, cuBLAS or driver call failed (names the call, device and the library's error).
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+// Thrown only by DTR_INTERNAL_ASSERT: an invariant dtr relies on did not hold.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace dtr
+
+#define DTR_CHECK(cond, Kind, ...)                      \
+  do {                                                  \
+    if (!(cond)) [[unlikely]] {                         \
+      throw ::dtr::Kind(::fmt::format(__VA_ARGS__));    \
+    }                                                   \
+  } while (0)
+
+#define DTR_INTERNAL_ASSERT(cond, ...)                                                  \
+  do {                                                                                  \
+    if (!(cond)) [[unlikely]] {                                                         \
+      throw ::dtr::InternalError(::fmt::format("dtr bug at {}:{}: {} ({}); please report", \
+                                               __FILE__, __LINE__, #cond,               \
+                                               ::fmt::format(__VA_ARGS__)));            \
+    }                                                                                   \
+  } while (0)

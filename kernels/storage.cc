@@ -1,0 +1,44 @@
+#include "kernels/storage.h"
+
+#include "kernels/allocator.h"
+#include "kernels/error.h"
+
+namespace dtr {
+
+Storage::Storage(size_t nbytes, Device device) : impl_(std::make_shared<Impl>()) {
+  impl_->device = device;
+  impl_->data = allocator_for(device).allocate(nbytes);
+  impl_->nbytes = nbytes;
+}
+
+Storage::Impl::~Impl() { allocator_for(device).deallocate(data, nbytes); }
+
+void* Storage::data() const {
+  DTR_CHECK(impl_ != nullptr, ValueError, "storage: access to an undefined tensor's data");
+  DTR_CHECK(!impl_->released, ValueError,
+            "storage: access to released memory on {}; allocate() it again before use "
+            "(FSDP gathers a parameter before its module runs)",
+            impl_->device);
+  return impl_->data;
+}
+
+void Storage::release() {
+  DTR_CHECK(impl_ != nullptr, ValueError, "storage: release() of an undefined storage");
+  allocator_for(impl_->device).deallocate(impl_->data, impl_->nbytes);
+  impl_->data = nullptr;
+  impl_->nbytes = 0;
+  impl_->released = true;
+}
+
+void Storage::allocate(size_t nbytes) {
+  DTR_CHECK(impl_ != nullptr, ValueError, "storage: allocate() of an undefined storage");
+  Allocator& a = allocator_for(impl_->device);
+  a.deallocate(impl_->data, impl_->nbytes);
+  impl_->data = nullptr;
+  impl_->nbytes = 0;
+  impl_->data = a.allocate(nbytes);
+  impl_->nbytes = nbytes;
+  impl_->released = false;
+}
+
+}  // namespace dtr

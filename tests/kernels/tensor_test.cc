@@ -1,0 +1,191 @@
+// Local Tensor: storage, views without copies, copies and casts, allocator statistics.
+#include "kernels/allocator.h"
+#include "kernels/fill.h"
+#include "kernels/tensor.h"
+#include "tests/kernels/test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::check_equal;
+using testing::to_f64;
+
+Tensor iota(Shape shape, DType dtype = kFloat32) { return arange(shape_numel(shape), dtype).view(shape); }
+
+TEST_CASE("empty tensors are contiguous and 64-byte aligned", "[tensor]") {
+  for (DType d : testing::kAllDTypes) {
+    Tensor t = Tensor::empty({3, 5}, d);
+    CHECK(t.is_contiguous());
+    CHECK(t.strides() == Shape{5, 1});
+    CHECK(t.nbytes() == 15 * itemsize(d));
+    CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+  }
+  Tensor zero = Tensor::empty({0, 4});
+  CHECK(zero.numel() == 0);
+  CHECK(zero.is_contiguous());
+}
+
+TEST_CASE("narrow, slice and select share storage and address the right elements", "[tensor][view]") {
+  Tensor t = iota({4, 6});
+  Tensor n = t.narrow(1, 2, 3);
+  CHECK(n.storage().is_same(t.storage()));
+  CHECK(n.shape() == Shape{4, 3});
+  CHECK_FALSE(n.is_contiguous());
+  check_equal(n.select(0, 1), {8, 9, 10}, "narrow+select");
+  check_equal(t.slice(1, 1, 6, 2).select(0, 3), {19, 21, 23}, "slice step 2");
+  check_equal(t.slice(0, -1, 100), {18, 19, 20, 21, 22, 23}, "slice clamps like Python");
+  check_equal(t.select(1, -1), {5, 11, 17, 23}, "negative index");
+  CHECK(t.narrow(0, 4, 0).numel() == 0);
+}
+
+TEST_CASE("transpose and permute swap strides; contiguous() copies in the new order", "[tensor][view]") {
+  Tensor t = iota({2, 3, 4});
+  Tensor p = t.permute({2, 0, 1});
+  CHECK(p.shape() == Shape{4, 2, 3});
+  CHECK(p.strides() == Shape{1, 12, 4});
+  Tensor c = p.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK_FALSE(c.storage().is_same(t.storage()));
+  // c[k][i][j] = t[i][j][k] = 12 i + 4 j + k
+  std::vector<double> expected;
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) expected.push_back(12 * i + 4 * j + k);
+  check_equal(c, expected, "permute(2,0,1)");
+  check_equal(iota({2, 3}).t(), {0, 3, 1, 4, 2, 5}, "t()");
+}
+
+TEST_CASE("view is legal exactly when strides allow; reshape copies otherwise", "[tensor][view]") {
+  Tensor t = iota({2, 3, 4});
+  Tensor v = t.view({6, -1});
+  CHECK(v.shape() == Shape{6, 4});
+  CHECK(v.storage().is_same(t.storage()));
+  // A narrow along the last dim keeps dims 0,1 mergeable.
+  Tensor n = t.narrow(2, 0, 2);
+  Tensor merged = n.view({6, 2});
+  CHECK(merged.storage().is_same(t.storage()));
+  check_equal(merged.select(0, 5), {20, 21}, "view of a narrow");
+  // A transposed tensor cannot be flattened without a copy.
+  Tensor tt = t.transpose(1, 2);
+  CHECK_THROWS_AS(tt.view({24}), ValueError);
+  CHECK_THROWS_WITH(tt.view({24}), Catch::Contains("view") && Catch::Contains("reshape"));
+  Tensor r = tt.reshape({24});
+  CHECK_FALSE(r.storage().is_same(t.storage()));
+  CHECK(to_f64(r) == to_f64(tt.contiguous()));
+  CHECK(t.flatten(1).shape() == Shape{2, 12});
+  CHECK(t.unsqueeze(1).shape() == Shape{2, 1, 3, 4});
+  CHECK(t.unsqueeze(-1).shape() == Shape{2, 3, 4, 1});
+  CHECK(t.unsqueeze(0).squeeze(0).shape() == t.shape());
+  CHECK_THROWS_AS(t.view({5, 5}), ValueError);
+  CHECK_THROWS_AS(t.view({-1, -1}), ValueError);
+}
+
+TEST_CASE("expand broadcasts with stride 0 and refuses to write through", "[tensor][view]") {
+  Tensor row = iota({1, 3});
+  Tensor e = row.expand({4, 3});
+  CHECK(e.strides()[0] == 0);
+  CHECK(to_f64(e.select(0, 3)) == std::vector<double>{0, 1, 2});
+  CHECK(row.expand({2, -1, 3}).shape() == Shape{2, 1, 3});
+  CHECK_THROWS_AS(iota({2, 3}).expand({4, 3}), ValueError);
+  CHECK_THROWS_AS(e.copy_(zeros({4, 3})), ValueError);
+}
+
+TEST_CASE("copy_ broadcasts and converts every dtype pair", "[tensor][copy]") {
+  for (DType to : testing::kAllDTypes) {
+    for (DType from : testing::kAllDTypes) {
+      Tensor src = arange(0, 6, 1, from == kBool ? kInt64 : from).to(from).view({2, 3});
+      Tensor dst = zeros({2, 3}, to);
+      dst.copy_(src);
+      std::vector<double> expected;
+      for (int i = 0; i < 6; ++i) expected.push_back(from == kBool || to == kBool ? (i != 0) : i);
+      check_equal(dst, expected, fmt::format("copy {} <- {}", dtype_name(to), dtype_name(from)));
+    }
+  }
+  Tensor dst = zeros({3, 2});
+  dst.copy_(Tensor::from_vector<float>({7, 8}));
+  check_equal(dst, {7, 8, 7, 8, 7, 8}, "broadcast copy");
+  CHECK_THROWS_AS(dst.copy_(zeros({3})), ValueError);
+}
+
+TEST_CASE("bfloat16 and float16 round to nearest even", "[tensor][dtype]") {
+  // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 -> 1 (even).
+  // 1 + 3*2^-8 is a tie between 1 + 2^-7 and 1 + 2^-6 -> 1 + 2^-6 (even).
+  std::vector<float> in = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, 65504.0f};
+  Tensor b = Tensor::from_vector(in).to(kBFloat16);
+  check_equal(b, {1.0, 1.0 + 0x1p-6, 1.0 + 0x1p-7, -2.5, 65536.0}, "f32 -> bf16");
+  // f16: 10 mantissa bits. 1 + 2^-11 ties to 1; 65520 overflows to inf; 2^-25 (half the
+  // smallest subnormal) ties to 0; 3 * 2^-25 rounds to 2^-23 (subnormal, even).
+  std::vector<float> hin = {1.0f + 0x1p-11f, 65520.0f, 0x1p-25f, 3 * 0x1p-25f, 65504.0f, -0.0f};
+  Tensor h = Tensor::from_vector(hin).to(kFloat16);
+  check_equal(h, {1.0, INFINITY, 0.0, 0x1p-23, 65504.0, 0.0}, "f32 -> f16");
+  // Every f16 bit pattern survives f16 -> f32 -> f16.
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    Half x;
+    x.bits = static_cast<uint16_t>(bits);
+    float f = x;
+    if (std::isnan(f)) continue;
+    REQUIRE(Half(f).bits == x.bits);
+  }
+}
+
+TEST_CASE("fill, full and arange", "[tensor][fill]") {
+  for (DType d : testing::kAllDTypes) {
+    Tensor t = full({2, 2}, 1.0, d);
+    check_equal(t, {1, 1, 1, 1}, fmt::format("full {}", dtype_name(d)));
+  }
+  check_equal(arange(1.0, 2.0, 0.25, kFloat32), {1.0, 1.25, 1.5, 1.75}, "arange f32");
+  check_equal(arange(5), {0, 1, 2, 3, 4}, "arange i64");
+  CHECK(arange(3.0, 1.0).numel() == 0);
+  CHECK_THROWS_AS(arange(0.0, 1.0, 0.0), ValueError);
+  Tensor t = zeros({3, 4});
+  Tensor col = t.select(1, 2);
+  fill_(col, 5.0);
+  check_equal(t.select(0, 1), {0, 0, 5, 0}, "fill a strided view");
+}
+
+TEST_CASE("allocator statistics follow allocations, release and refill", "[tensor][memory]") {
+  reset_peak_memory_stats(kCPU);
+  const MemoryStats before = memory_stats(kCPU);
+  {
+    Tensor t = Tensor::empty({1024}, kFloat32);
+    CHECK(memory_stats(kCPU).bytes_in_use == before.bytes_in_use + 4096);
+    CHECK(memory_stats(kCPU).live_allocs == before.live_allocs + 1);
+    Tensor view = t.narrow(0, 0, 10);  // views allocate nothing
+    CHECK(memory_stats(kCPU).total_allocs == before.total_allocs + 1);
+    // FSDP's pattern: release the storage (memory falls), refill it (the same storage).
+    Storage s = t.storage();
+    s.release();
+    CHECK(memory_stats(kCPU).bytes_in_use == before.bytes_in_use);
+    CHECK_THROWS_AS(view.data(), ValueError);
+    CHECK_THROWS_WITH(view.data(), Catch::Contains("released"));
+    s.allocate(4096);
+    CHECK(view.storage().is_same(s));
+    fill_(t, 3.0);
+    CHECK(view.select(0, 9).item() == 3.0);
+    CHECK(memory_stats(kCPU).peak_bytes >= before.bytes_in_use + 4096);
+  }
+  CHECK(memory_stats(kCPU).bytes_in_use == before.bytes_in_use);
+}
+
+TEST_CASE("bad input throws typed errors that name the op and the shapes", "[tensor][errors]") {
+  Tensor t = iota({2, 3});
+  CHECK_THROWS_AS(t.narrow(2, 0, 1), IndexError);
+  CHECK_THROWS_WITH(t.narrow(1, 2, 2), Catch::Contains("narrow") && Catch::Contains("float32[2, 3]"));
+  CHECK_THROWS_AS(t.select(0, 2), IndexError);
+  CHECK_THROWS_AS(t.transpose(0, 5), IndexError);
+  CHECK_THROWS_AS(t.permute({0, 0}), ValueError);
+  CHECK_THROWS_AS(t.data_ptr<double>(), TypeError);
+  CHECK_THROWS_AS(t.item(), ValueError);
+  CHECK_THROWS_AS(Tensor::empty({-1}), ValueError);
+  CHECK_THROWS_WITH(t.view({4, 2}), Catch::Contains("[4, 2]") && Catch::Contains("6 elements"));
+}
+
+TEST_CASE("printing shows values, dtype and shape", "[tensor]") {
+  Tensor t = iota({2, 2});
+  CHECK(t.to_string() == "Tensor([[0, 1],\n        [2, 3]], float32[2, 2])");
+  CHECK(Tensor::from_vector<double>({2.5}).to_string() == "Tensor(2.5, float64[])");
+  CHECK(arange(10).to_string() == "Tensor([0, 1, 2, ..., 7, 8, 9], int64[10])");
+}
+
+}  // namespace
+}  // namespace dtr

@@ -1,0 +1,96 @@
+// Test helpers shared by kernel tests: float64 views of tensors, seeded random inputs,
+// strided (non-contiguous) copies, per-dtype tolerances, and a comparison that reports
+// the op, dtype, shape, the first mismatching indices and the mismatch count.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/fill.h"
+#include "kernels/tensor.h"
+
+namespace dtr::testing {
+
+// All elements in row-major order, as double, whatever the dtype and strides.
+inline std::vector<double> to_f64(const Tensor& t) {
+  Tensor c = t.to(kCPU).to(kFloat64).contiguous();
+  const double* p = c.data_ptr<double>();
+  return std::vector<double>(p, p + c.numel());
+}
+
+// Uniform values in [lo, hi), rounded to dtype, from a seeded std::mt19937_64.
+inline Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Tensor f = Tensor::empty(std::move(shape), kFloat64);
+  double* p = f.data_ptr<double>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = dist(gen);
+  if (!is_floating(dtype)) {
+    for (int64_t i = 0; i < f.numel(); ++i) p[i] = std::floor(p[i]);
+  }
+  return f.to(dtype);
+}
+
+// The same values as t, held in a non-contiguous view (every other element of a
+// larger buffer along the last dim).
+inline Tensor strided_copy(const Tensor& t) {
+  if (t.dim() == 0) return t.clone();
+  Shape big = t.shape();
+  big.back() *= 2;
+  Tensor buffer = zeros(big, t.dtype(), t.device());
+  Tensor view = buffer.slice(-1, 0, big.back(), 2);
+  view.copy_(t);
+  return view;
+}
+
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+inline Tolerance tolerance_for(DType d) {
+  switch (d) {
+    case kFloat64: return {1e-12, 1e-10};
+    case kFloat32: return {1e-5, 1e-5};
+    case kBFloat16: return {1e-2, 1.6e-2};
+    case kFloat16: return {1e-3, 2e-3};
+    default: return {0.0, 0.0};
+  }
+}
+
+// Checks actual against expected elementwise: |a - e| <= atol + rtol * |e| (NaN matches NaN).
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, Tolerance tol,
+                        const std::string& what) {
+  std::vector<double> a = to_f64(actual);
+  REQUIRE(a.size() == expected.size());
+  int64_t mismatches = 0;
+  std::string first;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool both_nan = std::isnan(a[i]) && std::isnan(expected[i]);
+    const bool same_inf = std::isinf(a[i]) && a[i] == expected[i];
+    if (both_nan || same_inf || std::abs(a[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i])) continue;
+    if (++mismatches <= 5) first += fmt::format("\n  [flat {}] expected {:.9g}, got {:.9g}", i, expected[i], a[i]);
+  }
+  INFO(what << " " << describe(actual) << ": " << mismatches << " of " << a.size() << " elements differ (atol "
+            << tol.atol << ", rtol " << tol.rtol << ")" << first);
+  CHECK(mismatches == 0);
+}
+
+inline void check_close(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
+  check_close(actual, expected, tolerance_for(actual.dtype()), what);
+}
+
+// Bit-exact comparison (for cases whose answer is exactly representable).
+inline void check_equal(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
+  check_close(actual, expected, Tolerance{0.0, 0.0}, what);
+}
+
+inline constexpr DType kAllDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+inline constexpr DType kFloatDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16};
+inline constexpr int64_t kAwkwardSizes[] = {0, 1, 7, 1023, 4097};
+
+}  // namespace dtr::testing

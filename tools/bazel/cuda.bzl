@@ -1,0 +1,42 @@
+"""cuda_library: .cu files compiled by nvcc, linked like any cc_library.
+
+Device code never includes fmt (nvcc 13 cannot evaluate fmt 9's consteval format
+checks): errors are raised through functions defined in .cc files.
+Each .cu becomes one object (a genrule running nvcc for sm_80 and sm_90, with
+PTX for newer cards); the objects and hdrs form a cc_library that links the
+CUDA runtime. Every build compiles them, whether or not a GPU is present.
+"""
+
+load("@local_cuda//:defs.bzl", "NVCC")
+
+CUDA_ARCHS = ["80", "90"]
+
+def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], copts = [], **kwargs):
+    """srcs: .cu files; cuda_hdrs: every header (or filegroup of headers) they include."""
+    gencode = " ".join(["-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in CUDA_ARCHS])
+    gencode += " -gencode arch=compute_%s,code=compute_%s" % (CUDA_ARCHS[-1], CUDA_ARCHS[-1])
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj + "_nvcc",
+            srcs = [src] + hdrs + cuda_hdrs,
+            outs = [obj],
+            cmd = " ".join([
+                NVCC,
+                "-std=c++20 -O3 --expt-relaxed-constexpr -Xcompiler -fPIC",
+                gencode,
+                "-I. -I$(GENDIR)",
+                " ".join(copts),
+                "-c $(location %s) -o $@" % src,
+            ]),
+            message = "nvcc " + src,
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@local_cuda//:cudart"],
+        **kwargs
+    )

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs the whole dtr test suite: sets up the machine if needed, builds everything
+# (CUDA sources included), runs every test not tagged gpu, and ends with the line
+# "N passed, N failed" counting Catch2 test cases (a target that fails to build or
+# run without reporting counts as one failure). Extra arguments go to `bazel test`;
+# `tools/test.sh --gpu` also runs the tests tagged gpu (on a machine with a GPU).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh || exit 1
+
+filter=(--test_tag_filters=-gpu)
+if [[ ${1:-} == --gpu ]]; then filter=(); shift; fi
+
+log=$(mktemp)
+bazel test //... "${filter[@]}" "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+passed=0 failed=0
+while read -r target result; do
+  file="bazel-testlogs/$(sed -e 's|^//||' -e 's|:|/|' <<<"$target")/test.log"
+  counts=""
+  if [[ $result == PASSED || $result == FAILED ]] && [[ -f $file ]]; then
+    counts=$(python3 tools/count_catch2.py "$file")
+  fi
+  if [[ -n $counts ]]; then
+    read -r p f <<<"$counts"
+    passed=$((passed + p)) failed=$((failed + f))
+  elif [[ $result == PASSED ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+  fi
+done < <(grep -E '^//[^ ]+ +(\(cached\) )?(PASSED|FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|FLAKY)' "$log" |
+  sed -E 's/\(cached\) //' | awk '{print $1, $2}')
+rm -f "$log"
+
+echo "$passed passed, $failed failed"
+if ((status != 0 || failed != 0)); then exit 1; fi
