@@ -5,13 +5,17 @@
 
 namespace dtr {
 
-Storage::Storage(size_t nbytes, Device device) : impl_(std::make_shared<Impl>()) {
+Storage::Storage(size_t nbytes, Device device) {
+  void* data = allocator_for(device).allocate(nbytes);  // may throw: nothing to undo yet
+  impl_ = std::make_shared<Impl>();
   impl_->device = device;
-  impl_->data = allocator_for(device).allocate(nbytes);
+  impl_->data = data;
   impl_->nbytes = nbytes;
 }
 
-Storage::Impl::~Impl() { allocator_for(device).deallocate(data, nbytes); }
+Storage::Impl::~Impl() {
+  if (data != nullptr) allocator_for(device).deallocate(data, nbytes);
+}
 
 void* Storage::data() const {
   DTR_CHECK(impl_ != nullptr, ValueError, "storage: access to an undefined tensor's data");
