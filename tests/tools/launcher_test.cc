@@ -410,6 +410,9 @@ TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
   const fs::path dir = make_temp_dir();
   const fs::path not_executable = dir / "data.txt";
   std::ofstream(not_executable) << "not a program\n";
+  const fs::path bad_format = dir / "bad_format";
+  std::ofstream(bad_format) << "neither ELF nor #!";
+  fs::permissions(bad_format, fs::perms::owner_all);
   struct Case {
     std::vector<std::string> args;
     int exit_code;
@@ -432,6 +435,9 @@ TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
       {{"--bogus", kProbe}, 2, "unknown flag '--bogus'"},
       {{"no-such-program-dtr"}, 1, "program 'no-such-program-dtr' was not found in PATH"},
       {{not_executable.string()}, 1, "is not an executable file"},
+      {{"--nproc-per-node", "2", bad_format.string()},
+       1,
+       "[dtrrun] error: cannot start '" + bad_format.string() + "': Exec format error"},
       {{"--master-addr", "no-such-host.invalid", kProbe},
        1,
        "cannot resolve master address 'no-such-host.invalid'"},
