@@ -15,8 +15,8 @@ Shape cat_shape(const std::vector<Tensor>& tensors, int64_t& dim) {
   const Tensor& first = tensors[0];
   for (size_t i = 0; i < tensors.size(); ++i) {
     DTR_CHECK(tensors[i].defined(), ValueError, "cat: tensor {} is undefined", i);
-    DTR_CHECK(tensors[i].dim() > 0, ValueError, "cat: tensor {} is 0-d ({}); zero-dimensional tensors cannot be concatenated",
-              i, describe(tensors[i]));
+    DTR_CHECK(tensors[i].dim() > 0, ValueError,
+              "cat: tensor {} is 0-d ({}); zero-dimensional tensors cannot be concatenated", i, describe(tensors[i]));
   }
   dim = wrap_dim(dim, first.dim(), "cat");
   Shape shape = first.shape();

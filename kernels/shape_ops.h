@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,9 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim = 0
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim = 0);
 // Views with the given sizes along dim (torch.split_with_sizes); they must sum to x.size(dim).
 std::vector<Tensor> split(const Tensor& x, std::span<const int64_t> split_sizes, int64_t dim = 0);
+inline std::vector<Tensor> split(const Tensor& x, std::initializer_list<int64_t> split_sizes, int64_t dim = 0) {
+  return split(x, std::span(split_sizes.begin(), split_sizes.size()), dim);
+}
 
 // Exactly `chunks` sizes that split n like torch.chunk: ceil(n / chunks) each until n
 // runs out, then the remainder, then zeros. The sizes of Shard(d) on `chunks` ranks.

@@ -43,7 +43,9 @@ void index_loop(const Tensor& a, const Tensor& b, int64_t dim, const Tensor& ind
           if constexpr (mode == IndexMode::kGather) {
             std::memcpy(av, bv, static_cast<size_t>(hi - lo) * sizeof(T));
           } else {
-            for (int64_t e = 0; e < hi - lo; ++e) bv[e] = convert<T>(convert<acc_t<T>>(bv[e]) + convert<acc_t<T>>(av[e]));
+            for (int64_t e = 0; e < hi - lo; ++e) {
+              bv[e] = convert<T>(convert<acc_t<T>>(bv[e]) + convert<acc_t<T>>(av[e]));
+            }
           }
         }
         return;

@@ -204,7 +204,8 @@ TEST_CASE("scatter_add_ matches the float64 reference exactly, src larger than i
 
 TEST_CASE("index_add_ and scatter_add_ are exact on small integers", "[index_add][scatter_add]") {
   Tensor x = zeros({3, 2}, kBFloat16);
-  index_add_(x, 0, Tensor::from_vector<int64_t>({2, 0, 2}), Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}).to(kBFloat16));
+  Tensor rows = Tensor::from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}).to(kBFloat16);
+  index_add_(x, 0, Tensor::from_vector<int64_t>({2, 0, 2}), rows);
   check_equal(x, {3, 4, 0, 0, 6, 8}, "index_add_ rows");
   // torch's scatter_add_ example: ones(2, 5) scattered into zeros(3, 5) at [[0, 1, 2, 0, 0]].
   Tensor y = zeros({3, 5});
@@ -223,7 +224,9 @@ TEST_CASE("repeated-index adds give the same bits on 1, 2 and 3 threads: index o
   std::vector<float> rows(3 * 128, 0.0f), cols(3 * 1023, 0.0f);
   const std::vector<double> iv = to_f64(index), sv = to_f64(source), siv = to_f64(scatter_index), srcv = to_f64(src);
   for (int64_t k = 0; k < 4097; ++k) {
-    for (int64_t j = 0; j < 128; ++j) rows[static_cast<int64_t>(iv[k]) * 128 + j] += static_cast<float>(sv[k * 128 + j]);
+    for (int64_t j = 0; j < 128; ++j) {
+      rows[static_cast<int64_t>(iv[k]) * 128 + j] += static_cast<float>(sv[k * 128 + j]);
+    }
     for (int64_t j = 0; j < 1023; ++j) {
       cols[static_cast<int64_t>(siv[k * 1023 + j]) * 1023 + j] += static_cast<float>(srcv[k * 1023 + j]);
     }
@@ -261,7 +264,8 @@ TEST_CASE("indexing ops reject bad shapes and dtypes with typed errors", "[index
   Tensor x = zeros({4, 3});
   Tensor idx = Tensor::from_vector<int64_t>({0, 1});
   CHECK_THROWS_AS(index_select(x, 0, idx.to(kFloat32)), TypeError);
-  CHECK_THROWS_WITH(index_select(x, 0, idx.to(kFloat32)), Catch::Contains("float32[2]") && Catch::Contains("int64 or int32"));
+  CHECK_THROWS_WITH(index_select(x, 0, idx.to(kFloat32)),
+                    Catch::Contains("float32[2]") && Catch::Contains("int64 or int32"));
   CHECK_THROWS_WITH(index_select(x, 0, idx.view({1, 2})), Catch::Contains("int64[1, 2]") && Catch::Contains("1-D"));
   CHECK_THROWS_AS(index_select(x, 2, idx), IndexError);
   CHECK_THROWS_WITH(index_select(zeros({}), 0, idx), Catch::Contains("0-d"));

@@ -196,7 +196,8 @@ TEST_CASE("optimizer steps reject bad tensors and options with typed errors", "[
   CHECK_THROWS_WITH(adam_step_(bf, zeros({3}, kBFloat16), bf_state, bf_state, 1, {}),
                     Catch::Contains("exp_avg is bfloat16[3]; the state of a bfloat16 parameter is float32"));
   Tensor strided = zeros({6}).slice(0, 0, 6, 2);
-  CHECK_THROWS_WITH(adam_step_(strided, zeros({3}), m, v, 1, {}), Catch::Contains("param") && Catch::Contains("not contiguous"));
+  CHECK_THROWS_WITH(adam_step_(strided, zeros({3}), m, v, 1, {}),
+                    Catch::Contains("param (float32[3], strides [2]) is not contiguous"));
   CHECK_THROWS_WITH(adam_step_(p, zeros({3}), m, v, 0, {}), Catch::Contains("step 0 is invalid"));
   CHECK_THROWS_WITH(adam_step_(p, zeros({3}), m, v, 1, {.beta1 = 1.0}), Catch::Contains("invalid beta1 1"));
   CHECK_THROWS_WITH(adamw_step_(p, zeros({3}), m, v, 1, {.lr = -1}), Catch::Contains("invalid lr -1"));

@@ -152,10 +152,9 @@ TEST_CASE("split by size returns views; the last may be smaller", "[split]") {
 TEST_CASE("split by sizes cuts exactly there, on strided inputs too", "[split]") {
   for (DType dtype : testing::kAllDTypes) {
     Tensor x = strided_copy(random_tensor({4, 7}, dtype, 30));
-    const std::vector<int64_t> sizes = {2, 0, 5};
-    std::vector<Tensor> parts = split(x, sizes, 1);
+    std::vector<Tensor> parts = split(x, {2, 0, 5}, 1);
     REQUIRE(parts.size() == 3);
-    CHECK(sizes_along(parts, 1) == sizes);
+    CHECK(sizes_along(parts, 1) == std::vector<int64_t>{2, 0, 5});
     const std::vector<double> v = to_f64(x);
     std::vector<double> expected;
     for (int64_t r = 0; r < 4; ++r)
@@ -164,11 +163,12 @@ TEST_CASE("split by sizes cuts exactly there, on strided inputs too", "[split]")
     check_equal(cat(parts, 1), v, "cat(split(x))");
   }
   Tensor x = zeros({7});
+  CHECK(split(x, {7}).size() == 1);  // a braced list is always sizes, as in torch.split(x, [7])
   const std::vector<int64_t> short_sizes = {3, 3};
   CHECK_THROWS_AS(split(x, short_sizes), ValueError);
   CHECK_THROWS_WITH(split(x, short_sizes), Catch::Contains("[3, 3]") && Catch::Contains("sum to 7"));
-  const std::vector<int64_t> negative = {8, -1};
-  CHECK_THROWS_WITH(split(x, negative), Catch::Contains("non-negative"));
+  CHECK_THROWS_WITH(split(x, {8, -1}), Catch::Contains("non-negative"));
+  CHECK_THROWS_WITH(split(x, {3}), Catch::Contains("sum to 7"));
 }
 
 TEST_CASE("chunk follows torch.chunk; chunk_padded always returns k views", "[chunk]") {

@@ -63,7 +63,8 @@ Reference memcpy_reference(double bytes_moved) {
   return {"memcpy", [dst, src, n] {
 #pragma omp parallel if (n >= (size_t{1} << 20))
             {
-              const size_t t = static_cast<size_t>(omp_get_thread_num()), threads = static_cast<size_t>(omp_get_num_threads());
+              const size_t t = static_cast<size_t>(omp_get_thread_num());
+              const size_t threads = static_cast<size_t>(omp_get_num_threads());
               const size_t begin = n * t / threads, end = n * (t + 1) / threads;
               std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
             }

@@ -97,7 +97,8 @@ void add_copy_rows(Suite& suite, const Shapes& s) {
                      [dst, view, to = v.to] {
                        return check_sampled(dst, [&](std::span<const int64_t> c) {
                          const double x = element_at(view, c);
-                         return to == kBFloat16 ? static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(x)))) : x;
+                         if (to == kFloat32) return x;
+                         return static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(x))));
                        }, 0.0, 0.0);
                      });
                }});
@@ -129,7 +130,8 @@ void add_cat_rows(Suite& suite, const Shapes& s) {
                    for (int64_t i = 0; i < v.pieces; ++i) parts.push_back(pattern(v.piece, dtype, i));
                    Tensor out = cat(parts, v.dim);
                    return memcpy_case(
-                       2.0 * static_cast<double>(out.nbytes()), [out, parts, v]() mutable { cat_out(out, parts, v.dim); },
+                       2.0 * static_cast<double>(out.nbytes()),
+                       [out, parts, v]() mutable { cat_out(out, parts, v.dim); },
                        [out, parts, v] {
                          return check_sampled(out, [&](std::span<const int64_t> c) {
                            Shape at(c.begin(), c.end());
@@ -226,8 +228,9 @@ void add_optimizer_rows(Suite& suite, const Shapes& s) {
                    return p * (1 - adamw.lr * adamw.weight_decay) - adamw.lr * g / (std::abs(g) + adamw.eps);
                  };
                  const double tolerance = v.dtype == kBFloat16 ? 1e-2 : 1e-6;
-                 return memcpy_case(bytes, run,
-                                    [param, expected, tolerance] { return check_sampled(param, expected, tolerance, 1e-5); });
+                 return memcpy_case(bytes, run, [param, expected, tolerance] {
+                   return check_sampled(param, expected, tolerance, 1e-5);
+                 });
                }});
   }
 }
