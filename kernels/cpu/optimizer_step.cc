@@ -1,0 +1,135 @@
+#include "kernels/cpu/optimizer_step.h"
+
+#include <cmath>
+#include <type_traits>
+
+namespace dtr::cpu {
+
+namespace {
+
+// Parameters below this many elements are updated on one thread.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
+
+// Calls f(TypeTag<T>{}) for the parameter types the optimizers support.
+template <class F>
+void dispatch_param(DType d, std::string_view op, F&& f) {
+  switch (d) {
+    case kFloat32: return f(TypeTag<float>{});
+    case kFloat64: return f(TypeTag<double>{});
+    case kBFloat16: return f(TypeTag<BFloat16>{});
+    default: throw_dtype_not_implemented(op, d);
+  }
+}
+
+// The loops take raw pointers and scalars by value, and options that change the body are
+// template arguments: GCC vectorizes only branch-free bodies whose pointers it can see.
+
+template <class T, bool kWeightDecay, bool kMomentum, bool kNesterov>
+void sgd_loop(T* p, const T* g, acc_t<T>* buffer, int64_t n, bool first_step, acc_t<T> lr, acc_t<T> weight_decay,
+              acc_t<T> momentum, acc_t<T> keep) {
+  using C = acc_t<T>;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const C pi = convert<C>(p[i]);
+    C gi = convert<C>(g[i]);
+    if constexpr (kWeightDecay) gi += weight_decay * pi;
+    if constexpr (kMomentum) {
+      const C bi = first_step ? gi : momentum * buffer[i] + keep * gi;
+      buffer[i] = bi;
+      gi = kNesterov ? gi + momentum * bi : bi;
+    }
+    p[i] = convert<T>(pi - lr * gi);
+  }
+}
+
+template <class C>
+struct AdamScalars {
+  C step_size;              // lr / (1 - beta1^t)
+  C bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  C beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
+  C l2;     // added as l2 * param to the gradient (Adam)
+  C scale;  // param is first multiplied by it (AdamW: 1 - lr * wd)
+};
+
+template <class T, bool kL2>
+void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, int64_t n, const AdamScalars<acc_t<T>> s) {
+  using C = acc_t<T>;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const C pi = convert<C>(p[i]) * s.scale;
+    C gi = convert<C>(g[i]);
+    if constexpr (kL2) gi += s.l2 * pi;
+    const C mi = s.beta1 * m[i] + s.one_minus_beta1 * gi;
+    const C vi = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = convert<T>(pi - s.step_size * mi / (std::sqrt(vi) / s.bias_correction2_sqrt + s.eps));
+  }
+}
+
+}  // namespace
+
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, int64_t step,
+              const SgdOptions& options) {
+  dispatch_param(param.dtype(), "sgd_step_", [&]<class T>(TypeTag<T>) {
+    using C = acc_t<T>;
+    T* p = param.data_ptr<T>();
+    const T* g = grad.data_ptr<T>();
+    const int64_t n = param.numel();
+    const C lr = static_cast<C>(options.lr), weight_decay = static_cast<C>(options.weight_decay);
+    const C momentum = static_cast<C>(options.momentum), keep = static_cast<C>(1.0 - options.dampening);
+    const bool first_step = step == 1;
+    C* buffer = options.momentum != 0.0 ? momentum_buffer.data_ptr<C>() : nullptr;
+    // Each argument is std::true_type or std::false_type: the loop variant to run.
+    auto run = [&](auto decay_on, auto momentum_on, auto nesterov_on) {
+      sgd_loop<T, decltype(decay_on)::value, decltype(momentum_on)::value, decltype(nesterov_on)::value>(
+          p, g, buffer, n, first_step, lr, weight_decay, momentum, keep);
+    };
+    auto with_momentum = [&](auto decay_on) {
+      if (options.momentum == 0.0) {
+        run(decay_on, std::false_type{}, std::false_type{});
+      } else if (options.nesterov) {
+        run(decay_on, std::true_type{}, std::true_type{});
+      } else {
+        run(decay_on, std::true_type{}, std::false_type{});
+      }
+    };
+    if (options.weight_decay != 0.0) {
+      with_momentum(std::true_type{});
+    } else {
+      with_momentum(std::false_type{});
+    }
+  });
+}
+
+void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t step,
+               const AdamOptions& options, WeightDecay decay) {
+  const char* op = decay == WeightDecay::kL2 ? "adam_step_" : "adamw_step_";
+  dispatch_param(param.dtype(), op, [&]<class T>(TypeTag<T>) {
+    using C = acc_t<T>;
+    const double t = static_cast<double>(step);
+    // theta -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    const AdamScalars<C> s{
+        .step_size = static_cast<C>(options.lr / (1.0 - std::pow(options.beta1, t))),
+        .bias_correction2_sqrt = static_cast<C>(std::sqrt(1.0 - std::pow(options.beta2, t))),
+        .beta1 = static_cast<C>(options.beta1),
+        .beta2 = static_cast<C>(options.beta2),
+        .one_minus_beta1 = static_cast<C>(1.0 - options.beta1),
+        .one_minus_beta2 = static_cast<C>(1.0 - options.beta2),
+        .eps = static_cast<C>(options.eps),
+        .l2 = static_cast<C>(options.weight_decay),
+        .scale = static_cast<C>(decay == WeightDecay::kDecoupled ? 1.0 - options.lr * options.weight_decay : 1.0),
+    };
+    T* p = param.data_ptr<T>();
+    const T* g = grad.data_ptr<T>();
+    C* m = exp_avg.data_ptr<C>();
+    C* v = exp_avg_sq.data_ptr<C>();
+    if (decay == WeightDecay::kL2 && options.weight_decay != 0.0) {
+      adam_loop<T, true>(p, g, m, v, param.numel(), s);
+    } else {
+      adam_loop<T, false>(p, g, m, v, param.numel(), s);
+    }
+  });
+}
+
+}  // namespace dtr::cpu

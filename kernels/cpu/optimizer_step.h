@@ -1,0 +1,22 @@
+// CPU kernels of the fused optimizer updates: one loop over contiguous param, grad and
+// state, split across threads (each element is independent, so the bits never depend on
+// the thread count). Arithmetic is in the state dtype (acc_t of the parameter's type).
+// The caller (kernels/optimizer_step.cc) has checked dtypes, shapes, layout and options.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/optimizer_step.h"
+
+namespace dtr::cpu {
+
+// How Adam applies weight decay: L2 adds wd * param to the gradient (Adam); decoupled
+// scales param by 1 - lr * wd before the update (AdamW).
+enum class WeightDecay { kL2, kDecoupled };
+
+void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, int64_t step,
+              const SgdOptions& options);
+void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t step,
+               const AdamOptions& options, WeightDecay decay);
+
+}  // namespace dtr::cpu

@@ -1,0 +1,162 @@
+#include "kernels/index.h"
+
+#include "kernels/cpu/index.h"
+
+namespace dtr {
+
+namespace {
+
+// Checks what every indexing op needs of x and index; returns the wrapped dim.
+int64_t check_operands(std::string_view op, const Tensor& x, int64_t dim, const Tensor& index) {
+  DTR_CHECK(x.defined() && index.defined(), ValueError, "{}: x ({}) and index ({}) must be defined", op, describe(x),
+            describe(index));
+  DTR_CHECK(x.dim() > 0, ValueError, "{}: x is 0-d ({}); it needs a dim to index along", op, describe(x));
+  dim = wrap_dim(dim, x.dim(), op);
+  DTR_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, TypeError,
+            "{}: index is {}; it must be int64 or int32", op, describe(index));
+  DTR_CHECK(index.device() == x.device(), ValueError, "{}: index is on {} but x is on {}; both need the same device",
+            op, index.device(), x.device());
+  return dim;
+}
+
+// Checks that the tensor an in-place op writes has no expanded (stride-0) dims.
+void check_writable(std::string_view op, const Tensor& x) {
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    DTR_CHECK(x.stride(d) != 0 || x.size(d) <= 1, ValueError,
+              "{}: x ({}) is an expanded view (dim {} has stride 0); write into a tensor that owns its elements", op,
+              describe(x), d);
+  }
+}
+
+// Checks that the tensor an add reads from matches x in dtype and device, and that the add is defined.
+void check_addend(std::string_view op, const Tensor& x, const Tensor& addend, std::string_view name) {
+  DTR_CHECK(addend.defined(), ValueError, "{}: {} must be defined", op, name);
+  DTR_CHECK(addend.dtype() == x.dtype(), TypeError, "{}: {} is {} but x is {}; both need the same dtype", op, name,
+            describe(addend), describe(x));
+  DTR_CHECK(x.dtype() != kBool, TypeError, "{}: x is {}; adds need a numeric dtype", op, describe(x));
+  DTR_CHECK(addend.device() == x.device(), ValueError, "{}: {} is on {} but x is on {}; both need the same device", op,
+            name, addend.device(), x.device());
+}
+
+// Throws IndexError for the first index outside [0, size), naming its value and position.
+void check_index_range(std::string_view op, const Tensor& index, int64_t dim, const Tensor& x) {
+  const int64_t size = x.size(dim);
+  const Tensor flat = index.contiguous();
+  auto first_bad = [&]<class I>(TypeTag<I>) -> int64_t {
+    const I* p = flat.data_ptr<I>();
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      if (p[i] < 0 || p[i] >= size) return i;
+    }
+    return -1;
+  };
+  const int64_t bad = index.dtype() == kInt64 ? first_bad(TypeTag<int64_t>{}) : first_bad(TypeTag<int32_t>{});
+  if (bad < 0) return;
+  const int64_t value = index.dtype() == kInt64 ? flat.data_ptr<int64_t>()[bad] : flat.data_ptr<int32_t>()[bad];
+  Shape position(index.dim());
+  for (int64_t d = index.dim() - 1, rest = bad; d >= 0; --d) {
+    position[d] = rest % index.size(d);
+    rest /= index.size(d);
+  }
+  throw IndexError(fmt::format("{}: index {} at position {} is out of range for dim {} of size {} (x is {}); "
+                               "indices must be in [0, {})",
+                               op, value, position, dim, size, describe(x), size));
+}
+
+[[noreturn]] void throw_cuda_not_implemented(std::string_view op, Device device) {
+  throw NotImplementedError(fmt::format("{}: not implemented for {} tensors yet; run it on the CPU", op, device));
+}
+
+// index viewed with x's rank (1 everywhere but dim) and expanded to shape: the gather index
+// that index_select and index_add_ are.
+Tensor expand_along(const Tensor& index, int64_t dim, const Shape& shape) {
+  Shape view(shape.size(), 1);
+  view[dim] = index.numel();
+  return index.contiguous().view(view).expand(shape);
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  dim = check_operands("index_select", x, dim, index);
+  DTR_CHECK(index.dim() == 1, ValueError, "index_select: index is {}; it must be 1-D", describe(index));
+  Shape shape = x.shape();
+  shape[dim] = index.numel();
+  Tensor out = Tensor::empty(std::move(shape), x.dtype(), x.device());
+  switch (x.device().type) {
+    case kCPU:
+      check_index_range("index_select", index, dim, x);
+      if (out.numel() > 0) cpu::gather(out, x, dim, expand_along(index, dim, out.shape()));
+      return out;
+    case kCUDA:
+      throw_cuda_not_implemented("index_select", x.device());
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  dim = check_operands("gather", x, dim, index);
+  DTR_CHECK(index.dim() == x.dim(), ValueError, "gather: index is {} and x is {}; they need the same number of dims",
+            describe(index), describe(x));
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    DTR_CHECK(d == dim || index.size(d) <= x.size(d), ValueError,
+              "gather: index {} is larger than x {} in dim {}; index.size(d) <= x.size(d) is needed for every d != {}",
+              describe(index), describe(x), d, dim);
+  }
+  Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
+  switch (x.device().type) {
+    case kCPU:
+      check_index_range("gather", index, dim, x);
+      if (out.numel() > 0) cpu::gather(out, x, dim, index);
+      return out;
+    case kCUDA:
+      throw_cuda_not_implemented("gather", x.device());
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  dim = check_operands("index_add_", x, dim, index);
+  check_addend("index_add_", x, source, "source");
+  check_writable("index_add_", x);
+  DTR_CHECK(index.dim() == 1, ValueError, "index_add_: index is {}; it must be 1-D", describe(index));
+  Shape expected = x.shape();
+  expected[dim] = index.numel();
+  DTR_CHECK(source.shape() == expected, ValueError,
+            "index_add_: source is {} but x is {} and index has {} entries; source must be {}{}", describe(source),
+            describe(x), index.numel(), source.dtype(), expected);
+  switch (x.device().type) {
+    case kCPU:
+      check_index_range("index_add_", index, dim, x);
+      if (source.numel() > 0) cpu::scatter_add(x, dim, expand_along(index, dim, expected), source);
+      return x;
+    case kCUDA:
+      throw_cuda_not_implemented("index_add_", x.device());
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  dim = check_operands("scatter_add_", x, dim, index);
+  check_addend("scatter_add_", x, src, "src");
+  check_writable("scatter_add_", x);
+  DTR_CHECK(index.dim() == x.dim() && src.dim() == x.dim(), ValueError,
+            "scatter_add_: x is {}, index is {} and src is {}; all three need the same number of dims", describe(x),
+            describe(index), describe(src));
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    DTR_CHECK(index.size(d) <= src.size(d) && (d == dim || index.size(d) <= x.size(d)), ValueError,
+              "scatter_add_: index {} is larger than src {} or x {} in dim {}; index.size(d) <= src.size(d) is "
+              "needed for every d, and index.size(d) <= x.size(d) for every d != {}",
+              describe(index), describe(src), describe(x), d, dim);
+  }
+  switch (x.device().type) {
+    case kCPU:
+      check_index_range("scatter_add_", index, dim, x);
+      if (index.numel() > 0) cpu::scatter_add(x, dim, index, src);
+      return x;
+    case kCUDA:
+      throw_cuda_not_implemented("scatter_add_", x.device());
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+}  // namespace dtr

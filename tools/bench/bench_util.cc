@@ -1,0 +1,136 @@
+#include "tools/bench/bench_util.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <ostream>
+
+namespace dtr::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+constexpr double kMinSampleSeconds = 50e-6;
+
+// "123.4 GB/s" or "56.7 GFLOP/s" for work per call at time_us per call.
+std::string throughput(const Case& c, double time_us) {
+  if (c.flops > 0) return fmt::format("{:.1f} GFLOP/s", c.flops / time_us * 1e-3);
+  return fmt::format("{:.2f} GB/s", c.bytes / time_us * 1e-3);
+}
+
+constexpr const char* kRowFormat = "{:<14} {:<18} {:<22} {:<5} {:>11} {:>21} {:>15} {:>8}  {}\n";
+
+}  // namespace
+
+Timing time_it(const std::function<void()>& fn, const TimingOptions& options) {
+  for (int64_t i = 0; i < options.warmup; ++i) fn();
+  Clock::time_point start = Clock::now();
+  fn();
+  const double one = std::max(seconds_since(start), 1e-9);
+  const int64_t calls = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinSampleSeconds / one)), 1, 1 << 20);
+  std::vector<double> samples;
+  start = Clock::now();
+  while (static_cast<int64_t>(samples.size()) < options.min_samples ||
+         (seconds_since(start) < options.min_seconds && static_cast<int64_t>(samples.size()) < options.max_samples)) {
+    const Clock::time_point t = Clock::now();
+    for (int64_t c = 0; c < calls; ++c) fn();
+    samples.push_back(seconds_since(t) / static_cast<double>(calls) * 1e6);
+  }
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  return Timing{median, samples.front(), samples.back(), static_cast<int64_t>(n)};
+}
+
+Reference memcpy_reference(double bytes_moved) {
+  const size_t n = static_cast<size_t>(bytes_moved / 2);
+  // 64-byte aligned like tensor memory; shared so that copies of the Reference keep it alive.
+  const size_t rounded = (n + 63) / 64 * 64 + 64;
+  std::shared_ptr<char> dst(static_cast<char*>(std::aligned_alloc(64, rounded)), std::free);
+  std::shared_ptr<char> src(static_cast<char*>(std::aligned_alloc(64, rounded)), std::free);
+  DTR_CHECK(dst && src, ValueError, "memcpy_reference: cannot allocate 2 x {} bytes", rounded);
+  std::memset(src.get(), 1, n);
+  return {"memcpy", [dst, src, n] {
+#pragma omp parallel if (n >= (size_t{1} << 20))
+            {
+              const size_t t = static_cast<size_t>(omp_get_thread_num());
+              const size_t threads = static_cast<size_t>(omp_get_num_threads());
+              const size_t begin = n * t / threads, end = n * (t + 1) / threads;
+              std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
+            }
+          }};
+}
+
+int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostream& os) const {
+  os << fmt::format(kRowFormat, "op", "dtype", "shape", "check", "time (us)", "spread min-max (us)",
+                    "throughput", "% of ref", "reference");
+  int wrong = 0;
+  for (const Row& row : rows_) {
+    if (fmt::format("{} {} {}", row.op, row.dtype, row.shape).find(filter) == std::string::npos) continue;
+    std::string verdict, problem;
+    Timing t, ref;
+    Case c;
+    try {
+      c = row.make();
+      c.run();
+      problem = c.check();
+      verdict = problem.empty() ? "ok" : "WRONG";
+      t = time_it(c.run, timing);
+      ref = time_it(c.reference.run, timing);
+    } catch (const std::exception& e) {
+      verdict = "WRONG";
+      problem = fmt::format("threw: {}", e.what());
+    }
+    if (verdict != "ok") ++wrong;
+    if (t.samples == 0) {
+      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, "-", "-", "-", "-", c.reference.name);
+    } else {
+      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", t.median_us),
+                        fmt::format("{:.1f}-{:.1f}", t.min_us, t.max_us), throughput(c, t.median_us),
+                        fmt::format("{:.0f}%", 100.0 * ref.median_us / t.median_us),
+                        fmt::format("{} ({:.1f} us)", c.reference.name, ref.median_us));
+    }
+    if (!problem.empty()) os << "    " << problem << "\n";
+    os.flush();
+  }
+  return wrong;
+}
+
+double element_at(const Tensor& t, std::span<const int64_t> coords) {
+  int64_t offset = 0;
+  for (size_t d = 0; d < coords.size(); ++d) offset += coords[d] * t.stride(static_cast<int64_t>(d));
+  return dispatch_all(t.dtype(), "element_at", [&]<class T>(TypeTag<T>) {
+    return convert<double>(static_cast<const T*>(t.data())[offset]);
+  });
+}
+
+std::string check_sampled(const Tensor& actual, const std::function<double(std::span<const int64_t>)>& expected,
+                          double atol, double rtol) {
+  const int64_t n = actual.numel();
+  if (n == 0) return "";
+  const int64_t step = std::max<int64_t>(1, n / 4093);
+  Shape coords(actual.dim());
+  for (int64_t flat = 0;; flat = std::min(flat + step, n - 1)) {
+    for (int64_t d = actual.dim() - 1, rest = flat; d >= 0; --d) {
+      coords[d] = rest % actual.size(d);
+      rest /= actual.size(d);
+    }
+    const double a = element_at(actual, coords), e = expected(coords);
+    if (!(std::abs(a - e) <= atol + rtol * std::abs(e))) {
+      return fmt::format("at {}: expected {:.9g}, got {:.9g}", coords, e, a);
+    }
+    if (flat == n - 1) return "";
+  }
+}
+
+}  // namespace dtr::bench

@@ -1,0 +1,89 @@
+// Kernel benchmark harness: a timer with warm-up and median-of-samples, and a suite of
+// registered rows printed as one aligned table (STYLE.md, "Benchmarks").
+//
+// Every row is checked before it is timed: the case runs once, its check compares the
+// result with an independent computation, and the row says "ok" or "WRONG" (a WRONG row is
+// still timed and printed; the program exits non-zero). Each row is timed against a
+// reference doing the same work in the same run (a memcpy of the same bytes moved, a
+// library GEMM), so "% of ref" compares with the machine as it is now, not a datasheet.
+// A row's inputs are built only when the row runs and are freed after it, so rows of
+// gigabytes can sit side by side. The layout follows nccl-tests and llm.c's benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace dtr::bench {
+
+struct Timing {
+  double median_us = 0;  // per call
+  double min_us = 0;
+  double max_us = 0;
+  int64_t samples = 0;
+};
+
+struct TimingOptions {
+  double min_seconds = 0.3;   // sample until this much time has passed...
+  int64_t min_samples = 5;    // ...and at least this many samples are taken,
+  int64_t max_samples = 200;  // or this many are.
+  int64_t warmup = 2;
+};
+
+// Times fn: warm-up calls, then samples of enough back-to-back calls to last >= 50 us each.
+// Returns the per-call median and range over the samples.
+Timing time_it(const std::function<void()>& fn, const TimingOptions& options = {});
+
+// The same work done by a trusted implementation, timed beside the row.
+struct Reference {
+  std::string name;
+  std::function<void()> run;
+};
+
+// A memcpy that moves `bytes_moved` bytes (copies half of them: each byte is read and
+// written), split across the OpenMP threads like the kernels it is compared with.
+Reference memcpy_reference(double bytes_moved);
+
+// What one row runs. bytes is what the op reads plus writes (the GB/s column); flops, when
+// > 0, gives a GFLOP/s column instead. check returns "" when the result (after one run) is
+// right, else what is wrong.
+struct Case {
+  double bytes = 0;
+  double flops = 0;
+  std::function<void()> run;
+  std::function<std::string()> check;
+  Reference reference;
+};
+
+// A registered row: its label (op, dtype, shape: what --filter matches) and how to build it.
+struct Row {
+  std::string op;
+  std::string dtype;
+  std::string shape;
+  std::function<Case()> make;
+};
+
+class Suite {
+ public:
+  void add(Row row) { rows_.push_back(std::move(row)); }
+  // Runs the rows whose "op dtype shape" contains filter, printing the table to os as rows
+  // finish. Returns the number of rows whose check failed.
+  int run(const std::string& filter, const TimingOptions& timing, std::ostream& os) const;
+
+ private:
+  std::vector<Row> rows_;
+};
+
+// Element of t at coords, as double (any dtype, any strides): for checks.
+double element_at(const Tensor& t, std::span<const int64_t> coords);
+// Checks actual against expected(coords) at a spread of sampled positions (always including
+// the first and last element): "" when all are within atol + rtol * |expected|, else the first miss.
+std::string check_sampled(const Tensor& actual, const std::function<double(std::span<const int64_t>)>& expected,
+                          double atol, double rtol);
+
+}  // namespace dtr::bench
