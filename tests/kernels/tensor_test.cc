@@ -55,6 +55,24 @@ TEST_CASE("transpose and permute swap strides; contiguous() copies in the new or
   check_equal(iota({2, 3}).t(), {0, 3, 1, 4, 2, 5}, "t()");
 }
 
+TEST_CASE("transposing copies (tiled) match an element-by-element reference", "[tensor][copy]") {
+  // Sizes off the 32-wide tile, a batch dim, and a cast on the way.
+  for (Shape shape : {Shape{33, 70}, Shape{3, 100, 41}, Shape{64, 64}}) {
+    Tensor t = iota(shape, kFloat32);
+    Tensor tt = t.transpose(-1, -2);
+    for (DType to : {kFloat32, kFloat64, kBFloat16}) {
+      Tensor out = Tensor::empty(tt.shape(), to);
+      out.copy_(tt);
+      const int64_t b = shape.size() == 3 ? shape[0] : 1, r = shape[shape.size() - 2], c = shape.back();
+      std::vector<double> expected;
+      for (int64_t k = 0; k < b; ++k)
+        for (int64_t j = 0; j < c; ++j)
+          for (int64_t i = 0; i < r; ++i) expected.push_back(static_cast<double>((k * r + i) * c + j));
+      testing::check_close(out, expected, testing::tolerance_for(to), fmt::format("transposed copy {}", shape));
+    }
+  }
+}
+
 TEST_CASE("view is legal exactly when strides allow; reshape copies otherwise", "[tensor][view]") {
   Tensor t = iota({2, 3, 4});
   Tensor v = t.view({6, -1});
