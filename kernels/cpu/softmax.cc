@@ -1,10 +1,10 @@
 #include "kernels/cpu/softmax.h"
 
 #include <cmath>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/internal/exp_sum.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -58,13 +58,7 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
     for_each_slice<Acc>(s, [&](int64_t base, auto stride, Acc* e) {
       const T* xs = px + base;
       T* ys = py + base;
-      Acc max = -std::numeric_limits<Acc>::infinity();
-      for (int64_t c = 0; c < s.size; ++c) max = std::max(max, static_cast<Acc>(xs[c * stride]));
-      Acc sum = 0;
-      for (int64_t c = 0; c < s.size; ++c) {
-        e[c] = std::exp(static_cast<Acc>(xs[c * stride]) - max);
-        sum += e[c];
-      }
+      const auto [max, sum] = exp_sum<Acc>(xs, s.size, stride, kind == SoftmaxKind::kSoftmax ? e : nullptr);
       if (kind == SoftmaxKind::kSoftmax) {
         for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] / sum);
       } else {
