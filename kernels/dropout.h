@@ -21,7 +21,8 @@ struct DropoutOutput {
   Tensor mask;  // x's shape, bool: true where x was kept
 };
 
-DropoutOutput dropout(const Tensor& x, double p, uint64_t seed, const std::optional<ShardLayout>& layout = std::nullopt);
+DropoutOutput dropout(const Tensor& x, double p, uint64_t seed,
+                      const std::optional<ShardLayout>& layout = std::nullopt);
 
 // grad_x = grad_y * mask / (1 - p) as a new tensor (zeros for p = 1; grad_y itself for p = 0).
 Tensor dropout_backward(const Tensor& grad_y, const Tensor& mask, double p);

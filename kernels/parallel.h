@@ -2,10 +2,10 @@
 //
 // Ranks are processes, so the default is 1 thread per rank; set_num_threads(n) raises it
 // for every CPU kernel, Eigen's GEMM included. parallel_for splits [0, n) into at most
-// num_threads() contiguous chunks; kernels make their results independent of that split
-// (each output element is computed by one fixed sequence of operations), so a result is
-// bitwise the same whatever the thread count. Bodies must not throw: validate first.
-// (ATen's at::parallel_for and at::set_num_threads, over OpenMP.)
+// num_threads() contiguous chunks; dtr's kernels compute each output element by one fixed
+// sequence of operations, so their results are bitwise the same on any thread count
+// (Eigen's GEMM blocking may change with it: matmul agrees only to rounding). Bodies must
+// not throw: validate first. (ATen's at::parallel_for and at::set_num_threads, on OpenMP.)
 #pragma once
 
 #include <omp.h>
@@ -25,7 +25,8 @@ int num_threads();
 template <class F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
-  const int64_t chunks = std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1));
+  const int64_t g = std::max<int64_t>(grain, 1);
+  const int64_t chunks = std::min<int64_t>(num_threads(), (n + g - 1) / g);
   if (chunks <= 1 || omp_in_parallel()) {
     f(int64_t{0}, n);
     return;

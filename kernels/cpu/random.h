@@ -1,5 +1,6 @@
 // CPU kernels of the random ops (kernels/random.h): each element of t, at any strides, is
-// set to a Philox draw at its global index under layout (already checked by the caller).
+// set to the Philox draw (kernels/philox.h) at its global index under layout, which the
+// caller has checked; threads split the elements without changing any value.
 #pragma once
 
 #include <cstdint>

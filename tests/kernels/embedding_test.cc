@@ -113,12 +113,12 @@ TEST_CASE("embedding_backward of ones counts positions exactly; padding_idx rows
   Tensor indices = Tensor::from_vector(idx);
   for (DType dtype : testing::kFloatDTypes) {
     Tensor grad = ones({7, 3}, dtype);
-    testing::check_equal(embedding_backward(grad, indices, 6), {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0},
-                         "counts");
-    testing::check_equal(embedding_backward(grad, indices, 6, 2), {2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0},
-                         "padding_idx 2");
-    testing::check_equal(embedding_backward(grad, indices, 5, -1), {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 0, 0, 0},
-                         "padding_idx -1 is row 4");
+    testing::check_equal(embedding_backward(grad, indices, 6),
+                         {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0}, "counts");
+    testing::check_equal(embedding_backward(grad, indices, 6, 2),
+                         {2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0}, "padding_idx 2");
+    testing::check_equal(embedding_backward(grad, indices, 5, -1),
+                         {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 0, 0, 0}, "padding_idx -1 is row 4");
   }
 }
 

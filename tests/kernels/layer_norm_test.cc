@@ -96,7 +96,8 @@ TEST_CASE("layer_norm matches a float64 reference with and without weight and bi
       for (bool affine : {false, true}) {
         const std::optional<Tensor> w = affine ? weight : std::nullopt;
         const std::optional<Tensor> b = affine ? bias : std::nullopt;
-        const Reference ref = reference_forward(to_f64(x), shape_numel(row_shape), n, values_or_empty(w), values_or_empty(b), 1e-5);
+        const Reference ref =
+            reference_forward(to_f64(x), shape_numel(row_shape), n, values_or_empty(w), values_or_empty(b), 1e-5);
         const std::string what = fmt::format("{} over {}, affine {}", describe(x), k.normalized_shape, affine);
         for (const Tensor& input : {x, testing::strided_copy(x)}) {
           LayerNormOutput out = layer_norm(input, k.normalized_shape, w, b, 1e-5);

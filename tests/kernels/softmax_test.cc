@@ -86,9 +86,11 @@ TEST_CASE("softmax and log_softmax match float64 references", "[softmax]") {
     for (const Case& k : cases()) {
       Tensor x = testing::random_tensor(k.shape, dtype, seed++, -8.0, 8.0);
       const std::vector<double> xv = to_f64(x);
-      const int64_t d = k.shape.empty() ? 0 : (k.dim + static_cast<int64_t>(k.shape.size())) % k.shape.size();
-      const std::vector<double> p = k.shape.empty() ? std::vector<double>{1.0} : reference_softmax(xv, k.shape, d, false);
-      const std::vector<double> lp = k.shape.empty() ? std::vector<double>{0.0} : reference_softmax(xv, k.shape, d, true);
+      // A 0-d tensor is one slice of one element: softmax 1, log_softmax 0.
+      const bool scalar = k.shape.empty();
+      const int64_t d = scalar ? 0 : (k.dim + static_cast<int64_t>(k.shape.size())) % k.shape.size();
+      const std::vector<double> p = scalar ? std::vector<double>{1.0} : reference_softmax(xv, k.shape, d, false);
+      const std::vector<double> lp = scalar ? std::vector<double>{0.0} : reference_softmax(xv, k.shape, d, true);
       const std::string what = fmt::format("dim {} of {}", k.dim, describe(x));
       for (const Tensor& input : {x, testing::strided_copy(x)}) {
         Tensor y = softmax(input, k.dim);

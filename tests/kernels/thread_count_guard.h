@@ -1,5 +1,6 @@
-// ThreadCountGuard: restores dtr's CPU thread count when a test that changed it ends,
-// so that determinism tests (1 thread vs 2) leave no state behind for the next case.
+// ThreadCountGuard: restores dtr's CPU thread count (kernels/parallel.h) when a test that
+// changed it ends, so that determinism tests (1 thread vs 2) leave no state behind for
+// the test cases that run after them.
 #pragma once
 
 #include "kernels/parallel.h"
