@@ -1,0 +1,109 @@
+#include "kernels/cpu/cross_entropy.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/internal/exp_sum.h"
+#include "kernels/parallel.h"
+
+namespace dtr::cpu {
+namespace {
+
+// The targets as int64, each in [0, classes) or ignore_index; and how many are not ignored.
+struct Targets {
+  std::vector<int64_t> values;
+  int64_t count = 0;
+};
+
+Targets read_targets(const Tensor& target, const Tensor& logits, int64_t ignore_index, std::string_view op) {
+  const Tensor tc = target.contiguous();
+  const int64_t* p = tc.data_ptr<int64_t>();
+  const int64_t classes = logits.size(1);
+  Targets t{std::vector<int64_t>(p, p + tc.numel()), 0};
+  for (size_t n = 0; n < t.values.size(); ++n) {
+    const int64_t v = t.values[n];
+    if (v == ignore_index) continue;
+    DTR_CHECK(v >= 0 && v < classes, IndexError,
+              "{}: target {} at row {} is out of range for logits {} (targets must lie in [0, {}) or equal "
+              "ignore_index {})",
+              op, v, n, describe(logits), classes, ignore_index);
+    ++t.count;
+  }
+  return t;
+}
+
+int64_t row_grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::max<int64_t>(classes, 1)); }
+
+}  // namespace
+
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 Reduction reduction) {
+  const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy");
+  const Tensor lc = logits.contiguous();
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  CrossEntropyOutput out;
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>(TypeTag<T>) {
+    using Acc = acc_t<T>;
+    out.logsumexp = Tensor::empty({rows}, dtype_of<Acc>());
+    const T* pl = lc.data_ptr<T>();
+    Acc* plse = out.logsumexp.data_ptr<Acc>();
+    parallel_for(rows, row_grain(classes), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const T* row = pl + n * classes;
+        const auto [max, sum] = exp_sum<Acc>(row, classes, std::integral_constant<int64_t, 1>{});
+        plse[n] = max + std::log(sum);
+        const int64_t t = targets.values[n];
+        if (t != ignore_index) row_loss[n] = static_cast<double>(plse[n] - static_cast<Acc>(row[t]));
+      }
+    });
+  });
+  double total = 0.0;
+  for (double l : row_loss) total += l;
+  if (reduction == Reduction::kMean) {
+    total = targets.count == 0 ? std::numeric_limits<double>::quiet_NaN() : total / targets.count;
+  }
+  out.loss = Tensor::empty({}, logits.dtype());
+  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>(TypeTag<T>) {
+    *out.loss.data_ptr<T>() = convert<T>(total);
+  });
+  return out;
+}
+
+Tensor cross_entropy_backward(double grad_loss, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
+                              int64_t ignore_index, Reduction reduction) {
+  const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy_backward");
+  const Tensor lc = logits.contiguous();
+  const Tensor lsec = logsumexp.contiguous();
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  // With no row counted, kMean has no row to scale: every row is ignored and gets zeros.
+  const double scale = reduction == Reduction::kMean && targets.count > 0 ? grad_loss / targets.count : grad_loss;
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
+  dispatch_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>(TypeTag<T>) {
+    using Acc = acc_t<T>;
+    const T* pl = lc.data_ptr<T>();
+    const Acc* plse = lsec.data_ptr<Acc>();
+    T* pg = grad.data_ptr<T>();
+    const Acc s = static_cast<Acc>(scale);
+    parallel_for(rows, row_grain(classes), [&](int64_t begin, int64_t end) {
+      for (int64_t n = begin; n < end; ++n) {
+        const T* row = pl + n * classes;
+        T* grow = pg + n * classes;
+        const int64_t t = targets.values[n];
+        if (t == ignore_index) {
+          std::fill(grow, grow + classes, convert<T>(0.0));
+          continue;
+        }
+        // grad [C] = (softmax(row) - onehot(t)) * scale
+        for (int64_t c = 0; c < classes; ++c) {
+          const Acc p = std::exp(static_cast<Acc>(row[c]) - plse[n]);
+          grow[c] = convert<T>((c == t ? p - Acc(1) : p) * s);
+        }
+      }
+    });
+  });
+  return grad;
+}
+
+}  // namespace dtr::cpu

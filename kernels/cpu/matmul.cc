@@ -1,0 +1,95 @@
+#include "kernels/cpu/matmul.h"
+
+#include <Eigen/Core>
+
+#include <optional>
+
+#include "kernels/cpu/copy.h"
+#include "kernels/parallel.h"
+
+namespace dtr::cpu {
+namespace {
+
+template <class T, int Order>
+using ConstMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned,
+                            Eigen::OuterStride<>>;
+template <class T>
+using RowMajorMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+// How the last two dims of an operand map into Eigen: storage order and leading dimension.
+struct MatrixLayout {
+  bool col_major;
+  int64_t ld;
+};
+
+// Row-major (unit column stride) or column-major (unit row stride, a transposed view),
+// each with any leading dimension that keeps rows (columns) apart; nothing else.
+std::optional<MatrixLayout> matrix_layout(const Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1);
+  const int64_t rs = t.stride(-2), cs = t.stride(-1);
+  if ((cs == 1 || cols <= 1) && (rows <= 1 || rs >= cols)) {
+    return MatrixLayout{false, rows <= 1 ? std::max<int64_t>(cols, 1) : rs};
+  }
+  if ((rs == 1 || rows <= 1) && (cols <= 1 || cs >= rows)) {
+    return MatrixLayout{true, cols <= 1 ? std::max<int64_t>(rows, 1) : cs};
+  }
+  return std::nullopt;
+}
+
+// Calls f with an Eigen map of the rows x cols matrix at p in layout l.
+template <class T, class F>
+void with_map(const T* p, int64_t rows, int64_t cols, MatrixLayout l, F&& f) {
+  if (l.col_major) {
+    f(ConstMap<T, Eigen::ColMajor>(p, rows, cols, Eigen::OuterStride<>(l.ld)));
+  } else {
+    f(ConstMap<T, Eigen::RowMajor>(p, rows, cols, Eigen::OuterStride<>(l.ld)));
+  }
+}
+
+// out[i] = a[i] b[i] for every batch i; a and b are float or double in Eigen-mappable layouts.
+template <class T>
+void batched_gemm(const Tensor& a, MatrixLayout la, const Tensor& b, MatrixLayout lb, const Tensor& out) {
+  const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
+  const T* pa = a.data_ptr<T>();
+  const T* pb = b.data_ptr<T>();
+  T* pc = out.data_ptr<T>();
+  auto gemm = [&](int64_t i) {
+    RowMajorMap<T> c(pc + i * m * n, m, n);
+    with_map(pa + i * a.stride(0), m, k, la, [&](const auto& lhs) {
+      with_map(pb + i * b.stride(0), k, n, lb, [&](const auto& rhs) { c.noalias() = lhs * rhs; });
+    });
+  };
+  Eigen::setNbThreads(num_threads());
+  if (batch >= num_threads()) {
+    // Threads take whole products; Eigen runs single-threaded inside a parallel region.
+    parallel_for(batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) gemm(i);
+    });
+  } else {
+    for (int64_t i = 0; i < batch; ++i) gemm(i);
+  }
+}
+
+}  // namespace
+
+void bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  if (a.dtype() == kBFloat16 || a.dtype() == kFloat16) {
+    Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
+    bmm(a.to(kFloat32), b.to(kFloat32), out_f32);
+    copy(out, out_f32);  // rounds once
+    return;
+  }
+  std::optional<MatrixLayout> la = matrix_layout(a), lb = matrix_layout(b);
+  const Tensor ac = la ? a : a.contiguous();
+  const Tensor bc = lb ? b : b.contiguous();
+  if (!la) la = matrix_layout(ac);
+  if (!lb) lb = matrix_layout(bc);
+  switch (a.dtype()) {
+    case kFloat32: batched_gemm<float>(ac, *la, bc, *lb, out); break;
+    case kFloat64: batched_gemm<double>(ac, *la, bc, *lb, out); break;
+    default: DTR_INTERNAL_ASSERT(false, "bmm kernel reached with dtype {}", a.dtype());
+  }
+}
+
+}  // namespace dtr::cpu

@@ -1,0 +1,59 @@
+#include "kernels/cross_entropy.h"
+
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/internal/device_not_implemented.h"
+
+namespace dtr {
+namespace {
+
+// logits [N, C] floating, target [N] int64, on one device.
+void check_logits_target(const Tensor& logits, const Tensor& target, std::string_view op) {
+  DTR_CHECK(logits.dim() == 2, ValueError, "{}: logits {} must be 2-D [N, C]", op, describe(logits));
+  DTR_CHECK(is_floating(logits.dtype()), TypeError,
+            "{}: logits {} are not floating; {} takes float32, float64, bfloat16 or float16", op, describe(logits),
+            op);
+  DTR_CHECK(target.dtype() == kInt64, TypeError, "{}: target {} must be int64 class indices", op,
+            describe(target));
+  DTR_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ValueError,
+            "{}: target {} must be 1-D with one class index per row of logits {}", op, describe(target),
+            describe(logits));
+  DTR_CHECK(target.device() == logits.device(), ValueError, "{}: logits {} and target {} are on different devices",
+            op, describe(logits), describe(target));
+}
+
+}  // namespace
+
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 Reduction reduction) {
+  check_logits_target(logits, target, "cross_entropy");
+  switch (logits.device().type) {
+    case kCPU: return cpu::cross_entropy(logits, target, ignore_index, reduction);
+    case kCUDA:
+      throw_device_not_implemented("cross_entropy", logits.device(),
+                                   fmt::format("{} and {}", describe(logits), describe(target)));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
+                              const Tensor& logsumexp, int64_t ignore_index, Reduction reduction) {
+  constexpr std::string_view op = "cross_entropy_backward";
+  check_logits_target(logits, target, op);
+  DTR_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), ValueError,
+            "{}: grad_loss {} must be a one-element floating tensor (the gradient of the loss)", op,
+            describe(grad_loss));
+  const DType lse_dtype = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  DTR_CHECK(logsumexp.shape() == Shape{logits.size(0)} && logsumexp.dtype() == lse_dtype &&
+                logsumexp.device() == logits.device(),
+            ValueError, "{}: logsumexp {} must be the forward's saved {}[{}] for logits {}", op, describe(logsumexp),
+            dtype_name(lse_dtype), logits.size(0), describe(logits));
+  switch (logits.device().type) {
+    case kCPU:
+      return cpu::cross_entropy_backward(grad_loss.item(), logits, target, logsumexp, ignore_index, reduction);
+    case kCUDA:
+      throw_device_not_implemented(op, logits.device(), fmt::format("{} and {}", describe(logits), describe(target)));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+}  // namespace dtr

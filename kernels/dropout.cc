@@ -1,0 +1,56 @@
+#include "kernels/dropout.h"
+
+#include "kernels/cpu/dropout.h"
+#include "kernels/fill.h"
+#include "kernels/internal/device_not_implemented.h"
+#include "kernels/random.h"
+
+namespace dtr {
+namespace {
+
+void check_p(double p, const Tensor& t, std::string_view op) {
+  DTR_CHECK(p >= 0.0 && p <= 1.0, ValueError, "{}: p = {} for {}; the drop probability must lie in [0, 1]", op, p,
+            describe(t));
+}
+
+// 1 / (1 - p), and 0 for p = 1 where nothing is kept.
+double keep_scale(double p) { return p == 1.0 ? 0.0 : 1.0 / (1.0 - p); }
+
+}  // namespace
+
+DropoutOutput dropout(const Tensor& x, double p, uint64_t seed, const std::optional<ShardLayout>& layout) {
+  check_p(p, x, "dropout");
+  DTR_CHECK(is_floating(x.dtype()), TypeError,
+            "dropout: input {} is not floating; dropout takes float32, float64, bfloat16 or float16", describe(x));
+  resolve_shard_layout(x, layout, "dropout");
+  switch (x.device().type) {
+    case kCPU: {
+      if (p == 0.0) return {x, ones(x.shape(), kBool)};
+      if (p == 1.0) return {zeros(x.shape(), x.dtype()), zeros(x.shape(), kBool)};
+      Tensor mask = bernoulli(x.shape(), 1.0 - p, seed, kBool, layout);
+      return {cpu::masked_scale(x, mask, keep_scale(p)), mask};
+    }
+    case kCUDA: throw_device_not_implemented("dropout", x.device(), describe(x));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+Tensor dropout_backward(const Tensor& grad_y, const Tensor& mask, double p) {
+  check_p(p, grad_y, "dropout_backward");
+  DTR_CHECK(mask.dtype() == kBool && mask.shape() == grad_y.shape() && mask.device() == grad_y.device(), ValueError,
+            "dropout_backward: mask {} must be the forward's bool mask of grad_y's shape and device ({})",
+            describe(mask), describe(grad_y));
+  DTR_CHECK(is_floating(grad_y.dtype()), TypeError,
+            "dropout_backward: grad_y {} is not floating; it takes float32, float64, bfloat16 or float16",
+            describe(grad_y));
+  if (p == 0.0) return grad_y;
+  switch (grad_y.device().type) {
+    case kCPU: return cpu::masked_scale(grad_y, mask, keep_scale(p));
+    case kCUDA:
+      throw_device_not_implemented("dropout_backward", grad_y.device(),
+                                   fmt::format("{} and {}", describe(grad_y), describe(mask)));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+}  // namespace dtr

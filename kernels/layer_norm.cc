@@ -1,0 +1,81 @@
+#include "kernels/layer_norm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/layer_norm.h"
+#include "kernels/internal/device_not_implemented.h"
+
+namespace dtr {
+namespace {
+
+// x's dims before the last k: the shape of mean and rstd.
+Shape row_shape(const Tensor& x, int64_t k) { return Shape(x.shape().begin(), x.shape().end() - k); }
+
+// weight or bias, if given, must be a normalized_shape tensor of x's dtype and device.
+void check_affine(const std::optional<Tensor>& t, const Tensor& x, const Shape& normalized_shape,
+                  std::string_view name, std::string_view op) {
+  if (!t) return;
+  DTR_CHECK(t->shape() == normalized_shape && t->dtype() == x.dtype() && t->device() == x.device(), ValueError,
+            "{}: {} {} must have shape {} and the dtype and device of the input {}", op, name, describe(*t),
+            normalized_shape, describe(x));
+}
+
+}  // namespace
+
+LayerNormOutput layer_norm(const Tensor& x, const Shape& normalized_shape, const std::optional<Tensor>& weight,
+                           const std::optional<Tensor>& bias, double eps) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  DTR_CHECK(is_floating(x.dtype()), TypeError,
+            "layer_norm: input {} is not floating; layer_norm takes float32, float64, bfloat16 or float16",
+            describe(x));
+  DTR_CHECK(k >= 1 && k <= x.dim() && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape, ValueError,
+            "layer_norm: normalized_shape {} must be non-empty and equal the last dims of the input {}",
+            normalized_shape, describe(x));
+  DTR_CHECK(eps >= 0.0 && std::isfinite(eps), ValueError, "layer_norm: eps {} must be finite and >= 0", eps);
+  check_affine(weight, x, normalized_shape, "weight", "layer_norm");
+  check_affine(bias, x, normalized_shape, "bias", "layer_norm");
+  LayerNormOutput out;
+  switch (x.device().type) {
+    case kCPU:
+      out = cpu::layer_norm(x, shape_numel(row_shape(x, k)), shape_numel(normalized_shape), weight.value_or(Tensor()),
+                            bias.value_or(Tensor()), eps);
+      break;
+    case kCUDA: throw_device_not_implemented("layer_norm", x.device(), describe(x));
+  }
+  out.mean = out.mean.view(row_shape(x, k));
+  out.rstd = out.rstd.view(row_shape(x, k));
+  return out;
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                   const std::optional<Tensor>& weight) {
+  constexpr std::string_view op = "layer_norm_backward";
+  DTR_CHECK(is_floating(x.dtype()), TypeError,
+            "{}: input {} is not floating; layer_norm takes float32, float64, bfloat16 or float16", op, describe(x));
+  DTR_CHECK(grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() && grad_y.device() == x.device(), ValueError,
+            "{}: grad_y {} must have the shape, dtype and device of the input {}", op, describe(grad_y), describe(x));
+  const int64_t k = x.dim() - mean.dim();
+  const DType stats_dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  DTR_CHECK(k >= 1 && mean.shape() == row_shape(x, k) && rstd.shape() == mean.shape() &&
+                mean.dtype() == stats_dtype && rstd.dtype() == stats_dtype && mean.device() == x.device() &&
+                rstd.device() == x.device(),
+            ValueError,
+            "{}: mean {} and rstd {} must be the forward's saved statistics of the input {} (one {} value per row "
+            "over its last dims)",
+            op, describe(mean), describe(rstd), describe(x), dtype_name(stats_dtype));
+  const Shape normalized_shape(x.shape().end() - k, x.shape().end());
+  check_affine(weight, x, normalized_shape, "weight", op);
+  LayerNormGrads grads;
+  switch (x.device().type) {
+    case kCPU:
+      grads = cpu::layer_norm_backward(grad_y, x, mean, rstd, weight.value_or(Tensor()), mean.numel(),
+                                       shape_numel(normalized_shape));
+      break;
+    case kCUDA: throw_device_not_implemented(op, x.device(), fmt::format("{} and {}", describe(grad_y), describe(x)));
+  }
+  grads.grad_weight = grads.grad_weight.view(normalized_shape);
+  grads.grad_bias = grads.grad_bias.view(normalized_shape);
+  return grads;
+}
+
+}  // namespace dtr

@@ -1,0 +1,29 @@
+// Matrix products of local tensors: matmul (2-D) and bmm (a batch of 2-D products).
+//
+// matmul: [M, K] x [K, N] -> [M, N]; bmm: [B, M, K] x [B, K, N] -> [B, M, N], into a new
+// contiguous tensor, or into the caller's with the _out forms (ATen's mm_out), which run
+// at Eigen's own speed: a fresh large result costs page faults (~9% of a [2048, 1024] x
+// [1024, 4096] float32 product here). Operands may be row-major or transposed views
+// (x.t(), x.transpose(-1, -2)): both map into Eigen's GEMM without a copy, with any
+// leading dimension; other strides are copied to contiguous first. float32 and float64
+// multiply natively; bfloat16 and float16 go through float32 (float32 accumulation, one
+// rounding). Threads: num_threads() (kernels/parallel.h). (torch.mm and torch.bmm, over
+// Eigen's `C.noalias() = A * B`.)
+#pragma once
+
+#include "kernels/tensor.h"
+
+namespace dtr {
+
+// a [M, K] times b [K, N]; ValueError naming both shapes if they do not chain.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// a [B, M, K] times b [B, K, N], batch by batch; ValueError naming both shapes otherwise.
+Tensor bmm(const Tensor& a, const Tensor& b);
+
+// Overwrites out with a b. out must be contiguous, of the result's shape, a's dtype and
+// device, and share no storage with a or b (ValueError/TypeError otherwise).
+const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b);
+const Tensor& bmm_out(const Tensor& out, const Tensor& a, const Tensor& b);
+
+}  // namespace dtr

@@ -1,0 +1,175 @@
+// cross_entropy and its backward against float64 loops written here: every floating dtype,
+// class counts 1/7/1023/4097, ignored rows, both reductions, strided and transposed logits;
+// an exact case; NaN mean over no targets; thread-count independence; typed errors.
+#include "kernels/cross_entropy.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "tests/kernels/test_util.h"
+#include "tests/kernels/thread_count_guard.h"
+
+namespace dtr {
+namespace {
+
+using testing::to_f64;
+
+struct Reference {
+  double loss;
+  std::vector<double> grad;
+};
+
+// loss = reduce_n (log sum_c exp(x[n, c]) - x[n, t_n]) over rows with t_n != ignore, and
+// d loss / d x times grad_loss, in float64.
+Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes, const std::vector<int64_t>& target,
+                    int64_t ignore, Reduction reduction, double grad_loss) {
+  double total = 0.0;
+  int64_t count = 0;
+  std::vector<double> lse(rows, 0.0);
+  for (int64_t n = 0; n < rows; ++n) {
+    double max = -std::numeric_limits<double>::infinity();
+    for (int64_t c = 0; c < classes; ++c) max = std::max(max, x[n * classes + c]);
+    double sum = 0.0;
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(x[n * classes + c] - max);
+    lse[n] = max + std::log(sum);
+    if (target[n] == ignore) continue;
+    total += lse[n] - x[n * classes + target[n]];
+    ++count;
+  }
+  const bool mean = reduction == Reduction::kMean;
+  Reference r{mean ? (count == 0 ? std::nan("") : total / count) : total,
+              std::vector<double>(static_cast<size_t>(rows * classes), 0.0)};
+  const double scale = mean ? grad_loss / std::max<int64_t>(count, 1) : grad_loss;
+  for (int64_t n = 0; n < rows; ++n) {
+    if (target[n] == ignore) continue;
+    for (int64_t c = 0; c < classes; ++c) {
+      const double p = std::exp(x[n * classes + c] - lse[n]);
+      r.grad[n * classes + c] = (p - (c == target[n] ? 1.0 : 0.0)) * scale;
+    }
+  }
+  return r;
+}
+
+// Targets in [0, classes), about one in five set to ignore.
+std::vector<int64_t> random_targets(int64_t rows, int64_t classes, int64_t ignore, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> cls(0, classes - 1);
+  std::vector<int64_t> t;
+  for (int64_t n = 0; n < rows; ++n) t.push_back(gen() % 5 == 0 ? ignore : cls(gen));
+  return t;
+}
+
+TEST_CASE("cross_entropy and its backward match float64 references", "[cross_entropy]") {
+  uint64_t seed = 1;
+  for (DType dtype : testing::kFloatDTypes) {
+    for (int64_t classes : {1, 7, 1023, 4097}) {
+      for (int64_t rows : {1, 7, 33}) {
+        for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+          Tensor logits = testing::random_tensor({rows, classes}, dtype, seed++, -6.0, 6.0);
+          const std::vector<int64_t> tv = random_targets(rows, classes, -100, seed++);
+          // One row always counts, so that the mean is defined.
+          std::vector<int64_t> targets = tv;
+          targets[0] = classes - 1;
+          Tensor target = Tensor::from_vector(targets, {rows});
+          const Reference ref = reference(to_f64(logits), rows, classes, targets, -100, reduction, 2.5);
+          const std::string what = fmt::format("cross_entropy {}, {}", describe(logits),
+                                               reduction == Reduction::kMean ? "mean" : "sum");
+          Tensor transposed = logits.t().contiguous().t();  // strides [1, rows]
+          for (const Tensor& input : {logits, testing::strided_copy(logits), transposed}) {
+            CrossEntropyOutput out = cross_entropy(input, target, -100, reduction);
+            CHECK(out.loss.dim() == 0);
+            CHECK(out.loss.dtype() == dtype);
+            CHECK(out.logsumexp.shape() == Shape{rows});
+            testing::Tolerance tol = testing::tolerance_for(dtype);
+            tol.atol *= rows;  // a sum of up to 33 row losses
+            testing::check_close(out.loss, {ref.loss}, tol, what + " loss");
+            Tensor grad = cross_entropy_backward(full({}, 2.5), input, target, out.logsumexp, -100, reduction);
+            CHECK(grad.shape() == logits.shape());
+            testing::check_close(grad, ref.grad, what + " grad");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cross_entropy with well-separated logits is exact", "[cross_entropy][exact]") {
+  // exp(-768) underflows to 0 in float and double, so each lse is its row's max exactly and
+  // softmax is exactly one-hot. Row losses 0, 768, 0, 768; the last row is ignored.
+  const double lo = -768.0;
+  const std::vector<double> xv{0,  lo, lo, lo,   // target 0: right
+                               0,  lo, lo, lo,   // target 1: loss 768
+                               lo, lo, lo, 4,    // target 3: right
+                               lo, lo, 0,  lo,   // target 0: loss 768
+                               lo, 1,  lo, lo};  // ignored
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, 3, 0, -100});
+  for (DType dtype : testing::kFloatDTypes) {
+    Tensor logits = Tensor::from_vector(xv, {5, 4}).to(dtype);
+    CrossEntropyOutput mean = cross_entropy(logits, target);
+    testing::check_equal(mean.loss, {384.0}, "mean of 0, 768, 0, 768");
+    testing::check_equal(mean.logsumexp, {0, 0, 4, 0, 1}, "lse is the row max");
+    testing::check_equal(cross_entropy(logits, target, -100, Reduction::kSum).loss, {1536.0}, "sum");
+    testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp),
+                         {0, 0, 0, 0, 0.25, -0.25, 0, 0, 0, 0, 0, 0, -0.25, 0, 0.25, 0, 0, 0, 0, 0},
+                         "(one-hot softmax - one-hot target) / 4");
+  }
+}
+
+TEST_CASE("ignored rows: zero gradient, not counted; mean over none is NaN", "[cross_entropy]") {
+  for (DType dtype : testing::kFloatDTypes) {
+    Tensor logits = testing::random_tensor({4, 5}, dtype, 3);
+    Tensor all_ignored = Tensor::from_vector(std::vector<int64_t>{7, 7, 7, 7});
+    CrossEntropyOutput mean = cross_entropy(logits, all_ignored, 7);
+    CHECK(std::isnan(mean.loss.item()));
+    testing::check_equal(cross_entropy(logits, all_ignored, 7, Reduction::kSum).loss, {0.0}, "sum over none");
+    testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, all_ignored, mean.logsumexp, 7),
+                         std::vector<double>(20, 0.0), "grad over none");
+    // ignore_index may be a real class: rows with target 2 are skipped.
+    Tensor target = Tensor::from_vector(std::vector<int64_t>{2, 0, 2, 4});
+    const Reference ref = reference(to_f64(logits), 4, 5, {2, 0, 2, 4}, 2, Reduction::kMean, 1.0);
+    CrossEntropyOutput out = cross_entropy(logits, target, 2);
+    testing::check_close(out.loss, {ref.loss}, "ignore_index 2");
+    testing::check_close(cross_entropy_backward(full({}, 1.0), logits, target, out.logsumexp, 2), ref.grad,
+                         "ignore_index 2 grad");
+  }
+}
+
+TEST_CASE("cross_entropy is bitwise the same on 1 and 2 threads", "[cross_entropy][parallel]") {
+  testing::ThreadCountGuard guard;
+  Tensor logits = testing::random_tensor({4097, 33}, kFloat32, 9);
+  Tensor target = Tensor::from_vector(random_targets(4097, 33, -100, 10));
+  set_num_threads(1);
+  CrossEntropyOutput one = cross_entropy(logits, target);
+  Tensor grad_one = cross_entropy_backward(full({}, 1.0), logits, target, one.logsumexp);
+  set_num_threads(2);
+  CrossEntropyOutput two = cross_entropy(logits, target);
+  testing::check_equal(two.loss, {one.loss.item()}, "loss");
+  testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, two.logsumexp), to_f64(grad_one),
+                       "grad");
+}
+
+TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cross_entropy][errors]") {
+  Tensor logits = Tensor::empty({3, 5});
+  fill_(logits, 0.0);
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 5, 1});
+  CHECK_THROWS_AS(cross_entropy(logits, bad), IndexError);
+  CHECK_THROWS_WITH(cross_entropy(logits, bad), Catch::Contains("cross_entropy") && Catch::Contains("target 5") &&
+                                                    Catch::Contains("row 1") && Catch::Contains("[0, 5)"));
+  CHECK_THROWS_AS(cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0, -1, 1})), IndexError);
+  CHECK_THROWS_WITH(cross_entropy(logits, Tensor::from_vector(std::vector<int32_t>{0, 1, 1})),
+                    Catch::Contains("int64") && Catch::Contains("int32[3]"));
+  CHECK_THROWS_AS(cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>{0, 1})), ValueError);
+  CHECK_THROWS_AS(cross_entropy(Tensor::empty({3, 5, 2}), bad), ValueError);
+  Tensor good = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
+  CrossEntropyOutput out = cross_entropy(logits, good);
+  CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, bad, out.logsumexp),
+                    Catch::Contains("cross_entropy_backward") && Catch::Contains("target 5"));
+  CHECK_THROWS_WITH(cross_entropy_backward(full({2}, 1.0), logits, good, out.logsumexp),
+                    Catch::Contains("grad_loss"));
+  CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp.to(kFloat64)),
+                    Catch::Contains("logsumexp") && Catch::Contains("float64[3]"));
+}
+
+}  // namespace
+}  // namespace dtr

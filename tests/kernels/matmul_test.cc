@@ -1,0 +1,199 @@
+// matmul and bmm against float64 triple loops: every floating dtype, sizes 0/1/7/1023/4097
+// in each of M, K, N, row-major, transposed and strided operands, batches with an expanded
+// operand, 1 and 2 threads; a bit-exact case of small integers; no copies of transposed
+// operands (counted by the allocator); typed errors naming both shapes.
+#include "kernels/matmul.h"
+
+#include <cmath>
+
+#include "kernels/allocator.h"
+#include "kernels/parallel.h"
+#include "tests/kernels/test_util.h"
+#include "tests/kernels/thread_count_guard.h"
+
+namespace dtr {
+namespace {
+
+using testing::to_f64;
+
+// c[i][j] = sum_k a[i][k] b[k][j], in float64, from row-major values.
+std::vector<double> reference_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k,
+                                 int64_t n) {
+  std::vector<double> c(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += a[i * k + p] * b[p * n + j];
+      c[i * n + j] = s;
+    }
+  return c;
+}
+
+// The dtype's tolerance, with atol grown like the rounding error of a K-term sum.
+testing::Tolerance matmul_tolerance(DType dtype, int64_t k) {
+  testing::Tolerance t = testing::tolerance_for(dtype);
+  t.atol *= std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+  return t;
+}
+
+enum class Operand { kContiguous, kTransposed, kStrided };
+const Operand kOperands[] = {Operand::kContiguous, Operand::kTransposed, Operand::kStrided};
+
+// A [rows, cols] operand with the values of `values` ([rows, cols]) in the given layout.
+Tensor as_operand(const Tensor& values, Operand how) {
+  switch (how) {
+    case Operand::kContiguous: return values;
+    case Operand::kTransposed: return values.t().contiguous().t();  // strides [1, rows]
+    case Operand::kStrided: return testing::strided_copy(values);
+  }
+  return {};
+}
+
+struct MatmulShape {
+  int64_t m, k, n;
+};
+const MatmulShape kShapes[] = {{0, 7, 5},   {7, 0, 5},    {7, 5, 0},    {1, 1, 1},    {7, 7, 7},  {1023, 7, 9},
+                               {7, 1023, 9}, {9, 7, 1023}, {5, 4097, 3}, {4097, 3, 2}, {2, 3, 4097}};
+
+TEST_CASE("matmul matches a float64 triple loop for every dtype, size and operand layout", "[matmul]") {
+  uint64_t seed = 1;
+  for (DType dtype : testing::kFloatDTypes) {
+    for (MatmulShape s : kShapes) {
+      Tensor a = testing::random_tensor({s.m, s.k}, dtype, seed++);
+      Tensor b = testing::random_tensor({s.k, s.n}, dtype, seed++);
+      // The reference multiplies the inputs as rounded to dtype.
+      const std::vector<double> expected = reference_mm(to_f64(a), to_f64(b), s.m, s.k, s.n);
+      for (Operand ha : kOperands) {
+        for (Operand hb : kOperands) {
+          Tensor c = matmul(as_operand(a, ha), as_operand(b, hb));
+          REQUIRE(c.shape() == Shape{s.m, s.n});
+          CHECK(c.dtype() == dtype);
+          CHECK(c.is_contiguous());
+          testing::check_close(c, expected, matmul_tolerance(dtype, s.k),
+                               fmt::format("matmul [{}, {}] x [{}, {}], layouts {} and {}", s.m, s.k, s.k, s.n,
+                                           static_cast<int>(ha), static_cast<int>(hb)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul of small integers is exact in every dtype", "[matmul][exact]") {
+  // a [3, 4] and b [4, 2] of integers in [-4, 4]: every partial sum is an integer below 2^8.
+  const std::vector<double> av{1, -2, 3, 4, 0, 2, -1, -3, 4, 4, -4, 1};
+  const std::vector<double> bv{2, -1, 3, 0, -4, 1, 1, 2};
+  const std::vector<double> expected = reference_mm(av, bv, 3, 4, 2);
+  for (DType dtype : testing::kFloatDTypes) {
+    Tensor a = Tensor::from_vector(av, {3, 4}).to(dtype);
+    Tensor b = Tensor::from_vector(bv, {4, 2}).to(dtype);
+    testing::check_equal(matmul(a, b), expected, "small integers");
+    testing::check_equal(matmul(b.t(), a.t()), to_f64(Tensor::from_vector(expected, {3, 2}).t()), "b^T a^T");
+  }
+}
+
+TEST_CASE("transposed and row-major operands are multiplied without copies", "[matmul]") {
+  Tensor a = testing::random_tensor({64, 48}, kFloat32, 1);
+  Tensor b = testing::random_tensor({32, 48}, kFloat32, 2);  // used as b.t(): [48, 32]
+  auto allocations = [](auto&& f) {
+    const int64_t before = memory_stats(kCPU).total_allocs;
+    f();
+    return memory_stats(kCPU).total_allocs - before;
+  };
+  CHECK(allocations([&] { matmul(a, b.t()); }) == 1);                  // the result only
+  CHECK(allocations([&] { matmul(b, a.t()); }) == 1);
+  CHECK(allocations([&] { matmul(a.narrow(1, 8, 16), b.narrow(1, 0, 16).t()); }) == 1);  // leading dim > cols
+  CHECK(allocations([&] { matmul(testing::strided_copy(a), b.t()); }) >= 3);  // the view, its copy, the result
+  Tensor a3 = a.unsqueeze(0).expand({3, 64, 48});
+  CHECK(allocations([&] { bmm(a3, b.t().unsqueeze(0).expand({3, 48, 32})); }) == 1);
+}
+
+TEST_CASE("bmm matches per-batch float64 products, including expanded and transposed operands", "[matmul][bmm]") {
+  uint64_t seed = 100;
+  for (DType dtype : testing::kFloatDTypes) {
+    for (int64_t batch : {0, 1, 3}) {
+      for (MatmulShape s : {MatmulShape{7, 5, 3}, MatmulShape{1, 1023, 7}, MatmulShape{33, 7, 65}}) {
+        Tensor a = testing::random_tensor({batch, s.m, s.k}, dtype, seed++);
+        Tensor bt = testing::random_tensor({batch, s.n, s.k}, dtype, seed++);  // b = bt^T per batch
+        Tensor b = bt.transpose(-1, -2);
+        Tensor shared = testing::random_tensor({s.k, s.n}, dtype, seed++);  // one b for every batch
+        std::vector<double> expected, expected_shared;
+        for (int64_t i = 0; i < batch; ++i) {
+          const std::vector<double> ai = to_f64(a.select(0, i));
+          for (double v : reference_mm(ai, to_f64(b.select(0, i)), s.m, s.k, s.n)) expected.push_back(v);
+          for (double v : reference_mm(ai, to_f64(shared), s.m, s.k, s.n)) expected_shared.push_back(v);
+        }
+        const auto tol = matmul_tolerance(dtype, s.k);
+        const std::string what = fmt::format("bmm batch {} [{}, {}] x [{}, {}]", batch, s.m, s.k, s.k, s.n);
+        Tensor c = bmm(a, b);
+        REQUIRE(c.shape() == Shape{batch, s.m, s.n});
+        testing::check_close(c, expected, tol, what + ", transposed b");
+        testing::check_close(bmm(testing::strided_copy(a), b.contiguous()), expected, tol, what + ", strided a");
+        testing::check_close(bmm(a, shared.unsqueeze(0).expand({batch, s.k, s.n})), expected_shared, tol,
+                             what + ", expanded b");
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul and bmm give the same answers on 1 and 2 threads", "[matmul][parallel]") {
+  testing::ThreadCountGuard guard;
+  Tensor a = testing::random_tensor({256, 300}, kFloat32, 7);
+  Tensor b = testing::random_tensor({300, 200}, kFloat32, 8);
+  Tensor a3 = testing::random_tensor({4, 40, 30}, kFloat64, 9);
+  Tensor b3 = testing::random_tensor({4, 30, 20}, kFloat64, 10);
+  const std::vector<double> expected = reference_mm(to_f64(a), to_f64(b), 256, 300, 200);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    testing::check_close(matmul(a, b), expected, matmul_tolerance(kFloat32, 300), fmt::format("{} threads", threads));
+    testing::check_close(matmul(b.t(), a.t()), to_f64(Tensor::from_vector(expected, {256, 200}).t()),
+                         matmul_tolerance(kFloat32, 300), fmt::format("transposed, {} threads", threads));
+    Tensor c3 = bmm(a3, b3);
+    for (int64_t i = 0; i < 4; ++i) {
+      testing::check_close(c3.select(0, i), reference_mm(to_f64(a3.select(0, i)), to_f64(b3.select(0, i)), 40, 30, 20),
+                           "bmm batch");
+    }
+  }
+}
+
+TEST_CASE("matmul_out and bmm_out overwrite the caller's tensor", "[matmul][out]") {
+  for (DType dtype : testing::kFloatDTypes) {
+    Tensor a = testing::random_tensor({7, 1023}, dtype, 21);
+    Tensor b = testing::random_tensor({9, 1023}, dtype, 22);
+    const std::vector<double> expected = reference_mm(to_f64(a), to_f64(b.t()), 7, 1023, 9);
+    Tensor out = full({7, 9}, 123.0, dtype);  // stale values must not leak into the result
+    const int64_t before = memory_stats(kCPU).total_allocs;
+    CHECK(&matmul_out(out, a, b.t()) == &out);
+    if (dtype == kFloat32 || dtype == kFloat64) CHECK(memory_stats(kCPU).total_allocs == before);
+    testing::check_close(out, expected, matmul_tolerance(dtype, 1023), "matmul_out");
+    Tensor out3 = full({2, 7, 9}, -5.0, dtype);
+    bmm_out(out3, a.unsqueeze(0).expand({2, 7, 1023}), b.t().unsqueeze(0).expand({2, 1023, 9}));
+    std::vector<double> twice = expected;
+    twice.insert(twice.end(), expected.begin(), expected.end());
+    testing::check_close(out3, twice, matmul_tolerance(dtype, 1023), "bmm_out");
+  }
+  Tensor a = Tensor::empty({4, 4});
+  CHECK_THROWS_WITH(matmul_out(a, a, Tensor::empty({4, 4})), Catch::Contains("shares storage"));
+  CHECK_THROWS_WITH(matmul_out(Tensor::empty({4, 5}), a, Tensor::empty({4, 4})),
+                    Catch::Contains("matmul_out") && Catch::Contains("float32[4, 5]") && Catch::Contains("[4, 4]"));
+  CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 8}).narrow(1, 0, 4), a, Tensor::empty({4, 4})), ValueError);
+  CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 4}, kFloat64), a, Tensor::empty({4, 4})), TypeError);
+}
+
+TEST_CASE("matmul and bmm reject bad operands with errors naming both", "[matmul][errors]") {
+  Tensor a = Tensor::empty({2, 3});
+  Tensor b = Tensor::empty({4, 5});
+  CHECK_THROWS_AS(matmul(a, b), ValueError);
+  CHECK_THROWS_WITH(matmul(a, b), Catch::Contains("matmul") && Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]"));
+  CHECK_THROWS_WITH(matmul(a, Tensor::empty({3})), Catch::Contains("2-D") && Catch::Contains("float32[3]"));
+  CHECK_THROWS_AS(matmul(a, Tensor::empty({3, 2}, kFloat64)), TypeError);
+  CHECK_THROWS_WITH(matmul(a, Tensor::empty({3, 2}, kFloat64)),
+                    Catch::Contains("float32[2, 3]") && Catch::Contains("float64[3, 2]"));
+  CHECK_THROWS_AS(matmul(Tensor::empty({2, 3}, kInt64), Tensor::empty({3, 2}, kInt64)), TypeError);
+  CHECK_THROWS_WITH(bmm(Tensor::empty({2, 3, 4}), Tensor::empty({3, 4, 5})),
+                    Catch::Contains("bmm") && Catch::Contains("[2, 3, 4]") && Catch::Contains("[3, 4, 5]"));
+  CHECK_THROWS_AS(bmm(Tensor::empty({2, 3, 4}), Tensor::empty({2, 5, 5})), ValueError);
+  CHECK_THROWS_WITH(bmm(a, b), Catch::Contains("3-D"));
+}
+
+}  // namespace
+}  // namespace dtr
