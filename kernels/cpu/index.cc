@@ -1,4 +1,5 @@
 #include "kernels/cpu/index.h"
+#include "kernels/parallel.h"
 
 #include <omp.h>
 
@@ -67,7 +68,7 @@ void index_loop(const Tensor& a, const Tensor& b, int64_t dim, const Tensor& ind
       run(0, n);
       return;
     }
-#pragma omp parallel
+#pragma omp parallel num_threads(num_threads())
     {
       const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
       run(n * t / threads, n * (t + 1) / threads);

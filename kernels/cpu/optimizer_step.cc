@@ -1,4 +1,5 @@
 #include "kernels/cpu/optimizer_step.h"
+#include "kernels/parallel.h"
 
 #include <cmath>
 #include <type_traits>
@@ -28,7 +29,7 @@ template <class T, bool kWeightDecay, bool kMomentum, bool kNesterov>
 void sgd_loop(T* p, const T* g, acc_t<T>* buffer, int64_t n, bool first_step, acc_t<T> lr, acc_t<T> weight_decay,
               acc_t<T> momentum, acc_t<T> keep) {
   using C = acc_t<T>;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for simd schedule(static) num_threads(num_threads()) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const C pi = convert<C>(p[i]);
     C gi = convert<C>(g[i]);
@@ -54,7 +55,7 @@ struct AdamScalars {
 template <class T, bool kL2>
 void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, int64_t n, const AdamScalars<acc_t<T>> s) {
   using C = acc_t<T>;
-#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
+#pragma omp parallel for simd schedule(static) num_threads(num_threads()) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
     const C pi = convert<C>(p[i]) * s.scale;
     C gi = convert<C>(g[i]);

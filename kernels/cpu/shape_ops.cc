@@ -1,4 +1,5 @@
 #include "kernels/cpu/shape_ops.h"
+#include "kernels/parallel.h"
 
 #include <algorithm>
 #include <cstring>
@@ -37,7 +38,7 @@ void cat(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
   if (total == 0) return;
   char* dst = static_cast<char*>(out.data());
   const int64_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
-#pragma omp parallel for schedule(static) if (total >= kParallelBytes)
+#pragma omp parallel for schedule(static) num_threads(num_threads()) if (total >= kParallelBytes)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t end = std::min(total, (c + 1) * kChunkBytes);
     for (int64_t p = c * kChunkBytes; p < end;) {

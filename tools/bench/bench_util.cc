@@ -10,6 +10,8 @@
 #include <memory>
 #include <ostream>
 
+#include "kernels/parallel.h"
+
 namespace dtr::bench {
 
 namespace {
@@ -61,7 +63,7 @@ Reference memcpy_reference(double bytes_moved) {
   DTR_CHECK(dst && src, ValueError, "memcpy_reference: cannot allocate 2 x {} bytes", rounded);
   std::memset(src.get(), 1, n);
   return {"memcpy", [dst, src, n] {
-#pragma omp parallel if (n >= (size_t{1} << 20))
+#pragma omp parallel num_threads(num_threads()) if (n >= (size_t{1} << 20))
             {
               const size_t t = static_cast<size_t>(omp_get_thread_num());
               const size_t threads = static_cast<size_t>(omp_get_num_threads());

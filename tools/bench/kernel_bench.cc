@@ -19,6 +19,7 @@
 #include "kernels/fill.h"
 #include "kernels/index.h"
 #include "kernels/optimizer_step.h"
+#include "kernels/parallel.h"
 #include "kernels/shape_ops.h"
 #include "tools/bench/bench_util.h"
 
@@ -245,14 +246,14 @@ int run_main(int argc, char** argv) {
   app.add_option("--filter", filter, "run only the rows whose 'op dtype shape' contains this");
   app.add_flag("--quick", quick, "small shapes: a smoke test that takes seconds");
   CLI11_PARSE(app, argc, argv);
-  if (threads > 0) omp_set_num_threads(threads);
+  set_num_threads(threads > 0 ? threads : omp_get_num_procs());
   const Shapes& s = quick ? kQuickShapes : kFullShapes;
   // Other work on the machine steals cores from OpenMP's threads: print the load so a reader can judge.
   std::string load = "?";
   std::ifstream("/proc/loadavg") >> load;
   std::cout << fmt::format(
       "kernel_bench: {} threads, load average {}; tokens {}, hidden {}, ffn {}, vocab {}, optimizer params {} Mi{}\n",
-      omp_get_max_threads(), load, s.tokens, s.hidden, s.ffn, s.vocab, s.params >> 20, quick ? " (--quick)" : "");
+      num_threads(), load, s.tokens, s.hidden, s.ffn, s.vocab, s.params >> 20, quick ? " (--quick)" : "");
   Suite suite;
   add_memcpy_rows(suite, s);
   add_copy_rows(suite, s);
