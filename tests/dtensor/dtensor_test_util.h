@@ -73,9 +73,9 @@ inline const std::vector<Shape>& test_mesh_shapes() {
   return shapes;
 }
 
-// A global shape of 1-3 dims with sizes 0..7 (often smaller than a mesh dim).
+// A global shape of 0-3 dims with sizes 0..7 (often smaller than a mesh dim).
 inline Shape random_shape(std::mt19937_64& gen) {
-  const int64_t ndim = std::uniform_int_distribution<int64_t>(1, 3)(gen);
+  const int64_t ndim = std::uniform_int_distribution<int64_t>(0, 3)(gen);
   Shape shape;
   for (int64_t d = 0; d < ndim; ++d) shape.push_back(std::uniform_int_distribution<int64_t>(0, 7)(gen));
   return shape;

@@ -48,7 +48,7 @@ void run(const Case& c) {
   }
   std::sort(us.begin(), us.end());
   const DTensorSpec& s = c.sources.front();
-  std::printf("%-26s | %-9s | %-24s | %5zu | %5zu | %11lld | %9.2f | %5.2f-%.2f\n", c.name,
+  std::printf("%-26s | %-9s | %-40s | %5zu | %5zu | %11lld | %9.2f | %5.2f-%.2f\n", c.name,
               fmt::format("{}", fmt::join(s.mesh().shape(), "x")).c_str(),
               fmt::format("{} -> {}", placements_str(s.placements()), placements_str(c.target)).c_str(),
               checked.steps().size(), c.sources.size(), static_cast<long long>(checked.total_send_bytes()[0]),
@@ -73,7 +73,7 @@ int main() {
        {Replicate(), Shard(1), Shard(0)}},
       {"1-D coalesced 64 params", fsdp, {Replicate()}},
   };
-  std::printf("%-26s | %-9s | %-24s | %5s | %5s | %11s | %9s | %s\n", "case", "mesh", "move", "steps", "specs",
+  std::printf("%-26s | %-9s | %-40s | %5s | %5s | %11s | %9s | %s\n", "case", "mesh", "move", "steps", "specs",
               "rank0 bytes", "median us", "p10-p90 us");
   for (const Case& c : cases) run(c);
   return 0;
