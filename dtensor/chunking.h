@@ -1,0 +1,30 @@
+// Chunking: the one rule that splits a tensor dim over the ranks of a mesh dim.
+//
+// torch.chunk's rule: with k chunks of a dim of length n, every chunk holds
+// ceil(n/k) elements except the last non-empty one, which holds the rest; ranks
+// past the end hold nothing (offset clamped to n). Examples: n=10,k=4 -> 3,3,3,1;
+// n=9,k=4 -> 3,3,3,0; n=5,k=4 -> 2,2,1,0; n=2,k=4 -> 1,1,0,0. Local shapes, global
+// offsets, redistribute plans, checkpoints and FSDP all call chunk_range, nothing
+// else, so they cannot disagree (PyTorch's uneven-sharding bugs came from copies).
+#pragma once
+
+#include <cstdint>
+
+namespace dtr {
+
+// The elements [offset, offset + length) of a dim of length `size` that chunk `index`
+// of `num_chunks` holds.
+struct ChunkRange {
+  int64_t offset;
+  int64_t length;
+  friend bool operator==(const ChunkRange&, const ChunkRange&) = default;
+};
+
+// Chunk `index` (0 <= index < num_chunks) of a dim of length size >= 0.
+ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index);
+
+// ceil(size / num_chunks): the length of a full chunk, to which collectives pad every
+// chunk so that all ranks of a group exchange equal-sized buffers.
+int64_t chunk_capacity(int64_t size, int64_t num_chunks);
+
+}  // namespace dtr

@@ -1,0 +1,102 @@
+// DeviceMesh: the topology of a DTensor's ranks: an n-D array of global ranks with
+// optional dim names (PyTorch's DeviceMesh, without its process groups).
+//
+// The array is row-major: the last mesh dim varies fastest, so init over 8 ranks with
+// shape (2, 4) gives [[0, 1, 2, 3], [4, 5, 6, 7]]; the groups along "tp" (dim 1) are
+// {0..3} and {4..7}, along "dp" (dim 0) {0,4}, {1,5}, {2,6}, {3,7}. A mesh built over
+// the world holds a permutation of 0..world-1; sub-meshes (mesh["dp"]) hold the ranks
+// that share this process's coordinate on the other dims. The mesh stores the rank of
+// this process, so coordinate() needs no communication. Process groups are created
+// from group_ranks(mesh_dim), one per mesh dim, by the layer that owns collectives.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kernels/device.h"
+#include "kernels/tensor.h"
+
+namespace dtr {
+
+class DeviceMesh {
+ public:
+  // A mesh of shape `shape` over a world of world_size ranks laid out in `ranks`
+  // (row-major): `ranks` must be a permutation of 0..world_size-1, one per mesh position;
+  // dim_names is empty or one unique name per mesh dim; this_rank is the calling process.
+  DeviceMesh(DeviceType device_type, Shape shape, std::vector<int64_t> ranks, std::vector<std::string> dim_names,
+             int64_t this_rank, int64_t world_size);
+  // The mesh over ranks 0..world_size-1 in order (the layout init_device_mesh uses).
+  static DeviceMesh row_major(DeviceType device_type, Shape shape, std::vector<std::string> dim_names,
+                              int64_t this_rank, int64_t world_size);
+
+  DeviceType device_type() const { return device_type_; }
+  const Shape& shape() const { return shape_; }
+  int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
+  // Number of ranks in the mesh; size(mesh_dim): ranks along one mesh dim.
+  int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
+  int64_t size(int64_t mesh_dim) const;
+  // The global ranks in row-major order; per-rank tables (plan bytes) use this order.
+  const std::vector<int64_t>& ranks() const { return ranks_; }
+  const std::vector<std::string>& dim_names() const { return dim_names_; }
+  // The index of a named mesh dim; ValueError listing the names if absent.
+  int64_t dim_index(std::string_view name) const;
+  // "1 (tp)" or "1": how messages and plans name a mesh dim.
+  std::string dim_label(int64_t mesh_dim) const;
+
+  // The rank of this process and its coordinate (mesh.get_coordinate()).
+  int64_t this_rank() const { return this_rank_; }
+  const std::vector<int64_t>& coordinate() const { return coordinate_; }
+  // This process's index along one mesh dim (mesh.get_local_rank(mesh_dim)).
+  int64_t local_rank(int64_t mesh_dim) const;
+
+  // The coordinate of the rank at row-major position `index` (0 <= index < size()).
+  std::vector<int64_t> coordinate_at(int64_t index) const;
+  // The coordinate of a global rank; ValueError if the rank is not in this mesh.
+  std::vector<int64_t> coordinate_of(int64_t rank) const;
+  // The global rank at a coordinate.
+  int64_t rank_at(std::span<const int64_t> coordinate) const;
+
+  // Every group of ranks along mesh_dim (the other coordinates fixed), ordered by the
+  // other coordinates row-major; each group is ordered by its coordinate on mesh_dim.
+  std::vector<std::vector<int64_t>> group_ranks(int64_t mesh_dim) const;
+  // The group along mesh_dim that holds this process.
+  std::vector<int64_t> local_group_ranks(int64_t mesh_dim) const;
+
+  // Sub-mesh of the named dims (in mesh order) through this process's coordinate:
+  // mesh["tp"] on the (2, 4) mesh above is [0, 1, 2, 3] on ranks 0..3, [4..7] on 4..7.
+  DeviceMesh operator[](std::string_view dim_name) const;
+  DeviceMesh submesh(std::span<const std::string> dim_names) const;
+
+  // PyTorch's repr: "DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))".
+  std::string to_string() const;
+  // Meshes are equal when device type, shape, ranks and names agree (this_rank aside:
+  // every process holds its own copy of the same mesh).
+  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
+
+ private:
+  struct Unchecked {};
+  DeviceMesh(Unchecked, DeviceType device_type, Shape shape, std::vector<int64_t> ranks,
+             std::vector<std::string> dim_names, int64_t this_rank);
+  void check_mesh_dim(int64_t mesh_dim, std::string_view op) const;
+
+  DeviceType device_type_;
+  Shape shape_;
+  std::vector<int64_t> ranks_;
+  std::vector<std::string> dim_names_;
+  int64_t this_rank_;
+  std::vector<int64_t> coordinate_;
+};
+
+}  // namespace dtr
+
+template <>
+struct fmt::formatter<dtr::DeviceMesh> : fmt::formatter<std::string> {
+  auto format(const dtr::DeviceMesh& m, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(m.to_string(), ctx);
+  }
+};

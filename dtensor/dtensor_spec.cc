@@ -1,0 +1,87 @@
+#include "dtensor/dtensor_spec.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "dtensor/chunking.h"
+#include "kernels/error.h"
+
+namespace dtr {
+
+LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                           std::span<const int64_t> coordinate) {
+  LocalBox box{Shape(shape.size(), 0), shape};
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (!placements[i].is_shard()) continue;
+    const int64_t d = placements[i].shard_dim();
+    const ChunkRange chunk = chunk_range(box.shape[d], mesh.shape()[i], coordinate[i]);
+    box.offset[d] += chunk.offset;
+    box.shape[d] = chunk.length;
+  }
+  return box;
+}
+
+DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype)
+    : mesh_(std::move(mesh)), placements_(std::move(placements)), shape_(std::move(shape)), dtype_(dtype) {
+  DTR_CHECK(static_cast<int64_t>(placements_.size()) == mesh_.ndim(), ValueError,
+            "DTensorSpec: {} placements {} for the {}-d mesh {} of a {}{} tensor; give one placement per mesh dim",
+            placements_.size(), placements_str(placements_), mesh_.ndim(), mesh_.to_string(), dtype_, shape_);
+  DTR_CHECK(std::all_of(shape_.begin(), shape_.end(), [](int64_t s) { return s >= 0; }), ValueError,
+            "DTensorSpec: negative size in the global shape {}", shape_);
+  const int64_t n = ndim();
+  for (size_t i = 0; i < placements_.size(); ++i) {
+    if (!placements_[i].is_shard()) continue;
+    const int64_t d = placements_[i].shard_dim();
+    DTR_CHECK(d >= -n && d < n, IndexError,
+              "DTensorSpec: {} on mesh dim {} of placements {} is out of range for the {}-d tensor {}{}; a "
+              "Shard dim must be in [{}, {}]",
+              placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), n,
+              dtype_, shape_, -n, n - 1);
+    if (d < 0) placements_[i] = Shard(d + n);
+  }
+  // Partial ops on different mesh dims must commute: all linear, or all the same op.
+  std::vector<ReduceOp> ops;
+  for (const Placement& p : placements_) {
+    if (p.is_partial()) ops.push_back(p.reduce_op());
+  }
+  const bool all_linear = std::all_of(ops.begin(), ops.end(), is_linear);
+  const bool all_same = std::all_of(ops.begin(), ops.end(), [&](ReduceOp op) { return op == ops.front(); });
+  DTR_CHECK(all_linear || all_same, ValueError,
+            "DTensorSpec: placements {} on {} mix Partial reduce ops that do not commute, so the tensor's value "
+            "would depend on the order of reduction; legal: any mix of P(sum) and P(avg), or a single one of "
+            "P(max), P(min) (reduce one of them to Replicate first)",
+            placements_str(placements_), mesh_.to_string());
+}
+
+DTensorSpec DTensorSpec::with_placements(Placements placements) const {
+  return DTensorSpec(mesh_, std::move(placements), shape_, dtype_);
+}
+
+LocalBox DTensorSpec::local_box(std::span<const int64_t> coordinate) const {
+  DTR_CHECK(static_cast<int64_t>(coordinate.size()) == mesh_.ndim(), IndexError,
+            "DTensorSpec.local_box: coordinate {} for the {}-d mesh {}", coordinate, mesh_.ndim(), mesh_.to_string());
+  for (int64_t i = 0; i < mesh_.ndim(); ++i) {
+    DTR_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.shape()[i], IndexError,
+              "DTensorSpec.local_box: coordinate {} is outside the mesh of shape {}", coordinate, mesh_.shape());
+  }
+  return compute_local_box(mesh_, placements_, shape_, coordinate);
+}
+
+std::vector<int64_t> DTensorSpec::mesh_dims_sharding(int64_t dim) const {
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < placements_.size(); ++i) {
+    if (placements_[i].is_shard(dim)) dims.push_back(static_cast<int64_t>(i));
+  }
+  return dims;
+}
+
+bool DTensorSpec::has_partial() const {
+  return std::any_of(placements_.begin(), placements_.end(), [](const Placement& p) { return p.is_partial(); });
+}
+
+std::string DTensorSpec::to_string() const {
+  return fmt::format("{}{} {} on {}", dtype_, shape_, placements_str(placements_), mesh_.to_string());
+}
+
+}  // namespace dtr

@@ -1,0 +1,92 @@
+// Placement: what one mesh dimension does to a DTensor: Shard(dim), Replicate or
+// Partial(op) (PyTorch's torch.distributed.tensor placement types).
+//
+// Shard(d) splits tensor dim d over the ranks of the mesh dim like torch.chunk: chunk
+// size ceil(n/k), trailing ranks may hold fewer rows or none (chunking.h). Replicate:
+// every rank holds the same values. Partial(op): every rank holds a term; the value is
+// op over the ranks. Placements are immutable values with ==, hash, a repr
+// ("Shard(dim=0)") and a short form ("S(0)", "R", "P(sum)").
+// Example, a [5, 6] tensor on a 1-D mesh of 4 ranks:
+//   rank | Shard(0)          | Replicate       | Partial(sum)
+//   0    | rows 0:2, [2, 6]  | rows 0:5, [5,6] | a [5, 6] term
+//   2    | rows 4:5, [1, 6]  | rows 0:5, [5,6] | a [5, 6] term
+//   3    | rows 5:5, [0, 6]  | rows 0:5, [5,6] | a [5, 6] term
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtensor/reduce_op.h"
+
+namespace dtr {
+
+class Placement {
+ public:
+  enum class Kind : uint8_t { kShard, kReplicate, kPartial };
+
+  bool is_shard() const { return kind_ == Kind::kShard; }
+  // True for Shard(dim) with exactly this dim.
+  bool is_shard(int64_t dim) const { return is_shard() && dim_ == dim; }
+  bool is_replicate() const { return kind_ == Kind::kReplicate; }
+  bool is_partial() const { return kind_ == Kind::kPartial; }
+  Kind kind() const { return kind_; }
+  // The sharded tensor dim; only for Shard.
+  int64_t shard_dim() const;
+  // The reduction of the terms; only for Partial.
+  ReduceOp reduce_op() const;
+
+  // PyTorch's repr: "Shard(dim=0)", "Replicate()", "Partial(sum)".
+  std::string repr() const;
+  // PyTorch's str: "S(0)", "R", "P(sum)".
+  std::string str() const;
+
+  friend bool operator==(const Placement&, const Placement&) = default;
+  size_t hash() const;
+
+ private:
+  friend Placement Shard(int64_t dim);
+  friend Placement Replicate();
+  friend Placement Partial(ReduceOp op);
+  Placement(Kind kind, int64_t dim, ReduceOp op) : kind_(kind), dim_(dim), op_(op) {}
+
+  Kind kind_;
+  int64_t dim_;  // 0 unless Shard
+  ReduceOp op_;  // kSum unless Partial
+};
+
+// One placement per mesh dim, mesh dim 0 first.
+using Placements = std::vector<Placement>;
+
+// Shard tensor dim `dim` (negative dims count from the end once a spec knows the ndim).
+Placement Shard(int64_t dim);
+Placement Replicate();
+Placement Partial(ReduceOp op = ReduceOp::kSum);
+
+// Parses one placement: "S(0)", "S0", "Shard(dim=0)", "R", "Replicate()", "P", "P(avg)",
+// "Pavg", "Partial(max)". Throws ValueError naming the text and the accepted forms.
+Placement parse_placement(std::string_view text);
+// Parses a comma-separated list such as "S0,R" or "S(0), P(sum)".
+Placements parse_placements(std::string_view text);
+
+// "(S(0), R)": the form every error message and plan uses for a placement list.
+std::string placements_str(const Placements& placements);
+
+}  // namespace dtr
+
+template <>
+struct std::hash<dtr::Placement> {
+  size_t operator()(const dtr::Placement& p) const { return p.hash(); }
+};
+
+template <>
+struct fmt::formatter<dtr::Placement> : fmt::formatter<std::string> {
+  auto format(const dtr::Placement& p, format_context& ctx) const {
+    return fmt::formatter<std::string>::format(p.str(), ctx);
+  }
+};

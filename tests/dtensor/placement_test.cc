@@ -1,0 +1,82 @@
+// Placement: values with ==, hash, PyTorch's repr and short form, and parsing.
+#include "dtensor/placement.h"
+
+#include <catch2/catch.hpp>
+
+#include <unordered_set>
+
+#include "kernels/error.h"
+#include "tests/dtensor/dtensor_test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::MessageContains;
+
+TEST_CASE("placements are values: ==, hash, kind queries", "[placement]") {
+  CHECK(Shard(0) == Shard(0));
+  CHECK(Shard(0) != Shard(1));
+  CHECK(Shard(0) != Replicate());
+  CHECK(Partial() == Partial(ReduceOp::kSum));
+  CHECK(Partial(ReduceOp::kSum) != Partial(ReduceOp::kAvg));
+  CHECK(Replicate() == Replicate());
+
+  CHECK(Shard(2).is_shard());
+  CHECK(Shard(2).is_shard(2));
+  CHECK_FALSE(Shard(2).is_shard(1));
+  CHECK(Shard(2).shard_dim() == 2);
+  CHECK(Replicate().is_replicate());
+  CHECK_FALSE(Replicate().is_shard());
+  CHECK(Partial(ReduceOp::kMax).is_partial());
+  CHECK(Partial(ReduceOp::kMax).reduce_op() == ReduceOp::kMax);
+  CHECK_THROWS_AS(Replicate().shard_dim(), InternalError);
+
+  const std::unordered_set<Placement> set = {Shard(0), Shard(0), Shard(1), Replicate(), Partial(), Partial(),
+                                             Partial(ReduceOp::kMin)};
+  CHECK(set.size() == 5);
+  CHECK(set.count(Shard(1)) == 1);
+  CHECK(std::hash<Placement>{}(Shard(3)) == std::hash<Placement>{}(Shard(3)));
+}
+
+TEST_CASE("repr and short form follow PyTorch", "[placement]") {
+  CHECK(Shard(0).repr() == "Shard(dim=0)");
+  CHECK(Replicate().repr() == "Replicate()");
+  CHECK(Partial().repr() == "Partial(sum)");
+  CHECK(Partial(ReduceOp::kAvg).repr() == "Partial(avg)");
+  CHECK(Shard(1).str() == "S(1)");
+  CHECK(Replicate().str() == "R");
+  CHECK(Partial(ReduceOp::kMax).str() == "P(max)");
+  CHECK(fmt::format("{}", Partial(ReduceOp::kMin)) == "P(min)");
+  CHECK(placements_str({Shard(0), Replicate(), Partial()}) == "(S(0), R, P(sum))");
+}
+
+TEST_CASE("parse_placement reads the short, CLI and repr forms", "[placement]") {
+  CHECK(parse_placement("S(0)") == Shard(0));
+  CHECK(parse_placement("S1") == Shard(1));
+  CHECK(parse_placement(" Shard(dim=2) ") == Shard(2));
+  CHECK(parse_placement("S-1") == Shard(-1));
+  CHECK(parse_placement("R") == Replicate());
+  CHECK(parse_placement("Replicate()") == Replicate());
+  CHECK(parse_placement("P") == Partial());
+  CHECK(parse_placement("P(avg)") == Partial(ReduceOp::kAvg));
+  CHECK(parse_placement("Pmax") == Partial(ReduceOp::kMax));
+  CHECK(parse_placement("Partial(min)") == Partial(ReduceOp::kMin));
+  CHECK(parse_placements("S0,R") == Placements{Shard(0), Replicate()});
+  CHECK(parse_placements("S(0), P(sum), Shard(dim=1)") == Placements{Shard(0), Partial(), Shard(1)});
+  for (const Placement& p : {Shard(3), Replicate(), Partial(ReduceOp::kAvg)}) {
+    CHECK(parse_placement(p.str()) == p);
+    CHECK(parse_placement(p.repr()) == p);
+  }
+}
+
+TEST_CASE("parse_placement rejects malformed text, naming it and the legal forms", "[placement][errors]") {
+  for (const char* bad : {"", "X", "S", "S(x)", "S(0", "Sx0", "R(1)", "P(prod)", "Pfoo", "Shard(dim=)"}) {
+    INFO(bad);
+    CHECK_THROWS_MATCHES(parse_placement(bad), ValueError,
+                         MessageContains(fmt::format("'{}'", bad)) && MessageContains("S(0), S0, Shard(dim=0), R"));
+  }
+  CHECK_THROWS_MATCHES(parse_placements("S0,,R"), ValueError, MessageContains("cannot read ''"));
+}
+
+}  // namespace
+}  // namespace dtr

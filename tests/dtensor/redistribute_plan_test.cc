@@ -1,0 +1,418 @@
+// Redistribute planner: the classic transitions, bytes worked out by hand, seeded random
+// plans checked against an independent model of what each rank holds, coalescing, the
+// errors, and explain().
+#include "dtensor/redistribute_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "kernels/error.h"
+#include "tests/dtensor/dtensor_test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::MessageContains;
+
+struct ExpectedStep {
+  int64_t mesh_dim;
+  Placement from;
+  Placement to;
+  StepOp op;
+};
+
+void check_steps(const RedistributePlan& plan, const std::vector<ExpectedStep>& expected) {
+  INFO(plan.explain());
+  REQUIRE(plan.steps().size() == expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    INFO("step " << k + 1);
+    CHECK(plan.steps()[k].mesh_dim == expected[k].mesh_dim);
+    CHECK(plan.steps()[k].from == expected[k].from);
+    CHECK(plan.steps()[k].to == expected[k].to);
+    CHECK(step_op_name(plan.steps()[k].op) == step_op_name(expected[k].op));
+  }
+}
+
+RedistributePlan plan(Shape mesh_shape, Placements from, Placements to, Shape shape = {8, 6, 4}) {
+  return plan_redistribute(DTensorSpec(testing::make_mesh(std::move(mesh_shape)), std::move(from), shape, kFloat32),
+                           to);
+}
+
+TEST_CASE("one mesh dim: each transition is one step with its collective", "[redistribute]") {
+  const ReduceOp sum = ReduceOp::kSum, avg = ReduceOp::kAvg;
+  check_steps(plan({4}, {Shard(0)}, {Replicate()}), {{0, Shard(0), Replicate(), StepOp::kAllGather}});
+  check_steps(plan({4}, {Partial(sum)}, {Shard(0)}), {{0, Partial(sum), Shard(0), StepOp::kReduceScatter}});
+  check_steps(plan({4}, {Partial(avg)}, {Replicate()}), {{0, Partial(avg), Replicate(), StepOp::kAllReduce}});
+  check_steps(plan({4}, {Replicate()}, {Shard(1)}), {{0, Replicate(), Shard(1), StepOp::kChunk}});
+  check_steps(plan({4}, {Shard(0)}, {Shard(1)}), {{0, Shard(0), Shard(1), StepOp::kAllToAll}});
+  check_steps(plan({4}, {Replicate()}, {Partial(sum)}), {{0, Replicate(), Partial(sum), StepOp::kPartition}});
+  check_steps(plan({4}, {Replicate()}, {Partial(ReduceOp::kMax)}),
+              {{0, Replicate(), Partial(ReduceOp::kMax), StepOp::kRelabel}});
+  check_steps(plan({4}, {Shard(2)}, {Partial(sum)}), {{0, Shard(2), Replicate(), StepOp::kAllGather},
+                                                      {0, Replicate(), Partial(sum), StepOp::kPartition}});
+  check_steps(plan({4}, {Shard(1)}, {Shard(1)}), {});
+  check_steps(plan({4}, {Partial(avg)}, {Partial(avg)}), {});
+  check_steps(plan({4}, {Replicate()}, {Replicate()}), {});
+  check_steps(plan({1}, {Shard(0)}, {Replicate()}), {{0, Shard(0), Replicate(), StepOp::kRelabel}});
+  CHECK(plan({1}, {Partial(sum)}, {Replicate()}).num_collectives() == 0);
+}
+
+TEST_CASE("N-D meshes follow PyTorch's greedy order", "[redistribute][nested]") {
+  // Nested sharding on mesh dim 1 must be undone before mesh dim 0 can gather.
+  check_steps(plan({2, 2}, {Shard(0), Shard(0)}, {Replicate(), Shard(0)}),
+              {{1, Shard(0), Replicate(), StepOp::kAllGather},
+               {0, Shard(0), Replicate(), StepOp::kAllGather},
+               {1, Replicate(), Shard(0), StepOp::kChunk}});
+  // PyTorch #131210: a single all_to_all, not two all_gathers.
+  check_steps(plan({2, 2}, {Shard(1), Shard(1)}, {Shard(1), Shard(2)}),
+              {{1, Shard(1), Shard(2), StepOp::kAllToAll}});
+  // Inner dims first: the chunk on mesh dim 1 shrinks what mesh dim 0 gathers.
+  check_steps(plan({2, 2}, {Shard(0), Replicate()}, {Replicate(), Shard(1)}),
+              {{1, Replicate(), Shard(1), StepOp::kChunk}, {0, Shard(0), Replicate(), StepOp::kAllGather}});
+  check_steps(plan({2, 2}, {Shard(0), Shard(1)}, {Shard(1), Shard(0)}),
+              {{1, Shard(1), Replicate(), StepOp::kAllGather},
+               {0, Shard(0), Shard(1), StepOp::kAllToAll},
+               {1, Replicate(), Shard(0), StepOp::kChunk}});
+  // No source Shard: outer to inner, so both reductions scatter.
+  check_steps(plan({2, 2}, {Partial(), Partial()}, {Shard(0), Shard(0)}),
+              {{0, Partial(), Shard(0), StepOp::kReduceScatter}, {1, Partial(), Shard(0), StepOp::kReduceScatter}});
+  // HSDP's gradient move: reduce-scatter on the shard dim, then all-reduce the shard on
+  // the replica dim (PyTorch's order would all-reduce the whole gradient first).
+  check_steps(plan({2, 4}, {Partial(), Partial()}, {Replicate(), Shard(0)}),
+              {{1, Partial(), Shard(0), StepOp::kReduceScatter}, {0, Partial(), Replicate(), StepOp::kAllReduce}});
+  // R -> P waits until the old Partial is reduced: no (P(sum), P(max)) in between.
+  check_steps(plan({2, 2}, {Replicate(), Partial(ReduceOp::kMax)}, {Partial(), Replicate()}),
+              {{1, Partial(ReduceOp::kMax), Replicate(), StepOp::kAllReduce},
+               {0, Replicate(), Partial(), StepOp::kPartition}});
+  check_steps(plan({2, 2, 2}, {Shard(0), Shard(0), Shard(0)}, {Replicate(), Shard(0), Shard(0)}),
+              {{2, Shard(0), Replicate(), StepOp::kAllGather},
+               {1, Shard(0), Replicate(), StepOp::kAllGather},
+               {0, Shard(0), Replicate(), StepOp::kAllGather},
+               {1, Replicate(), Shard(0), StepOp::kChunk},
+               {2, Replicate(), Shard(0), StepOp::kChunk}});
+}
+
+TEST_CASE("bytes per rank, even and uneven, worked out by hand", "[redistribute][bytes]") {
+  using Bytes = std::vector<int64_t>;
+  // float32 [8, 6] S(0) -> R on 4 ranks: shards of 2x6 = 48 B; each rank sends its shard to
+  // 3 peers and receives 3 shards.
+  RedistributePlan even = plan({4}, {Shard(0)}, {Replicate()}, {8, 6});
+  CHECK(even.steps()[0].send_bytes == Bytes{144, 144, 144, 144});
+  CHECK(even.steps()[0].recv_bytes == Bytes{144, 144, 144, 144});
+  // [10, 6]: rows 3,3,3,1, padded to 3 rows = 72 B per block; 3 blocks each way.
+  RedistributePlan uneven = plan({4}, {Shard(0)}, {Replicate()}, {10, 6});
+  CHECK(uneven.total_send_bytes() == Bytes{216, 216, 216, 216});
+  CHECK(uneven.total_recv_bytes() == Bytes{216, 216, 216, 216});
+  // P -> S(0) on [8, 6]: blocks of 2x6 = 48 B, 3 out and 3 in.
+  CHECK(plan({4}, {Partial()}, {Shard(0)}, {8, 6}).total_send_bytes() == Bytes{144, 144, 144, 144});
+  // P -> R on [8, 6] = 48 elements: 2 * 3 * 12 elements = 288 B each way.
+  CHECK(plan({4}, {Partial()}, {Replicate()}, {8, 6}).total_recv_bytes() == Bytes{288, 288, 288, 288});
+  // S(0) -> S(1) on [8, 6]: blocks of 2 rows x ceil(6/4) = 2 cols = 16 B, 3 each way.
+  CHECK(plan({4}, {Shard(0)}, {Shard(1)}, {8, 6}).total_send_bytes() == Bytes{48, 48, 48, 48});
+  // Local moves cost nothing.
+  CHECK(plan({4}, {Replicate()}, {Shard(0)}, {8, 6}).total_send_bytes() == Bytes{0, 0, 0, 0});
+  CHECK(plan({4}, {Replicate()}, {Partial()}, {8, 6}).total_recv_bytes() == Bytes{0, 0, 0, 0});
+  // (S(0), S(0)) -> (R, S(0)) on 2x2, float32 [5, 6]. Mesh dim 0 gives rows 3 and 2.
+  // Step 1 (mesh dim 1 gathers): rows 3 -> blocks of 2 rows (48 B), rows 2 -> 1 row (24 B).
+  // Step 2 (mesh dim 0 gathers all 5 rows): blocks of 3 rows = 72 B. Step 3 is local.
+  RedistributePlan nested = plan({2, 2}, {Shard(0), Shard(0)}, {Replicate(), Shard(0)}, {5, 6});
+  CHECK(nested.steps()[0].send_bytes == Bytes{48, 48, 24, 24});
+  CHECK(nested.steps()[1].send_bytes == Bytes{72, 72, 72, 72});
+  CHECK(nested.total_recv_bytes() == Bytes{120, 120, 96, 96});
+  // bfloat16 halves everything.
+  const DTensorSpec bf16(testing::make_mesh({4}), {Shard(0)}, {10, 6}, kBFloat16);
+  CHECK(plan_redistribute(bf16, {Replicate()}).total_send_bytes() == Bytes{108, 108, 108, 108});
+}
+
+// ---- property tests: an independent model of what every rank holds --------------------
+
+// The ranks (mesh positions) of the group along mesh_dim through position k.
+std::vector<int64_t> group_of(const DeviceMesh& mesh, int64_t mesh_dim, int64_t k) {
+  std::vector<int64_t> coord = mesh.coordinate_at(k), group;
+  for (int64_t c = 0; c < mesh.shape()[mesh_dim]; ++c) {
+    coord[mesh_dim] = c;
+    group.push_back(std::find(mesh.ranks().begin(), mesh.ranks().end(), mesh.rank_at(coord)) - mesh.ranks().begin());
+  }
+  return group;
+}
+
+// True when the boxes lie end to end along dim d in order and, together, make `whole`.
+bool concatenate_to(const std::vector<LocalBox>& parts, int64_t d, const LocalBox& whole) {
+  int64_t next = whole.offset[d];
+  for (const LocalBox& p : parts) {
+    for (size_t e = 0; e < whole.shape.size(); ++e) {
+      if (static_cast<int64_t>(e) == d) continue;
+      if (p.offset[e] != whole.offset[e] || p.shape[e] != whole.shape[e]) return false;
+    }
+    if (p.offset[d] != next && p.shape[d] != 0) return false;
+    next += p.shape[d];
+  }
+  return next == whole.offset[d] + whole.shape[d];
+}
+
+int64_t numel_except(const Shape& shape, std::set<int64_t> skip) {
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (!skip.count(static_cast<int64_t>(d))) n *= shape[d];
+  }
+  return n;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Checks that `step` is a legal single-mesh-dim move for the tensor `spec`: the data
+// each group holds before makes, by the step's op, exactly the boxes the placements after
+// it say; and that its bytes are what padded blocks of that data weigh.
+void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
+  const DeviceMesh& mesh = spec.mesh();
+  const int64_t i = step.mesh_dim, n = mesh.shape()[i];
+  const int64_t item = static_cast<int64_t>(itemsize(spec.dtype()));
+  INFO("step " << step.from.str() << " -> " << step.to.str() << " on mesh dim " << i << " ("
+               << step_op_name(step.op) << ") from " << placements_str(step.before));
+  REQUIRE(step.before[i] == step.from);
+  REQUIRE(step.after[i] == step.to);
+  for (int64_t j = 0; j < mesh.ndim(); ++j) {
+    if (j != i) REQUIRE(step.before[j] == step.after[j]);
+  }
+  REQUIRE(step.from != step.to);
+  CHECK_FALSE((step.from.is_shard() && step.to.is_partial()));
+  CHECK_FALSE((step.from.is_partial() && step.to.is_partial()));
+  // Every intermediate placement list is a valid spec (no non-commuting Partial mix).
+  CHECK_NOTHROW(spec.with_placements(step.after));
+
+  const char* expected_op = n == 1                                      ? "relabel"
+                            : step.from.is_shard() && step.to.is_shard() ? "all_to_all"
+                            : step.from.is_shard()                       ? "all_gather"
+                            : step.from.is_partial() && step.to.is_shard() ? "reduce_scatter"
+                            : step.from.is_partial()                       ? "all_reduce"
+                            : step.to.is_shard()                           ? "chunk"
+                            : step.to.reduce_op() == ReduceOp::kSum        ? "partition"
+                                                                           : "relabel";
+  CHECK(step_op_name(step.op) == expected_op);
+
+  const Shape& shape = spec.shape();
+  int64_t sent = 0, received = 0;
+  for (int64_t k = 0; k < mesh.size(); ++k) {
+    const std::vector<int64_t> group = group_of(mesh, i, k);
+    std::vector<LocalBox> before, after;
+    for (int64_t g : group) {
+      before.push_back(testing::reference_box(mesh.shape(), step.before, shape, mesh.coordinate_at(g)));
+      after.push_back(testing::reference_box(mesh.shape(), step.after, shape, mesh.coordinate_at(g)));
+    }
+    const LocalBox& mine_before = before[mesh.coordinate_at(k)[i]];
+    const LocalBox& mine_after = after[mesh.coordinate_at(k)[i]];
+    // The group's piece: what the members hold together before (Shard) or each (else).
+    LocalBox piece = mine_before;
+    if (step.from.is_shard()) {
+      const int64_t d = step.from.shard_dim();
+      piece.offset[d] = before.front().offset[d];
+      piece.shape[d] = 0;
+      for (const LocalBox& b : before) piece.shape[d] += b.shape[d];
+      CHECK(concatenate_to(before, d, piece));
+    } else {
+      for (const LocalBox& b : before) CHECK(b == mine_before);
+    }
+    if (step.to.is_shard()) {
+      CHECK(concatenate_to(after, step.to.shard_dim(), piece));
+    } else {
+      CHECK(mine_after == piece);
+    }
+
+    int64_t elements = 0;
+    if (n > 1) {
+      if (step.op == StepOp::kAllGather) {
+        const int64_t d = step.from.shard_dim();
+        // Receives every other member's shard, each padded to ceil(piece/n) rows.
+        const int64_t block = ceil_div(piece.shape[d], n) * numel_except(piece.shape, {d});
+        elements = (n - 1) * block;
+        int64_t real = 0;
+        for (size_t g = 0; g < group.size(); ++g) {
+          if (group[g] != k) real += shape_numel(before[g].shape);
+        }
+        CHECK(real <= elements);
+        if (piece.shape[d] % n == 0) CHECK(real == elements);
+      } else if (step.op == StepOp::kReduceScatter) {
+        const int64_t d = step.to.shard_dim();
+        elements = (n - 1) * ceil_div(piece.shape[d], n) * numel_except(piece.shape, {d});
+        if (piece.shape[d] % n == 0) CHECK(elements == (n - 1) * shape_numel(mine_after.shape));
+      } else if (step.op == StepOp::kAllToAll) {
+        const int64_t a = step.from.shard_dim(), b = step.to.shard_dim();
+        elements = (n - 1) * ceil_div(piece.shape[a], n) * ceil_div(piece.shape[b], n) *
+                   numel_except(piece.shape, {a, b});
+      } else if (step.op == StepOp::kAllReduce) {
+        elements = 2 * (n - 1) * ceil_div(shape_numel(piece.shape), n);
+      }
+    }
+    CHECK(step.send_bytes[k] >= 0);
+    CHECK(step.recv_bytes[k] == elements * item);
+    CHECK(step.send_bytes[k] == elements * item);
+    sent += step.send_bytes[k];
+    received += step.recv_bytes[k];
+  }
+  CHECK(sent == received);  // every byte sent is received somewhere
+}
+
+// Steps that move a mesh dim already at its target are only allowed to undo nesting:
+// Shard(d) -> Replicate where earlier mesh dims shard d differently than the target.
+void check_no_needless_moves(const RedistributePlan& plan) {
+  const Placements& target = plan.target_placements();
+  std::vector<int> moves(target.size(), 0);
+  for (const RedistributeStep& s : plan.steps()) {
+    ++moves[s.mesh_dim];
+    if (s.before[s.mesh_dim] != target[s.mesh_dim]) continue;
+    INFO("mesh dim " << s.mesh_dim << " already at " << target[s.mesh_dim].str() << " moved in "
+                     << placements_str(s.before));
+    REQUIRE(s.from.is_shard());
+    CHECK(s.to.is_replicate());
+    const int64_t d = s.from.shard_dim();
+    bool misaligned = false;
+    for (int64_t j = 0; j < s.mesh_dim; ++j) misaligned |= s.before[j].is_shard(d) != target[j].is_shard(d);
+    CHECK(misaligned);
+  }
+  for (int m : moves) CHECK(m <= 2);  // at most: to Replicate, then to the target
+}
+
+bool same_steps(const RedistributePlan& a, const RedistributePlan& b) {
+  if (a.steps().size() != b.steps().size()) return false;
+  for (size_t k = 0; k < a.steps().size(); ++k) {
+    const RedistributeStep &x = a.steps()[k], &y = b.steps()[k];
+    if (x.mesh_dim != y.mesh_dim || x.from != y.from || x.to != y.to || x.op != y.op || x.before != y.before ||
+        x.after != y.after || x.send_bytes != y.send_bytes || x.recv_bytes != y.recv_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_CASE("random plans reach the target through legal steps with consistent bytes", "[redistribute][property]") {
+  std::mt19937_64 gen(7);
+  const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+  const std::vector<DType> dtypes = {kFloat32, kBFloat16, kFloat64, kInt32};
+  int64_t planned = 0, rejected = 0, nested = 0;
+  for (int round = 0; planned < 400; ++round) {
+    const Shape& mesh_shape = testing::test_mesh_shapes()[round % testing::test_mesh_shapes().size()];
+    const DeviceMesh mesh = testing::make_mesh(mesh_shape);
+    const Shape shape = testing::random_shape(gen);
+    const ReduceOp src_op = ops[gen() % ops.size()], dst_op = ops[gen() % ops.size()];
+    const Placements src = testing::random_placements(gen, mesh.ndim(), shape.size(), src_op);
+    const Placements dst = testing::random_placements(gen, mesh.ndim(), shape.size(), dst_op);
+    const DTensorSpec spec(mesh, src, shape, dtypes[round % dtypes.size()]);
+    INFO("case " << round << ": " << spec.to_string() << " -> " << placements_str(dst));
+    bool changes_partial_op = false;
+    for (size_t i = 0; i < src.size(); ++i) {
+      changes_partial_op |= src[i].is_partial() && dst[i].is_partial() && src[i] != dst[i];
+    }
+    if (changes_partial_op) {
+      CHECK_THROWS_MATCHES(plan_redistribute(spec, dst), ValueError, MessageContains("cannot change its reduce op"));
+      ++rejected;
+      continue;
+    }
+    const RedistributePlan p = plan_redistribute(spec, dst);
+    INFO(p.explain());
+    // The steps chain from the source to the target.
+    Placements current = src;
+    for (const RedistributeStep& s : p.steps()) {
+      REQUIRE(s.before == current);
+      check_step(spec, s);
+      current = s.after;
+    }
+    CHECK(current == dst);
+    CHECK(p.target_placements() == dst);
+    check_no_needless_moves(p);
+    // Totals are the sums over steps; planning is deterministic.
+    std::vector<int64_t> send(mesh.size(), 0);
+    for (const RedistributeStep& s : p.steps()) {
+      for (int64_t k = 0; k < mesh.size(); ++k) send[k] += s.send_bytes[k];
+    }
+    CHECK(p.total_send_bytes() == send);
+    CHECK(same_steps(p, plan_redistribute(spec, dst)));
+    for (int64_t d = 0; d < spec.ndim(); ++d) nested += spec.mesh_dims_sharding(d).size() > 1;
+    ++planned;
+  }
+  CHECK(rejected > 0);
+  CHECK(nested > 0);
+}
+
+TEST_CASE("coalesced plans: the same steps, bytes summed over the tensors", "[redistribute][coalesced]") {
+  const DeviceMesh mesh = testing::make_mesh({2, 2}, {"dp", "tp"});
+  const std::vector<DTensorSpec> specs = {
+      DTensorSpec(mesh, {Shard(0), Shard(0)}, {5, 6}, kFloat32),
+      DTensorSpec(mesh, {Shard(0), Shard(0)}, {3}, kBFloat16),
+      DTensorSpec(mesh, {Shard(0), Shard(0)}, {0, 4}, kFloat64),
+  };
+  const Placements target = {Replicate(), Shard(0)};
+  const RedistributePlan coalesced = plan_redistribute_coalesced(specs, target);
+  CHECK(coalesced.sources().size() == 3);
+  const RedistributePlan single = plan_redistribute(specs[0], target);
+  REQUIRE(coalesced.steps().size() == single.steps().size());
+  for (size_t k = 0; k < single.steps().size(); ++k) {
+    CHECK(coalesced.steps()[k].op == single.steps()[k].op);
+    CHECK(coalesced.steps()[k].after == single.steps()[k].after);
+    for (int64_t r = 0; r < mesh.size(); ++r) {
+      int64_t send = 0, recv = 0;
+      for (const DTensorSpec& s : specs) {
+        send += plan_redistribute(s, target).steps()[k].send_bytes[r];
+        recv += plan_redistribute(s, target).steps()[k].recv_bytes[r];
+      }
+      CHECK(coalesced.steps()[k].send_bytes[r] == send);
+      CHECK(coalesced.steps()[k].recv_bytes[r] == recv);
+    }
+  }
+  CHECK(coalesced.explain().starts_with("redistribute 3 tensors float32[5, 6], bfloat16[3], float64[0, 4]:"));
+}
+
+TEST_CASE("planner errors name the tensors, meshes and placements and say what is legal", "[redistribute][errors]") {
+  const DeviceMesh mesh = testing::make_mesh({2, 2}, {"dp", "tp"});
+  const DTensorSpec spec(mesh, {Partial(), Replicate()}, {8, 6}, kFloat32);
+  CHECK_THROWS_MATCHES(plan_redistribute(spec, {Partial(ReduceOp::kAvg), Replicate()}), ValueError,
+                       MessageContains("mesh dim 0 (dp) would go from Partial(sum) to Partial(avg)") &&
+                           MessageContains("float32[8, 6] (P(sum), R)") &&
+                           MessageContains("legal: reduce it first (Partial(sum) -> Replicate)"));
+  CHECK_THROWS_MATCHES(plan_redistribute(spec, {Replicate()}), ValueError,
+                       MessageContains("redistribute float32[8, 6] (P(sum), R) on DeviceMesh") && MessageContains("to (R)") &&
+                           MessageContains("one placement per mesh dim"));
+  CHECK_THROWS_MATCHES(plan_redistribute(spec, {Shard(2), Replicate()}), IndexError,
+                       MessageContains("redistribute") && MessageContains("Shard(dim=2) on mesh dim 0 (dp)"));
+  // Negative target dims are wrapped.
+  CHECK(plan_redistribute(spec, {Shard(-1), Replicate()}).target_placements() == Placements{Shard(1), Replicate()});
+
+  const DeviceMesh other = testing::make_mesh({4});
+  const std::vector<DTensorSpec> two_meshes = {spec, DTensorSpec(other, {Partial()}, {3}, kFloat32)};
+  CHECK_THROWS_MATCHES(plan_redistribute_coalesced(two_meshes, {Replicate(), Replicate()}), ValueError,
+                       MessageContains("tensor #1 (float32[3]) is on DeviceMesh('cpu', [0, 1, 2, 3])") &&
+                           MessageContains("tensor #0 (float32[8, 6]) is on DeviceMesh('cpu', [[0, 1], [2, 3]]") &&
+                           MessageContains("share one mesh"));
+  const std::vector<DTensorSpec> two_moves = {spec, DTensorSpec(mesh, {Shard(0), Replicate()}, {4}, kFloat32)};
+  CHECK_THROWS_MATCHES(plan_redistribute_coalesced(two_moves, {Replicate(), Replicate()}), ValueError,
+                       MessageContains("tensor #1 (float32[4]) moves (S(0), R) -> (R, R)") &&
+                           MessageContains("tensor #0 (float32[8, 6]) moves (P(sum), R) -> (R, R)"));
+  CHECK_THROWS_MATCHES(plan_redistribute_coalesced({}, {Replicate()}), ValueError, MessageContains("no tensors"));
+}
+
+TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redistribute][explain]") {
+  const DTensorSpec spec(testing::make_mesh({2, 2}, {"dp", "tp"}), {Shard(0), Replicate()}, {8, 6}, kFloat32);
+  const std::string text = plan_redistribute(spec, {Replicate(), Shard(1)}).explain();
+  CHECK(text ==
+        "redistribute float32[8, 6]: (S(0), R) -> (R, S(1)) on DeviceMesh('cpu', [[0, 1], [2, 3]], "
+        "mesh_dim_names=('dp', 'tp'))\n"
+        "2 steps, 1 collective:\n"
+        "  step 1: mesh dim 1 (tp): R -> S(1), chunk (local: each rank keeps its chunk)\n"
+        "  step 2: mesh dim 0 (dp): S(0) -> R, all_gather over groups [[0, 2], [1, 3]]\n"
+        "bytes per rank (chunks padded to ceil(size/n), so every rank of a group sends equal buffers):\n"
+        "rank | coord  | step 2 send/recv | total send | total recv\n"
+        "0    | (0, 0) | 48/48            | 48         | 48\n"
+        "1    | (0, 1) | 48/48            | 48         | 48\n"
+        "2    | (1, 0) | 48/48            | 48         | 48\n"
+        "3    | (1, 1) | 48/48            | 48         | 48\n");
+  CHECK(plan_redistribute(spec, spec.placements()).explain().ends_with("no steps: the placements already match\n"));
+  CHECK(plan_redistribute(spec.with_placements({Replicate(), Replicate()}), {Partial(), Shard(0)})
+            .explain()
+            .ends_with("partition (local: coordinate 0 keeps the value, the others hold zeros)\nno communication\n"));
+  CHECK_THAT(plan_redistribute(spec.with_placements({Partial(ReduceOp::kAvg), Replicate()}), {Shard(0), Replicate()})
+                 .explain(),
+             Catch::Matchers::Contains("reduce_scatter(avg) over groups [[0, 2], [1, 3]]"));
+}
+
+}  // namespace
+}  // namespace dtr

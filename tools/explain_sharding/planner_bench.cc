@@ -1,0 +1,80 @@
+// planner_bench: the cost of one plan_redistribute call, for representative moves on 1-D,
+// 2-D and 3-D meshes, even and uneven, and one coalesced FSDP-style call.
+//
+//   bazel run -c opt //tools/explain_sharding:planner_bench
+//
+// Each case is checked first (the plan must end at the target), warmed up, then timed
+// call by call; the table shows the median and the 10th-90th percentile spread in µs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "dtensor/device_mesh.h"
+#include "dtensor/dtensor_spec.h"
+#include "dtensor/placement.h"
+#include "dtensor/redistribute_plan.h"
+
+namespace {
+
+using namespace dtr;
+
+struct Case {
+  const char* name;
+  std::vector<DTensorSpec> sources;
+  Placements target;
+};
+
+DeviceMesh mesh(Shape shape) { return DeviceMesh::row_major(kCPU, shape, {}, 0, shape_numel(shape)); }
+
+void run(const Case& c) {
+  const RedistributePlan checked = plan_redistribute_coalesced(c.sources, c.target);
+  const Placements& reached = checked.steps().empty() ? checked.source_placements() : checked.steps().back().after;
+  if (reached != checked.target_placements()) {
+    std::fprintf(stderr, "planner_bench: %s ends at %s, not %s\n", c.name, placements_str(reached).c_str(),
+                 placements_str(c.target).c_str());
+    std::exit(1);
+  }
+  constexpr int kWarmup = 200, kSamples = 3000;
+  size_t sink = 0;
+  for (int i = 0; i < kWarmup; ++i) sink += plan_redistribute_coalesced(c.sources, c.target).steps().size();
+  std::vector<double> us(kSamples);
+  for (int i = 0; i < kSamples; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    sink += plan_redistribute_coalesced(c.sources, c.target).steps().size();
+    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  std::sort(us.begin(), us.end());
+  const DTensorSpec& s = c.sources.front();
+  std::printf("%-26s | %-9s | %-40s | %5zu | %5zu | %11lld | %9.2f | %5.2f-%.2f\n", c.name,
+              fmt::format("{}", fmt::join(s.mesh().shape(), "x")).c_str(),
+              fmt::format("{} -> {}", placements_str(s.placements()), placements_str(c.target)).c_str(),
+              checked.steps().size(), c.sources.size(), static_cast<long long>(checked.total_send_bytes()[0]),
+              us[kSamples / 2], us[kSamples / 10], us[kSamples * 9 / 10]);
+  if (sink == 0) std::printf("(no steps)\n");
+}
+
+}  // namespace
+
+int main() {
+  const DeviceMesh m8 = mesh({8}), m24 = mesh({2, 4}), m222 = mesh({2, 2, 2});
+  std::vector<DTensorSpec> fsdp;
+  for (int64_t k = 0; k < 64; ++k) fsdp.emplace_back(m8, Placements{Shard(0)}, Shape{1000 + k, 1023}, kBFloat16);
+  const std::vector<Case> cases = {
+      {"1-D S0->R even", {DTensorSpec(m8, {Shard(0)}, {4096, 1024}, kFloat32)}, {Replicate()}},
+      {"1-D S0->S1 uneven", {DTensorSpec(m8, {Shard(0)}, {1023, 4097}, kFloat32)}, {Shard(1)}},
+      {"1-D P->S0 uneven", {DTensorSpec(m8, {Partial()}, {4097, 7}, kFloat32)}, {Shard(0)}},
+      {"2-D nested uneven", {DTensorSpec(m24, {Shard(0), Shard(0)}, {1023, 4097}, kFloat32)}, {Replicate(), Shard(0)}},
+      {"2-D HSDP grad P,P->R,S0", {DTensorSpec(m24, {Partial(), Partial()}, {4097, 1023}, kFloat32)},
+       {Replicate(), Shard(0)}},
+      {"3-D mixed", {DTensorSpec(m222, {Shard(0), Shard(1), Partial()}, {1023, 4097, 7}, kFloat32)},
+       {Replicate(), Shard(1), Shard(0)}},
+      {"1-D coalesced 64 params", fsdp, {Replicate()}},
+  };
+  std::printf("%-26s | %-9s | %-40s | %5s | %5s | %11s | %9s | %s\n", "case", "mesh", "move", "steps", "specs",
+              "rank0 bytes", "median us", "p10-p90 us");
+  for (const Case& c : cases) run(c);
+  return 0;
+}
