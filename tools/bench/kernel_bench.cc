@@ -16,7 +16,13 @@
 #include <iostream>
 #include <random>
 
+#include <Eigen/Core>
+
+#include "kernels/cross_entropy.h"
 #include "kernels/fill.h"
+#include "kernels/layer_norm.h"
+#include "kernels/matmul.h"
+#include "kernels/softmax.h"
 #include "kernels/index.h"
 #include "kernels/optimizer_step.h"
 #include "kernels/parallel.h"
@@ -185,6 +191,128 @@ void add_index_rows(Suite& suite, const Shapes& s) {
              }});
 }
 
+// matmul against Eigen's GEMM called directly on the same buffers and thread count: the
+// ratio shows what dtr adds (checks, dispatch, mapping views) to the library it calls.
+void add_matmul_rows(Suite& suite, const Shapes& s) {
+  struct Variant {
+    const char* name;
+    Shape a, b;
+    bool transpose_b;  // b given as a .t() view of a [n, k] weight (a Linear layer's forward)
+  };
+  for (const Variant& v : {Variant{"matmul_out (up)", {s.tokens, s.hidden}, {s.hidden, s.ffn}, false},
+                           Variant{"matmul_out (down, x W^T)", {s.tokens, s.ffn}, {s.hidden, s.ffn}, true}}) {
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      suite.add({v.name, std::string(dtype_name(dtype)), fmt::format("{} x {}{}", v.a, v.b, v.transpose_b ? "^T" : ""),
+                 [v, dtype] {
+                   Tensor a = pattern(v.a, dtype, 1), w = pattern(v.b, dtype, 2);
+                   Tensor b = v.transpose_b ? w.t() : w;
+                   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+                   Tensor out = Tensor::empty({m, n}, dtype);
+                   // Eigen on float32 copies of the operands (for bf16 rows: what dtr's bf16 path costs
+                   // beyond a float32 GEMM).
+                   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+                   auto ea = std::make_shared<RowMajor>(Eigen::Map<const RowMajor>(a.to(kFloat32).data_ptr<float>(), m, k));
+                   auto ew = std::make_shared<RowMajor>(
+                       Eigen::Map<const RowMajor>(w.to(kFloat32).data_ptr<float>(), w.size(0), w.size(1)));
+                   auto ec = std::make_shared<RowMajor>(m, n);
+                   Reference eigen{"Eigen GEMM", [ea, ew, ec, t = v.transpose_b] {
+                                     Eigen::setNbThreads(num_threads());
+                                     if (t) {
+                                       ec->noalias() = *ea * ew->transpose();
+                                     } else {
+                                       ec->noalias() = *ea * *ew;
+                                     }
+                                   }};
+                   return Case{.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
+                               .run = [out, a, b] { matmul_out(out, a, b); },
+                               .check = [out, a, b, k, dtype] {
+                                 return check_sampled(out, [&](std::span<const int64_t> c) {
+                                   double acc = 0;
+                                   for (int64_t i = 0; i < k; ++i) {
+                                     acc += element_at(a, std::vector<int64_t>{c[0], i}) *
+                                            element_at(b, std::vector<int64_t>{i, c[1]});
+                                   }
+                                   return acc;
+                                 }, 1e-3, dtype == kBFloat16 ? 1e-2 : 1e-4);
+                               },
+                               .reference = std::move(eigen)};
+                 }});
+    }
+  }
+}
+
+// Row-wise kernels of a transformer step; each compared with a memcpy of the bytes it must move.
+void add_row_kernel_rows(Suite& suite, const Shapes& s) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const Shape scores{s.tokens, s.ffn};
+    suite.add({"softmax", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
+                 Tensor x = pattern(scores, dtype, 11);
+                 Tensor y = softmax(x, -1);
+                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), [x, y]() mutable { y = softmax(x, -1); },
+                                    [x, y, dtype] {
+                                      return check_sampled(y, [&](std::span<const int64_t> c) {
+                                        double sum = 0;
+                                        for (int64_t j = 0; j < x.size(1); ++j) {
+                                          sum += std::exp(element_at(x, std::vector<int64_t>{c[0], j}));
+                                        }
+                                        return std::exp(element_at(x, c)) / sum;
+                                      }, 1e-6, dtype == kBFloat16 ? 1e-2 : 1e-5);
+                                    });
+               }});
+    const Shape act{s.tokens, s.hidden};
+    suite.add({"layer_norm", std::string(dtype_name(dtype)), shape_str(act), [act, dtype] {
+                 Tensor x = pattern(act, dtype, 12), w = pattern({act[1]}, dtype, 13), b = pattern({act[1]}, dtype, 14);
+                 Tensor y = layer_norm(x, {act[1]}, w, b).y;
+                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()),
+                                    [x, w, b, y, n = act[1]]() mutable { y = layer_norm(x, {n}, w, b).y; },
+                                    [x, w, b, y, dtype] {
+                                      return check_sampled(y, [&](std::span<const int64_t> c) {
+                                        const int64_t n = x.size(1);
+                                        double mean = 0, var = 0;
+                                        for (int64_t j = 0; j < n; ++j) mean += element_at(x, std::vector<int64_t>{c[0], j});
+                                        mean /= static_cast<double>(n);
+                                        for (int64_t j = 0; j < n; ++j) {
+                                          const double d = element_at(x, std::vector<int64_t>{c[0], j}) - mean;
+                                          var += d * d;
+                                        }
+                                        var /= static_cast<double>(n);
+                                        const std::vector<int64_t> col{c[1]};
+                                        return (element_at(x, c) - mean) / std::sqrt(var + 1e-5) * element_at(w, col) +
+                                               element_at(b, col);
+                                      }, 1e-4, dtype == kBFloat16 ? 2e-2 : 1e-4);
+                                    });
+               }});
+    const Shape logits_shape{s.tokens, s.vocab};
+    suite.add({"cross_entropy fwd+bwd", std::string(dtype_name(dtype)), shape_str(logits_shape), [logits_shape, dtype] {
+                 Tensor logits = pattern(logits_shape, dtype, 15), target = random_indices(logits_shape[0], logits_shape[1], 16);
+                 auto loss = std::make_shared<double>(0);
+                 auto run = [logits, target, loss] {
+                   CrossEntropyOutput out = cross_entropy(logits, target);
+                   Tensor grad = cross_entropy_backward(ones({}, kFloat32), logits, target, out.logsumexp);
+                   *loss = out.loss.item();
+                 };
+                 // Reads the logits twice (forward, backward) and writes their gradient.
+                 return memcpy_case(3.0 * static_cast<double>(logits.nbytes()), run, [logits, target, loss, dtype] {
+                   Tensor l = logits.to(kFloat64);
+                   const double* p = l.data_ptr<double>();
+                   const int64_t rows = l.size(0), classes = l.size(1);
+                   double total = 0;
+                   for (int64_t r = 0; r < rows; ++r) {
+                     double mx = -INFINITY, sum = 0;
+                     for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, p[r * classes + j]);
+                     for (int64_t j = 0; j < classes; ++j) sum += std::exp(p[r * classes + j] - mx);
+                     total += mx + std::log(sum) - p[r * classes + target.data_ptr<int64_t>()[r]];
+                   }
+                   const double expected = total / static_cast<double>(rows);
+                   // The loss comes back in the logits' dtype: bf16 holds 3 significant digits.
+                   return std::abs(*loss - expected) <= (dtype == kBFloat16 ? 1e-2 : 1e-4) * std::abs(expected)
+                              ? std::string()
+                              : fmt::format("loss {} vs reference {}", *loss, expected);
+                 });
+               }});
+  }
+}
+
 enum class Optimizer { kSgd, kAdam, kAdamW };
 
 // One row per optimizer: param, grad and state of s.params elements, checked after step 1.
@@ -260,6 +388,8 @@ int run_main(int argc, char** argv) {
   add_fill_rows(suite, s);
   add_cat_rows(suite, s);
   add_index_rows(suite, s);
+  add_matmul_rows(suite, s);
+  add_row_kernel_rows(suite, s);
   add_optimizer_rows(suite, s);
   const int wrong = suite.run(filter, TimingOptions{}, std::cout);
   if (wrong > 0) std::cout << wrong << " rows WRONG\n";
