@@ -16,8 +16,10 @@ template <class T>
 using reduce_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
                                         std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
 
-// Partial results per run folded into one accumulator: independent chains the compiler vectorises.
-constexpr int64_t kLanes = 16;
+// Partial results when a run folds into one accumulator: independent chains, and an
+// inner loop long enough that g++ vectorises it rather than unrolling it (at 16 it
+// unrolls, and then max/min stay scalar).
+constexpr int64_t kLanes = 64;
 
 template <class M>
 bool is_nan(M v) {
@@ -109,6 +111,115 @@ reduce_acc_t<T> highest() {
   return Limits::has_infinity ? Limits::infinity() : Limits::max();
 }
 
+// Whether v replaces best as the maximum: larger, or the first NaN.
+template <class A>
+bool beats(A v, A best) {
+  return (v > best) | (is_nan(v) & !is_nan(best));
+}
+
+// The first index of the maximum of load(0), ..., load(n - 1), n > 0. Long runs go
+// through kLanes running maxima: lane j sees k = j, j + kLanes, ..., in order, so it
+// keeps the first index of its maximum, and the answer is the smallest index among the
+// lanes holding the overall maximum.
+template <class A, class Load>
+int64_t first_argmax(int64_t n, const Load& load) {
+  if (n < kLanes) {
+    int64_t best = 0;
+    for (int64_t k = 1; k < n; ++k) {
+      if (beats(load(k), load(best))) best = k;
+    }
+    return best;
+  }
+  A value[kLanes];
+  int64_t index[kLanes];
+  for (int64_t j = 0; j < kLanes; ++j) {
+    value[j] = load(j);
+    index[j] = j;
+  }
+  int64_t k = kLanes;
+  for (; k + kLanes <= n; k += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const A v = load(k + j);
+      const bool take = beats(v, value[j]);
+      value[j] = take ? v : value[j];
+      index[j] = take ? k + j : index[j];
+    }
+  }
+  for (int64_t j = 0; k + j < n; ++j) {
+    if (beats(load(k + j), value[j])) {
+      value[j] = load(k + j);
+      index[j] = k + j;
+    }
+  }
+  int64_t best = 0;
+  for (int64_t j = 1; j < kLanes; ++j) {
+    if (beats(value[j], value[best]) || (!beats(value[best], value[j]) && index[j] < index[best])) best = j;
+  }
+  return index[best];
+}
+
+// argmax when dim is innermost in memory: each output scans its own run along dim.
+template <class T>
+void argmax_by_runs(const Tensor& out, const Tensor& x, int64_t dim) {
+  using A = reduce_acc_t<T>;
+  const int64_t n = x.size(dim);
+  const int64_t step = x.stride(dim) * static_cast<int64_t>(sizeof(T));
+  const std::array<char*, 2> base{static_cast<char*>(out.data()), static_cast<char*>(x.data())};
+  const std::array<std::vector<int64_t>, 2> strides{broadcast_byte_strides(out, out.shape()),
+                                                    broadcast_byte_strides(x, out.shape())};
+  for_each_run<2>(out.shape(), base, strides, [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t m) {
+    for (int64_t i = 0; i < m; ++i) {
+      const char* first = p[1] + i * s[1];
+      int64_t& index = *reinterpret_cast<int64_t*>(p[0] + i * s[0]);
+      if (step == sizeof(T)) {
+        const T* v = reinterpret_cast<const T*>(first);
+        index = first_argmax<A>(n, [v](int64_t k) { return static_cast<A>(v[k]); });
+      } else {
+        index = first_argmax<A>(n, [first, step](int64_t k) {
+          return static_cast<A>(*reinterpret_cast<const T*>(first + k * step));
+        });
+      }
+    }
+  });
+}
+
+// argmax when dim is not innermost (e.g. dim 0 of a row-major matrix): slice by slice
+// along dim, each slice updating a running (maximum, index) per output in memory order.
+template <class T>
+void argmax_by_slices(const Tensor& out, const Tensor& x, int64_t dim) {
+  using A = reduce_acc_t<T>;
+  Tensor best = Tensor::empty(out.shape(), dtype_of<A>());  // contiguous, like out
+  copy(best, x.narrow(dim, 0, 1));
+  std::fill_n(out.data_ptr<int64_t>(), out.numel(), 0);
+  const std::vector<int64_t> best_strides = broadcast_byte_strides(best, out.shape());
+  const std::vector<int64_t> out_strides = broadcast_byte_strides(out, out.shape());
+  for (int64_t k = 1; k < x.size(dim); ++k) {
+    const Tensor slice = x.narrow(dim, k, 1);
+    const std::array<char*, 3> base{static_cast<char*>(best.data()), static_cast<char*>(out.data()),
+                                    static_cast<char*>(slice.data())};
+    const std::array<std::vector<int64_t>, 3> strides{best_strides, out_strides,
+                                                      broadcast_byte_strides(slice, out.shape())};
+    for_each_run<3>(out.shape(), base, strides, [k](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t m) {
+      auto update = [k](A& b, int64_t& index, A v) {
+        const bool take = beats(v, b);
+        b = take ? v : b;
+        index = take ? k : index;
+      };
+      if (s[0] == sizeof(A) && s[2] == sizeof(T)) {  // out is contiguous like best
+        A* b = reinterpret_cast<A*>(p[0]);
+        int64_t* index = reinterpret_cast<int64_t*>(p[1]);
+        const T* v = reinterpret_cast<const T*>(p[2]);
+        for (int64_t i = 0; i < m; ++i) update(b[i], index[i], static_cast<A>(v[i]));
+        return;
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        update(*reinterpret_cast<A*>(p[0] + i * s[0]), *reinterpret_cast<int64_t*>(p[1] + i * s[1]),
+               static_cast<A>(*reinterpret_cast<const T*>(p[2] + i * s[2])));
+      }
+    });
+  }
+}
+
 }  // namespace
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -125,9 +236,10 @@ std::string_view reduce_op_name(ReduceOp op) {
 void reduce(ReduceOp op, const Tensor& out, const Tensor& x) {
   const std::string_view name = reduce_op_name(op);
   auto plus = [](auto a, auto b) { return a + b; };
-  // A NaN on either side wins, so max and min propagate NaN.
-  auto larger = [](auto a, auto b) { return is_nan(b) || b > a ? b : a; };
-  auto smaller = [](auto a, auto b) { return is_nan(b) || b < a ? b : a; };
+  // A NaN on either side wins, so max and min propagate NaN (`|`, not `||`: no branch
+  // in the vectorised loop).
+  auto larger = [](auto a, auto b) { return (b > a) | is_nan(b) ? b : a; };
+  auto smaller = [](auto a, auto b) { return (b < a) | is_nan(b) ? b : a; };
   switch (op) {
     case ReduceOp::kSum:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
@@ -159,27 +271,14 @@ void reduce(ReduceOp op, const Tensor& out, const Tensor& x) {
 void argmax(const Tensor& out, const Tensor& x, int64_t dim) {
   const int64_t n = x.size(dim);
   DTR_INTERNAL_ASSERT(n > 0 || out.numel() == 0, "argmax over an empty dim {} of {}", dim, describe(x));
+  bool innermost = true;  // dim has the smallest stride: its values lie close together
+  for (int64_t d = 0; d < x.dim(); ++d) innermost &= d == dim || x.size(d) == 1 || x.stride(d) > x.stride(dim);
   dispatch_numeric(x.dtype(), "argmax", [&]<class T>(TypeTag<T>) {
-    const int64_t step = x.stride(dim) * static_cast<int64_t>(sizeof(T));
-    const std::array<char*, 2> base{static_cast<char*>(out.data()), static_cast<char*>(x.data())};
-    const std::array<std::vector<int64_t>, 2> strides{broadcast_byte_strides(out, out.shape()),
-                                                      broadcast_byte_strides(x, out.shape())};
-    for_each_run<2>(out.shape(), base, strides, [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t m) {
-      for (int64_t i = 0; i < m; ++i) {
-        const char* first = p[1] + i * s[1];
-        auto at = [&](int64_t k) { return static_cast<reduce_acc_t<T>>(*reinterpret_cast<const T*>(first + k * step)); };
-        auto best = at(0);
-        int64_t best_k = 0;
-        for (int64_t k = 1; k < n && !is_nan(best); ++k) {
-          const auto v = at(k);
-          if (v > best || is_nan(v)) {
-            best = v;
-            best_k = k;
-          }
-        }
-        *reinterpret_cast<int64_t*>(p[0] + i * s[0]) = best_k;
-      }
-    });
+    if (innermost) {
+      argmax_by_runs<T>(out, x, dim);
+    } else {
+      argmax_by_slices<T>(out, x, dim);
+    }
   });
 }
 

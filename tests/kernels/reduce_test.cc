@@ -216,6 +216,14 @@ TEST_CASE("argmax returns the first index of the maximum", "[reduce][argmax]") {
     }
   }
   check_equal(argmax(Tensor::from_vector<double>({1, kNaN, 3, kNaN}).to(kFloat32), 0), {1}, "argmax: the first NaN is the max");
+  // Long runs (several lanes of 64): ties and NaNs across lanes, along both dims of a matrix.
+  std::vector<double> v(1000, 0.0);
+  v[130] = v[65] = v[999] = 5;
+  check_equal(argmax(Tensor::from_vector<double>(v).to(kFloat32), 0), {65}, "argmax: first of ties across lanes");
+  v[900] = v[700] = kNaN;
+  const Tensor column = Tensor::from_vector<double>(v).to(kBFloat16).view({1000, 1});
+  check_equal(argmax(column, 0), {700}, "argmax: first NaN across lanes");
+  check_equal(argmax(column.expand({1000, 3}).contiguous(), 0), {700, 700, 700}, "argmax of dim 0 by slices");
   check_equal(argmax(full({}, 5.0), 0), {0}, "argmax of a 0-d tensor");
   CHECK(argmax(full({}, 5.0), 0).dim() == 0);
 }
