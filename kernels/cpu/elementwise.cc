@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cpu/internal/fast_exp.h"
 #include "kernels/cpu/internal/strided_loop.h"
 
 namespace dtr::cpu {
@@ -75,9 +76,19 @@ bool is_nan(M v) {
   return v != v;  // NOLINT(misc-redundant-expression): true only for NaN
 }
 
+// exp in the compute type: the vectorisable fast_exp for float, std::exp for double.
+template <class M>
+M exp_of(M x) {
+  if constexpr (std::is_same_v<M, float>) {
+    return fast_exp(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
 template <class M>
 M sigmoid_of(M x) {
-  return M(1) / (M(1) + std::exp(-x));
+  return M(1) / (M(1) + exp_of(-x));
 }
 
 // gelu's constants: 1/sqrt(2), sqrt(2/pi), 1/sqrt(2 pi), and the cubic coefficient.
@@ -170,7 +181,7 @@ void relu(const Tensor& out, const Tensor& x) {
 }
 
 void exp(const Tensor& out, const Tensor& x) {
-  floating_unary("exp", out, x, [](auto v) { return std::exp(v); });
+  floating_unary("exp", out, x, [](auto v) { return exp_of(v); });
 }
 
 void log(const Tensor& out, const Tensor& x) {
@@ -195,10 +206,11 @@ void sigmoid(const Tensor& out, const Tensor& x) {
 
 void gelu(const Tensor& out, const Tensor& x, GeluApproximation approximate) {
   if (approximate == GeluApproximation::kTanh) {
+    // 0.5 v (1 + tanh(u)) = v * sigmoid(2u): the same value without tanh's call, and
+    // without cancellation where tanh(u) is near -1.
     floating_unary("gelu", out, x, [](auto v) {
       using M = decltype(v);
-      const M inner = M(kSqrt2OverPi) * (v + M(kGeluCubic) * v * v * v);
-      return M(0.5) * v * (M(1) + std::tanh(inner));
+      return v * sigmoid_of(M(2 * kSqrt2OverPi) * (v + M(kGeluCubic) * v * v * v));
     });
     return;
   }
@@ -235,17 +247,18 @@ void gelu_backward(const Tensor& out, const Tensor& grad, const Tensor& x, GeluA
   if (approximate == GeluApproximation::kTanh) {
     floating_binary("gelu_backward", out, grad, x, [](auto g, auto v) {
       using M = decltype(v);
-      // gelu = 0.5 v (1 + t), t = tanh(u), u = sqrt(2/pi) (v + c v^3)
-      const M t = std::tanh(M(kSqrt2OverPi) * (v + M(kGeluCubic) * v * v * v));
-      const M du = M(kSqrt2OverPi) * (M(1) + M(3 * kGeluCubic) * v * v);  // du/dv
-      return g * (M(0.5) * (M(1) + t) + M(0.5) * v * (M(1) - t * t) * du);
+      // gelu = 0.5 v (1 + tanh(u)) = v s with s = sigmoid(2u), u = sqrt(2/pi) (v + c v^3);
+      // d/dv = s + v * 2 s (1 - s) * du/dv.
+      const M s = sigmoid_of(M(2 * kSqrt2OverPi) * (v + M(kGeluCubic) * v * v * v));
+      const M du = M(kSqrt2OverPi) * (M(1) + M(3 * kGeluCubic) * v * v);
+      return g * (s + M(2) * v * s * (M(1) - s) * du);
     });
     return;
   }
   floating_binary("gelu_backward", out, grad, x, [](auto g, auto v) {
     using M = decltype(v);
     const M cdf = M(0.5) * (M(1) + std::erf(v * M(kSqrtHalf)));
-    const M pdf = M(kInvSqrt2Pi) * std::exp(M(-0.5) * v * v);
+    const M pdf = M(kInvSqrt2Pi) * exp_of(M(-0.5) * v * v);
     return g * (cdf + v * pdf);
   });
 }

@@ -166,6 +166,13 @@ TEST_CASE("unary ops match float64 references", "[elementwise]") {
   check_unary("relu", kNumericDTypes, [](auto& x) { return relu(x); }, [](double v) { return std::max(v, 0.0); });
   const auto& floats = testing::kFloatDTypes;
   check_unary("exp", floats, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); });
+  const DType wide[] = {kFloat32, kFloat64};  // exp up to its float32 overflow point
+  check_unary("exp wide", wide, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, Range{-87, 88});
+  for (DType d : floats) {
+    const Tensor special = Tensor::from_vector<double>({-kInf, kInf, kNaN, -1000, 1000, 0}).to(d);
+    check_equal(exp(special), {0, kInf, kNaN, 0, kInf, 1}, fmt::format("exp of extremes, {}", dtype_name(d)));
+    check_equal(sigmoid(special), {0, 1, kNaN, 0, 1, 0.5}, fmt::format("sigmoid of extremes, {}", dtype_name(d)));
+  }
   check_unary("log", floats, [](auto& x) { return log(x); }, [](double v) { return std::log(v); }, Range{0.1, 4});
   check_unary("sqrt", floats, [](auto& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, Range{0, 4});
   check_unary("rsqrt", floats, [](auto& x) { return rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); },
