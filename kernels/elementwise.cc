@@ -123,9 +123,7 @@ Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
 Tensor add(const Tensor& a, const Tensor& b) {
   return binary("add", a, b, a.dtype(), [&](const Tensor& out) { cpu::add(out, a, b, 1.0); });
 }
-Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary("sub", a, b, a.dtype(), [&](const Tensor& out) { cpu::add(out, a, b, -1.0); });
-}
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, cpu::sub); }
 Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, cpu::mul); }
 Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, cpu::div); }
 Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", a, b, cpu::maximum); }
@@ -183,12 +181,18 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   return unary("clamp", x, x.dtype(), [&](const Tensor& out) { cpu::clamp(out, x, min, max); });
 }
 
-Tensor relu_backward(const Tensor& grad, const Tensor& x) { return binary("relu_backward", grad, x, cpu::relu_backward); }
-Tensor silu_backward(const Tensor& grad, const Tensor& x) { return binary("silu_backward", grad, x, cpu::silu_backward); }
+Tensor relu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("relu_backward", grad, x, cpu::relu_backward);
+}
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("silu_backward", grad, x, cpu::silu_backward);
+}
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& y) {
   return binary("sigmoid_backward", grad, y, cpu::sigmoid_backward);
 }
-Tensor tanh_backward(const Tensor& grad, const Tensor& y) { return binary("tanh_backward", grad, y, cpu::tanh_backward); }
+Tensor tanh_backward(const Tensor& grad, const Tensor& y) {
+  return binary("tanh_backward", grad, y, cpu::tanh_backward);
+}
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximation approximate) {
   return binary("gelu_backward", grad, x, grad.dtype(),

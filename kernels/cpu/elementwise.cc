@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/cpu/internal/fast_exp.h"
+#include "kernels/cpu/internal/vec_math.h"
 #include "kernels/cpu/internal/strided_loop.h"
 
 namespace dtr::cpu {
@@ -70,12 +70,6 @@ void numeric_binary(std::string_view op, const Tensor& out, const Tensor& a, con
   dispatch_numeric(a.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T, T>(out, f, a, b); });
 }
 
-// NaN test that also compiles (to false) for integers.
-template <class M>
-bool is_nan(M v) {
-  return v != v;  // NOLINT(misc-redundant-expression): true only for NaN
-}
-
 // exp in the compute type: the vectorisable fast_exp for float, std::exp for double.
 template <class M>
 M exp_of(M x) {
@@ -104,6 +98,10 @@ void add(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
     const auto k = static_cast<opmath_t<T>>(alpha);
     map<T, T, T>(out, [k](auto x, auto y) { return x + k * y; }, a, b);
   });
+}
+
+void sub(const Tensor& out, const Tensor& a, const Tensor& b) {
+  numeric_binary("sub", out, a, b, [](auto x, auto y) { return x - y; });
 }
 
 void mul(const Tensor& out, const Tensor& a, const Tensor& b) {

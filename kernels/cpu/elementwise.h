@@ -17,8 +17,9 @@
 
 namespace dtr::cpu {
 
-// out = a + alpha * b (alpha = -1 is sub).
+// out = a + alpha * b.
 void add(const Tensor& out, const Tensor& a, const Tensor& b, double alpha);
+void sub(const Tensor& out, const Tensor& a, const Tensor& b);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void div(const Tensor& out, const Tensor& a, const Tensor& b);
 void maximum(const Tensor& out, const Tensor& a, const Tensor& b);

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cpu/internal/strided_loop.h"
+#include "kernels/cpu/internal/vec_math.h"
 
 namespace dtr::cpu {
 namespace {
@@ -20,11 +21,6 @@ using reduce_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
 // inner loop long enough that g++ vectorises it rather than unrolling it (at 16 it
 // unrolls, and then max/min stay scalar).
 constexpr int64_t kLanes = 64;
-
-template <class M>
-bool is_nan(M v) {
-  return v != v;  // NOLINT(misc-redundant-expression): true only for NaN
-}
 
 // acc[j] = combine(acc[j], load(x[i])) for every element i of x, where j is i's position
 // in acc (x's shape with size 1 on the reduced dims; element type A).

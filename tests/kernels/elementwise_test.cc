@@ -202,10 +202,12 @@ TEST_CASE("fused backward kernels match derivatives of the forward references", 
   check_binary("relu_backward", floats, [](auto& g, auto& x) { return relu_backward(g, x); },
                [](double g, double x) { return x > 0 ? g : 0.0; }, grad);
   check_binary("gelu_backward", floats, [](auto& g, auto& x) { return gelu_backward(g, x); },
-               [](double g, double x) { return g * derivative(gelu_ref, x); }, grad, Range{}, std::nullopt, kDerivativeTolerance);
+               [](double g, double x) { return g * derivative(gelu_ref, x); }, grad, Range{}, std::nullopt,
+               kDerivativeTolerance);
   check_binary("gelu_backward tanh", floats,
                [](auto& g, auto& x) { return gelu_backward(g, x, GeluApproximation::kTanh); },
-               [](double g, double x) { return g * derivative(gelu_tanh_ref, x); }, grad, Range{}, std::nullopt, kDerivativeTolerance);
+               [](double g, double x) { return g * derivative(gelu_tanh_ref, x); }, grad, Range{}, std::nullopt,
+               kDerivativeTolerance);
   check_binary("silu_backward", floats, [](auto& g, auto& x) { return silu_backward(g, x); },
                [](double g, double x) { return g * derivative([](double v) { return v * sigmoid_ref(v); }, x); },
                grad, Range{}, std::nullopt, kDerivativeTolerance);
@@ -311,8 +313,10 @@ TEST_CASE("exactly representable answers are bit exact in every floating dtype",
   const Tensor i = Tensor::from_vector<int32_t>({7, -7, 2147483647});
   check_equal(add(i, Tensor::from_vector<int32_t>({1, 1, 0})), {8, -6, 2147483647}, "int32 add");
   check_equal(mul(i, -1.0), {-7, 7, -2147483647}, "int32 mul scalar");
-  check_equal(maximum(Tensor::from_vector<double>({kNaN, 1}).to(kFloat32), Tensor::from_vector<double>({1, kNaN}).to(kFloat32)), {kNaN, kNaN},
-              "maximum propagates NaN");
+  const Tensor nan_one = Tensor::from_vector<double>({kNaN, 1}).to(kFloat32);
+  const Tensor one_nan = Tensor::from_vector<double>({1, kNaN}).to(kFloat32);
+  check_equal(maximum(nan_one, one_nan), {kNaN, kNaN}, "maximum propagates NaN");
+  check_equal(minimum(nan_one, one_nan), {kNaN, kNaN}, "minimum propagates NaN");
   check_equal(relu(Tensor::from_vector<double>({kNaN}).to(kFloat32)), {kNaN}, "relu keeps NaN");
 }
 

@@ -215,7 +215,8 @@ TEST_CASE("argmax returns the first index of the maximum", "[reduce][argmax]") {
       }
     }
   }
-  check_equal(argmax(Tensor::from_vector<double>({1, kNaN, 3, kNaN}).to(kFloat32), 0), {1}, "argmax: the first NaN is the max");
+  check_equal(argmax(Tensor::from_vector<double>({1, kNaN, 3, kNaN}).to(kFloat32), 0), {1},
+              "argmax: the first NaN is the max");
   // Long runs (several lanes of 64): ties and NaNs across lanes, along both dims of a matrix.
   std::vector<double> v(1000, 0.0);
   v[130] = v[65] = v[999] = 5;

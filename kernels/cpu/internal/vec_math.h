@@ -1,12 +1,12 @@
-// fast_exp: exp for float written without branches or calls, so that loops over it
-// vectorise (glibc's expf is a call per element).
+// Branch-free scalar math for CPU kernels, written so that loops calling it vectorise.
 //
-// exp(x) = 2^n exp(r) with n = round(x / ln 2) and r = x - n ln 2 in [-ln2/2, ln2/2]
-// (ln 2 split in a short high part and a low part, so n * hi is exact). exp(r) is its
-// Taylor polynomial to degree 7 (truncation below 0.1 ulp), and 2^n is built from
-// exponent bits as two factors. Checked against exp in double over every float: within
-// 0.94 ulp for normal results, within one subnormal step below them, exact 0 and inf
-// beyond, NaN stays NaN. (The classic Cephes/SLEEF scheme.)
+// is_nan(v) is v != v (false for integers). fast_exp(x) is exp for float without glibc's
+// call per element: exp(x) = 2^n exp(r) with n = round(x / ln 2), r = x - n ln 2 in
+// [-ln2/2, ln2/2] (ln 2 split in a short high part, so n * hi is exact, and a low part);
+// exp(r) is its Taylor polynomial to degree 7 (truncation below 0.1 ulp) and 2^n is built
+// from exponent bits as two factors. Checked against exp in double over every float:
+// within 0.94 ulp for normal results, within one subnormal step below them, exactly 0 and
+// inf beyond, NaN stays NaN. (The classic Cephes/SLEEF scheme.)
 #pragma once
 
 #include <algorithm>
@@ -16,6 +16,12 @@
 
 namespace dtr::cpu {
 
+template <class M>
+bool is_nan(M v) {
+  return v != v;  // true only for NaN
+}
+
+// exp(x) for float; see the file comment for its accuracy.
 inline float fast_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;     // 15 significant bits
