@@ -73,6 +73,21 @@ void check_writable(std::string_view op, const Tensor& a) {
   }
 }
 
+// An in-place op reads b while it writes a: b may be a itself, or memory apart from it,
+// but not another view into a's elements (the result would depend on the loop order).
+void check_no_partial_overlap(std::string_view op, const Tensor& a, const Tensor& b) {
+  if (!a.storage().is_same(b.storage()) || a.numel() == 0 || b.numel() == 0) return;
+  auto extent = [](const Tensor& t) {  // one past the last element t can address
+    int64_t end = t.offset() + 1;
+    for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
+    return end;
+  };
+  const bool same = a.offset() == b.offset() && a.shape() == b.shape() && a.strides() == b.strides();
+  DTR_CHECK(same || extent(a) <= b.offset() || extent(b) <= a.offset(), ValueError,
+            "{}: {} is a view overlapping the destination {} in memory; clone() it first", op, describe(b),
+            describe(a));
+}
+
 // out = kernel(x) with out shaped like x.
 template <class Kernel>
 Tensor unary(std::string_view op, const Tensor& x, DType out_dtype, const Kernel& kernel) {
@@ -145,6 +160,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
             "add_: {} does not broadcast to the in-place destination {}; only the second operand broadcasts",
             describe(b), describe(a));
   check_writable("add_", a);
+  check_no_partial_overlap("add_", a, b);
   check_scalar("add_", a, alpha);
   launch("add_", a, [&](const Tensor& out) { cpu::add(out, a, b, alpha); });
   return a;

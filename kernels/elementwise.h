@@ -40,7 +40,8 @@ Tensor rsub(const Tensor& a, double b);
 // a ** exponent, floating dtypes.
 Tensor pow(const Tensor& a, double exponent);
 
-// --- in place: a is overwritten and returned; b broadcasts to a's shape ---
+// --- in place: a is overwritten and returned; b broadcasts to a's shape and may be a
+// itself, but not another view overlapping it ---
 // a += alpha * b (torch's add_(b, alpha=...)): gradient accumulation, SGD steps.
 Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 // a *= b (weight decay, gradient scaling).

@@ -384,6 +384,13 @@ TEST_CASE("bad operands raise typed errors naming the op, shapes and dtypes", "[
   Tensor expanded = zeros({1, 3}).expand({2, 3});
   CHECK_THROWS_AS(add_(expanded, a), ValueError);
   CHECK_THROWS_WITH(mul_(expanded, 2.0), Catch::Contains("mul_") && Catch::Contains("expanded"));
+  Tensor row = zeros({4});
+  CHECK_THROWS_WITH(add_(row, row.narrow(0, 1, 1)), Catch::Contains("add_") && Catch::Contains("overlapping"));
+  Tensor buffer = arange(8, kFloat32), low = buffer.narrow(0, 0, 4);
+  add_(low, buffer.narrow(0, 4, 4));  // disjoint views of one buffer are fine
+  check_equal(buffer, {4, 6, 8, 10, 4, 5, 6, 7}, "add_ between disjoint views of one storage");
+  add_(low, low);
+  check_equal(low, {8, 12, 16, 20}, "add_ of a tensor to itself");
   CHECK_THROWS_AS(clamp(a, std::nullopt, std::nullopt), ValueError);
   CHECK_THROWS_AS(add(Tensor(), a), ValueError);
 }
