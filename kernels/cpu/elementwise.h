@@ -5,7 +5,8 @@
 // allocated out; the kernel dispatches on dtype (the one place it does) and throws
 // NotImplementedError for a dtype the op does not support. out may be one of the inputs
 // (in-place ops) but must not partially overlap any. bfloat16/float16 load to float,
-// compute, and round once on store. (ATen's per-op CPU kernels over TensorIterator.)
+// compute, and round once on store. The kernels live in cpu/arithmetic.cc, cpu/activation.cc
+// and cpu/compare.cc over cpu/internal/elementwise_loop.h. (ATen's per-op CPU kernels.)
 #pragma once
 
 #include <cstdint>
