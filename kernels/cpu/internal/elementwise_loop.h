@@ -1,0 +1,80 @@
+// The elementwise loop under every CPU elementwise kernel: map<Out, In...>(out, f, in...)
+// writes out[i] = f(in[i]...) over out's shape, each input broadcast to it (stride 0).
+//
+// Elements are computed in opmath_t: float for bfloat16/float16 (loaded to float, rounded
+// once on store), the element type otherwise. Runs whose strides all equal the itemsizes
+// take a plain indexed loop that the compiler vectorises; out may equal an input exactly
+// (in-place ops) but must not partially overlap one. The helpers below pair map with the
+// dtype dispatch of same-dtype unary and binary ops. (ATen's cpu_kernel, reduced.)
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/internal/strided_loop.h"
+#include "kernels/tensor.h"
+
+namespace dtr::cpu {
+
+// The type an element is computed in: float for the 16-bit floats, the type itself otherwise.
+template <class T>
+using opmath_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float, T>;
+
+// One run of map: contiguous (every stride equal to its itemsize) or strided.
+template <class Out, class... In, class F, size_t... K>
+void map_run(std::array<char*, 1 + sizeof...(In)> p, std::array<int64_t, 1 + sizeof...(In)> s, int64_t n,
+             const F& f, std::index_sequence<K...>) {
+  if (s[0] == sizeof(Out) && ((s[K + 1] == sizeof(In)) && ...)) {
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const std::tuple<const In*...> in{reinterpret_cast<const In*>(p[K + 1])...};
+    // out is either disjoint from every input or equal to one: no loop-carried dependence.
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<opmath_t<In>>(std::get<K>(in)[i])...));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+        convert<Out>(f(static_cast<opmath_t<In>>(*reinterpret_cast<const In*>(p[K + 1] + i * s[K + 1]))...));
+  }
+}
+
+template <class>
+using TensorRef = const Tensor&;
+
+// out[i] = f(in[i]...) over out's shape, each input (element type In) broadcast to it and
+// loaded as opmath_t<In>; the result is stored as Out.
+template <class Out, class... In, class F>
+void map(const Tensor& out, const F& f, TensorRef<In>... in) {
+  constexpr size_t N = 1 + sizeof...(In);
+  const std::array<char*, N> base{static_cast<char*>(out.data()), static_cast<char*>(in.data())...};
+  const std::array<std::vector<int64_t>, N> strides{broadcast_byte_strides(out, out.shape()),
+                                                    broadcast_byte_strides(in, out.shape())...};
+  for_each_run<N>(out.shape(), base, strides, [&f](std::array<char*, N> p, std::array<int64_t, N> s, int64_t n) {
+    map_run<Out, In...>(p, s, n, f, std::index_sequence_for<In...>());
+  });
+}
+
+// Same-dtype unary and binary maps over the floating or the numeric dtypes.
+template <class F>
+void floating_unary(std::string_view op, const Tensor& out, const Tensor& x, const F& f) {
+  dispatch_floating(x.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T>(out, f, x); });
+}
+template <class F>
+void numeric_unary(std::string_view op, const Tensor& out, const Tensor& x, const F& f) {
+  dispatch_numeric(x.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T>(out, f, x); });
+}
+template <class F>
+void floating_binary(std::string_view op, const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  dispatch_floating(a.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T, T>(out, f, a, b); });
+}
+template <class F>
+void numeric_binary(std::string_view op, const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
+  dispatch_numeric(a.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T, T>(out, f, a, b); });
+}
+
+}  // namespace dtr::cpu

@@ -1,0 +1,28 @@
+// CPU reduction kernels: the CPU half of kernels/reduce.h.
+//
+// out has x's rank with size 1 on every reduced dim (the keepdim shape) and is
+// contiguous; the Tensor-level op has checked dims, emptiness and devices. Values
+// accumulate in a buffer of the accumulation type (float64 for float32, float for
+// bfloat16/float16, int64 for integers) and are converted into out once at the end.
+// Iteration follows x's memory order, so reducing the first dim of a row-major matrix
+// adds whole contiguous rows into a row of accumulators (ATen's outer reduction) and
+// reducing the last dim sums contiguous runs with 16 independent partial sums.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/tensor.h"
+
+namespace dtr::cpu {
+
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kSumOfSquares };
+// "sum", "mean", ...: the op's name in messages.
+std::string_view reduce_op_name(ReduceOp op);
+
+// out = op over the dims where out has size 1 and x does not.
+void reduce(ReduceOp op, const Tensor& out, const Tensor& x);
+// out (int64, keepdim shape) = index along dim of the first maximum of x.
+void argmax(const Tensor& out, const Tensor& x, int64_t dim);
+
+}  // namespace dtr::cpu

@@ -1,0 +1,252 @@
+#include "kernels/elementwise.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/internal/launch.h"
+
+namespace dtr {
+namespace {
+
+using internal::launch;
+
+void check_defined(std::string_view op, const Tensor& t) {
+  DTR_CHECK(t.defined(), ValueError, "{}: an operand is an undefined tensor", op);
+}
+
+// Both defined, on one device, of one dtype (there is no implicit promotion).
+void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
+  check_defined(op, a);
+  check_defined(op, b);
+  DTR_CHECK(a.device() == b.device(), ValueError, "{}: operands on different devices: {} and {}; move one with .to()",
+            op, describe(a), describe(b));
+  DTR_CHECK(a.dtype() == b.dtype(), TypeError, "{}: dtype mismatch: {} and {}; convert one with .to()", op,
+            describe(a), describe(b));
+}
+
+// A bool operand (a condition or a mask) on the device of t.
+void check_bool_operand(std::string_view op, std::string_view role, const Tensor& b, const Tensor& t) {
+  check_defined(op, b);
+  DTR_CHECK(b.dtype() == kBool, TypeError, "{}: the {} must be a bool tensor, got {}; build it with a comparison such "
+            "as gt() or convert it with .to(kBool)", op, role, describe(b));
+  DTR_CHECK(b.device() == t.device(), ValueError, "{}: the {} {} and the operand {} are on different devices", op,
+            role, describe(b), describe(t));
+}
+
+// The broadcast shape of the operands; the error names every operand with its dtype.
+Shape broadcast_operands(std::string_view op, std::initializer_list<const Tensor*> operands) {
+  Shape shape;
+  try {
+    for (const Tensor* t : operands) shape = broadcast_shapes(shape, t->shape(), op);
+  } catch (const ValueError& e) {
+    std::vector<std::string> names;
+    for (const Tensor* t : operands) names.push_back(describe(*t));
+    throw ValueError(fmt::format("{} (operands {})", e.what(), fmt::join(names, ", ")));
+  }
+  return shape;
+}
+
+// Integer and bool tensors take only scalars their dtype holds exactly: 0.5 on an int32
+// tensor would need promotion to float, which dtr never does implicitly.
+void check_scalar(std::string_view op, const Tensor& t, double s) {
+  double lo = 0, end = 0;  // the dtype's integers are [lo, end)
+  switch (t.dtype()) {
+    case kInt32: lo = -2147483648.0, end = 2147483648.0; break;
+    case kInt64: lo = -9223372036854775808.0, end = 9223372036854775808.0; break;
+    case kBool: lo = 0, end = 2; break;
+    default: return;  // floating: any double converts (and may round)
+  }
+  DTR_CHECK(s == std::trunc(s) && s >= lo && s < end, TypeError,
+            "{}: scalar {} does not fit {} (an integer in [{}, {}) is needed); convert the tensor with .to(kFloat32) "
+            "for fractional values", op, s, describe(t), lo, end);
+}
+
+// In-place ops write through a; an expanded view (stride 0) would write an element many times.
+void check_writable(std::string_view op, const Tensor& a) {
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    DTR_CHECK(a.stride(d) != 0 || a.size(d) <= 1, ValueError,
+              "{}: {} is an expanded view (dim {} has stride 0) and cannot be written in place; clone() it first", op,
+              describe(a), d);
+  }
+}
+
+// An in-place op reads b while it writes a: b may be a itself, or memory apart from it,
+// but not another view into a's elements (the result would depend on the loop order).
+void check_no_partial_overlap(std::string_view op, const Tensor& a, const Tensor& b) {
+  if (!a.storage().is_same(b.storage()) || a.numel() == 0 || b.numel() == 0) return;
+  auto extent = [](const Tensor& t) {  // one past the last element t can address
+    int64_t end = t.offset() + 1;
+    for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
+    return end;
+  };
+  const bool same = a.offset() == b.offset() && a.shape() == b.shape() && a.strides() == b.strides();
+  DTR_CHECK(same || extent(a) <= b.offset() || extent(b) <= a.offset(), ValueError,
+            "{}: {} is a view overlapping the destination {} in memory; clone() it first", op, describe(b),
+            describe(a));
+}
+
+// out = kernel(x) with out shaped like x.
+template <class Kernel>
+Tensor unary(std::string_view op, const Tensor& x, DType out_dtype, const Kernel& kernel) {
+  check_defined(op, x);
+  Tensor out = Tensor::empty(x.shape(), out_dtype, x.device());
+  launch(op, out, kernel);
+  return out;
+}
+
+Tensor unary(std::string_view op, const Tensor& x, void (*kernel)(const Tensor&, const Tensor&)) {
+  return unary(op, x, x.dtype(), [&](const Tensor& out) { kernel(out, x); });
+}
+
+// out = kernel(a, s), s checked against a's dtype.
+Tensor scalar_op(std::string_view op, const Tensor& a, double s, void (*kernel)(const Tensor&, const Tensor&, double)) {
+  check_defined(op, a);
+  check_scalar(op, a, s);
+  return unary(op, a, a.dtype(), [&](const Tensor& out) { kernel(out, a, s); });
+}
+
+// out = kernel(a, b) over the broadcast shape of a and b.
+template <class Kernel>
+Tensor binary(std::string_view op, const Tensor& a, const Tensor& b, DType out_dtype, const Kernel& kernel) {
+  check_operands(op, a, b);
+  Tensor out = Tensor::empty(broadcast_operands(op, {&a, &b}), out_dtype, a.device());
+  launch(op, out, kernel);
+  return out;
+}
+
+Tensor binary(std::string_view op, const Tensor& a, const Tensor& b,
+              void (*kernel)(const Tensor&, const Tensor&, const Tensor&)) {
+  return binary(op, a, b, a.dtype(), [&](const Tensor& out) { kernel(out, a, b); });
+}
+
+Tensor comparison(cpu::CompareOp cmp, const Tensor& a, const Tensor& b) {
+  return binary(cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(cmp, out, a, b); });
+}
+
+Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
+  const std::string_view op = cpu::compare_op_name(cmp);
+  check_defined(op, a);
+  check_scalar(op, a, s);
+  return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(cmp, out, a, s); });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary("add", a, b, a.dtype(), [&](const Tensor& out) { cpu::add(out, a, b, 1.0); });
+}
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, cpu::sub); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, cpu::mul); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, cpu::div); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", a, b, cpu::maximum); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", a, b, cpu::minimum); }
+
+Tensor add(const Tensor& a, double b) { return scalar_op("add", a, b, cpu::add_scalar); }
+Tensor sub(const Tensor& a, double b) { return scalar_op("sub", a, b, cpu::sub_scalar); }
+Tensor mul(const Tensor& a, double b) { return scalar_op("mul", a, b, cpu::mul_scalar); }
+Tensor div(const Tensor& a, double b) { return scalar_op("div", a, b, cpu::div_scalar); }
+Tensor rsub(const Tensor& a, double b) { return scalar_op("rsub", a, b, cpu::rsub_scalar); }
+
+Tensor pow(const Tensor& a, double exponent) {
+  return unary("pow", a, a.dtype(), [&](const Tensor& out) { cpu::pow_scalar(out, a, exponent); });
+}
+
+Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
+  check_operands("add_", a, b);
+  DTR_CHECK(broadcast_operands("add_", {&a, &b}) == a.shape(), ValueError,
+            "add_: {} does not broadcast to the in-place destination {}; only the second operand broadcasts",
+            describe(b), describe(a));
+  check_writable("add_", a);
+  check_no_partial_overlap("add_", a, b);
+  check_scalar("add_", a, alpha);
+  launch("add_", a, [&](const Tensor& out) { cpu::add(out, a, b, alpha); });
+  return a;
+}
+
+Tensor& mul_(Tensor& a, double b) {
+  check_defined("mul_", a);
+  check_writable("mul_", a);
+  check_scalar("mul_", a, b);
+  launch("mul_", a, [&](const Tensor& out) { cpu::mul_scalar(out, a, b); });
+  return a;
+}
+
+Tensor neg(const Tensor& x) { return unary("neg", x, cpu::neg); }
+Tensor abs(const Tensor& x) { return unary("abs", x, cpu::abs); }
+Tensor relu(const Tensor& x) { return unary("relu", x, cpu::relu); }
+Tensor exp(const Tensor& x) { return unary("exp", x, cpu::exp); }
+Tensor log(const Tensor& x) { return unary("log", x, cpu::log); }
+Tensor sqrt(const Tensor& x) { return unary("sqrt", x, cpu::sqrt); }
+Tensor rsqrt(const Tensor& x) { return unary("rsqrt", x, cpu::rsqrt); }
+Tensor tanh(const Tensor& x) { return unary("tanh", x, cpu::tanh); }
+Tensor sigmoid(const Tensor& x) { return unary("sigmoid", x, cpu::sigmoid); }
+Tensor silu(const Tensor& x) { return unary("silu", x, cpu::silu); }
+
+Tensor gelu(const Tensor& x, GeluApproximation approximate) {
+  return unary("gelu", x, x.dtype(), [&](const Tensor& out) { cpu::gelu(out, x, approximate); });
+}
+
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  check_defined("clamp", x);
+  DTR_CHECK(min || max, ValueError, "clamp: {}: at least one of min and max must be given", describe(x));
+  if (min) check_scalar("clamp", x, *min);
+  if (max) check_scalar("clamp", x, *max);
+  return unary("clamp", x, x.dtype(), [&](const Tensor& out) { cpu::clamp(out, x, min, max); });
+}
+
+Tensor relu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("relu_backward", grad, x, cpu::relu_backward);
+}
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  return binary("silu_backward", grad, x, cpu::silu_backward);
+}
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& y) {
+  return binary("sigmoid_backward", grad, y, cpu::sigmoid_backward);
+}
+Tensor tanh_backward(const Tensor& grad, const Tensor& y) {
+  return binary("tanh_backward", grad, y, cpu::tanh_backward);
+}
+
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximation approximate) {
+  return binary("gelu_backward", grad, x, grad.dtype(),
+                [&](const Tensor& out) { cpu::gelu_backward(out, grad, x, approximate); });
+}
+
+Tensor eq(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kEq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kNe, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kLt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kLe, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kGt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kGe, a, b); }
+Tensor eq(const Tensor& a, double b) { return comparison(cpu::CompareOp::kEq, a, b); }
+Tensor ne(const Tensor& a, double b) { return comparison(cpu::CompareOp::kNe, a, b); }
+Tensor lt(const Tensor& a, double b) { return comparison(cpu::CompareOp::kLt, a, b); }
+Tensor le(const Tensor& a, double b) { return comparison(cpu::CompareOp::kLe, a, b); }
+Tensor gt(const Tensor& a, double b) { return comparison(cpu::CompareOp::kGt, a, b); }
+Tensor ge(const Tensor& a, double b) { return comparison(cpu::CompareOp::kGe, a, b); }
+
+Tensor logical_not(const Tensor& x) {
+  return unary("logical_not", x, kBool, [&](const Tensor& out) { cpu::logical_not(out, x); });
+}
+
+Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
+  check_operands("where", a, b);
+  check_bool_operand("where", "condition", condition, a);
+  Tensor out = Tensor::empty(broadcast_operands("where", {&condition, &a, &b}), a.dtype(), a.device());
+  launch("where", out, [&](const Tensor& o) { cpu::where(o, condition, a, b); });
+  return out;
+}
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
+  check_defined("masked_fill", x);
+  check_bool_operand("masked_fill", "mask", mask, x);
+  check_scalar("masked_fill", x, value);
+  Tensor out = Tensor::empty(broadcast_operands("masked_fill", {&x, &mask}), x.dtype(), x.device());
+  launch("masked_fill", out, [&](const Tensor& o) { cpu::masked_fill(o, x, mask, value); });
+  return out;
+}
+
+}  // namespace dtr

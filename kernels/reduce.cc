@@ -1,0 +1,96 @@
+#include "kernels/reduce.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/reduce.h"
+#include "kernels/internal/launch.h"
+
+namespace dtr {
+namespace {
+
+void check_defined(std::string_view op, const Tensor& x) {
+  DTR_CHECK(x.defined(), ValueError, "{}: the input is an undefined tensor", op);
+}
+
+// The max (or min, argmax) of nothing is undefined: reducing a dim of size 0 is an error.
+void check_nonempty(std::string_view op, const Tensor& x, int64_t dim) {
+  DTR_CHECK(x.size(dim) != 0, ValueError,
+            "{}: cannot reduce dim {} of {}: it has size 0 and an empty set has no {} (sum gives 0 and mean NaN)", op,
+            dim, describe(x), op);
+}
+
+// wrap_dim, with x named in the error.
+int64_t wrap_dim_of(std::string_view op, int64_t dim, const Tensor& x) {
+  try {
+    return wrap_dim(dim, x.dim(), op);
+  } catch (const IndexError& e) {
+    throw IndexError(fmt::format("{} (input {})", e.what(), describe(x)));
+  }
+}
+
+// Which dims of x the reduction covers (all of them for an empty list); a 0-d tensor has
+// one slot so that dim 0 / -1 are accepted, as in torch.
+std::vector<bool> reduced_dims(std::string_view op, const Tensor& x, const std::vector<int64_t>& dims) {
+  std::vector<bool> reduced(std::max<int64_t>(x.dim(), 1), dims.empty());
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim_of(op, d, x);
+    DTR_CHECK(!reduced[w], ValueError, "{}: dim {} appears more than once in dims {} for {}", op, w, dims,
+              describe(x));
+    reduced[w] = true;
+  }
+  return reduced;
+}
+
+Tensor reduction(cpu::ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  const std::string_view name = cpu::reduce_op_name(op);
+  check_defined(name, x);
+  const std::vector<bool> reduced = reduced_dims(name, x, dims);
+  Shape kept = x.shape(), squeezed;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (!reduced[d]) {
+      squeezed.push_back(x.size(d));
+      continue;
+    }
+    if (op == cpu::ReduceOp::kMax || op == cpu::ReduceOp::kMin) check_nonempty(name, x, d);
+    kept[d] = 1;
+  }
+  const bool integer_sum = op == cpu::ReduceOp::kSum && !is_floating(x.dtype());
+  Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
+  internal::launch(name, out, [&](const Tensor& o) { cpu::reduce(op, o, x); });
+  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  return reduction(cpu::ReduceOp::kSum, x, dims, keepdim);
+}
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  return reduction(cpu::ReduceOp::kMean, x, dims, keepdim);
+}
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  return reduction(cpu::ReduceOp::kMax, x, dims, keepdim);
+}
+Tensor min(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  return reduction(cpu::ReduceOp::kMin, x, dims, keepdim);
+}
+Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  return reduction(cpu::ReduceOp::kSumOfSquares, x, dims, keepdim);
+}
+
+Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {
+  check_defined("argmax", x);
+  // A 0-d tensor is argmax'd as its one-element 1-d view; the answer is 0, 0-d.
+  const Tensor x1 = x.dim() == 0 ? x.unsqueeze(0) : x;
+  const int64_t d = wrap_dim_of("argmax", dim, x);
+  check_nonempty("argmax", x1, d);
+  Shape kept = x1.shape(), squeezed = x1.shape();
+  kept[d] = 1;
+  squeezed.erase(squeezed.begin() + d);
+  Tensor out = Tensor::empty(std::move(kept), kInt64, x.device());
+  internal::launch("argmax", out, [&](const Tensor& o) { cpu::argmax(o, x1, d); });
+  if (x.dim() == 0) return out.view({});
+  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+}
+
+}  // namespace dtr

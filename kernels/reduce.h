@@ -1,0 +1,33 @@
+// Reductions of local tensors over any set of dims: sum, mean, max, min, sum_of_squares,
+// and argmax over one dim (PyTorch's semantics).
+//
+// dims lists the dims to reduce: negative dims wrap, an empty list means every dim, a
+// repeated dim is a ValueError. KeepDim::kYes keeps each reduced dim with size 1.
+// Accumulation: float64 for float32/float64 inputs, float for bfloat16/float16 (rounded
+// once at the end), int64 for integers and bool; the sum of an integer or bool tensor is
+// int64, as in torch. Over an empty dim: sum is 0, mean NaN, and max, min and argmax raise
+// ValueError (the max of nothing is undefined). CUDA tensors raise NotImplementedError.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace dtr {
+
+// Whether a reduction keeps the reduced dims with size 1 (torch's keepdim=True).
+enum class KeepDim : uint8_t { kNo, kYes };
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// Floating dtypes.
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// Largest / smallest value (torch.amax / amin); a NaN makes the result NaN.
+Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+Tensor min(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// sum(x * x) without the intermediate tensor (gradient norms). Floating dtypes.
+Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// int64 index along dim of the first maximum; a NaN counts as the maximum. Numeric dtypes.
+Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim = KeepDim::kNo);
+
+}  // namespace dtr
