@@ -452,7 +452,8 @@ std::string TCPStore::call(const Request& request, std::string_view op, std::chr
   const std::string what = fmt::format("TCPStore {}:{} {}", host_, port_, op);
   std::string payload;
   try {
-    if (!fd_.valid()) fd_ = net::connect_tcp(host_, port_, Clock::now() + timeout());
+    // Reconnecting after a lost connection tries once: retrying is for a server coming up.
+    if (!fd_.valid()) fd_ = net::connect_tcp(host_, port_, Clock::now());
     const std::string frame = request.writer().frame();
     net::send_all(fd_.get(), frame.data(), frame.size(), what);
     const auto deadline = Clock::now() + reply_timeout;
