@@ -9,6 +9,7 @@
 #include "collectives/distributed_error.h"
 #include "collectives/prefix_store.h"
 #include "collectives/process_group_gloo.h"
+#include "collectives/process_group_nccl.h"
 #include "collectives/tcp_store.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -67,9 +68,9 @@ std::shared_ptr<ProcessGroup> make_process_group(Backend backend, std::shared_pt
                                                  GroupOptions options) {
   switch (backend) {
     case Backend::kGloo: return std::make_shared<ProcessGroupGloo>(std::move(store), rank, size, std::move(options));
-    case Backend::kNccl: break;
+    case Backend::kNccl: return std::make_shared<ProcessGroupNCCL>(std::move(store), rank, size, std::move(options));
   }
-  throw NotImplementedError("make_process_group: the nccl backend is not built yet");
+  DTR_INTERNAL_ASSERT(false, "unknown backend {}", static_cast<int>(backend));
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend, std::shared_ptr<Store> store, int rank,

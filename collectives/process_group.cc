@@ -322,12 +322,14 @@ Work ProcessGroup::all_gather_into_tensor_coalesced(std::vector<Tensor>& outputs
       off += t.numel();
     }
   };
+  // Block by block, so every copy is contiguous (CUDA copies are).
   c.unpack = [out, outputs, per_rank, n = size_] {
-    Tensor blocks = out.view({n, per_rank});
     int64_t off = 0;
     for (const Tensor& t : outputs) {
       const int64_t k = t.numel() / n;
-      copy_elements(t, blocks.narrow(1, off, k));
+      Flat flat = flat_for(t);
+      for (int r = 0; r < n; ++r) flat.buffer.narrow(0, r * k, k).copy_(out.narrow(0, r * per_rank + off, k));
+      if (flat.staged) copy_elements(t, flat.buffer);
       off += k;
     }
   };
@@ -412,11 +414,11 @@ Work ProcessGroup::reduce_scatter_tensor_coalesced(std::vector<Tensor>& outputs,
   Tensor out = Tensor::empty({per_rank}, c.dtype, device);
   // Rank r's block of in is [inputs[0]'s block r | inputs[1]'s block r | ...].
   c.pack = [in, inputs, per_rank, n = size_] {
-    Tensor blocks = in.view({n, per_rank});
     int64_t off = 0;
     for (const Tensor& t : inputs) {
       const int64_t k = t.numel() / n;
-      copy_elements(blocks.narrow(1, off, k), t);
+      const Tensor flat = t.is_contiguous() ? flat_view(t) : t.contiguous().view({t.numel()});
+      for (int r = 0; r < n; ++r) in.narrow(0, r * per_rank + off, k).copy_(flat.narrow(0, r * k, k));
       off += k;
     }
   };

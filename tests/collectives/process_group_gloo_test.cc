@@ -1,226 +1,53 @@
-// Gloo process groups on 1-4 real rank processes: every collective x dtype x size (0, 1,
-// 7, 1023, 4097 rows) x even/uneven x in-place/out-of-place/strided, checked bit for bit
-// against closed forms of rank-dependent fills; coalesced forms; the collective counter;
-// asynchronous issue; and argument errors.
+// Gloo process groups on 1-4 real rank processes: the collective sweeps of
+// collective_sweep.h (every collective x dtype x size x even/uneven x in-place,
+// out-of-place and strided, bit for bit against closed forms); bfloat16/float16 exactness;
+// coalesced forms; the collective counter; asynchronous issue; and argument errors.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
+#include "tests/collectives/collective_sweep.h"
 #include "tests/collectives/multi_rank.h"
 #include "tests/collectives/rank_data.h"
 
 namespace dtr {
 namespace {
 
-using testing::check_exact;
-using testing::kCollectiveDTypes;
-using testing::kCollectiveSizes;
-using testing::make_tensor;
-using testing::run_ranks;
-using testing::strided_copy_of;
-
-constexpr int64_t kCols = 3;  // rows of the "_v" forms hold 3 elements
-enum class Layout { kOutOfPlace, kInPlace, kStrided };
-constexpr Layout kLayouts[] = {Layout::kOutOfPlace, Layout::kInPlace, Layout::kStrided};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
-
-std::string_view layout_name(Layout l) {
-  return l == Layout::kOutOfPlace ? "out-of-place" : l == Layout::kInPlace ? "in-place" : "strided";
-}
-
-// Rows each rank holds: all equal, or uneven with some ranks holding none.
-std::vector<int64_t> rows_per_rank(int64_t size, int world, bool even) {
-  std::vector<int64_t> rows(world, size);
-  if (!even) {
-    for (int r = 0; r < world; ++r) rows[r] = r % 2 == 0 ? size / (r + 1) : size / 2 + r;
-  }
-  return rows;
-}
-
-int64_t offset_of(const std::vector<int64_t>& rows, int rank) {
-  int64_t o = 0;
-  for (int r = 0; r < rank; ++r) o += rows[r];
-  return o;
-}
-
-int64_t total_of(const std::vector<int64_t>& rows) { return offset_of(rows, static_cast<int>(rows.size())); }
-
-// The reduction of (r + 1) * w over ranks r = 0..n-1, in closed form.
-double reduced(double w, int n, ReduceOp op) {
-  const double s = n * (n + 1) / 2.0;
-  switch (op) {
-    case ReduceOp::kSum: return w * s;
-    case ReduceOp::kAvg: return w * s / n;
-    case ReduceOp::kMax: return w >= 0 ? w * n : w;
-    case ReduceOp::kMin: return w >= 0 ? w : w * n;
-  }
-  return 0;
-}
-
-double weight(int64_t i) { return static_cast<double>(i % 7) - 3.0; }  // -3..3
-
-bool op_allowed(ReduceOp op, DType d) { return op != ReduceOp::kAvg || is_floating(d); }
+using namespace testing;
 
 const int kWorlds[] = {1, 2, 3, 4};
 
 TEST_CASE("gloo all_reduce: every dtype, op, size and layout", "[collectives][gloo]") {
   for (int world : kWorlds) {
-    run_ranks(world, [](int rank, int n) {
-      auto pg = init_process_group(Backend::kGloo);
-      for (DType d : kCollectiveDTypes) {
-        for (int64_t size : kCollectiveSizes) {
-          for (ReduceOp op : kOps) {
-            if (!op_allowed(op, d)) continue;
-            for (Layout layout : {Layout::kInPlace, Layout::kStrided}) {
-              Tensor x = make_tensor(size, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
-              if (layout == Layout::kStrided) x = strided_copy_of(x);
-              pg->all_reduce(x, op).wait();
-              std::vector<double> expected(size);
-              for (int64_t i = 0; i < size; ++i) expected[i] = reduced(weight(i), n, op);
-              check_exact(x, expected, fmt::format("all_reduce {} {} {} world {} rank {}", reduce_op_name(op),
-                                                   layout_name(layout), d, n, rank));
-            }
-          }
-        }
-      }
-    });
+    run_ranks(world, [](int, int) { sweep_all_reduce(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
 }
 
 TEST_CASE("gloo all_gather: every dtype, size, even/uneven and layout", "[collectives][gloo]") {
   for (int world : kWorlds) {
-    run_ranks(world, [](int rank, int n) {
-      auto pg = init_process_group(Backend::kGloo);
-      for (DType d : kCollectiveDTypes) {
-        for (int64_t size : kCollectiveSizes) {
-          for (bool even : {true, false}) {
-            const std::vector<int64_t> rows = rows_per_rank(size, n, even);
-            const int64_t total = total_of(rows);
-            auto value = [](int r, int64_t j) { return (r + 1) * 16.0 + static_cast<double>(j % 13); };
-            std::vector<double> expected;
-            for (int r = 0; r < n; ++r) {
-              for (int64_t j = 0; j < rows[r] * kCols; ++j) expected.push_back(value(r, j));
-            }
-            for (Layout layout : kLayouts) {
-              Tensor mine = make_tensor(rows[rank], kCols, d, [&](int64_t j) { return value(rank, j); });
-              Tensor out = full({total, kCols}, -1.0, d);
-              Tensor in = mine;
-              if (layout == Layout::kInPlace) {
-                in = out.narrow(0, offset_of(rows, rank), rows[rank]);
-                in.copy_(mine);
-              } else if (layout == Layout::kStrided) {
-                in = strided_copy_of(mine);
-                out = strided_copy_of(out);
-              }
-              Work w = even ? pg->all_gather_into_tensor(out, in) : pg->all_gather_v(out, in, rows);
-              w.wait();
-              check_exact(out, expected, fmt::format("all_gather{} {} {} rows {} rank {}", even ? "" : "_v",
-                                                     layout_name(layout), d, rows, rank));
-            }
-          }
-        }
-      }
-    });
+    run_ranks(world, [](int, int) { sweep_all_gather(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
 }
 
 TEST_CASE("gloo reduce_scatter: every dtype, op, size, even/uneven and layout", "[collectives][gloo]") {
   for (int world : kWorlds) {
-    run_ranks(world, [](int rank, int n) {
-      auto pg = init_process_group(Backend::kGloo);
-      for (DType d : kCollectiveDTypes) {
-        for (int64_t size : kCollectiveSizes) {
-          for (bool even : {true, false}) {
-            const std::vector<int64_t> rows = rows_per_rank(size, n, even);
-            const int64_t total = total_of(rows), mine_at = offset_of(rows, rank);
-            for (ReduceOp op : kOps) {
-              if (!op_allowed(op, d)) continue;
-              std::vector<double> expected;
-              for (int64_t j = mine_at * kCols; j < (mine_at + rows[rank]) * kCols; ++j) {
-                expected.push_back(reduced(weight(j), n, op));
-              }
-              for (Layout layout : kLayouts) {
-                Tensor in = make_tensor(total, kCols, d, [&](int64_t j) { return (rank + 1) * weight(j); });
-                Tensor out = full({rows[rank], kCols}, -1.0, d);
-                if (layout == Layout::kInPlace) {
-                  out = in.narrow(0, mine_at, rows[rank]);
-                } else if (layout == Layout::kStrided) {
-                  in = strided_copy_of(in);
-                  out = strided_copy_of(out);
-                }
-                Work w = even ? pg->reduce_scatter_tensor(out, in, op) : pg->reduce_scatter_v(out, in, rows, op);
-                w.wait();
-                check_exact(out, expected, fmt::format("reduce_scatter{} {} {} {} rows {} rank {}", even ? "" : "_v",
-                                                       reduce_op_name(op), layout_name(layout), d, rows, rank));
-              }
-            }
-          }
-        }
-      }
-    });
+    run_ranks(world, [](int, int) { sweep_reduce_scatter(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
 }
 
 TEST_CASE("gloo all_to_all_single: every dtype, size, even/uneven and layout", "[collectives][gloo]") {
   for (int world : kWorlds) {
-    run_ranks(world, [](int rank, int n) {
-      auto pg = init_process_group(Backend::kGloo);
-      for (DType d : kCollectiveDTypes) {
-        for (int64_t size : kCollectiveSizes) {
-          for (bool even : {true, false}) {
-            // Rows rank `from` sends to rank `to`.
-            auto rows = [&](int from, int to) { return even ? size : (size + from + 2 * to) % (size + 3); };
-            auto value = [](int from, int to, int64_t k) { return from * 32.0 + to * 8.0 + static_cast<double>(k % 8); };
-            std::vector<int64_t> in_splits(n), out_splits(n);
-            std::vector<double> in_values, expected;
-            for (int j = 0; j < n; ++j) {
-              in_splits[j] = rows(rank, j);
-              out_splits[j] = rows(j, rank);
-              for (int64_t k = 0; k < in_splits[j] * kCols; ++k) in_values.push_back(value(rank, j, k));
-              for (int64_t k = 0; k < out_splits[j] * kCols; ++k) expected.push_back(value(j, rank, k));
-            }
-            for (Layout layout : kLayouts) {
-              if (layout == Layout::kInPlace && !even) continue;  // in place needs equal in and out sizes
-              Tensor in = make_tensor(static_cast<int64_t>(in_values.size()) / kCols, kCols, d,
-                                      [&](int64_t i) { return in_values[i]; });
-              Tensor out = full({static_cast<int64_t>(expected.size()) / kCols, kCols}, -1.0, d);
-              if (layout == Layout::kInPlace) out = in;
-              if (layout == Layout::kStrided) {
-                in = strided_copy_of(in);
-                out = strided_copy_of(out);
-              }
-              Work w = even ? pg->all_to_all_single(out, in) : pg->all_to_all_single(out, in, out_splits, in_splits);
-              w.wait();
-              check_exact(out, expected, fmt::format("all_to_all_single {} {} {} in_splits {} rank {}",
-                                                     layout_name(layout), d, even ? "even" : "uneven", in_splits, rank));
-            }
-          }
-        }
-      }
-    });
+    run_ranks(world, [](int, int) { sweep_all_to_all(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
 }
 
 TEST_CASE("gloo broadcast and barrier: every dtype, size, root and layout", "[collectives][gloo]") {
   for (int world : kWorlds) {
-    run_ranks(world, [](int rank, int n) {
+    run_ranks(world, [](int, int) {
       auto pg = init_process_group(Backend::kGloo);
-      for (DType d : kCollectiveDTypes) {
-        for (int64_t size : kCollectiveSizes) {
-          for (int root : {0, n - 1}) {
-            for (Layout layout : {Layout::kInPlace, Layout::kStrided}) {
-              Tensor t = make_tensor(size, 0, d, [&](int64_t i) { return rank == root ? (root + 1) * weight(i) : -5.0; });
-              if (layout == Layout::kStrided) t = strided_copy_of(t);
-              pg->broadcast(t, root).wait();
-              std::vector<double> expected(size);
-              for (int64_t i = 0; i < size; ++i) expected[i] = (root + 1) * weight(i);
-              check_exact(t, expected, fmt::format("broadcast {} {} from {} rank {}", layout_name(layout), d, root, rank));
-            }
-          }
-        }
-      }
+      sweep_broadcast(*pg, kCPU, kCpuLayouts);
       for (int i = 0; i < 3; ++i) pg->barrier().wait();
     });
   }

@@ -28,9 +28,9 @@ inline Tensor make_tensor(int64_t rows, int64_t cols, DType dtype, const std::fu
   return Tensor::from_vector(v, shape).to(dtype);
 }
 
-// All elements in row-major order, as double.
+// All elements in row-major order, as double (copied to the CPU first).
 inline std::vector<double> values_of(const Tensor& t) {
-  Tensor c = t.to(kFloat64).contiguous();
+  Tensor c = t.to(kCPU).to(kFloat64).contiguous();
   const double* p = c.numel() > 0 ? c.data_ptr<double>() : nullptr;
   return std::vector<double>(p, p + c.numel());
 }
