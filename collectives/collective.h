@@ -1,0 +1,47 @@
+// Collective: one ProcessGroup call, checked and normalised for a backend.
+//
+// Whatever the user passed (any shape, strided views, lists of tensors), a backend sees
+// two flat contiguous buffers of one dtype and per-rank element counts. The layout, for a
+// group of n ranks where rank r owns counts[r] elements at offset sum(counts[0..r)):
+//   all_reduce, broadcast : input and output are the same buffer
+//   all_gather            : input = this rank's counts[rank] elements; output = all of them
+//                           (in place when input already sits at this rank's offset)
+//   reduce_scatter        : input = all ranks' blocks; output = this rank's reduced block
+//                           (in place when output sits at this rank's offset in input)
+//   all_to_all           : input block j goes to rank j; output block j comes from rank j
+// pack() fills input from the user's tensors before the transfer, unpack() copies output
+// back after it; either may be empty when the user's tensors are already flat.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/collective_counter.h"
+#include "collectives/reduce_op.h"
+#include "kernels/tensor.h"
+
+namespace dtr {
+
+struct Collective {
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  uint64_t seq = 0;           // issue order on the group, from 0
+  std::string call;           // the user's call, for messages: "reduce_scatter_v"
+  std::string description;    // "reduce_scatter_v #4 on group 'dp' of float32[5, 3] -> float32[2, 3] (sum)"
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  DType dtype = kFloat32;
+  Tensor input;
+  Tensor output;
+  std::vector<int64_t> input_counts;   // reduce_scatter, all_to_all
+  std::vector<int64_t> output_counts;  // all_gather, all_to_all
+  std::function<void()> pack;
+  std::function<void()> unpack;
+  int64_t bytes = 0;  // CollectiveCounter's size of the call
+
+  // Elements of rank r's block and where it starts, for a counts vector.
+  static int64_t offset_of(const std::vector<int64_t>& counts, int rank);
+};
+
+}  // namespace dtr

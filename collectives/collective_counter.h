@@ -1,0 +1,60 @@
+// CollectiveCounter: how many collectives of each kind each group issued, and their bytes.
+//
+// Every ProcessGroup call records one entry when it is issued (a coalesced call is one
+// collective: that is its point). bytes is nccl-tests' "size": the larger of the call's
+// buffers on this rank (all_gather: its output; reduce_scatter: its input; all_reduce and
+// broadcast: the tensor; all_to_all: its input; barrier: 0). Tests read it to assert that
+// an operation issued exactly the collectives it should (DTensor's CommDebugMode idea).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dtr {
+
+enum class CollectiveKind : uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kBarrier };
+
+constexpr std::string_view collective_kind_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "all_reduce";
+    case CollectiveKind::kAllGather: return "all_gather";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
+    case CollectiveKind::kAllToAll: return "all_to_all";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+// One row of the counter: a kind on a group.
+struct CollectiveCount {
+  CollectiveKind kind;
+  std::string group;
+  int64_t calls = 0;
+  int64_t bytes = 0;
+};
+
+class CollectiveCounter {
+ public:
+  void record(CollectiveKind kind, const std::string& group, int64_t bytes);
+  // Totals over every group.
+  int64_t calls(CollectiveKind kind) const;
+  int64_t bytes(CollectiveKind kind) const;
+  // Every (kind, group) seen since the last reset, ordered by kind then group.
+  std::vector<CollectiveCount> snapshot() const;
+  void reset();
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<CollectiveKind, std::string>, CollectiveCount> counts_;
+};
+
+// The process-wide counter every ProcessGroup records into.
+CollectiveCounter& collective_counter();
+
+}  // namespace dtr

@@ -1,0 +1,39 @@
+// Ring reduce-scatter on Gloo's pair-level send/recv, for every group size and uneven blocks.
+//
+// Why not Gloo's own: this Gloo has only ReduceScatterHalvingDoubling, whose constructor is
+// collective and binds one buffer (so it would be rebuilt per call), which was tested only
+// at power-of-two sizes and which cannot do uneven blocks or avg. The ring moves the
+// least data possible: in each of n-1 steps every rank sends one block (1/n of the input
+// when blocks are even) to rank+1 and receives one from rank-1, so a rank sends (n-1)/n
+// of its input in all, like NCCL's ring. Blocks go in pieces of about kPieceBytes, so a
+// piece is reduced and forwarded while the next one is still arriving; receives are
+// posted a step ahead (Gloo sends only once the receiver is ready).
+// Step s (0..n-2) on rank r receives block (r-s-2) mod n, adds its own input's copy of it,
+// and forwards the sum; after the last step it holds the total of block r. Types: float32,
+// float64, int32, int64 (bfloat16 and float16 are widened to float32 by the caller).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/reduce_op.h"
+#include "kernels/dtype.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace dtr::gloo_ring {
+
+// Bytes per piece of a block: big enough to amortise a round of Gloo's send/recv
+// handshake, small enough to overlap reduction with transfer.
+inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
+
+// output <- this rank's block of op(input of every rank). counts[r]: elements of rank r's
+// block in input. output may alias this rank's block of input. avg divides the sum by n.
+// Throws gloo::Exception on a timeout or a lost peer.
+void reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
+                    const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout);
+
+}  // namespace dtr::gloo_ring

@@ -1,0 +1,339 @@
+#include "collectives/process_group_gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "collectives/distributed_error.h"
+#include "collectives/internal/gloo_store.h"
+#include "collectives/internal/ring_reduce_scatter.h"
+#include "collectives/prefix_store.h"
+
+namespace dtr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+// Allreduces up to this size use Gloo's bcube (a few hops, low latency); larger ones its
+// ring (least data per rank). Measured with tools/bench/collective_bench.
+constexpr int64_t kBcubeMaxBytes = 256 << 10;
+// wait() allows this beyond the group's timeout, so the backend's own error, which names
+// the peers, arrives first.
+constexpr std::chrono::milliseconds kWaitMargin{5000};
+
+// One TCP device (one epoll thread) per process, shared by every group. Leaked on purpose:
+// its thread must outlive groups destroyed by static destructors at exit. A process forked
+// after the device was made gets its own (the parent's thread does not exist in a child).
+// Gloo writes to its sockets without MSG_NOSIGNAL, so SIGPIPE is ignored from then on: a
+// peer that died must fail the collective, not kill this process (Python, and so
+// PyTorch, ignores SIGPIPE the same way).
+std::shared_ptr<gloo::transport::Device> process_device() {
+  static std::mutex mutex;
+  static pid_t owner = 0;
+  static std::shared_ptr<gloo::transport::Device>* device = nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device == nullptr || owner != ::getpid()) {
+    ::signal(SIGPIPE, SIG_IGN);
+    gloo::transport::tcp::attr attr;
+    if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
+      attr.iface = iface;  // multi-node runs: the interface the other nodes reach (as in PyTorch)
+    } else {
+      attr.hostname = "127.0.0.1";
+      attr.ai_family = AF_INET;
+    }
+    device = new std::shared_ptr<gloo::transport::Device>(gloo::transport::tcp::CreateDevice(attr));
+    owner = ::getpid();
+  }
+  return *device;
+}
+
+bool is_half(DType d) { return d == kBFloat16 || d == kFloat16; }
+
+// The types that go on the wire (bfloat16/float16 are widened first): one visible dispatch.
+template <class F>
+decltype(auto) dispatch_wire(DType dtype, F&& f) {
+  switch (dtype) {
+    case kFloat32: return f(TypeTag<float>{});
+    case kFloat64: return f(TypeTag<double>{});
+    case kInt32: return f(TypeTag<int32_t>{});
+    case kInt64: return f(TypeTag<int64_t>{});
+    default: DTR_INTERNAL_ASSERT(false, "gloo: {} reaches the wire; it must be widened to float32", dtype);
+  }
+}
+
+template <class T>
+ReduceFn reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::kMax: return static_cast<ReduceFn>(&gloo::max<T>);
+    case ReduceOp::kMin: return static_cast<ReduceFn>(&gloo::min<T>);
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
+}
+
+// t /= n elementwise (the second half of avg), on a float32 or float64 tensor.
+void divide_(const Tensor& t, int n) {
+  dispatch_wire(t.dtype(), [&]<class T>(TypeTag<T>) {
+    if constexpr (std::is_floating_point_v<T>) {
+      T* p = t.data_ptr<T>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] /= static_cast<T>(n);
+    }
+  });
+}
+
+// Gloo refuses no pointer, but a zero-size tensor has none; any valid address will do.
+void* address_of(const Tensor& t) {
+  static char empty;
+  return t.numel() == 0 ? &empty : t.data();
+}
+
+DistributedErrorKind kind_of_gloo_error(std::string_view what) {
+  if (what.find("Timed out") != std::string_view::npos || what.find("timeout") != std::string_view::npos) {
+    return DistributedErrorKind::kTimeout;
+  }
+  for (std::string_view s : {"closed", "reset", "refused", "Broken pipe", "Connection"}) {
+    if (what.find(s) != std::string_view::npos) return DistributedErrorKind::kConnection;
+  }
+  return DistributedErrorKind::kBackend;
+}
+
+}  // namespace
+
+struct ProcessGroupGloo::Impl {
+  ProcessGroupGloo& group;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::pair<Collective, Work>> queue;
+  bool stopping = false;
+  std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
+  std::thread thread;
+
+  explicit Impl(ProcessGroupGloo& g) : group(g) {}
+
+  void connect();
+  void loop();
+  void run(Collective& c);
+  void all_reduce(Collective& c);
+  void all_gather(Collective& c);
+  void reduce_scatter(Collective& c);
+  void all_to_all(Collective& c);
+  void broadcast(Collective& c);
+  void barrier(Collective& c);
+  DistributedError failure(const Collective& c, std::exception_ptr error, Clock::time_point start);
+};
+
+void ProcessGroupGloo::Impl::connect() {
+  context = std::make_shared<gloo::rendezvous::Context>(group.rank(), group.size());
+  context->setTimeout(group.timeout());
+  auto store = std::make_shared<PrefixStore>("gloo", group.store());
+  store->set_timeout(group.timeout());
+  GlooStore gloo_store(store);
+  std::shared_ptr<gloo::transport::Device> device = process_device();
+  try {
+    context->connectFullMesh(gloo_store, device);
+  } catch (const DistributedError& e) {
+    throw DistributedError(e.kind(), fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks "
+                                                 "failed: {}",
+                                                 group.name(), group.rank(), group.size(), e.what()));
+  } catch (const std::exception& e) {
+    throw DistributedError(kind_of_gloo_error(e.what()),
+                           fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks failed: "
+                                       "Gloo: {}",
+                                       group.name(), group.rank(), group.size(), e.what()));
+  }
+}
+
+void ProcessGroupGloo::Impl::loop() {
+  while (true) {
+    std::pair<Collective, Work> item;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      item = std::move(queue.front());
+      queue.pop_front();
+    }
+    Collective& c = item.first;
+    if (broken) {
+      item.second.finish(std::make_exception_ptr(DistributedError(
+          broken->kind(), fmt::format("{}: not run: the group failed earlier: {}", c.description, broken->what()))));
+      continue;
+    }
+    const auto start = Clock::now();
+    try {
+      if (c.pack) c.pack();
+      run(c);
+      if (c.unpack) c.unpack();
+      item.second.finish();
+    } catch (...) {
+      broken = failure(c, std::current_exception(), start);
+      item.second.finish(std::make_exception_ptr(*broken));
+    }
+  }
+}
+
+void ProcessGroupGloo::Impl::run(Collective& c) {
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce: return all_reduce(c);
+    case CollectiveKind::kAllGather: return all_gather(c);
+    case CollectiveKind::kReduceScatter: return reduce_scatter(c);
+    case CollectiveKind::kAllToAll: return all_to_all(c);
+    case CollectiveKind::kBroadcast: return broadcast(c);
+    case CollectiveKind::kBarrier: return barrier(c);
+  }
+}
+
+void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
+  if (c.output.numel() == 0) return;
+  // bfloat16/float16: reduce in float32, round once.
+  Tensor wire = is_half(c.dtype) ? c.output.to(kFloat32) : c.output;
+  dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
+    gloo::AllreduceOptions opts(context);
+    opts.setOutput(wire.data_ptr<T>(), static_cast<size_t>(wire.numel()));
+    opts.setAlgorithm(static_cast<int64_t>(wire.nbytes()) <= kBcubeMaxBytes
+                          ? gloo::AllreduceOptions::Algorithm::BCUBE
+                          : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setReduceFunction(reduce_fn<T>(c.op));
+    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTimeout(group.timeout());
+    gloo::allreduce(opts);
+  });
+  if (c.op == ReduceOp::kAvg) divide_(wire, group.size());
+  if (is_half(c.dtype)) c.output.copy_(wire);
+}
+
+void ProcessGroupGloo::Impl::all_gather(Collective& c) {
+  const size_t elem = itemsize(c.dtype);
+  std::vector<size_t> bytes;
+  for (int64_t n : c.output_counts) bytes.push_back(static_cast<size_t>(n) * elem);
+  if (c.output.numel() == 0) return;  // every rank sends nothing: the counts are global
+  const int64_t offset = Collective::offset_of(c.output_counts, group.rank());
+  const bool in_place = c.input.numel() == 0 || (c.input.storage().is_same(c.output.storage()) &&
+                                                 c.input.offset() == c.output.offset() + offset);
+  auto* out = static_cast<uint8_t*>(c.output.data());
+  if (std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; })) {
+    gloo::AllgatherOptions opts(context);
+    if (!in_place) opts.setInput(static_cast<uint8_t*>(c.input.data()), bytes[0]);
+    opts.setOutput(out, bytes[0] * bytes.size());
+    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTimeout(group.timeout());
+    gloo::allgather(opts);
+  } else {
+    gloo::AllgathervOptions opts(context);
+    if (!in_place) opts.setInput(static_cast<uint8_t*>(address_of(c.input)), bytes[group.rank()]);
+    opts.setOutput(out, bytes);
+    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTimeout(group.timeout());
+    gloo::allgatherv(opts);
+  }
+}
+
+void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {
+  if (c.input.numel() == 0) return;  // the counts are global: every rank skips
+  Tensor in = is_half(c.dtype) ? c.input.to(kFloat32) : c.input;
+  Tensor out = is_half(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
+  gloo_ring::reduce_scatter(*context, in.dtype(), c.op, in.data(), address_of(out), c.input_counts,
+                            static_cast<uint32_t>(c.seq), group.timeout());
+  if (is_half(c.dtype)) c.output.copy_(out);
+}
+
+void ProcessGroupGloo::Impl::all_to_all(Collective& c) {
+  // No rank may skip: its peers post sends and receives for it even when they are empty.
+  const int64_t elem = static_cast<int64_t>(itemsize(c.dtype));
+  std::vector<int64_t> in_bytes, out_bytes;
+  for (int64_t n : c.input_counts) in_bytes.push_back(n * elem);
+  for (int64_t n : c.output_counts) out_bytes.push_back(n * elem);
+  gloo::AlltoallvOptions opts(context);
+  opts.setInput(static_cast<uint8_t*>(address_of(c.input)), in_bytes);
+  opts.setOutput(static_cast<uint8_t*>(address_of(c.output)), out_bytes);
+  opts.setTag(static_cast<uint32_t>(c.seq));
+  opts.setTimeout(group.timeout());
+  gloo::alltoallv(opts);
+}
+
+void ProcessGroupGloo::Impl::broadcast(Collective& c) {
+  if (c.output.numel() == 0) return;
+  gloo::BroadcastOptions opts(context);
+  opts.setRoot(c.root);
+  auto* p = static_cast<uint8_t*>(c.output.data());
+  if (group.rank() == c.root) opts.setInput(p, c.output.nbytes());
+  opts.setOutput(p, c.output.nbytes());
+  opts.setTag(static_cast<uint32_t>(c.seq));
+  opts.setTimeout(group.timeout());
+  gloo::broadcast(opts);
+}
+
+void ProcessGroupGloo::Impl::barrier(Collective& c) {
+  gloo::BarrierOptions opts(context);
+  opts.setTag(static_cast<uint32_t>(c.seq));
+  opts.setTimeout(group.timeout());
+  gloo::barrier(opts);
+}
+
+DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::exception_ptr error,
+                                                 Clock::time_point start) {
+  std::string what;
+  DistributedErrorKind kind = DistributedErrorKind::kBackend;
+  try {
+    std::rethrow_exception(error);
+  } catch (const DistributedError& e) {
+    what = e.what();
+    kind = e.kind();
+  } catch (const gloo::Exception& e) {
+    what = fmt::format("Gloo: {}", e.what());
+    kind = kind_of_gloo_error(e.what());
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  return DistributedError(kind, fmt::format("{} failed after {} ms ({}): {}; {}", c.description, ms,
+                                            distributed_error_kind_name(kind), group.diagnose_failure(c.seq), what));
+}
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
+    : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+  join_ranks();
+  impl_->connect();
+  impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+Work ProcessGroupGloo::enqueue(Collective c) {
+  Work work(c.description, timeout() + kWaitMargin);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->queue.emplace_back(std::move(c), work);
+  }
+  impl_->cv.notify_one();
+  return work;
+}
+
+}  // namespace dtr

@@ -1,0 +1,326 @@
+#include "collectives/process_group_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "collectives/distributed_error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_device.h"
+
+namespace dtr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::chrono::milliseconds kWaitMargin{5000};
+constexpr std::chrono::milliseconds kWatchdogPeriod{1};
+
+ncclDataType_t nccl_type(DType d) {
+  switch (d) {
+    case kFloat32: return ncclFloat32;
+    case kFloat64: return ncclFloat64;
+    case kBFloat16: return ncclBfloat16;
+    case kFloat16: return ncclFloat16;
+    case kInt32: return ncclInt32;
+    case kInt64: return ncclInt64;
+    case kBool: break;
+  }
+  DTR_INTERNAL_ASSERT(false, "nccl: {} reached the backend; ProcessGroup rejects it", d);
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
+}
+
+// A CUDA stream of one device that does not synchronise with the legacy default stream.
+class CudaStream {
+ public:
+  explicit CudaStream(int device) {
+    DTR_CUDA_CHECK(cudaSetDevice(device), device);
+    DTR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), device);
+  }
+  ~CudaStream() { cudaStreamDestroy(stream_); }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class CudaEvent {
+ public:
+  explicit CudaEvent(int device) {
+    DTR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device);
+  }
+  CudaEvent(CudaEvent&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  CudaEvent& operator=(CudaEvent&&) = delete;
+  ~CudaEvent() {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+struct ProcessGroupNCCL::Impl {
+  struct Pending {
+    Collective c;
+    Work work;
+    CudaEvent done;
+    Clock::time_point start;
+  };
+
+  ProcessGroupNCCL& group;
+  int device;
+  ncclComm_t comm = nullptr;
+  bool aborted = false;
+  std::optional<CudaStream> stream;
+  Tensor barrier_buffer;
+  std::mutex mutex;  // guards comm calls, pending and broken
+  std::condition_variable idle_cv;
+  std::deque<Pending> pending;
+  std::optional<DistributedError> broken;
+  bool stopping = false;
+  std::thread watchdog;
+
+  Impl(ProcessGroupNCCL& g, int d) : group(g), device(d) {}
+
+  // Throws DistributedError(kBackend) naming the call, device, rank and NCCL's own message.
+  void check(ncclResult_t result, const char* call) const {
+    if (result == ncclSuccess || result == ncclInProgress) return;
+    const char* last = comm != nullptr ? ncclGetLastError(comm) : "";
+    throw DistributedError(DistributedErrorKind::kBackend,
+                           fmt::format("{} failed on cuda:{} (rank {} of group '{}'): {} ({})", call, device,
+                                       group.rank(), group.name(), ncclGetErrorString(result), last));
+  }
+  void launch(const Collective& c);
+  void abort_all(DistributedErrorKind kind, const std::string& reason);
+  void watch();
+};
+
+#define DTR_NCCL_CHECK(call) check((call), #call)
+
+void ProcessGroupNCCL::Impl::launch(const Collective& c) {
+  const ncclDataType_t type = nccl_type(c.dtype);
+  const size_t elem = itemsize(c.dtype);
+  cudaStream_t s = stream->get();
+  auto* in = static_cast<char*>(c.input.numel() > 0 ? c.input.data() : nullptr);
+  auto* out = static_cast<char*>(c.output.numel() > 0 ? c.output.data() : nullptr);
+  const int n = group.size(), rank = group.rank();
+  auto equal = [](const std::vector<int64_t>& v) { return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; }); };
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+      if (c.output.numel() == 0) return;
+      DTR_NCCL_CHECK(ncclAllReduce(out, out, c.output.numel(), type, nccl_op(c.op), comm, s));
+      return;
+    case CollectiveKind::kAllGather: {
+      if (c.output.numel() == 0) return;
+      const int64_t mine = c.output_counts[rank];
+      if (equal(c.output_counts)) {
+        DTR_NCCL_CHECK(ncclAllGather(in, out, mine, type, comm, s));
+        return;
+      }
+      DTR_NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < n; ++r) {
+        if (c.output_counts[r] == 0) continue;
+        char* block = out + Collective::offset_of(c.output_counts, r) * elem;
+        DTR_NCCL_CHECK(ncclBroadcast(r == rank ? in : block, block, c.output_counts[r], type, r, comm, s));
+      }
+      DTR_NCCL_CHECK(ncclGroupEnd());
+      return;
+    }
+    case CollectiveKind::kReduceScatter: {
+      if (c.input.numel() == 0) return;
+      if (equal(c.input_counts)) {
+        DTR_NCCL_CHECK(ncclReduceScatter(in, out, c.input_counts[rank], type, nccl_op(c.op), comm, s));
+        return;
+      }
+      DTR_NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < n; ++r) {
+        if (c.input_counts[r] == 0) continue;
+        char* block = in + Collective::offset_of(c.input_counts, r) * elem;
+        DTR_NCCL_CHECK(ncclReduce(block, r == rank ? out : nullptr, c.input_counts[r], type, nccl_op(c.op), r, comm, s));
+      }
+      DTR_NCCL_CHECK(ncclGroupEnd());
+      return;
+    }
+    case CollectiveKind::kAllToAll:
+      DTR_NCCL_CHECK(ncclGroupStart());
+      for (int r = 0; r < n; ++r) {
+        if (c.input_counts[r] > 0) {
+          DTR_NCCL_CHECK(ncclSend(in + Collective::offset_of(c.input_counts, r) * elem, c.input_counts[r], type, r,
+                                  comm, s));
+        }
+        if (c.output_counts[r] > 0) {
+          DTR_NCCL_CHECK(ncclRecv(out + Collective::offset_of(c.output_counts, r) * elem, c.output_counts[r], type, r,
+                                  comm, s));
+        }
+      }
+      DTR_NCCL_CHECK(ncclGroupEnd());
+      return;
+    case CollectiveKind::kBroadcast:
+      if (c.output.numel() == 0) return;
+      DTR_NCCL_CHECK(ncclBroadcast(out, out, c.output.numel(), type, c.root, comm, s));
+      return;
+    case CollectiveKind::kBarrier:
+      DTR_NCCL_CHECK(ncclAllReduce(barrier_buffer.data(), barrier_buffer.data(), 1, ncclFloat32, ncclSum, comm, s));
+      return;
+  }
+}
+
+// Aborts the communicator (once) and fails every pending Work. Called with mutex held.
+void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::string& reason) {
+  if (!aborted && comm != nullptr) {
+    ncclCommAbort(comm);
+    aborted = true;
+  }
+  bool first = true;
+  for (Pending& p : pending) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.start).count();
+    // Only the oldest collective asks the store about peers: that question takes a grace period.
+    DistributedError error(kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms,
+                                             distributed_error_kind_name(kind),
+                                             first ? group.diagnose_failure(p.c.seq) : "an earlier collective failed",
+                                             reason));
+    if (first) broken = error;
+    first = false;
+    p.work.finish(std::make_exception_ptr(error));
+  }
+  pending.clear();
+  if (!broken) broken = DistributedError(kind, reason);
+  idle_cv.notify_all();
+}
+
+void ProcessGroupNCCL::Impl::watch() {
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  std::unique_lock<std::mutex> lock(mutex);
+  while (!(stopping && pending.empty())) {
+    idle_cv.wait_for(lock, kWatchdogPeriod);
+    if (pending.empty() || aborted) continue;
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+      abort_all(DistributedErrorKind::kBackend,
+                fmt::format("NCCL reported an asynchronous error: {} ({})", ncclGetErrorString(async),
+                            ncclGetLastError(comm)));
+      continue;
+    }
+    // Collectives finish in issue order on the one stream: only the oldest can be next.
+    while (!pending.empty()) {
+      Pending& p = pending.front();
+      const cudaError_t q = cudaEventQuery(p.done.get());
+      if (q == cudaErrorNotReady) {
+        if (Clock::now() - p.start > group.timeout()) {
+          abort_all(DistributedErrorKind::kTimeout,
+                    fmt::format("NCCL: not finished within the group's timeout of {} ms; communicator aborted",
+                                group.timeout().count()));
+        }
+        break;
+      }
+      if (q != cudaSuccess) {
+        abort_all(DistributedErrorKind::kBackend, fmt::format("CUDA: {} on cuda:{}", cudaGetErrorString(q), device));
+        break;
+      }
+      Pending done = std::move(p);
+      pending.pop_front();
+      try {
+        if (done.c.unpack) done.c.unpack();
+        done.work.finish();
+      } catch (...) {
+        done.work.finish(std::current_exception());
+      }
+    }
+    if (pending.empty()) idle_cv.notify_all();
+  }
+}
+
+ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
+    : ProcessGroup(std::move(store), rank, size, std::move(options)) {
+  const int device = this->options().device_index;
+  if (device < 0 || device >= cuda::device_count()) {
+    throw DistributedError(DistributedErrorKind::kBackend,
+                           fmt::format("nccl group '{}' (rank {} of {}): needs CUDA device cuda:{}, but this machine "
+                                       "has {} CUDA device(s); use the gloo backend for CPU tensors",
+                                       name(), rank, size, device, cuda::device_count()));
+  }
+  impl_ = std::make_unique<Impl>(*this, device);
+  join_ranks();
+  ncclUniqueId id;
+  if (rank == 0) {
+    impl_->check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    this->store()->set("nccl_unique_id", std::string_view(reinterpret_cast<const char*>(&id), sizeof id));
+  } else {
+    const std::string bytes = this->store()->get("nccl_unique_id", timeout());
+    DTR_INTERNAL_ASSERT(bytes.size() == sizeof id, "nccl unique id of {} bytes", bytes.size());
+    std::memcpy(&id, bytes.data(), sizeof id);
+  }
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  impl_->check(ncclCommInitRank(&impl_->comm, size, id, rank), "ncclCommInitRank");
+  impl_->stream.emplace(device);
+  impl_->barrier_buffer = Tensor::empty({1}, kFloat32, Device(kCUDA, device));
+  impl_->watchdog = std::thread([impl = impl_.get()] { impl->watch(); });
+}
+
+ProcessGroupNCCL::~ProcessGroupNCCL() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->idle_cv.notify_all();
+  impl_->watchdog.join();
+  if (impl_->comm != nullptr && !impl_->aborted) ncclCommDestroy(impl_->comm);
+}
+
+bool ProcessGroupNCCL::accepts(Device device) const {
+  return device.is_cuda() && device.index == impl_->device;
+}
+
+Work ProcessGroupNCCL::enqueue(Collective c) {
+  Work work(c.description, timeout() + kWaitMargin);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->broken) {
+    work.finish(std::make_exception_ptr(DistributedError(
+        impl_->broken->kind(),
+        fmt::format("{}: not run: the group failed earlier: {}", c.description, impl_->broken->what()))));
+    return work;
+  }
+  const int device = impl_->device;
+  try {
+    DTR_CUDA_CHECK(cudaSetDevice(device), device);
+    if (c.pack) c.pack();
+    // The comm stream waits for what the default stream (dtr's kernels) has queued so far.
+    CudaEvent ready(device);
+    DTR_CUDA_CHECK(cudaEventRecord(ready.get(), nullptr), device);
+    DTR_CUDA_CHECK(cudaStreamWaitEvent(impl_->stream->get(), ready.get(), 0), device);
+    impl_->launch(c);
+    CudaEvent done(device);
+    DTR_CUDA_CHECK(cudaEventRecord(done.get(), impl_->stream->get()), device);
+    impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
+  } catch (const std::exception& e) {
+    impl_->abort_all(DistributedErrorKind::kBackend, e.what());
+    work.finish(std::make_exception_ptr(DistributedError(DistributedErrorKind::kBackend,
+                                                         fmt::format("{}: {}", c.description, e.what()))));
+  }
+  return work;
+}
+
+}  // namespace dtr

@@ -1,0 +1,51 @@
+#include "collectives/work.h"
+
+#include "collectives/distributed_error.h"
+
+namespace dtr {
+
+Work::Work() : state_(std::make_shared<State>()) {
+  state_->description = "a collective with nothing to move";
+  state_->timeout = std::chrono::milliseconds(0);
+  state_->done = true;
+}
+
+Work::Work(std::string description, std::chrono::milliseconds timeout) : state_(std::make_shared<State>()) {
+  state_->description = std::move(description);
+  state_->timeout = timeout;
+}
+
+void Work::wait() const { wait(state_->timeout); }
+
+void Work::wait(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  if (!state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    throw DistributedError(DistributedErrorKind::kTimeout,
+                           fmt::format("wait: {} did not finish within {} ms (a peer may be dead, hung or "
+                                       "running a different collective)",
+                                       state_->description, timeout.count()));
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->error;
+}
+
+void Work::finish(std::exception_ptr error) const {
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    DTR_INTERNAL_ASSERT(!state_->done, "{} finished twice", state_->description);
+    state_->done = true;
+    state_->error = std::move(error);
+  }
+  state_->done_cv.notify_all();
+}
+
+}  // namespace dtr

@@ -1,0 +1,52 @@
+// Work: the handle every collective returns at once, while the collective runs on its
+// group's communication thread (CPU) or stream (GPU).
+//
+// A Work finishes exactly once, successfully or with the collective's error (a
+// DistributedError naming group, collective, sizes and peer). wait() rethrows that error;
+// it never blocks forever: after its timeout it throws DistributedError(kTimeout) even if
+// the collective is still running. Handles are shared: copies refer to one collective
+// (c10d's Work, without futures or callbacks).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace dtr {
+
+class Work {
+ public:
+  // A work that has already finished successfully (a collective with nothing to move).
+  Work();
+  // A running collective. wait() without an argument gives up after `timeout`.
+  Work(std::string description, std::chrono::milliseconds timeout);
+
+  // Blocks until the collective finished and rethrows its error, or throws
+  // DistributedError(kTimeout) once `timeout` has passed.
+  void wait() const;
+  void wait(std::chrono::milliseconds timeout) const;
+  bool is_completed() const;
+  // The error the collective failed with; null while it runs and after success.
+  std::exception_ptr exception() const;
+  // "all_reduce #3 on group 'default_pg'".
+  const std::string& description() const { return state_->description; }
+
+  // For backends: marks the collective finished (with its error, if any) and wakes waiters.
+  void finish(std::exception_ptr error = nullptr) const;
+
+ private:
+  struct State {
+    std::string description;
+    std::chrono::milliseconds timeout;
+    mutable std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace dtr

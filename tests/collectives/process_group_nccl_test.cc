@@ -1,0 +1,118 @@
+// NCCL process groups on real rank processes, one CUDA device each: the collective sweeps
+// of collective_sweep.h (out-of-place and in-place), coalesced forms, the device check,
+// and a rank absent from a collective (the watchdog aborts the communicator). Tagged gpu:
+// left out of CPU runs, and failing, not passing, where no GPU is present.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "collectives/collective_counter.h"
+#include "collectives/distributed_error.h"
+#include "collectives/init.h"
+#include "kernels/cuda/cuda_device.h"
+#include "tests/collectives/collective_sweep.h"
+#include "tests/collectives/multi_rank.h"
+#include "tests/collectives/rank_data.h"
+
+namespace dtr {
+namespace {
+
+using namespace testing;
+using namespace std::chrono_literals;
+
+// CUDA devices, counted in a child: the test process itself must not initialise CUDA,
+// or its forked ranks could not use it.
+int cuda_devices() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(std::min(cuda::device_count(), 100));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+TEST_CASE("nccl: every collective, dtype, size, even/uneven and layout", "[collectives][nccl][gpu]") {
+  const int devices = cuda_devices();
+  REQUIRE(devices >= 1);
+  for (int world = 1; world <= std::min(devices, 4); ++world) {
+    run_ranks(world, [](int rank, int) {
+      auto pg = init_process_group(Backend::kNccl);
+      const Device device(kCUDA, rank);
+      sweep_all_reduce(*pg, device, kCudaLayouts);
+      sweep_all_gather(*pg, device, kCudaLayouts);
+      sweep_reduce_scatter(*pg, device, kCudaLayouts);
+      sweep_all_to_all(*pg, device, kCudaLayouts);
+      sweep_broadcast(*pg, device, kCudaLayouts);
+      pg->barrier().wait();
+    });
+  }
+}
+
+TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused", "[collectives][nccl][gpu]") {
+  const int devices = cuda_devices();
+  REQUIRE(devices >= 1);
+  run_ranks(std::min(devices, 2), [](int rank, int n) {
+    auto pg = init_process_group(Backend::kNccl);
+    const Device device(kCUDA, rank);
+    collective_counter().reset();
+    std::vector<Tensor> ins = {make_tensor(4, 0, kBFloat16, [&](int64_t i) { return rank * 10.0 + i; }).to(device),
+                               make_tensor(2, 3, kBFloat16, [&](int64_t i) { return -rank * 10.0 - i; }).to(device)};
+    std::vector<Tensor> outs = {Tensor::empty({4L * n}, kBFloat16, device), Tensor::empty({2L * n, 3}, kBFloat16, device)};
+    pg->all_gather_into_tensor_coalesced(outs, ins).wait();
+    std::vector<double> e0, e1;
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < 4; ++i) e0.push_back(r * 10.0 + i);
+      for (int i = 0; i < 6; ++i) e1.push_back(-r * 10.0 - i);
+    }
+    check_exact(outs[0], e0, "coalesced all_gather [0]");
+    check_exact(outs[1], e1, "coalesced all_gather [1]");
+    std::vector<Tensor> rs_in = {make_tensor(2L * n, 0, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i); }).to(device),
+                                 make_tensor(n, 3, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i + 5); }).to(device)};
+    std::vector<Tensor> rs_out = {Tensor::empty({2}, kFloat32, device), Tensor::empty({1, 3}, kFloat32, device)};
+    pg->reduce_scatter_tensor_coalesced(rs_out, rs_in, ReduceOp::kAvg).wait();
+    check_exact(rs_out[0], {reduced(weight(2 * rank), n, ReduceOp::kAvg), reduced(weight(2 * rank + 1), n, ReduceOp::kAvg)},
+                "coalesced reduce_scatter [0]");
+    CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);
+    CHECK(collective_counter().calls(CollectiveKind::kReduceScatter) == 1);
+    Tensor cpu = Tensor::empty({4}, kFloat32);
+    CHECK_THROWS_AS(pg->all_reduce(cpu), TypeError);
+    CHECK_THROWS_WITH(pg->all_reduce(cpu), Catch::Contains("nccl backend") && Catch::Contains("CUDA"));
+  });
+}
+
+TEST_CASE("nccl: a rank absent from a collective times out; the communicator is aborted", "[collectives][nccl][gpu]") {
+  const int devices = cuda_devices();
+  REQUIRE(devices >= 1);
+  if (devices < 2) {
+    WARN("needs 2 CUDA devices (NCCL puts one rank on each); this machine has " << devices);
+    return;
+  }
+  RanksOptions options;
+  options.group_timeout = 3000ms;
+  run_ranks(
+      2,
+      [](int rank, int) {
+        auto pg = init_process_group(Backend::kNccl);
+        if (rank == 1) {
+          pg->store()->wait({"test/done"}, 60s);
+          return;
+        }
+        Tensor x = full({1024}, 1.0, kFloat32, Device(kCUDA, 0));
+        Work w = pg->all_reduce(x);
+        try {
+          w.wait();
+          FAIL("the all_reduce finished without rank 1");
+        } catch (const DistributedError& e) {
+          CHECK(e.kind() == DistributedErrorKind::kTimeout);
+          CHECK_THAT(e.what(), Catch::Contains("all_reduce #0") && Catch::Contains("peer group rank(s) [1]"));
+        }
+        pg->store()->set("test/done", "");
+      },
+      options);
+}
+
+}  // namespace
+}  // namespace dtr
