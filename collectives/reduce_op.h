@@ -23,4 +23,8 @@ constexpr std::string_view reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+// True for sum and avg, whose reductions over different mesh dims commute (a DTensor may
+// be Partial over several mesh dims only with ops that commute).
+constexpr bool is_linear(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
+
 }  // namespace dtr

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "collectives/init.h"
+#include "collectives/process_group.h"
 #include "kernels/error.h"
 
 namespace dtr {
@@ -175,8 +177,48 @@ DeviceMesh DeviceMesh::submesh(std::span<const std::string> dim_names) const {
     }
     sub_ranks.push_back(rank_at(coord));
   }
-  return DeviceMesh(Unchecked{}, device_type_, std::move(sub_shape), std::move(sub_ranks), std::move(sub_names),
-                    this_rank_);
+  DeviceMesh sub(Unchecked{}, device_type_, std::move(sub_shape), std::move(sub_ranks), std::move(sub_names),
+                 this_rank_);
+  if (has_groups()) {
+    for (int64_t d : kept) sub.groups_.push_back(groups_[d]);
+  }
+  return sub;
+}
+
+ProcessGroup& DeviceMesh::group(int64_t mesh_dim) const {
+  check_mesh_dim(mesh_dim, "group");
+  DTR_CHECK(has_groups(), ValueError,
+            "DeviceMesh.group: {} has no process groups (it was built as a topology); create meshes that "
+            "communicate with init_device_mesh",
+            to_string());
+  return *groups_[mesh_dim];
+}
+
+DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names) {
+  if (!is_initialized()) init_process_group(device_type == kCPU ? Backend::kGloo : Backend::kNccl);
+  std::shared_ptr<ProcessGroup> world = default_group();
+  const int64_t mesh_size = shape_numel(shape);
+  DTR_CHECK(mesh_size == world->size(), ValueError,
+            "init_device_mesh: a mesh of shape {} holds {} ranks but the world has {}; the mesh must hold every rank",
+            shape, mesh_size, world->size());
+  DeviceMesh mesh = DeviceMesh::row_major(device_type, std::move(shape), std::move(dim_names), world->rank(),
+                                          world->size());
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    if (mesh.ndim() == 1) {
+      mesh.groups_.push_back(world);
+      break;
+    }
+    // The groups along m are the ranks that agree on every other coordinate: colour by
+    // the row-major index of those coordinates.
+    int64_t colour = 0;
+    for (int64_t k = 0; k < mesh.ndim(); ++k) {
+      if (k != m) colour = colour * mesh.size(k) + mesh.coordinate()[k];
+    }
+    mesh.groups_.push_back(split_group(*world, static_cast<int>(colour)));
+    DTR_INTERNAL_ASSERT(mesh.groups_.back()->rank() == mesh.coordinate()[m], "group rank {} at coordinate {}",
+                        mesh.groups_.back()->rank(), mesh.coordinate());
+  }
+  return mesh;
 }
 
 namespace {

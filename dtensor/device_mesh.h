@@ -6,13 +6,15 @@
 // {0..3} and {4..7}, along "dp" (dim 0) {0,4}, {1,5}, {2,6}, {3,7}. A mesh built over
 // the world holds a permutation of 0..world-1; sub-meshes (mesh["dp"]) hold the ranks
 // that share this process's coordinate on the other dims. The mesh stores the rank of
-// this process, so coordinate() needs no communication. Process groups are created
-// from group_ranks(mesh_dim), one per mesh dim, by the layer that owns collectives.
+// this process, so coordinate() needs no communication. init_device_mesh creates one
+// process group per mesh dim, once (the group of this process along that dim); copies
+// and sub-meshes share them. A mesh built from its constructor is a topology only.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,6 +24,8 @@
 #include "kernels/tensor.h"
 
 namespace dtr {
+
+class ProcessGroup;
 
 class DeviceMesh {
  public:
@@ -72,6 +76,10 @@ class DeviceMesh {
   DeviceMesh operator[](std::string_view dim_name) const;
   DeviceMesh submesh(std::span<const std::string> dim_names) const;
 
+  // The process group of this process along mesh_dim; ValueError for a topology-only mesh.
+  ProcessGroup& group(int64_t mesh_dim) const;
+  bool has_groups() const { return !groups_.empty(); }
+
   // PyTorch's repr: "DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))".
   std::string to_string() const;
   // Meshes are equal when device type, shape, ranks and names agree (this_rank aside:
@@ -83,6 +91,7 @@ class DeviceMesh {
   DeviceMesh(Unchecked, DeviceType device_type, Shape shape, std::vector<int64_t> ranks,
              std::vector<std::string> dim_names, int64_t this_rank);
   void check_mesh_dim(int64_t mesh_dim, std::string_view op) const;
+  friend DeviceMesh init_device_mesh(DeviceType, Shape, std::vector<std::string>);
 
   DeviceType device_type_;
   Shape shape_;
@@ -90,7 +99,14 @@ class DeviceMesh {
   std::vector<std::string> dim_names_;
   int64_t this_rank_;
   std::vector<int64_t> coordinate_;
+  std::vector<std::shared_ptr<ProcessGroup>> groups_;  // one per mesh dim, or none
 };
+
+// The mesh of `shape` over every rank of the world, row-major, with one process group per
+// mesh dim (torch's init_device_mesh). Initialises the default process group from the
+// environment first if needed (Gloo for kCPU, NCCL for kCUDA). Collective over the world;
+// ValueError if the mesh does not hold exactly the world's ranks.
+DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names = {});
 
 }  // namespace dtr
 

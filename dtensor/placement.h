@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dtensor/reduce_op.h"
+#include "collectives/reduce_op.h"
 
 namespace dtr {
 

@@ -1,0 +1,53 @@
+// redistribute: runs a RedistributePlan on this rank's local tensors, issuing exactly the
+// collectives the plan lists, one per step (coalesced: one per step for all tensors).
+//
+// Each step works on the group of mesh dim `mesh_dim` holding this rank. Uneven shards
+// are padded to chunk_capacity before a collective and trimmed after it (PyTorch's
+// padding; the plan's byte counts assume it), so every rank of a group exchanges equal
+// buffers. Local results are fresh contiguous tensors: a redistribute never writes into
+// or aliases its inputs. With Async::kYes the first step's collective is issued at once
+// and the rest run when the result is first needed (on the calling thread, so every rank
+// issues its collectives in the same program order).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "collectives/work.h"
+#include "dtensor/redistribute_plan.h"
+#include "kernels/tensor.h"
+
+namespace dtr {
+
+enum class Async : uint8_t { kNo, kYes };
+
+// A redistribute in flight: locals of every source, under the plan's target placements
+// once wait() returns.
+class PendingRedistribute {
+ public:
+  // Issues the plan's first communicating step (and any local steps before it).
+  PendingRedistribute(RedistributePlan plan, std::vector<Tensor> locals);
+  ~PendingRedistribute();
+  PendingRedistribute(const PendingRedistribute&) = delete;
+  PendingRedistribute& operator=(const PendingRedistribute&) = delete;
+
+  // Finishes the step in flight and runs the remaining steps; idempotent.
+  const std::vector<Tensor>& wait();
+  const RedistributePlan& plan() const { return plan_; }
+
+ private:
+  struct InFlight;
+  // Runs steps from next_step_ until one issues a collective (kept in in_flight_) or none remain.
+  void advance();
+
+  RedistributePlan plan_;
+  std::vector<Tensor> locals_;
+  size_t next_step_ = 0;
+  std::unique_ptr<InFlight> in_flight_;
+};
+
+// Runs the whole plan and returns the new locals (blocking).
+std::vector<Tensor> execute_redistribute(const RedistributePlan& plan, std::vector<Tensor> locals);
+
+}  // namespace dtr

@@ -1,0 +1,289 @@
+// DTensor on real ranks: distribute_tensor, from_local, redistribute (blocking, async,
+// coalesced) and full_tensor over Gloo, checked against the global tensor every rank can
+// compute, with the collectives issued counted and compared with the plan.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "collectives/collective_counter.h"
+#include "collectives/init.h"
+#include "dtensor/dtensor.h"
+#include "kernels/fill.h"
+#include "tests/collectives/multi_rank.h"
+#include "tests/kernels/test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::run_ranks;
+using testing::to_f64;
+
+// Integer-valued float64 data: every sum is exact, so results compare bit for bit.
+Tensor global_tensor(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, kFloat64);
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<double>()[i] = dist(gen);
+  return t;
+}
+
+// The block of `full` that `box` names.
+Tensor box_of(const Tensor& full, const LocalBox& box) {
+  Tensor t = full;
+  for (size_t d = 0; d < box.shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
+  return t.contiguous();
+}
+
+// This rank's term of `full` under `placements`: its box, split over every Partial mesh
+// dim into terms that reduce (with that dim's op) to the value. Terms are random but the
+// same function of (seed, coordinates) on every rank.
+Tensor partial_terms(const Tensor& full, const DTensorSpec& spec, uint64_t seed) {
+  const DeviceMesh& mesh = spec.mesh();
+  Tensor value = box_of(full, spec.local_box());
+  for (int64_t m = 0; m < mesh.ndim(); ++m) {
+    const Placement& p = spec.placements()[m];
+    if (!p.is_partial()) continue;
+    const int64_t n = mesh.size(m), j = mesh.coordinate()[m];
+    // noise(k): the random part of group member k's term, seeded by the coordinates so far.
+    auto noise = [&](int64_t k) {
+      uint64_t s = seed * 1000003 + static_cast<uint64_t>(m) * 7919;
+      for (int64_t q = 0; q < m; ++q) s = s * 31 + static_cast<uint64_t>(mesh.coordinate()[q]);
+      return global_tensor(value.shape(), s * 131 + static_cast<uint64_t>(k));
+    };
+    Tensor term = value.clone();
+    double* t = term.data_ptr<double>();
+    const double* v = value.data_ptr<double>();
+    switch (p.reduce_op()) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: {
+        // Members k > 0 hold noise; member 0 holds the rest, so the sum is the value (times n for avg).
+        const double scale = p.reduce_op() == ReduceOp::kAvg ? static_cast<double>(n) : 1.0;
+        if (j > 0) {
+          term = noise(j);
+        } else {
+          for (int64_t i = 0; i < term.numel(); ++i) t[i] = scale * v[i];
+          for (int64_t k = 1; k < n; ++k) {
+            Tensor r = noise(k);
+            for (int64_t i = 0; i < term.numel(); ++i) t[i] -= r.data_ptr<double>()[i];
+          }
+        }
+        break;
+      }
+      case ReduceOp::kMax:
+      case ReduceOp::kMin: {
+        // Member 0 holds the value; the others hold values on the losing side of it.
+        const double sign = p.reduce_op() == ReduceOp::kMax ? -1.0 : 1.0;
+        if (j > 0) {
+          Tensor r = noise(j);
+          for (int64_t i = 0; i < term.numel(); ++i) t[i] = v[i] + sign * (1 + std::abs(r.data_ptr<double>()[i]));
+        }
+        break;
+      }
+    }
+    value = term;
+  }
+  return value;
+}
+
+Placement random_placement(std::mt19937_64& gen, int64_t ndim) {
+  const int kind = static_cast<int>(gen() % 5);
+  if (kind <= 1 && ndim > 0) return Shard(static_cast<int64_t>(gen() % ndim));
+  if (kind == 2) return Partial(static_cast<ReduceOp>(gen() % 4));
+  return Replicate();
+}
+
+// The nccl-tests size the counter records for each collective step, summed per kind.
+std::map<CollectiveKind, std::pair<int64_t, int64_t>> expected_counts(const RedistributePlan& plan) {
+  std::map<CollectiveKind, std::pair<int64_t, int64_t>> out;  // kind -> (calls, bytes)
+  const DeviceMesh& mesh = plan.mesh();
+  const int64_t me = std::find(mesh.ranks().begin(), mesh.ranks().end(), mesh.this_rank()) - mesh.ranks().begin();
+  for (const RedistributeStep& step : plan.steps()) {
+    if (!is_collective(step.op)) continue;
+    const int64_t n = mesh.size(step.mesh_dim);
+    const CollectiveKind kind = step.op == StepOp::kAllGather       ? CollectiveKind::kAllGather
+                                : step.op == StepOp::kReduceScatter ? CollectiveKind::kReduceScatter
+                                : step.op == StepOp::kAllToAll      ? CollectiveKind::kAllToAll
+                                                                    : CollectiveKind::kAllReduce;
+    int64_t bytes = 0;
+    if (kind == CollectiveKind::kAllReduce) {
+      for (const DTensorSpec& s : plan.sources()) {
+        bytes += shape_numel(s.with_placements(step.before).local_box().shape) * static_cast<int64_t>(itemsize(s.dtype()));
+      }
+    } else {
+      bytes = step.send_bytes[me] / (n - 1) * n;  // (n-1) padded blocks sent, n in the buffer
+    }
+    out[kind].first += 1;
+    out[kind].second += bytes;
+  }
+  return out;
+}
+
+void check_counts_match(const RedistributePlan& plan, const std::string& what) {
+  const auto expected = expected_counts(plan);
+  for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
+                              CollectiveKind::kAllReduce}) {
+    const auto it = expected.find(kind);
+    INFO(what << ": " << collective_kind_name(kind) << "\n" << plan.explain());
+    CHECK(collective_counter().calls(kind) == (it == expected.end() ? 0 : it->second.first));
+    CHECK(collective_counter().bytes(kind) == (it == expected.end() ? 0 : it->second.second));
+  }
+  CHECK(collective_counter().calls(CollectiveKind::kBroadcast) == 0);
+}
+
+// One seeded random case: redistribute from random to random placements and compare.
+// Returns false when the drawn placements are not a legal spec or move (then nothing ran).
+bool run_random_case(const DeviceMesh& mesh, std::mt19937_64& gen, uint64_t seed) {
+  const int64_t ndim = static_cast<int64_t>(gen() % 4);
+  Shape shape;
+  for (int64_t d = 0; d < ndim; ++d) shape.push_back(static_cast<int64_t>(gen() % 7));  // 0..6: empty shards too
+  Placements from, to;
+  for (int64_t m = 0; m < mesh.ndim(); ++m) from.push_back(random_placement(gen, ndim));
+  for (int64_t m = 0; m < mesh.ndim(); ++m) to.push_back(random_placement(gen, ndim));
+  std::optional<DTensorSpec> source, target;
+  try {
+    source.emplace(mesh, from, shape, kFloat64);
+    target.emplace(mesh, to, shape, kFloat64);
+    plan_redistribute(*source, to);
+  } catch (const ValueError&) {
+    return false;  // a mix of Partial ops the spec or planner rejects: tested in redistribute_plan_test
+  }
+  const std::string what = fmt::format("case {}: {} {} -> {} on {}", seed, shape, placements_str(from),
+                                       placements_str(to), mesh.to_string());
+  const Tensor full = global_tensor(shape, seed);
+  DTensor x = from_local(partial_terms(full, *source, seed), mesh, from, shape);
+  collective_counter().reset();
+  DTensor y = x.redistribute(to);
+  check_counts_match(plan_redistribute(*source, to), what);
+  INFO(what);
+  CHECK(y.placements() == to);
+  CHECK(y.to_local().shape() == target->local_box().shape);
+  if (!target->has_partial()) CHECK(to_f64(y.to_local()) == to_f64(box_of(full, target->local_box())));
+  CHECK(to_f64(y.full_tensor()) == to_f64(full));
+  return true;
+}
+
+TEST_CASE("random redistributes on 1-D meshes of 1, 2 and 3 ranks", "[dtensor][redistribute]") {
+  for (int world : {1, 2, 3}) {
+    run_ranks(world, [](int, int world) {
+      DeviceMesh mesh = init_device_mesh(kCPU, {world});
+      std::mt19937_64 gen(1000 + world);
+      int ran = 0;
+      for (uint64_t c = 0; c < 50; ++c) ran += run_random_case(mesh, gen, c);
+      CHECK(ran >= 40);
+    });
+  }
+}
+
+TEST_CASE("random redistributes on 4 ranks: 1-D, 2x2, 1x4 and 4x1 meshes", "[dtensor][redistribute]") {
+  run_ranks(4, [](int, int) {
+    init_process_group(Backend::kGloo);
+    int ran = 0;
+    for (Shape shape : {Shape{4}, Shape{2, 2}, Shape{1, 4}, Shape{4, 1}}) {
+      DeviceMesh mesh = init_device_mesh(kCPU, shape, shape.size() == 1 ? std::vector<std::string>{"dp"}
+                                                                        : std::vector<std::string>{"dp", "tp"});
+      std::mt19937_64 gen(7 + shape[0]);
+      for (uint64_t c = 0; c < 70; ++c) ran += run_random_case(mesh, gen, c);
+    }
+    CHECK(ran >= 200);  // the issue asks for at least 200 random cases on 4 ranks per run
+  });
+}
+
+TEST_CASE("classic transitions issue the expected collectives", "[dtensor][redistribute]") {
+  run_ranks(4, [](int rank, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {4});
+    const Tensor full = global_tensor({10, 6}, 3);  // 10 rows over 4 ranks: 3, 3, 3, 1
+    struct Case {
+      Placement from, to;
+      CollectiveKind kind;
+    };
+    for (const Case& c : {Case{Shard(0), Replicate(), CollectiveKind::kAllGather},
+                          Case{Shard(0), Shard(1), CollectiveKind::kAllToAll},
+                          Case{Partial(), Replicate(), CollectiveKind::kAllReduce},
+                          Case{Partial(), Shard(0), CollectiveKind::kReduceScatter},
+                          Case{Partial(ReduceOp::kAvg), Shard(1), CollectiveKind::kReduceScatter}}) {
+      DTensorSpec spec(mesh, {c.from}, full.shape(), kFloat64);
+      DTensor x = from_local(partial_terms(full, spec, 9), mesh, {c.from}, full.shape());
+      collective_counter().reset();
+      DTensor y = x.redistribute({c.to});
+      INFO(c.from.str() << " -> " << c.to.str());
+      CHECK(collective_counter().calls(c.kind) == 1);
+      CHECK(collective_counter().snapshot().size() == 1);
+      CHECK(to_f64(y.full_tensor()) == to_f64(full));
+    }
+    // Replicate -> Shard is local, and Replicate -> Partial(sum) keeps the value on coordinate 0 only.
+    DTensor r = distribute_tensor(full, mesh, {Replicate()});
+    collective_counter().reset();
+    DTensor s = r.redistribute({Shard(1)});
+    DTensor p = r.redistribute({Partial()});
+    CHECK(collective_counter().snapshot().empty());
+    CHECK(to_f64(s.to_local()) == to_f64(box_of(full, s.spec().local_box())));
+    CHECK(to_f64(p.to_local()) == (rank == 0 ? to_f64(full) : std::vector<double>(60, 0.0)));
+    CHECK(to_f64(p.full_tensor()) == to_f64(full));
+  });
+}
+
+TEST_CASE("distribute_tensor broadcasts coordinate 0's data; uneven and empty shards", "[dtensor]") {
+  run_ranks(4, [](int rank, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
+    const Tensor full = global_tensor({5, 3}, 11);
+    // Only rank 0's values count: the others pass garbage of the same shape.
+    Tensor mine = rank == 0 ? full : global_tensor({5, 3}, 99 + rank);
+    DTensor x = distribute_tensor(mine, mesh, {Shard(0), Shard(0)});  // rows 0:2, 2:3, 3:4, 4:5
+    CHECK(x.to_local().shape() == Shape{rank == 0 ? 2 : 1, 3});
+    CHECK(to_f64(x.full_tensor()) == to_f64(full));
+    CHECK(to_f64(x.to_local()) == to_f64(box_of(full, x.spec().local_box())));
+    DTensor y = distribute_tensor(mine, mesh, {Replicate(), Shard(1)});
+    CHECK(to_f64(y.redistribute({Shard(1), Shard(0)}).full_tensor()) == to_f64(full));
+    // A dim smaller than the mesh: ranks past its end hold empty shards.
+    DTensor tiny = distribute_tensor(rank == 0 ? global_tensor({1, 2}, 5) : zeros({1, 2}, kFloat64), mesh,
+                                     {Shard(0), Replicate()});
+    CHECK(tiny.to_local().shape() == Shape{rank < 2 ? 1 : 0, 2});
+    CHECK(to_f64(tiny.full_tensor()) == to_f64(global_tensor({1, 2}, 5)));
+  });
+}
+
+TEST_CASE("async and coalesced redistribute", "[dtensor][redistribute]") {
+  run_ranks(2, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    std::vector<DTensor> params;
+    std::vector<Tensor> fulls;
+    for (int i = 0; i < 3; ++i) {
+      fulls.push_back(global_tensor({3 + i, 4}, 20 + i));  // 3 and 5 rows are uneven over 2 ranks
+      params.push_back(distribute_tensor(fulls.back(), mesh, {Shard(0)}));
+    }
+    collective_counter().reset();
+    std::vector<DTensor> gathered = redistribute_coalesced(params, {Replicate()}, Async::kYes);
+    for (const DTensor& g : gathered) CHECK(g.is_pending());
+    for (size_t i = 0; i < gathered.size(); ++i) {
+      CHECK(to_f64(gathered[i].to_local()) == to_f64(fulls[i]));
+      CHECK_FALSE(gathered[i].is_pending());
+    }
+    CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);  // one collective for three tensors
+    DTensor pending = params[1].redistribute({Replicate()}, Async::kYes);
+    CHECK(pending.is_pending());
+    CHECK(to_f64(pending.full_tensor()) == to_f64(fulls[1]));
+  });
+}
+
+TEST_CASE("bad input: typed errors naming tensors, shapes, meshes and placements", "[dtensor][errors]") {
+  run_ranks(2, [](int rank, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const Tensor full = global_tensor({4, 2}, 1);
+    CHECK_THROWS_AS(distribute_tensor(full, mesh, {Shard(2)}), IndexError);
+    CHECK_THROWS_AS(distribute_tensor(full, mesh, {Shard(0), Replicate()}), ValueError);
+    CHECK_THROWS_WITH(distribute_tensor(full, mesh, {Shard(0), Replicate()}), Catch::Contains("mesh"));
+    // Ranks passing different local shapes to from_local: every rank raises.
+    CHECK_THROWS_WITH(from_local(zeros({rank == 0 ? 2 : 3, 2}, kFloat64), mesh, {Shard(0)}),
+                      Catch::Contains("from_local") && Catch::Contains("uneven"));
+    CHECK_THROWS_AS(from_local(zeros({2, 2}, kFloat64), mesh, {Shard(0)}, Shape{5, 2}), ValueError);
+    DTensor p = from_local(zeros({4, 2}, kFloat64), mesh, {Partial()});
+    CHECK_THROWS_WITH(p.redistribute({Partial(ReduceOp::kAvg)}), Catch::Contains("P(sum)") && Catch::Contains("P(avg)"));
+    DeviceMesh other = DeviceMesh::row_major(kCPU, {2}, {"tp"}, rank, 2);
+    CHECK_THROWS_WITH(p.redistribute(other, {Replicate()}), Catch::Contains("cross-mesh"));
+    // A mesh that is not the world.
+    CHECK_THROWS_WITH(init_device_mesh(kCPU, {3}), Catch::Contains("world has 2"));
+  });
+}
+
+}  // namespace
+}  // namespace dtr
