@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "collectives/process_group.h"
+#include "dtensor/autograd.h"
+#include "dtensor/internal/dtensor_impl.h"
 #include "kernels/fill.h"
 
 namespace dtr {
@@ -32,31 +34,41 @@ std::vector<std::vector<int64_t>> all_gather_mesh(const DeviceMesh& mesh, const 
 
 }  // namespace
 
-DTensor::DTensor(Tensor local, DTensorSpec spec) : local_(std::move(local)), spec_(std::move(spec)) {
-  const Shape expected = spec_->local_box().shape;
-  DTR_CHECK(local_.defined() && local_.shape() == expected && local_.dtype() == spec_->dtype(), ValueError,
+DTensor::DTensor(Tensor local, DTensorSpec spec) : impl_(std::make_shared<Impl>()) {
+  const Shape expected = spec.local_box().shape;
+  DTR_CHECK(local.defined() && local.shape() == expected && local.dtype() == spec.dtype(), ValueError,
             "DTensor: local tensor {} does not match the spec {}: this rank (coordinate {}) holds {}{}",
-            describe(local_), spec_->to_string(), spec_->mesh().coordinate(), dtype_name(spec_->dtype()), expected);
+            describe(local), spec.to_string(), spec.mesh().coordinate(), dtype_name(spec.dtype()), expected);
+  impl_->local = std::move(local);
+  impl_->spec = std::move(spec);
 }
 
-DTensor::DTensor(std::shared_ptr<PendingRedistribute> pending, size_t index, DTensorSpec spec)
-    : spec_(std::move(spec)), pending_(std::move(pending)), pending_index_(index) {}
-
-const DTensorSpec& DTensor::spec() const {
-  DTR_CHECK(spec_.has_value(), ValueError, "DTensor: use of an undefined DTensor");
-  return *spec_;
+DTensor::Impl& DTensor::impl() const {
+  DTR_CHECK(impl_ != nullptr, ValueError, "DTensor: use of an undefined DTensor");
+  return *impl_;
 }
+
+const DTensorSpec& DTensor::spec() const { return *impl().spec; }
+
+bool DTensor::is_pending() const { return impl().pending != nullptr; }
 
 const Tensor& DTensor::to_local() const {
-  if (pending_) {
-    local_ = pending_->wait()[pending_index_];
-    pending_.reset();
+  Impl& i = impl();
+  if (i.pending) {
+    i.local = i.pending->wait()[i.pending_index];
+    i.pending.reset();
   }
-  return local_;
+  return i.local;
 }
 
 Tensor DTensor::full_tensor() const {
   return redistribute(Placements(mesh().ndim(), Replicate())).to_local();
+}
+
+double DTensor::item() const {
+  DTR_CHECK(numel() == 1, ValueError, "item: {} has {} elements; item() needs exactly one", to_string(), numel());
+  NoGradGuard no_grad;
+  return full_tensor().item();
 }
 
 DTensor DTensor::redistribute(const Placements& placements, Async async) const {
@@ -71,10 +83,67 @@ DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placemen
   return redistribute(placements, async);
 }
 
+bool DTensor::requires_grad() const { return impl().requires_grad; }
+
+DTensor& DTensor::requires_grad_(bool requires_grad) {
+  DTR_CHECK(is_leaf(), ValueError,
+            "requires_grad_: {} was produced by {}; only leaves can change requires_grad (detach() it first)",
+            to_string(), impl().grad_fn->name());
+  impl().requires_grad = requires_grad;
+  return *this;
+}
+
+bool DTensor::is_leaf() const { return impl().grad_fn == nullptr; }
+
+const DTensor& DTensor::grad() const { return impl().grad; }
+
+void DTensor::set_grad(DTensor grad) const {
+  DTR_CHECK(!grad.defined() || (grad.shape() == shape() && grad.dtype() == dtype()), ValueError,
+            "set_grad: gradient {} for {}: shapes and dtypes must match", grad.to_string(), to_string());
+  impl().grad = std::move(grad);
+}
+
+const std::shared_ptr<Node>& DTensor::grad_fn() const { return impl().grad_fn; }
+
+void DTensor::backward(DTensor gradient, RetainGraph retain_graph) const {
+  std::vector<DTensor> gradients;
+  if (gradient.defined()) gradients.push_back(std::move(gradient));
+  run_backward(std::span(this, 1), gradients, retain_graph);
+}
+
+DTensor DTensor::detach() const {
+  auto impl = std::make_shared<Impl>();
+  impl->local = to_local();
+  impl->spec = spec();
+  return DTensor(std::move(impl));
+}
+
+int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
+  DTR_CHECK(requires_grad(), ValueError, "register_hook: {} does not require grad; its gradient is never computed",
+            to_string());
+  const int id = impl().next_hook_id++;
+  impl().hooks.emplace(id, std::move(hook));
+  return id;
+}
+
+void DTensor::remove_hook(int id) const { impl().hooks.erase(id); }
+
+void DTensor::register_post_accumulate_grad_hook(std::function<void(const DTensor&)> hook) const {
+  DTR_CHECK(is_leaf() && requires_grad(), ValueError,
+            "register_post_accumulate_grad_hook: {} is not a leaf that requires grad", to_string());
+  impl().post_accumulate_hooks.push_back(std::move(hook));
+}
+
+void DTensor::set_grad_placements(Placements placements) const {
+  DTR_CHECK(is_leaf(), ValueError, "set_grad_placements: {} is not a leaf", to_string());
+  spec().with_placements(placements);  // validates
+  impl().grad_placements = std::move(placements);
+}
+
 std::string DTensor::to_string() const {
   if (!defined()) return "DTensor(undefined)";
-  return fmt::format("DTensor({}, local {})", spec_->to_string(),
-                     is_pending() ? "pending" : describe(local_));
+  return fmt::format("DTensor({}, local {}{})", impl_->spec->to_string(),
+                     is_pending() ? "pending" : describe(impl_->local), requires_grad() ? ", requires_grad" : "");
 }
 
 std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements,
@@ -99,9 +168,33 @@ std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, co
     if (async == Async::kNo) {
       out.emplace_back(pending->wait()[i], std::move(target));
     } else {
-      out.push_back(DTensor(pending, i, std::move(target)));
+      auto impl = std::make_shared<DTensor::Impl>();
+      impl->spec = std::move(target);
+      impl->pending = pending;
+      impl->pending_index = i;
+      out.push_back(DTensor(std::move(impl)));
     }
   }
+  // Backward: each gradient goes back to the source placements, Partial ones becoming
+  // Replicate (a Partial input's gradient is the same on every rank: PyTorch's rule).
+  Placements back = specs.front().placements();
+  for (Placement& p : back) {
+    if (p.is_partial()) {
+      DTR_CHECK(is_linear(p.reduce_op()) || !needs_grad(tensors), NotImplementedError,
+                "redistribute: differentiating through {} -> {} is not supported (a Partial({}) term's gradient "
+                "is not defined without the reduced value); reduce it outside autograd",
+                placements_str(specs.front().placements()), placements_str(placements), reduce_op_name(p.reduce_op()));
+      p = Replicate();
+    }
+  }
+  record("redistribute", tensors, out, [back](const std::vector<DTensor>& grads) {
+    std::vector<DTensor> moved;
+    bool same = true;
+    for (const DTensor& g : grads) same = same && g.placements() == grads.front().placements();
+    if (same) return redistribute_coalesced(grads, back);
+    for (const DTensor& g : grads) moved.push_back(g.redistribute(back));
+    return moved;
+  });
   return out;
 }
 

@@ -1,14 +1,17 @@
 // DTensor: a global tensor on a device mesh = this rank's local Tensor + a DTensorSpec
-// (PyTorch's torch.distributed.tensor.DTensor).
+// (PyTorch's torch.distributed.tensor.DTensor), and its autograd state.
 //
 // The spec says what every rank holds (placements, global shape, dtype); the local
 // tensor holds this rank's part, of shape spec().local_box().shape. Data moves between
 // ranks only in redistribute (and in distribute_tensor / from_local's check), one
 // collective per plan step. An asynchronous redistribute returns at once with a pending
 // DTensor: its collective runs while the caller computes, and the first to_local() waits.
-// Local tensors are never written by dtr after creation; treat them as values.
+// A DTensor is a handle: copies share one tensor (its data, grad and grad_fn), as torch
+// Tensors do; detach() gives a new handle on the same data. dtr never writes into a
+// local tensor after creating it: treat locals as values.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,43 +24,85 @@
 
 namespace dtr {
 
+class Node;
+enum class RetainGraph : uint8_t { kNo, kYes };
+
 class DTensor {
  public:
   DTensor() = default;
-  // Wraps a local tensor under a spec; ValueError if its shape, dtype or device is not
-  // what the spec gives this rank.
+  // Wraps a local tensor under a spec; ValueError if its shape or dtype is not what the
+  // spec gives this rank.
   DTensor(Tensor local, DTensorSpec spec);
 
-  bool defined() const { return spec_.has_value(); }
+  bool defined() const { return impl_ != nullptr; }
   const DTensorSpec& spec() const;
   const DeviceMesh& mesh() const { return spec().mesh(); }
   const Placements& placements() const { return spec().placements(); }
   const Shape& shape() const { return spec().shape(); }
+  int64_t size(int64_t dim) const { return shape()[wrap_dim(dim, this->dim(), "size")]; }
   DType dtype() const { return spec().dtype(); }
   int64_t dim() const { return spec().ndim(); }
+  int64_t numel() const { return shape_numel(shape()); }
   // Whether an asynchronous redistribute producing this tensor is still in flight.
-  bool is_pending() const { return pending_ != nullptr; }
+  bool is_pending() const;
+  // The same DTensor object (not merely equal values).
+  bool is_same(const DTensor& other) const { return impl_ == other.impl_; }
 
   // This rank's part (waits for a pending redistribute first).
   const Tensor& to_local() const;
-  // The whole tensor on every rank (redistribute to Replicate everywhere).
+  // The whole tensor on every rank (redistribute to Replicate everywhere; differentiable
+  // through redistribute when called on a tensor that requires grad).
   Tensor full_tensor() const;
+  // The value of a one-element tensor on every rank (Partial placements reduced first).
+  double item() const;
   // The same tensor under other placements on the same mesh (cross-mesh moves are not
-  // supported: ValueError). Async::kYes returns a pending DTensor.
+  // supported: ValueError). Async::kYes returns a pending DTensor. Differentiable: the
+  // gradient moves back to the source placements (see dtensor/ops/redistribute_op.h).
   DTensor redistribute(const Placements& placements, Async async = Async::kNo) const;
   DTensor redistribute(const DeviceMesh& mesh, const Placements& placements, Async async = Async::kNo) const;
+
+  // --- autograd (dtensor/autograd.h runs it) ---
+  bool requires_grad() const;
+  // Makes this leaf require (or stop requiring) a gradient; returns *this. ValueError on a
+  // non-leaf (a tensor an op produced: detach() it first).
+  DTensor& requires_grad_(bool requires_grad = true);
+  bool is_leaf() const;
+  // The accumulated gradient of a leaf (undefined before backward or after zero_grad).
+  const DTensor& grad() const;
+  void set_grad(DTensor grad) const;
+  // The node that produced this tensor (null for leaves and for tensors made without grad).
+  const std::shared_ptr<Node>& grad_fn() const;
+  // Backpropagates from this tensor: with no gradient it must hold one element (the loss).
+  void backward(DTensor gradient = {}, RetainGraph retain_graph = RetainGraph::kNo) const;
+  // A new tensor on the same data that no graph records.
+  DTensor detach() const;
+  // Calls hook(grad) whenever a gradient for this tensor is computed; a defined result
+  // replaces the gradient. Returns an id for remove_hook.
+  int register_hook(std::function<DTensor(const DTensor&)> hook) const;
+  void remove_hook(int id) const;
+  // Leaves only: calls hook(*this) after a gradient was accumulated into grad() (FSDP's
+  // reduce-scatter trigger; torch's register_post_accumulate_grad_hook).
+  void register_post_accumulate_grad_hook(std::function<void(const DTensor&)> hook) const;
+  // Leaves only: the placements grad() is kept in (default: the leaf's own, so a Partial
+  // gradient of a Replicate parameter is all-reduced as it accumulates, and one of a
+  // Shard(0) parameter reduce-scattered). Give Partial placements to keep gradients
+  // unreduced (gradient accumulation without sync).
+  void set_grad_placements(Placements placements) const;
 
   // "DTensor(float32[8, 6] (S(0), R) on DeviceMesh(...), local float32[4, 6])".
   std::string to_string() const;
 
- private:
-  friend std::vector<DTensor> redistribute_coalesced(std::span<const DTensor>, const Placements&, Async);
-  DTensor(std::shared_ptr<PendingRedistribute> pending, size_t index, DTensorSpec spec);
+  // The shared state a handle points to (dtensor/internal/dtensor_impl.h).
+  struct Impl;
 
-  mutable Tensor local_;
-  std::optional<DTensorSpec> spec_;
-  mutable std::shared_ptr<PendingRedistribute> pending_;
-  size_t pending_index_ = 0;
+ private:
+  friend class Node;
+  friend struct AutogradAccess;
+  friend std::vector<DTensor> redistribute_coalesced(std::span<const DTensor>, const Placements&, Async);
+  explicit DTensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  Impl& impl() const;
+
+  std::shared_ptr<Impl> impl_;
 };
 
 // Distributes `full` (read on the mesh's coordinate-0 rank, broadcast to the others along
@@ -76,6 +121,7 @@ DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements
 
 // Redistributes several DTensors making the same move (same mesh and source placements)
 // with one collective per plan step for all of them (FSDP's parameter all-gather).
+// Differentiable like redistribute; the backward of a coalesced move is coalesced too.
 std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements,
                                             Async async = Async::kNo);
 

@@ -265,6 +265,48 @@ TEST_CASE("async and coalesced redistribute", "[dtensor][redistribute]") {
   });
 }
 
+TEST_CASE("redistribute is differentiable: gradients go back to the source placements", "[dtensor][autograd]") {
+  run_ranks(2, [](int rank, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    const Tensor full = global_tensor({5, 3}, 4);
+    DTensor x = distribute_tensor(full, mesh, {Shard(0)});
+    x.requires_grad_();
+    // S(0) -> R forward; a Replicate gradient comes back as a local chunk (no collective).
+    DTensor y = x.redistribute({Replicate()});
+    CHECK(y.grad_fn() != nullptr);
+    DTensor replicated_grad = distribute_tensor(full, mesh, {Replicate()});
+    collective_counter().reset();
+    y.backward(replicated_grad, RetainGraph::kYes);
+    CHECK(collective_counter().snapshot().empty());
+    CHECK(to_f64(x.grad().to_local()) == to_f64(box_of(full, x.spec().local_box())));
+    // A Partial(sum) gradient (each rank's term is full) is reduce-scattered: FSDP's gradient path.
+    x.set_grad({});
+    DTensor partial_grad = from_local(full, mesh, {Partial()});
+    collective_counter().reset();
+    y.backward(partial_grad);
+    CHECK(collective_counter().calls(CollectiveKind::kReduceScatter) == 1);
+    CHECK(x.grad().placements() == Placements{Shard(0)});
+    std::vector<double> twice = to_f64(box_of(full, x.spec().local_box()));
+    for (double& v : twice) v *= 2;
+    CHECK(to_f64(x.grad().to_local()) == twice);
+    // Saved state is released after backward: a second backward is an error.
+    CHECK_THROWS_WITH(y.backward(from_local(full, mesh, {Partial()})), Catch::Contains("RetainGraph::kYes"));
+    // Gradients accumulate (+=) across backward calls, and hooks see them.
+    x.set_grad({});
+    int seen = 0;
+    x.register_hook([&](const DTensor& g) {
+      ++seen;
+      CHECK(g.placements() == Placements{Shard(0)});
+      return DTensor();
+    });
+    for (int i = 0; i < 2; ++i) x.redistribute({Replicate()}).backward(distribute_tensor(full, mesh, {Replicate()}));
+    CHECK(seen == 2);
+    // Two backward passes of `full` sum to 2 * full.
+    CHECK(to_f64(x.grad().to_local()) == twice);
+    CHECK(rank < 2);
+  });
+}
+
 TEST_CASE("bad input: typed errors naming tensors, shapes, meshes and placements", "[dtensor][errors]") {
   run_ranks(2, [](int rank, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});

@@ -1,0 +1,94 @@
+// Autograd over DTensors: graph nodes, grad mode and the backward engine (PyTorch's
+// torch.autograd, reduced to what training needs).
+//
+// Each differentiable op calls record(): when grad mode is on and an input requires grad,
+// its outputs get a Node whose BackwardFn maps the gradients of the outputs to those of
+// the inputs, written with DTensor ops so that gradients follow sharding rules too (the
+// weight gradient of S(0) x R is S(1) x S(0) = Partial(sum): data parallelism falls out).
+// The engine runs nodes in reverse creation order once all their gradients have arrived,
+// summing gradients that meet (+=). A node's BackwardFn, and so every tensor it saved, is
+// released as soon as it has run (memory falls during backward) unless RetainGraph::kYes.
+// Ops save their own outputs detached (detach()), so a graph never owns itself.
+// Gradients reaching a leaf are moved to its grad placements and accumulated (+=) there.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+
+namespace dtr {
+
+// Maps the gradients of a node's outputs (all defined: missing ones are zeros) to those
+// of its inputs (one per input; undefined where an input gets none).
+using BackwardFn = std::function<std::vector<DTensor>(const std::vector<DTensor>& grad_outputs)>;
+
+// Where a gradient goes: input `input_nr` of `node`.
+struct Edge {
+  std::shared_ptr<Node> node;
+  size_t input_nr = 0;
+};
+
+// Whether a node's backward function (and what it saved) is dropped once it has run
+// without RetainGraph::kYes. Leaf accumulators save nothing and serve every backward.
+enum class SavedState : uint8_t { kReleaseAfterRun, kKeep };
+
+class Node {
+ public:
+  Node(std::string name, BackwardFn backward, std::vector<Edge> next_edges, std::vector<DTensorSpec> output_specs,
+       SavedState saved = SavedState::kReleaseAfterRun);
+  const std::string& name() const { return name_; }
+  // One per input of the op (a null node where the input needs no gradient).
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  size_t num_outputs() const { return output_specs_.size(); }
+  // Creation order: later nodes run first.
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  // Runs the backward (zero-filling undefined gradients); ValueError once released.
+  std::vector<DTensor> apply(std::vector<DTensor> grad_outputs);
+  // Drops the backward function and everything it saved (unless SavedState::kKeep).
+  void release() {
+    if (saved_ == SavedState::kReleaseAfterRun) backward_ = nullptr;
+  }
+
+ private:
+  std::string name_;
+  BackwardFn backward_;
+  std::vector<Edge> next_edges_;
+  std::vector<DTensorSpec> output_specs_;
+  SavedState saved_;
+  uint64_t sequence_nr_;
+};
+
+// Whether ops record graphs (on by default; per thread).
+bool grad_mode_enabled();
+
+// Turns recording off for its scope (torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// True when grad mode is on and some input requires grad: the op must call record().
+bool needs_grad(std::span<const DTensor> inputs);
+
+// Gives `outputs` a node running `backward`, linked to the inputs, if needs_grad(inputs).
+void record(std::string name, std::span<const DTensor> inputs, std::span<DTensor> outputs, BackwardFn backward);
+
+// Backpropagates from roots with the given gradients (empty: each root holds one element
+// and gets a gradient of one; a Partial(avg) root's terms each get 1/n).
+void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph);
+
+// a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
+DTensor accumulate_gradients(const DTensor& a, const DTensor& b);
+
+}  // namespace dtr
