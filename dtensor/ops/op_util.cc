@@ -1,0 +1,30 @@
+#include "dtensor/ops/op_util.h"
+
+namespace dtr {
+
+DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out_shape, int64_t out_dim) {
+  DimStrategy s;
+  const int64_t out_ndim = static_cast<int64_t>(out_shape.size());
+  for (const Shape& in : input_shapes) {
+    const int64_t d = out_dim - (out_ndim - static_cast<int64_t>(in.size()));
+    const bool broadcast = d < 0 || in[d] != out_shape[out_dim];
+    s.inputs.push_back(broadcast ? Replicate() : Shard(d));
+  }
+  s.outputs.push_back(Shard(out_dim));
+  return s;
+}
+
+std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
+                                              std::span<const ReduceOp> partial) {
+  std::vector<DimStrategy> out;
+  for (int64_t d = 0; d < static_cast<int64_t>(out_shape.size()); ++d) {
+    out.push_back(shard_along(input_shapes, out_shape, d));
+  }
+  out.push_back(replicate_all(input_shapes.size()));
+  for (ReduceOp op : partial) {
+    out.push_back({std::vector<Placement>(input_shapes.size(), Partial(op)), {Partial(op)}});
+  }
+  return out;
+}
+
+}  // namespace dtr

@@ -1,0 +1,34 @@
+// Helpers every DTensor op shares: wrapping a local result as an output DTensor, and
+// the per-mesh-dim strategies that recur across op families.
+#pragma once
+
+#include <vector>
+
+#include "dtensor/dtensor.h"
+#include "dtensor/sharding_strategy.h"
+
+namespace dtr {
+
+// The output of an op: `local` is this rank's part of a tensor of global `shape` under
+// `placements` on `mesh`.
+inline DTensor make_output(Tensor local, const DeviceMesh& mesh, Placements placements, Shape shape) {
+  DType dtype = local.dtype();
+  return DTensor(std::move(local), DTensorSpec(mesh, std::move(placements), std::move(shape), dtype));
+}
+
+// Every input and the output Replicate: always legal, and the most expensive.
+inline DimStrategy replicate_all(size_t num_inputs, size_t num_outputs = 1) {
+  return {std::vector<Placement>(num_inputs, Replicate()), std::vector<Placement>(num_outputs, Replicate())};
+}
+
+// For an op applied independently to every element (or every slice) along output dim
+// `out_dim`: each input is sharded on its own matching dim, or Replicate where it is
+// broadcast (size 1 or absent), and the output is Shard(out_dim).
+DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out_shape, int64_t out_dim);
+
+// The candidates of an elementwise op with broadcasting: Shard along every output dim,
+// then Replicate; `partial` adds (P(op) for every input -> P(op)) for each op given.
+std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
+                                              std::span<const ReduceOp> partial = {});
+
+}  // namespace dtr

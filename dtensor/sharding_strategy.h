@@ -1,0 +1,59 @@
+// Sharding strategies: how an op chooses the placements it runs with (PyTorch's
+// OpStrategy and single-mesh-dim strategies, with _select_min_cost_strategy's choice).
+//
+// An op lists, for ONE mesh dim, the legal combinations of input and output placements
+// (DimStrategy: e.g. matmul's (S(0), R -> S(0)), (R, S(1) -> S(1)), (S(1), S(0) -> P(sum)),
+// (R, R -> R)); expand_strategies takes their product over the mesh dims. apply_strategy
+// picks the candidate whose input redistributions move the fewest bytes (summed over every
+// rank, so every rank picks the same one; the first among equals, so listing the
+// no-communication strategies first prefers them), redistributes the inputs to it
+// (differentiably), and counts the collectives it promised so tests can compare them with
+// the collectives actually issued. No candidate fits: a ValueError naming the op, every
+// input's spec and the placements the op accepts.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+
+namespace dtr {
+
+// Placements for one mesh dim: one per input, one per output.
+struct DimStrategy {
+  std::vector<Placement> inputs;
+  std::vector<Placement> outputs;
+};
+
+// Placements over every mesh dim: one list per input and per output.
+struct OpStrategy {
+  std::vector<Placements> inputs;
+  std::vector<Placements> outputs;
+};
+
+// The product of per-mesh-dim candidates over mesh_ndim dims (each mesh dim chooses
+// independently), in lexicographic order of the per-dim lists.
+std::vector<OpStrategy> expand_strategies(std::span<const DimStrategy> per_dim, int64_t mesh_ndim);
+
+// The chosen strategy and the inputs moved to its placements.
+struct AppliedStrategy {
+  OpStrategy strategy;
+  std::vector<DTensor> inputs;
+};
+
+// Checks that the inputs share a mesh (ValueError naming them otherwise), picks the
+// cheapest candidate and redistributes the inputs to it.
+AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inputs,
+                               std::span<const OpStrategy> candidates);
+
+// Collectives the strategies chosen on this thread promised since the last reset.
+int64_t promised_collectives();
+void reset_promised_collectives();
+
+// "float32[8, 6] (S(0), R)": how op errors name an input.
+std::string describe(const DTensor& t);
+
+}  // namespace dtr

@@ -1,0 +1,65 @@
+// Pointwise arithmetic, sum and the view ops they need, on DTensors: gradcheck on one rank,
+// then every placement combination on 1-D and 2x2 meshes against the one-rank result.
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/elementwise.h"
+#include "tests/dtensor/op_test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::global_tensor;
+using testing::OpCase;
+
+std::vector<OpCase> cases() {
+  const Tensor a = global_tensor({5, 3}, 1), b = global_tensor({5, 3}, 2), row = global_tensor({3}, 3);
+  // Divisors kept away from zero.
+  const Tensor den = add(mul(abs(global_tensor({5, 3}, 4)), 1.0), 1.0);
+  return {
+      {"add", {{a}, {b}}, [](const auto& x) { return add(x[0], x[1]); }},
+      {"add broadcast [5,3] + [3]", {{a}, {row}}, [](const auto& x) { return add(x[0], x[1]); }},
+      {"sub", {{a}, {b}}, [](const auto& x) { return sub(x[0], x[1]); }},
+      {"mul", {{a}, {b}}, [](const auto& x) { return mul(x[0], x[1]); }},
+      {"mul broadcast", {{row}, {a}}, [](const auto& x) { return mul(x[0], x[1]); }},
+      {"div", {{a}, {den}}, [](const auto& x) { return div(x[0], x[1]); }},
+      {"add scalar", {{a}}, [](const auto& x) { return add(x[0], 2.5); }},
+      {"mul scalar", {{a}}, [](const auto& x) { return mul(x[0], -3.0); }},
+      {"sum all", {{a}}, [](const auto& x) { return sum(x[0]); }},
+      {"sum dim 0", {{a}}, [](const auto& x) { return sum(x[0], {0}); }},
+      {"sum dim 1 keepdim", {{a}}, [](const auto& x) { return sum(x[0], {1}, KeepDim::kYes); }},
+      {"unsqueeze", {{a}}, [](const auto& x) { return unsqueeze(x[0], 1); }},
+      {"broadcast_to", {{row}}, [](const auto& x) { return broadcast_to(x[0], {4, 3}); }},
+  };
+}
+
+TEST_CASE("pointwise and reduction ops: gradcheck on one rank", "[dtensor][ops]") {
+  for (const OpCase& c : cases()) testing::gradcheck(c);
+}
+
+TEST_CASE("pointwise and reduction ops: every placement combination on real ranks", "[dtensor][ops]") {
+  testing::for_each_test_mesh([](const DeviceMesh& mesh) {
+    for (const OpCase& c : cases()) testing::check_distributed(c, mesh);
+  });
+}
+
+TEST_CASE("Partial inputs: exact rules keep Partial, others reduce first", "[dtensor][ops]") {
+  testing::run_ranks(2, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    const Tensor a = global_tensor({4, 2}, 5);
+    DTensor p = from_local(a, mesh, {Partial()});  // value 2a
+    DTensor r = distribute_tensor(a, mesh, {Replicate()});
+    collective_counter().reset();
+    CHECK(add(p, p).placements() == Placements{Partial()});
+    CHECK(mul(p, r).placements() == Placements{Partial()});
+    CHECK(mul(p, 2.0).placements() == Placements{Partial()});
+    CHECK(sum(p).placements() == Placements{Partial()});
+    CHECK(collective_counter().snapshot().empty());
+    // P(sum) + scalar and P * P must reduce first: never silently wrong.
+    CHECK(testing::to_f64(add(p, 1.0).full_tensor()) == testing::to_f64(add(mul(a, 2.0), 1.0)));
+    CHECK(testing::to_f64(mul(p, p).full_tensor()) == testing::to_f64(mul(mul(a, a), 4.0)));
+  });
+}
+
+}  // namespace
+}  // namespace dtr
