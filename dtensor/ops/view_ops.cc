@@ -34,6 +34,25 @@ DTensor unsqueeze(const DTensor& x, int64_t dim) {
   return y;
 }
 
+DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1) {
+  dim0 = wrap_dim(dim0, x.dim(), "transpose");
+  dim1 = wrap_dim(dim1, x.dim(), "transpose");
+  Shape out_shape = x.shape();
+  std::swap(out_shape[dim0], out_shape[dim1]);
+  std::vector<DimStrategy> per_dim;
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    per_dim.push_back({{Shard(k)}, {Shard(k == dim0 ? dim1 : k == dim1 ? dim0 : k)}});
+  }
+  add_unchanged(per_dim);
+  const DTensor inputs[] = {x};
+  AppliedStrategy s = apply_strategy("transpose", inputs, expand_strategies(per_dim, x.mesh().ndim()));
+  DTensor y = make_output(s.inputs[0].to_local().transpose(dim0, dim1), x.mesh(), s.strategy.outputs[0], out_shape);
+  record("transpose", s.inputs, std::span(&y, 1), [dim0, dim1](const std::vector<DTensor>& g) {
+    return std::vector<DTensor>{transpose(g[0], dim0, dim1)};
+  });
+  return y;
+}
+
 DTensor broadcast_to(const DTensor& x, const Shape& shape) {
   const Shape checked = broadcast_shapes(x.shape(), shape, "broadcast_to");
   DTR_CHECK(checked == shape, ValueError, "broadcast_to: {} cannot be broadcast to {}", describe(x), shape);
