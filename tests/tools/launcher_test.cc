@@ -34,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 // Runfiles paths (a test runs in its workspace's runfiles root).
 const std::string kDtrrun = "tools/launcher/dtrrun";
 const std::string kProbe = "tests/tools/launcher_probe";
+const std::string kCollectiveProbe = "tests/tools/collective_probe";
 // Only a launcher that hangs reaches it; the probes that must be stopped sleep far longer.
 constexpr auto kDeadline = std::chrono::seconds(60);
 const std::string kLongSleep = "600";
@@ -404,6 +405,35 @@ TEST_CASE("two nodes on loopback make one world of 4 ranks") {
     }
   }
   CHECK(ranks == std::multiset<std::string>{"0", "1", "2", "3"});
+}
+
+TEST_CASE("two launchers with --nnodes 2 form one Gloo world: an all_reduce spans all 4 ranks") {
+  const int port = dtr::launcher::find_free_port("127.0.0.1");
+  const fs::path dir = make_temp_dir();
+  std::vector<Launch> launches;
+  for (int node = 0; node < 2; ++node) {
+    launches.push_back(start_dtrrun({"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
+                                     "--master-port", std::to_string(port), kCollectiveProbe, "all_reduce"},
+                                    dir, "node" + std::to_string(node)));
+  }
+  int sums = 0;
+  for (int node = 0; node < 2; ++node) {
+    const Finished run = finish(launches[node]);
+    INFO("node " << node << " stderr:\n" << run.err);
+    REQUIRE(run.exit_code == 0);
+    for (const RankLine& line : rank_lines(run.out)) {
+      CHECK(line.text == "all_reduce sum 10 of 4 ranks");  // 1 + 2 + 3 + 4
+      ++sums;
+    }
+  }
+  CHECK(sums == 4);
+}
+
+TEST_CASE("a rank killed in the middle of a collective: dtrrun names it and stops the others") {
+  const Finished run = run_dtrrun({"--nproc-per-node", "3", kCollectiveProbe, "die_in_collective", "1"});
+  INFO("stderr:\n" << run.err);
+  CHECK(run.exit_code == 128 + SIGKILL);
+  CHECK_THAT(run.err, Catch::Contains("rank 1 (local rank 1") && Catch::Contains("killed by signal 9"));
 }
 
 TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
