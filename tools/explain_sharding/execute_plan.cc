@@ -196,8 +196,9 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
       const bool ok = calls == planned_calls && bytes == planned_bytes;
       mismatches += ok ? 0 : 1;
       lines.push_back(fmt::format("{:>4} | {:<8} | {:<19} | {:>4} | {:<{}} | {:>17} | {:>14} | {:>14} | {}",
-                                  step_numbers[i], mesh.dim_label(s.mesh_dim), collective_label(s), rank, group_label(i, rank),
-                                  group_width, fmt::format("{}/{}", s.send_bytes[k], s.recv_bytes[k]),
+                                  step_numbers[i], mesh.dim_label(s.mesh_dim), collective_label(s), rank,
+                                  group_label(i, rank), group_width,
+                                  fmt::format("{}/{}", s.send_bytes[k], s.recv_bytes[k]),
                                   fmt::format("{} x {} B", planned_calls, planned_bytes),
                                   fmt::format("{} x {} B", calls, bytes), ok ? "ok" : "MISMATCH"));
     }
@@ -212,15 +213,15 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
   const bool passed = mismatches == 0 && unplanned_ranks.empty() && local_failed.empty() && full_failed.empty();
   if (world.rank() != 0) return passed;
 
-  out << fmt::format("executed on {} ranks; measured: the CollectiveCounter's calls x nccl-tests size (a call's "
-                     "larger buffer: all_gather's output, reduce_scatter's input, all_reduce's tensor)\n",
-                     world.size());
+  out << fmt::format(
+      "executed on {} ranks; measured: the CollectiveCounter's calls x nccl-tests size (a call's "
+      "larger buffer: all_gather's output, reduce_scatter's input, all_reduce's tensor)\n",
+      world.size());
   if (lines.empty()) {
     out << "no collective steps planned\n";
   } else {
-    out << fmt::format("{:>4} | {:<8} | {:<19} | {:>4} | {:<{}} | {:>17} | {:>14} | {:>14} |\n", "step",
-                       "mesh dim", "collective", "rank", "group", group_width, "planned send/recv", "planned",
-                       "measured");
+    out << fmt::format("{:>4} | {:<8} | {:<19} | {:>4} | {:<{}} | {:>17} | {:>14} | {:>14} |\n", "step", "mesh dim",
+                       "collective", "rank", "group", group_width, "planned send/recv", "planned", "measured");
     for (const std::string& line : lines) out << line << "\n";
   }
   auto verdict = [](const std::vector<int64_t>& failed) {
