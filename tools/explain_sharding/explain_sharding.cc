@@ -15,6 +15,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
