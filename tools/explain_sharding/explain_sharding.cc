@@ -2,16 +2,24 @@
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
 //   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1
+//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 --execute
 //
-// The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Nothing
-// is executed: the tables and the plan come from the specs alone.
+// The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Without
+// --execute nothing runs: the tables and the plan come from the specs alone. With it, the
+// tool then starts itself as the mesh's ranks (launch_self: processes on this machine,
+// Gloo over loopback), runs the redistribute and prints, from rank 0, the collectives
+// measured next to the planned ones (execute_plan.h). Exit code: 0 when everything
+// matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own code.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <iostream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "collectives/init.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
@@ -19,12 +27,15 @@
 #include "dtensor/visualize_sharding.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
+#include "tools/explain_sharding/execute_plan.h"
+#include "tools/launcher/self_launch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
   std::vector<int64_t> mesh_shape, shape;
   std::vector<std::string> names;
   std::string from, to;
+  bool execute = false;
   app.add_option("--mesh", mesh_shape, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required()->delimiter('x');
   app.add_option("--shape", shape, "global tensor shape, e.g. 8,6")->required()->delimiter(',');
   app.add_option("--from", from, "source placements, one per mesh dim, e.g. S0,R or S(0),P(sum)")->required();
@@ -37,17 +48,46 @@ int main(int argc, char** argv) {
   }
   std::string dtype_name = "float32";
   app.add_option("--dtype", dtype_name, "element type (default float32)")->check(CLI::IsMember(dtypes));
+  app.add_flag("--execute", execute,
+               "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    const dtr::DType dtype = dtypes.at(dtype_name);
+    if (execute && dtr::launcher::is_rank_process()) {
+      dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten
+      const bool passed = dtr::execute_plan({mesh_shape, names, dtr::parse_placements(from),
+                                             dtr::parse_placements(to), shape, dtype},
+                                            std::cout);
+      const bool rank0 = dtr::default_group()->rank() == 0;
+      dtr::destroy_process_group();
+      // Rank 0 alone carries the verdict: a failing rank makes the launcher stop the others,
+      // which could cut rank 0's report short.
+      return passed || !rank0 ? 0 : 1;
+    }
     const int64_t world = dtr::shape_numel(mesh_shape);
     const dtr::DeviceMesh mesh = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
-    const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtypes.at(dtype_name));
+    const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtype);
     const dtr::RedistributePlan plan = dtr::plan_redistribute(source, dtr::parse_placements(to));
     std::cout << "source: " << dtr::visualize_sharding(source) << "\n"
               << plan.explain() << "\n"
               << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));
+    if (!execute) return 0;
+    DTR_CHECK(dtype != dtr::kBool, TypeError,
+              "--execute with --dtype bool: collectives move float32, float64, bfloat16, float16, int32 and int64 "
+              "tensors; choose one of those");
+    std::cout << "\nexecuting on " << world << " ranks (processes on this machine, Gloo over 127.0.0.1):"
+              << std::endl;
+    const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(static_cast<int>(world),
+                                                                              std::span(argv, argc));
+    if (result.exit_code != 0) {
+      std::cerr << "explain_sharding: --execute failed: " << result.failure << "\n";
+      return result.exit_code;
+    }
   } catch (const dtr::Error& e) {
+    std::cerr << "explain_sharding: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
     std::cerr << "explain_sharding: " << e.what() << "\n";
     return 1;
   }
