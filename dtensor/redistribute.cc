@@ -78,7 +78,7 @@ Exchange reduce_scatter_exchange(const Tensor& local, int64_t d, int64_t n, int6
   Tensor front = move_to_front(local, {d});
   Exchange e;
   if (length == n * c) {
-    e.send = front.data() == local.data() ? front.clone() : front;  // never reduce into the caller's tensor
+    e.send = front;  // a reduce_scatter only reads its input
   } else {
     Shape padded = front.shape();
     padded[0] = n * c;
