@@ -70,10 +70,11 @@ std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placement
   auto emit = [&](int64_t i, const Placement& to) {
     DTR_INTERNAL_ASSERT(nesting_allows(current, i, to), "planned {} -> {} on mesh dim {} of {}", current[i], to, i,
                         placements_str(current));
-    RedistributeStep step{i, current[i], to, step_op(current[i], to, mesh.shape()[i]), current, {}, {}, {}};
+    RedistributeStep step{i, current[i], to, step_op(current[i], to, mesh.shape()[i]), current, {}, {}, {}, {}};
     current[i] = to;
     step.after = current;
     step.send_bytes.assign(mesh.size(), 0);
+    step.buffer_bytes.assign(mesh.size(), 0);
     step.recv_bytes.assign(mesh.size(), 0);
     steps.push_back(std::move(step));
   };
@@ -127,31 +128,28 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   const int64_t itemsize = static_cast<int64_t>(dtr::itemsize(spec.dtype()));
   for (int64_t k = 0; k < mesh.size(); ++k) {
     const Shape piece = compute_local_box(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
-    int64_t elements = 0;
+    // Elements of one padded block (sent to or received from each of the n - 1 peers).
+    int64_t block = 0;
     switch (step.op) {
-      case StepOp::kAllGather: {
-        const int64_t d = step.from.shard_dim();
-        elements = (n - 1) * chunk_capacity(piece[d], n) * numel_without(piece, {d});
-        break;
-      }
+      case StepOp::kAllGather:
       case StepOp::kReduceScatter: {
-        const int64_t d = step.to.shard_dim();
-        elements = (n - 1) * chunk_capacity(piece[d], n) * numel_without(piece, {d});
+        const int64_t d = step.op == StepOp::kAllGather ? step.from.shard_dim() : step.to.shard_dim();
+        block = chunk_capacity(piece[d], n) * numel_without(piece, {d});
         break;
       }
       case StepOp::kAllToAll: {
         const int64_t a = step.from.shard_dim(), b = step.to.shard_dim();
-        elements = (n - 1) * chunk_capacity(piece[a], n) * chunk_capacity(piece[b], n) * numel_without(piece, {a, b});
+        block = chunk_capacity(piece[a], n) * chunk_capacity(piece[b], n) * numel_without(piece, {a, b});
         break;
       }
-      case StepOp::kAllReduce:
-        elements = 2 * (n - 1) * chunk_capacity(shape_numel(piece), n);
-        break;
       default:
         break;
     }
-    step.send_bytes[k] += elements * itemsize;
-    step.recv_bytes[k] += elements * itemsize;
+    const bool all_reduce = step.op == StepOp::kAllReduce;
+    const int64_t moved = all_reduce ? 2 * (n - 1) * chunk_capacity(shape_numel(piece), n) : (n - 1) * block;
+    step.send_bytes[k] += moved * itemsize;
+    step.recv_bytes[k] += moved * itemsize;
+    step.buffer_bytes[k] += (all_reduce ? shape_numel(piece) : n * block) * itemsize;
   }
 }
 

@@ -61,6 +61,10 @@ struct RedistributeStep {
   // over the tensors of a coalesced plan.
   std::vector<int64_t> send_bytes;
   std::vector<int64_t> recv_bytes;
+  // The size of the collective's buffer on each rank, as nccl-tests and the
+  // CollectiveCounter count it: all_gather's output, reduce_scatter's input, all_to_all's
+  // input (n padded blocks each), all_reduce's tensor.
+  std::vector<int64_t> buffer_bytes;
 };
 
 class RedistributePlan {

@@ -36,19 +36,11 @@ std::map<CollectiveKind, std::pair<int64_t, int64_t>> expected_counts(const Redi
   const int64_t me = std::find(mesh.ranks().begin(), mesh.ranks().end(), mesh.this_rank()) - mesh.ranks().begin();
   for (const RedistributeStep& step : plan.steps()) {
     if (!is_collective(step.op)) continue;
-    const int64_t n = mesh.size(step.mesh_dim);
     const CollectiveKind kind = step.op == StepOp::kAllGather       ? CollectiveKind::kAllGather
                                 : step.op == StepOp::kReduceScatter ? CollectiveKind::kReduceScatter
                                 : step.op == StepOp::kAllToAll      ? CollectiveKind::kAllToAll
                                                                     : CollectiveKind::kAllReduce;
-    int64_t bytes = 0;
-    if (kind == CollectiveKind::kAllReduce) {
-      for (const DTensorSpec& s : plan.sources()) {
-        bytes += shape_numel(s.with_placements(step.before).local_box().shape) * static_cast<int64_t>(itemsize(s.dtype()));
-      }
-    } else {
-      bytes = step.send_bytes[me] / (n - 1) * n;  // (n-1) padded blocks sent, n in the buffer
-    }
+    const int64_t bytes = step.buffer_bytes[me];
     out[kind].first += 1;
     out[kind].second += bytes;
   }

@@ -91,20 +91,6 @@ std::string collective_label(const RedistributeStep& step) {
   return std::string(step_op_name(step.op));
 }
 
-// The bytes the counter records for `step` on the rank at mesh position `index`: nccl-tests'
-// size, the call's larger buffer. all_gather, reduce_scatter and all_to_all move n padded
-// blocks, of which the plan counts the n - 1 sent; all_reduce moves the whole local tensor.
-int64_t planned_size(const RedistributePlan& plan, const RedistributeStep& step, int64_t index) {
-  const DTensorSpec& spec = plan.sources().front();
-  const DeviceMesh& mesh = plan.mesh();
-  if (step.op == StepOp::kAllReduce) {
-    return shape_numel(spec.with_placements(step.before).local_shape(mesh.coordinate_at(index))) *
-           static_cast<int64_t>(itemsize(spec.dtype()));
-  }
-  const int64_t n = mesh.size(step.mesh_dim);
-  return step.send_bytes[index] / (n - 1) * n;
-}
-
 // The group along mesh_dim that holds `rank`.
 std::vector<int64_t> group_of(const DeviceMesh& mesh, int64_t mesh_dim, int64_t rank) {
   for (std::vector<int64_t>& group : mesh.group_ranks(mesh_dim)) {
@@ -191,7 +177,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
       for (int64_t q = 0; q < collectives; ++q) {
         if (keys[q] != keys[i]) continue;
         planned_calls += 1;
-        planned_bytes += planned_size(plan, plan.steps()[step_numbers[q] - 1], k);
+        planned_bytes += plan.steps()[step_numbers[q] - 1].buffer_bytes[k];
       }
       const int64_t calls = at(rank, 2 * i), bytes = at(rank, 2 * i + 1);
       const bool ok = calls == planned_calls && bytes == planned_bytes;
