@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "kernels/fill.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {
@@ -78,6 +79,15 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
     // Every target ignored: the mean is NaN, as in torch.
     DTensor none = distribute_tensor(Tensor::from_vector<int64_t>({-100, -100, -100, -100, -100}), mesh, {Shard(0)});
     CHECK(std::isnan(cross_entropy(x.detach(), none).item()));
+    // Zero logits: softmax is exactly 1/4, so grad_logits = (1/4 - onehot) / 4 bit for bit.
+    DTensor zero = distribute_tensor(zeros({5, 4}, kFloat64), mesh, {Shard(0)});
+    zero.requires_grad_();
+    cross_entropy(zero, y).backward();
+    std::vector<double> exact(20, 0.0);
+    for (int64_t n = 0; n < 5; ++n) {
+      for (int64_t c = 0; c < 4 && t[n] != -100; ++c) exact[n * 4 + c] = (0.25 - (c == t[n] ? 1 : 0)) / 4;
+    }
+    testing::check_equal(zero.grad().full_tensor(), exact, "grad_logits of zero logits");
     // Class-sharded logits are gathered first; the value is unchanged.
     DTensor cols = distribute_tensor(logits, mesh, {Shard(1)});
     CHECK(std::abs(cross_entropy(cols, y).item() - total / 4) <= 1e-12);
