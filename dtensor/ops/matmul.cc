@@ -19,10 +19,9 @@ void add_linear_partials(std::vector<DimStrategy>& per_dim) {
   }
 }
 
-int64_t prod(const Shape& shape, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t d = begin; d < end; ++d) n *= shape[d];
-  return n;
+// The number of elements in t's dims before its last `trailing` ones.
+int64_t leading_numel(const Tensor& t, size_t trailing) {
+  return shape_numel(std::span(t.shape()).first(t.shape().size() - trailing));
 }
 
 void check_floating_pair(std::string_view op, const DTensor& a, const DTensor& b) {
@@ -39,9 +38,9 @@ Tensor local_matmul(const Tensor& a, const Tensor& b) {
   const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
   if (b.dim() == 2) {
     if (a.dim() == 2) return matmul(a, b);
-    return matmul(a.reshape({prod(a.shape(), 0, a.shape().size() - 1), k}), b).view(out);
+    return matmul(a.reshape({leading_numel(a, 1), k}), b).view(out);
   }
-  const int64_t batch = prod(a.shape(), 0, a.shape().size() - 2);
+  const int64_t batch = leading_numel(a, 2);
   return bmm(a.reshape({batch, m, k}), b.reshape({batch, k, n})).view(out);
 }
 
@@ -59,7 +58,7 @@ DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   AppliedStrategy s = apply_strategy("matmul backward (weight)", inputs, expand_strategies(per_dim, a.mesh().ndim()));
   const Tensor& al = s.inputs[0].to_local();
   const Tensor& gl = s.inputs[1].to_local();
-  const int64_t rows = prod(al.shape(), 0, al.shape().size() - 1);
+  const int64_t rows = leading_numel(al, 1);
   Tensor local = matmul(al.reshape({rows, al.size(-1)}).t(), gl.reshape({rows, gl.size(-1)}));
   return make_output(std::move(local), a.mesh(), s.strategy.outputs[0], {a.size(-1), g.size(-1)});
 }
