@@ -15,13 +15,10 @@
 namespace dtr {
 
 DTensor causal_mask_fill(const DTensor& x, double value) {
-  constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
   const int64_t nd = x.dim();
   DTR_CHECK(nd >= 2, ValueError, "causal_mask_fill: input {} must have at least 2 dims [..., Tq, Tk]", describe(x));
   std::vector<DimStrategy> per_dim = pointwise_strategies({x.shape()}, x.shape());
-  if (value == 0.0) {
-    for (ReduceOp r : kLinearOps) per_dim.push_back({{Partial(r)}, {Partial(r)}});
-  }
+  if (value == 0.0) add_linear_partials(per_dim, 1, 0);
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("causal_mask_fill", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   const Tensor& local = s.inputs[0].to_local();

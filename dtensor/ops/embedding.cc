@@ -10,8 +10,6 @@
 namespace dtr {
 namespace {
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // The lookup by a rank whose weight holds global rows [row0, row0 + weight.size(0)) of V:
 // those rows for indices in range, zero rows for the others.
 Tensor masked_lookup(const Tensor& weight, const Tensor& indices, int64_t row0, int64_t num_rows,
@@ -39,7 +37,7 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
   for (int64_t k = 0; k < nd; ++k) per_dim.push_back({{Shard(k), Shard(k)}, {Partial()}});
   per_dim.push_back({{Shard(nd), Replicate()}, {Shard(1)}});
   per_dim.push_back(replicate_all(2));
-  for (ReduceOp r : kLinearOps) per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
+  add_linear_partials(per_dim, 2, 0);
   const DTensor inputs[] = {grad, indices};
   AppliedStrategy s = apply_strategy("embedding backward", inputs, expand_strategies(per_dim, grad.mesh().ndim()));
   return make_output(embedding_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), num_weights), grad.mesh(),
@@ -59,7 +57,7 @@ DTensor embedding(const DTensor& weight, const DTensor& indices) {
   per_dim.push_back({{Shard(1), Replicate()}, {Shard(nd)}});
   per_dim.push_back({{Shard(0), Replicate()}, {Partial()}});
   per_dim.push_back(replicate_all(2));
-  for (ReduceOp r : kLinearOps) per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
+  add_linear_partials(per_dim, 2, 0);
   const DTensor inputs[] = {weight, indices};
   AppliedStrategy s = apply_strategy("embedding", inputs, expand_strategies(per_dim, weight.mesh().ndim()));
   const DTensor& w = s.inputs[0];

@@ -9,8 +9,6 @@
 namespace dtr {
 namespace {
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // {grad_x, grad_weight, grad_bias} from the saved x, mean, rstd and weight (rules in
 // layer_norm.h). Not differentiable.
 std::array<DTensor, 3> layer_norm_backward(const DTensor& grad_y, const DTensor& x, const DTensor& mean,
@@ -25,11 +23,7 @@ std::array<DTensor, 3> layer_norm_backward(const DTensor& grad_y, const DTensor&
     per_dim.push_back({in, {Shard(d), Partial(), Partial()}});
   }
   per_dim.push_back(replicate_all(n, 3));
-  for (ReduceOp r : kLinearOps) {
-    std::vector<Placement> in(n, Replicate());
-    in[0] = Partial(r);
-    per_dim.push_back({in, {Partial(r), Partial(r), Partial(r)}});
-  }
+  add_linear_partials(per_dim, n, 0, 3);
   AppliedStrategy s = apply_strategy("layer_norm backward", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   std::optional<Tensor> w;
   if (weight) w = s.inputs[4].to_local();

@@ -8,16 +8,12 @@
 namespace dtr {
 namespace {
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // grad_logits from the loss's gradient, scaled by `scale` (1 / count for kMean); rules in
 // loss.h. Not differentiable.
 DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, const DTensor& target,
                                const DTensor& logsumexp, int64_t ignore_index, double scale) {
   std::vector<DimStrategy> per_dim{{{Replicate(), Shard(0), Shard(0), Shard(0)}, {Shard(0)}}, replicate_all(4)};
-  for (ReduceOp r : kLinearOps) {
-    per_dim.push_back({{Partial(r), Replicate(), Replicate(), Replicate()}, {Partial(r)}});
-  }
+  add_linear_partials(per_dim, 4, 0);
   const DTensor inputs[] = {grad_loss, logits, target, logsumexp};
   AppliedStrategy s =
       apply_strategy("cross_entropy backward", inputs, expand_strategies(per_dim, logits.mesh().ndim()));

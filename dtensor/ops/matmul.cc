@@ -9,14 +9,10 @@
 namespace dtr {
 namespace {
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // P(op), R -> P(op) and R, P(op) -> P(op): a product is linear in each operand.
-void add_linear_partials(std::vector<DimStrategy>& per_dim) {
-  for (ReduceOp r : kLinearOps) {
-    per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
-    per_dim.push_back({{Replicate(), Partial(r)}, {Partial(r)}});
-  }
+void add_product_partials(std::vector<DimStrategy>& per_dim) {
+  add_linear_partials(per_dim, 2, 0);
+  add_linear_partials(per_dim, 2, 1);
 }
 
 // The number of elements in t's dims before its last `trailing` ones.
@@ -53,7 +49,7 @@ DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   per_dim.push_back({{Shard(nd - 1), Replicate()}, {Shard(0)}});
   per_dim.push_back({{Replicate(), Shard(nd - 1)}, {Shard(1)}});
   per_dim.push_back(replicate_all(2));
-  add_linear_partials(per_dim);
+  add_product_partials(per_dim);
   const DTensor inputs[] = {a, g};
   AppliedStrategy s = apply_strategy("matmul backward (weight)", inputs, expand_strategies(per_dim, a.mesh().ndim()));
   const Tensor& al = s.inputs[0].to_local();
@@ -77,7 +73,7 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) 
   per_dim.push_back({{Replicate(), Shard(b.dim() - 1)}, {Shard(nd - 1)}});
   per_dim.push_back({{Shard(nd - 1), Shard(b.dim() - 2)}, {Partial()}});
   per_dim.push_back(replicate_all(2));
-  add_linear_partials(per_dim);
+  add_product_partials(per_dim);
   const DTensor inputs[] = {a, b};
   AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
   DTensor y = make_output(local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(),

@@ -14,8 +14,6 @@ struct NormaliseKernels {
   Tensor (*backward)(const Tensor& grad_y, const Tensor& y, int64_t dim);
 };
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // grad_x from grad_y and the forward's output y (rules in softmax.h). Not differentiable.
 DTensor normalise_backward(const NormaliseKernels& k, const DTensor& grad_y, const DTensor& y, int64_t dim) {
   std::vector<DimStrategy> per_dim;
@@ -23,7 +21,7 @@ DTensor normalise_backward(const NormaliseKernels& k, const DTensor& grad_y, con
     if (d != dim) per_dim.push_back({{Shard(d), Shard(d)}, {Shard(d)}});
   }
   per_dim.push_back(replicate_all(2));
-  for (ReduceOp r : kLinearOps) per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
+  add_linear_partials(per_dim, 2, 0);
   const DTensor inputs[] = {grad_y, y};
   AppliedStrategy s =
       apply_strategy(fmt::format("{} backward", k.op), inputs, expand_strategies(per_dim, y.mesh().ndim()));
