@@ -27,4 +27,13 @@ std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_sh
   return out;
 }
 
+void add_linear_partials(std::vector<DimStrategy>& per_dim, size_t num_inputs, size_t linear_input,
+                         size_t num_outputs) {
+  for (ReduceOp r : kLinearReduceOps) {
+    std::vector<Placement> inputs(num_inputs, Replicate());
+    inputs[linear_input] = Partial(r);
+    per_dim.push_back({std::move(inputs), std::vector<Placement>(num_outputs, Partial(r))});
+  }
+}
+
 }  // namespace dtr

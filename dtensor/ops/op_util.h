@@ -31,4 +31,13 @@ DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out
 std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
                                               std::span<const ReduceOp> partial = {});
 
+// The Partial ops an op linear in one input keeps: the sum (or mean) of its terms' results
+// is its result on the sum (or mean).
+inline constexpr ReduceOp kLinearReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
+
+// For an op linear in input `linear_input` when the others are fixed: appends (that input
+// P(op), the others R -> every output P(op)) for op in kLinearReduceOps.
+void add_linear_partials(std::vector<DimStrategy>& per_dim, size_t num_inputs, size_t linear_input,
+                         size_t num_outputs = 1);
+
 }  // namespace dtr

@@ -1,0 +1,126 @@
+#include "dtensor/ops/matmul.h"
+
+#include "dtensor/autograd.h"
+#include "dtensor/ops/op_util.h"
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/matmul.h"
+
+namespace dtr {
+namespace {
+
+// P(op), R -> P(op) and R, P(op) -> P(op): a product is linear in each operand.
+void add_product_partials(std::vector<DimStrategy>& per_dim) {
+  add_linear_partials(per_dim, 2, 0);
+  add_linear_partials(per_dim, 2, 1);
+}
+
+// The number of elements in t's dims before its last `trailing` ones.
+int64_t leading_numel(const Tensor& t, size_t trailing) {
+  return shape_numel(std::span(t.shape()).first(t.shape().size() - trailing));
+}
+
+void check_floating_pair(std::string_view op, const DTensor& a, const DTensor& b) {
+  DTR_CHECK(a.dtype() == b.dtype() && is_floating(a.dtype()), TypeError,
+            "{}: operands {} and {} must share one floating dtype (float32, float64, bfloat16 or float16); "
+            "convert one with .to()",
+            op, describe(a), describe(b));
+}
+
+// The local product of matmul's two cases (see matmul.h); locals may be views.
+Tensor local_matmul(const Tensor& a, const Tensor& b) {
+  Shape out = a.shape();
+  out.back() = b.size(-1);
+  const int64_t m = a.size(-2), k = a.size(-1), n = b.size(-1);
+  if (b.dim() == 2) {
+    if (a.dim() == 2) return matmul(a, b);
+    return matmul(a.reshape({leading_numel(a, 1), k}), b).view(out);
+  }
+  const int64_t batch = leading_numel(a, 2);
+  return bmm(a.reshape({batch, m, k}), b.reshape({batch, k, n})).view(out);
+}
+
+// a [*, K]^T g [*, N] summed over every leading index -> [K, N]: the weight gradient of a
+// product with a 2-D right operand (rules in matmul.h). Not differentiable (backward only).
+DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
+  const int64_t nd = a.dim();
+  std::vector<DimStrategy> per_dim;
+  for (int64_t i = 0; i + 1 < nd; ++i) per_dim.push_back({{Shard(i), Shard(i)}, {Partial()}});
+  per_dim.push_back({{Shard(nd - 1), Replicate()}, {Shard(0)}});
+  per_dim.push_back({{Replicate(), Shard(nd - 1)}, {Shard(1)}});
+  per_dim.push_back(replicate_all(2));
+  add_product_partials(per_dim);
+  const DTensor inputs[] = {a, g};
+  AppliedStrategy s = apply_strategy("matmul backward (weight)", inputs, expand_strategies(per_dim, a.mesh().ndim()));
+  const Tensor& al = s.inputs[0].to_local();
+  const Tensor& gl = s.inputs[1].to_local();
+  const int64_t rows = leading_numel(al, 1);
+  Tensor local = matmul(al.reshape({rows, al.size(-1)}).t(), gl.reshape({rows, gl.size(-1)}));
+  return make_output(std::move(local), a.mesh(), s.strategy.outputs[0], {a.size(-1), g.size(-1)});
+}
+
+// matmul and bmm after their shape checks; `op` names the errors of the strategy choice.
+DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) {
+  const int64_t nd = a.dim();
+  const bool batched = b.dim() > 2;
+  Shape out_shape = a.shape();
+  out_shape.back() = b.size(-1);
+  std::vector<DimStrategy> per_dim;
+  for (int64_t i = 0; i + 2 < nd; ++i) {
+    per_dim.push_back({{Shard(i), batched ? Shard(i) : Replicate()}, {Shard(i)}});
+  }
+  per_dim.push_back({{Shard(nd - 2), Replicate()}, {Shard(nd - 2)}});
+  per_dim.push_back({{Replicate(), Shard(b.dim() - 1)}, {Shard(nd - 1)}});
+  per_dim.push_back({{Shard(nd - 1), Shard(b.dim() - 2)}, {Partial()}});
+  per_dim.push_back(replicate_all(2));
+  add_product_partials(per_dim);
+  const DTensor inputs[] = {a, b};
+  AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
+  DTensor y = make_output(local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(),
+                          s.strategy.outputs[0], out_shape);
+  record(std::string(op), s.inputs, std::span(&y, 1),
+         [xa = s.inputs[0].detach(), xb = s.inputs[1].detach(), need_a = s.inputs[0].requires_grad(),
+          need_b = s.inputs[1].requires_grad(), batched](const std::vector<DTensor>& g) {
+           std::vector<DTensor> grads(2);
+           // grad_a [*, M, K] = g [*, M, N] @ b^T [(*,) N, K]
+           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
+           // grad_b [*, K, N] = a^T [*, K, M] @ g [*, M, N]; for a 2-D b, summed over *: [K, N]
+           if (need_b) grads[1] = batched ? matmul(transpose(xa, -2, -1), g[0]) : contract_leading_dims(xa, g[0]);
+           return grads;
+         });
+  return y;
+}
+
+}  // namespace
+
+DTensor matmul(const DTensor& a, const DTensor& b) {
+  check_floating_pair("matmul", a, b);
+  auto leading = [](const DTensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); };
+  const bool ranks = a.dim() >= 2 && (b.dim() == 2 || (b.dim() == a.dim() && leading(a) == leading(b)));
+  DTR_CHECK(ranks && a.size(-1) == b.size(-2), ValueError,
+            "matmul: {} @ {} do not chain; legal: a [*, M, K] with b [K, N], or with b [*, K, N] of the same "
+            "leading dims *",
+            describe(a), describe(b));
+  return matmul_checked("matmul", a, b);
+}
+
+DTensor bmm(const DTensor& a, const DTensor& b) {
+  check_floating_pair("bmm", a, b);
+  DTR_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1), ValueError,
+            "bmm: {} @ {} do not chain; legal: a [B, M, K] with b [B, K, N]", describe(a), describe(b));
+  return matmul_checked("bmm", a, b);
+}
+
+DTensor linear(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias) {
+  DTR_CHECK(x.dim() >= 2 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
+                (!bias || (bias->dim() == 1 && bias->size(0) == weight.size(0))),
+            ValueError, "linear: input {}, weight {} and bias {} do not fit; legal: input [*, in] (at least 2-D), "
+            "weight [out, in], bias [out]",
+            describe(x), describe(weight), bias ? describe(*bias) : "none");
+  check_floating_pair("linear", x, weight);
+  if (bias) check_floating_pair("linear", x, *bias);
+  DTensor y = matmul_checked("linear", x, transpose(weight, 0, 1));
+  return bias ? add(y, *bias) : y;
+}
+
+}  // namespace dtr

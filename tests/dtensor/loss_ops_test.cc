@@ -1,0 +1,111 @@
+// cross_entropy on DTensors: gradcheck on one rank, every placement combination on 1-D and
+// 2x2 meshes against the one-rank result (with ignored targets and uneven batch shards), and
+// the rule: a batch-sharded mean is a Partial scalar equal to the global mean once reduced,
+// for one promised all_reduce of the target count; values against a float64 loop.
+#include "dtensor/ops/loss.h"
+
+#include <cmath>
+
+#include "kernels/fill.h"
+#include "tests/dtensor/op_test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::global_tensor;
+using testing::OpCase;
+
+Tensor targets() { return Tensor::from_vector<int64_t>({1, -100, 3, 0, 2}); }
+
+std::vector<OpCase> cases() {
+  const Tensor logits = global_tensor({5, 4}, 1);
+  return {
+      {"cross_entropy mean", {{logits}, {targets(), false, false}},
+       [](const auto& x) { return cross_entropy(x[0], x[1]); }},
+      {"cross_entropy sum, ignore_index 3", {{logits}, {Tensor::from_vector<int64_t>({1, 3, 3, 0, 2}), false, false}},
+       [](const auto& x) { return cross_entropy(x[0], x[1], 3, Reduction::kSum); }},
+  };
+}
+
+int64_t issued_collectives() {
+  int64_t n = 0;
+  for (const CollectiveCount& row : collective_counter().snapshot()) n += row.calls;
+  return n;
+}
+
+TEST_CASE("cross_entropy: gradcheck on one rank", "[dtensor][ops]") {
+  for (const OpCase& c : cases()) testing::gradcheck(c);
+}
+
+TEST_CASE("cross_entropy: every placement combination on real ranks", "[dtensor][ops]") {
+  testing::for_each_test_mesh([](const DeviceMesh& mesh) {
+    for (const OpCase& c : cases()) testing::check_distributed(c, mesh);
+  });
+}
+
+TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the global mean", "[dtensor][ops]") {
+  testing::run_ranks(4, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {4});
+    // 5 rows on 4 ranks: 2, 2, 1, 0 rows; rank 0's second row is ignored.
+    const Tensor logits = global_tensor({5, 4}, 2), target = targets();
+    // Reference: mean over kept rows of logsumexp(row) - row[target]; grad = (softmax - onehot) / count.
+    const std::vector<double> lv = testing::to_f64(logits);
+    double total = 0;
+    std::vector<double> grad(20, 0.0);
+    const int64_t* t = target.data_ptr<int64_t>();
+    for (int64_t n = 0; n < 5; ++n) {
+      if (t[n] == -100) continue;
+      double z = 0;
+      for (int64_t c = 0; c < 4; ++c) z += std::exp(lv[n * 4 + c]);
+      total += std::log(z) - lv[n * 4 + t[n]];
+      for (int64_t c = 0; c < 4; ++c) grad[n * 4 + c] = (std::exp(lv[n * 4 + c]) / z - (c == t[n] ? 1 : 0)) / 4;
+    }
+    DTensor x = distribute_tensor(logits, mesh, {Shard(0)}), y = distribute_tensor(target, mesh, {Shard(0)});
+    x.requires_grad_();
+    collective_counter().reset();
+    reset_promised_collectives();
+    DTensor loss = cross_entropy(x, y);
+    CHECK(loss.placements() == Placements{Partial()});
+    CHECK(issued_collectives() == 1);  // the count of kept targets, nothing else
+    CHECK(promised_collectives() == 1);
+    CHECK(std::abs(loss.item() - total / 4) <= 1e-12);
+    loss.backward();
+    CHECK(x.grad().placements() == Placements{Shard(0)});
+    testing::check_close(x.grad().full_tensor(), grad, "grad_logits");
+    // kSum needs no count: no communication at all.
+    collective_counter().reset();
+    CHECK(cross_entropy(x.detach(), y, -100, Reduction::kSum).placements() == Placements{Partial()});
+    CHECK(issued_collectives() == 0);
+    // Every target ignored: the mean is NaN, as in torch.
+    DTensor none = distribute_tensor(Tensor::from_vector<int64_t>({-100, -100, -100, -100, -100}), mesh, {Shard(0)});
+    CHECK(std::isnan(cross_entropy(x.detach(), none).item()));
+    // Zero logits: softmax is exactly 1/4, so grad_logits = (1/4 - onehot) / 4 bit for bit.
+    DTensor zero = distribute_tensor(zeros({5, 4}, kFloat64), mesh, {Shard(0)});
+    zero.requires_grad_();
+    cross_entropy(zero, y).backward();
+    std::vector<double> exact(20, 0.0);
+    for (int64_t n = 0; n < 5; ++n) {
+      for (int64_t c = 0; c < 4 && t[n] != -100; ++c) exact[n * 4 + c] = (0.25 - (c == t[n] ? 1 : 0)) / 4;
+    }
+    testing::check_equal(zero.grad().full_tensor(), exact, "grad_logits of zero logits");
+    // Class-sharded logits are gathered first; the value is unchanged.
+    DTensor cols = distribute_tensor(logits, mesh, {Shard(1)});
+    CHECK(std::abs(cross_entropy(cols, y).item() - total / 4) <= 1e-12);
+  });
+}
+
+TEST_CASE("cross_entropy: errors name the logits, the target and what is legal", "[dtensor][ops]") {
+  const DeviceMesh mesh = testing::one_rank_mesh();
+  auto dt = [&](const Shape& shape, DType dtype) {
+    return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
+  };
+  CHECK_THROWS_WITH(cross_entropy(dt({2, 5, 4}, kFloat64), dt({2}, kInt64)),
+                    Catch::Contains("cross_entropy: logits float64[2, 5, 4] (R) must be floating [N, C]"));
+  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt32)),
+                    Catch::Contains("cross_entropy: target int32[5] (R) must be int64 class indices"));
+  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({4}, kInt64)),
+                    Catch::Contains("target int64[4] (R) must be [N] for logits float64[5, 4] (R)"));
+}
+
+}  // namespace
+}  // namespace dtr
