@@ -82,7 +82,15 @@ std::vector<DTensor> Node::apply(std::vector<DTensor> grad_outputs) {
   for (size_t i = 0; i < grad_outputs.size(); ++i) {
     if (!grad_outputs[i].defined()) grad_outputs[i] = zeros_for(output_specs_[i]);
   }
+  for (auto& [id, hook] : pre_hooks_) {
+    DTensor replaced = hook.second(grad_outputs[hook.first]);
+    if (replaced.defined()) grad_outputs[hook.first] = replaced;
+  }
   return backward_(grad_outputs);
+}
+
+void Node::add_pre_hook(int id, size_t output_nr, std::function<DTensor(const DTensor&)> hook) {
+  pre_hooks_.emplace(id, std::make_pair(output_nr, std::move(hook)));
 }
 
 bool grad_mode_enabled() { return t_grad_mode; }

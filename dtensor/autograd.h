@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,10 @@ class Node {
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Runs the backward (zero-filling undefined gradients); ValueError once released.
   std::vector<DTensor> apply(std::vector<DTensor> grad_outputs);
+  // Hooks on the gradient of output `output_nr`, run before the backward (tensor hooks
+  // on non-leaf tensors, registered through DTensor::register_hook).
+  void add_pre_hook(int id, size_t output_nr, std::function<DTensor(const DTensor&)> hook);
+  void remove_pre_hook(int id) { pre_hooks_.erase(id); }
   // Drops the backward function and everything it saved (unless SavedState::kKeep).
   void release() {
     if (saved_ == SavedState::kReleaseAfterRun) backward_ = nullptr;
@@ -61,6 +66,7 @@ class Node {
   std::vector<DTensorSpec> output_specs_;
   SavedState saved_;
   uint64_t sequence_nr_;
+  std::map<int, std::pair<size_t, std::function<DTensor(const DTensor&)>>> pre_hooks_;
 };
 
 // Whether ops record graphs (on by default; per thread).

@@ -122,11 +122,18 @@ int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
   DTR_CHECK(requires_grad(), ValueError, "register_hook: {} does not require grad; its gradient is never computed",
             to_string());
   const int id = impl().next_hook_id++;
-  impl().hooks.emplace(id, std::move(hook));
+  if (impl().grad_fn) {
+    impl().grad_fn->add_pre_hook(id, impl().output_nr, std::move(hook));
+  } else {
+    impl().hooks.emplace(id, std::move(hook));
+  }
   return id;
 }
 
-void DTensor::remove_hook(int id) const { impl().hooks.erase(id); }
+void DTensor::remove_hook(int id) const {
+  impl().hooks.erase(id);
+  if (impl().grad_fn) impl().grad_fn->remove_pre_hook(id);
+}
 
 void DTensor::register_post_accumulate_grad_hook(std::function<void(const DTensor&)> hook) const {
   DTR_CHECK(is_leaf() && requires_grad(), ValueError,
