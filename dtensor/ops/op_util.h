@@ -9,6 +9,10 @@
 
 namespace dtr {
 
+// Every reduce op a Partial can carry, and the linear ones (whose terms add up).
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+inline constexpr ReduceOp kLinearReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
+
 // The output of an op: `local` is this rank's part of a tensor of global `shape` under
 // `placements` on `mesh`.
 inline DTensor make_output(Tensor local, const DeviceMesh& mesh, Placements placements, Shape shape) {
