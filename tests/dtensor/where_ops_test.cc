@@ -59,7 +59,7 @@ TEST_CASE("where and masked_fill: gradcheck on one rank", "[dtensor][ops]") {
 TEST_CASE("where, masked_fill and comparisons: every placement combination on real ranks", "[dtensor][ops]") {
   testing::for_each_test_mesh([](const DeviceMesh& mesh) {
     for (const OpCase& c : differentiable_cases()) testing::check_distributed(c, mesh);
-    for (const OpCase& c : comparison_cases()) testing::check_distributed(c, mesh, 16);
+    for (const OpCase& c : comparison_cases()) testing::check_distributed(c, mesh);
   });
 }
 
