@@ -53,13 +53,14 @@ template <class Kernel, class Backward>
 DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> partials, Saves saves, Kernel kernel,
               Backward backward) {
   const DTensor inputs[] = {x};
-  AppliedStrategy s =
-      apply_strategy(op, inputs, expand_strategies(pointwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
+  AppliedStrategy s = apply_strategy(
+      op, inputs, expand_strategies(pointwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
   DTensor y = make_output(kernel(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
-  const DTensor saved = saves == Saves::kInput ? s.inputs[0].detach() : saves == Saves::kOutput ? y.detach() : DTensor();
-  record(std::string(op), s.inputs, std::span(&y, 1), [saved, backward](const std::vector<DTensor>& g) {
-    return std::vector<DTensor>{backward(g[0], saved)};
-  });
+  DTensor saved;
+  if (saves == Saves::kInput) saved = s.inputs[0].detach();
+  if (saves == Saves::kOutput) saved = y.detach();
+  record(std::string(op), s.inputs, std::span(&y, 1),
+         [saved, backward](const std::vector<DTensor>& g) { return std::vector<DTensor>{backward(g[0], saved)}; });
   return y;
 }
 
@@ -226,8 +227,9 @@ DTensor to(const DTensor& x, DType dtype) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy(
       "to", inputs,
-      expand_strategies(pointwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
-                        x.mesh().ndim()));
+      expand_strategies(
+          pointwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
+          x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().to(dtype), x.mesh(), s.strategy.outputs[0], x.shape());
   if (floating) {
     record("to", s.inputs, std::span(&y, 1),

@@ -36,8 +36,8 @@ int64_t cut_dim(std::string_view op, const DTensor& x, int64_t dim) {
 std::vector<DTensor> split_checked(std::string_view op, const DTensor& x, const std::vector<int64_t>& sizes,
                                    int64_t dim) {
   const DTensor inputs[] = {x};
-  AppliedStrategy s =
-      apply_strategy(op, inputs, expand_strategies(along_dim_strategies(x.dim(), dim, 1, sizes.size()), x.mesh().ndim()));
+  AppliedStrategy s = apply_strategy(
+      op, inputs, expand_strategies(along_dim_strategies(x.dim(), dim, 1, sizes.size()), x.mesh().ndim()));
   // dim is never sharded here, so the local pieces have the global sizes along it.
   std::vector<Tensor> pieces = split(s.inputs[0].to_local(), std::span(sizes), dim);
   std::vector<DTensor> out;
@@ -46,7 +46,8 @@ std::vector<DTensor> split_checked(std::string_view op, const DTensor& x, const 
     shape[dim] = sizes[i];
     out.push_back(make_output(std::move(pieces[i]), x.mesh(), s.strategy.outputs[i], std::move(shape)));
   }
-  record(std::string(op), s.inputs, out, [dim](const std::vector<DTensor>& g) { return std::vector<DTensor>{cat(g, dim)}; });
+  record(std::string(op), s.inputs, out,
+         [dim](const std::vector<DTensor>& g) { return std::vector<DTensor>{cat(g, dim)}; });
   return out;
 }
 
@@ -70,8 +71,9 @@ DTensor cat(const std::vector<DTensor>& tensors, int64_t dim) {
   }
   Shape out_shape = first.shape();
   out_shape[dim] = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-  AppliedStrategy s = apply_strategy(
-      "cat", tensors, expand_strategies(along_dim_strategies(first.dim(), dim, tensors.size(), 1), first.mesh().ndim()));
+  AppliedStrategy s =
+      apply_strategy("cat", tensors,
+                     expand_strategies(along_dim_strategies(first.dim(), dim, tensors.size(), 1), first.mesh().ndim()));
   std::vector<Tensor> locals;
   for (const DTensor& t : s.inputs) locals.push_back(t.to_local());
   DTensor y = make_output(cat(locals, dim), first.mesh(), s.strategy.outputs[0], out_shape);

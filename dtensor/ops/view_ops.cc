@@ -103,7 +103,8 @@ DTensor reshape_as(std::string_view op, const DTensor& x, const Shape& requested
   add_unchanged(per_dim);
   std::vector<OpStrategy> candidates;
   for (OpStrategy& c : expand_strategies(per_dim, x.mesh().ndim())) {
-    const bool sharded = std::any_of(c.inputs[0].begin(), c.inputs[0].end(), [](const Placement& p) { return p.is_shard(); });
+    const bool sharded =
+        std::any_of(c.inputs[0].begin(), c.inputs[0].end(), [](const Placement& p) { return p.is_shard(); });
     if (!sharded || same_elements(x, c.inputs[0], shape, c.outputs[0])) candidates.push_back(std::move(c));
   }
   const DTensor inputs[] = {x};
@@ -196,8 +197,8 @@ DTensor permute(const DTensor& x, const std::vector<int64_t>& dims_given) {
   std::sort(sorted.begin(), sorted.end());
   std::vector<int64_t> identity(x.dim());
   std::iota(identity.begin(), identity.end(), 0);
-  DTR_CHECK(sorted == identity, ValueError, "permute: {} is not a permutation of the {} dims of {}", dims_given, x.dim(),
-            describe(x));
+  DTR_CHECK(sorted == identity, ValueError, "permute: {} is not a permutation of the {} dims of {}", dims_given,
+            x.dim(), describe(x));
   Shape out_shape;
   std::vector<int64_t> inverse(x.dim());
   std::vector<DimStrategy> per_dim;

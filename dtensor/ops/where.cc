@@ -11,8 +11,8 @@ namespace {
 // A condition or mask must be bool.
 void check_bool(std::string_view op, std::string_view role, const DTensor& t) {
   DTR_CHECK(t.dtype() == kBool, TypeError,
-            "{}: the {} must be a bool DTensor, got {}; build it with a comparison such as gt() or with to(t, kBool)", op,
-            role, describe(t));
+            "{}: the {} must be a bool DTensor, got {}; build it with a comparison such as gt() or with to(t, kBool)",
+            op, role, describe(t));
 }
 
 // The broadcast shape of the inputs, and the pointwise candidates for them.

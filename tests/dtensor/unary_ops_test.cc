@@ -104,8 +104,8 @@ TEST_CASE("unary ops: values against float64 loops", "[dtensor][ops]") {
   testing::check_close(tanh(dx).to_local(), expect(xv, [](double v) { return std::tanh(v); }), tol, "tanh");
   testing::check_close(sigmoid(dx).to_local(), expect(xv, sigmoid_ref), tol, "sigmoid");
   testing::check_close(silu(dx).to_local(), expect(xv, [&](double v) { return v * sigmoid_ref(v); }), tol, "silu");
-  testing::check_close(gelu(dx).to_local(), expect(xv, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }),
-                       tol, "gelu");
+  testing::check_close(gelu(dx).to_local(),
+                       expect(xv, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }), tol, "gelu");
   testing::check_close(gelu(dx, GeluApproximation::kTanh).to_local(), expect(xv, [](double v) {
                          return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
                        }),

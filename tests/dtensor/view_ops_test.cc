@@ -32,7 +32,8 @@ std::vector<OpCase> cases() {
       {"squeeze all", {{u}}, [](const auto& x) { return squeeze(x[0]); }},
       {"narrow dim 0", {{a}}, [](const auto& x) { return narrow(x[0], 0, 1, 3); }},
       {"narrow dim 1", {{c}}, [](const auto& x) { return narrow(x[0], 1, 2, 3); }},
-      {"cat dim 0 with an empty piece", {{a}, {none}, {rows}}, [](const auto& x) { return cat({x[0], x[1], x[2]}, 0); }},
+      {"cat dim 0 with an empty piece", {{a}, {none}, {rows}},
+       [](const auto& x) { return cat({x[0], x[1], x[2]}, 0); }},
       {"cat dim 1", {{col}, {a}, {cols}}, [](const auto& x) { return cat({x[0], x[1], x[2]}, -1); }},
       {"split size 2 (one piece unused)", {{a}},
        [](const auto& x) {
