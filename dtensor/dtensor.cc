@@ -216,7 +216,8 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   header[0] = static_cast<int64_t>(full.dtype());
   header[1] = full.dim();
   std::copy(full.shape().begin(), full.shape().end(), header.begin() + 2);
-  Tensor data = full.contiguous().clone();
+  // Collectives take no bool: a bool tensor is broadcast as int32 0/1.
+  Tensor data = (full.dtype() == kBool ? full.to(kInt32) : full).contiguous().clone();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (mesh.size(m) == 1) continue;
     Tensor source = Tensor::from_vector(header);
@@ -230,7 +231,7 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
     mesh.group(m).broadcast(data, 0).wait();
   }
   RedistributePlan plan = plan_redistribute(replicated, placements);
-  return DTensor(execute_redistribute(plan, {data}).front(), std::move(target));
+  return DTensor(execute_redistribute(plan, {data.to(full.dtype())}).front(), std::move(target));
 }
 
 DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements& placements,

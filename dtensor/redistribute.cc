@@ -152,6 +152,12 @@ PendingRedistribute::PendingRedistribute(RedistributePlan plan, std::vector<Tens
     : plan_(std::move(plan)), locals_(std::move(locals)) {
   DTR_INTERNAL_ASSERT(locals_.size() == plan_.sources().size(), "{} locals for {} sources", locals_.size(),
                       plan_.sources().size());
+  // Collectives move no bool: bool tensors (masks) travel as int32 0/1 and turn back in wait().
+  if (plan_.num_collectives() > 0) {
+    for (Tensor& local : locals_) {
+      if (local.dtype() == kBool) local = local.to(kInt32);
+    }
+  }
   advance();
 }
 
@@ -234,6 +240,9 @@ const std::vector<Tensor>& PendingRedistribute::wait() {
     for (size_t i = 0; i < locals_.size(); ++i) locals_[i] = in_flight_->exchanges[i].unpack();
     in_flight_.reset();
     advance();
+  }
+  for (size_t i = 0; i < locals_.size(); ++i) {
+    if (locals_[i].dtype() != plan_.sources()[i].dtype()) locals_[i] = locals_[i].to(plan_.sources()[i].dtype());
   }
   return locals_;
 }

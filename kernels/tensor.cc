@@ -158,10 +158,7 @@ Tensor Tensor::permute(std::span<const int64_t> dims) const {
   return Tensor(storage_, std::move(shape), std::move(strides), offset_, dtype_);
 }
 
-namespace {
-
-// Resolves one -1 in a requested shape against numel; throws naming op and shapes.
-Shape infer_shape(Shape shape, int64_t numel, const Tensor& t, std::string_view op) {
+Shape infer_shape(Shape shape, int64_t numel, std::string_view op) {
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
@@ -173,14 +170,16 @@ Shape infer_shape(Shape shape, int64_t numel, const Tensor& t, std::string_view 
     }
   }
   if (infer >= 0) {
-    DTR_CHECK(known != 0 && numel % known == 0, ValueError, "{}: shape {} is invalid for {} ({} elements)", op,
-              shape, describe(t), numel);
+    DTR_CHECK(known != 0 && numel % known == 0, ValueError, "{}: shape {} is invalid for a tensor of {} elements",
+              op, shape, numel);
     shape[infer] = numel / known;
   }
-  DTR_CHECK(shape_numel(shape) == numel, ValueError, "{}: shape {} is invalid for {} ({} elements)", op, shape,
-            describe(t), numel);
+  DTR_CHECK(shape_numel(shape) == numel, ValueError, "{}: shape {} is invalid for a tensor of {} elements", op,
+            shape, numel);
   return shape;
 }
+
+namespace {
 
 // Strides that view `t` with `shape` without a copy, or empty when none exist
 // (ATen's computeStride: each group of old dims that merges into new dims must be
@@ -214,7 +213,7 @@ std::optional<Shape> view_strides(const Tensor& t, const Shape& shape) {
 }  // namespace
 
 Tensor Tensor::view(Shape shape) const {
-  shape = infer_shape(std::move(shape), numel(), *this, "view");
+  shape = infer_shape(std::move(shape), numel(), "view");
   auto strides = view_strides(*this, shape);
   DTR_CHECK(strides.has_value(), ValueError,
             "view: {} with strides {} cannot be viewed as {} without a copy; use reshape() or contiguous()",
@@ -223,7 +222,7 @@ Tensor Tensor::view(Shape shape) const {
 }
 
 Tensor Tensor::reshape(Shape shape) const {
-  shape = infer_shape(std::move(shape), numel(), *this, "reshape");
+  shape = infer_shape(std::move(shape), numel(), "reshape");
   if (auto strides = view_strides(*this, shape)) {
     return Tensor(storage_, std::move(shape), std::move(*strides), offset_, dtype_);
   }

@@ -28,6 +28,9 @@ int64_t shape_numel(std::span<const int64_t> shape);
 Shape contiguous_strides(std::span<const int64_t> shape);
 // Wraps a possibly negative dim into [0, ndim); throws IndexError naming op and shape.
 int64_t wrap_dim(int64_t dim, int64_t ndim, std::string_view op);
+// `shape` with its one -1 (if any) resolved so that it holds `numel` elements (view and
+// reshape's rule); ValueError naming op, the shape and numel when no such size exists.
+Shape infer_shape(Shape shape, int64_t numel, std::string_view op);
 
 class Tensor {
  public:

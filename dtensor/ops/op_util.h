@@ -9,6 +9,11 @@
 
 namespace dtr {
 
+// Every reduce op a Partial can carry, and the linear ones: an op linear in one input keeps
+// those, since the sum (or mean) of its terms' results is its result on the sum (or mean).
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
+inline constexpr ReduceOp kLinearReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
+
 // The output of an op: `local` is this rank's part of a tensor of global `shape` under
 // `placements` on `mesh`.
 inline DTensor make_output(Tensor local, const DeviceMesh& mesh, Placements placements, Shape shape) {
@@ -30,10 +35,6 @@ DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out
 // then Replicate; `partial` adds (P(op) for every input -> P(op)) for each op given.
 std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
                                               std::span<const ReduceOp> partial = {});
-
-// The Partial ops an op linear in one input keeps: the sum (or mean) of its terms' results
-// is its result on the sum (or mean).
-inline constexpr ReduceOp kLinearReduceOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
 
 // For an op linear in input `linear_input` when the others are fixed: appends (that input
 // P(op), the others R -> every output P(op)) for op in kLinearReduceOps.

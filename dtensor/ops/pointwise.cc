@@ -8,8 +8,6 @@
 namespace dtr {
 namespace {
 
-constexpr ReduceOp kLinearOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
-
 // Which Partial inputs a binary op accepts without reducing them.
 enum class BinaryPartials : uint8_t {
   kBoth,   // add, sub: P(op), P(op) -> P(op)
@@ -20,9 +18,9 @@ enum class BinaryPartials : uint8_t {
 AppliedStrategy choose_binary(std::string_view op, const DTensor& a, const DTensor& b, const Shape& out,
                               BinaryPartials partials) {
   std::vector<DimStrategy> per_dim =
-      pointwise_strategies({a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearOps : std::span<const ReduceOp>{});
+      pointwise_strategies({a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{});
   if (partials != BinaryPartials::kBoth) {
-    for (ReduceOp r : kLinearOps) {
+    for (ReduceOp r : kLinearReduceOps) {
       per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
       if (partials == BinaryPartials::kEither) per_dim.push_back({{Replicate(), Partial(r)}, {Partial(r)}});
     }
@@ -46,17 +44,38 @@ DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPa
   return y;
 }
 
-// Runs an op of one tensor and a scalar; `partials` lists the Partial ops it keeps.
+// What a unary op's backward reads besides the output gradient.
+enum class Saves : uint8_t { kNothing, kInput, kOutput };
+
+// Runs an op of one tensor (and scalars): `partials` lists the Partial ops it keeps;
+// backward(g, saved) gets the input or the output as `saves` says, detached.
 template <class Kernel, class Backward>
-DTensor unary_scalar(std::string_view op, const DTensor& a, std::span<const ReduceOp> partials, Kernel kernel,
-                     Backward backward) {
-  const DTensor inputs[] = {a};
-  AppliedStrategy s =
-      apply_strategy(op, inputs, expand_strategies(pointwise_strategies({a.shape()}, a.shape(), partials), a.mesh().ndim()));
-  DTensor y = make_output(kernel(s.inputs[0].to_local()), a.mesh(), s.strategy.outputs[0], a.shape());
+DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> partials, Saves saves, Kernel kernel,
+              Backward backward) {
+  const DTensor inputs[] = {x};
+  AppliedStrategy s = apply_strategy(
+      op, inputs, expand_strategies(pointwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
+  DTensor y = make_output(kernel(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
+  DTensor saved;
+  if (saves == Saves::kInput) saved = s.inputs[0].detach();
+  if (saves == Saves::kOutput) saved = y.detach();
   record(std::string(op), s.inputs, std::span(&y, 1),
-         [backward](const std::vector<DTensor>& g) { return std::vector<DTensor>{backward(g[0])}; });
+         [saved, backward](const std::vector<DTensor>& g) { return std::vector<DTensor>{backward(g[0], saved)}; });
   return y;
+}
+
+// Runs a fused backward kernel: linear in `grad`, so a Partial grad times a Replicate
+// saved tensor stays Partial. It records nothing (there is no double backward).
+template <class Kernel>
+DTensor fused_backward(std::string_view op, const DTensor& grad, const DTensor& saved, Kernel kernel) {
+  const DTensor inputs[] = {grad, saved};
+  DTR_CHECK(!needs_grad(inputs), NotImplementedError,
+            "{}: called on {} and {} with grad mode on and an input requiring grad, but {} is not differentiable "
+            "(no double backward); call it under NoGradGuard or on detached tensors",
+            op, describe(grad), describe(saved), op);
+  const Shape out = broadcast_shapes(grad.shape(), saved.shape(), op);
+  AppliedStrategy s = choose_binary(op, grad, saved, out, BinaryPartials::kLeft);
+  return make_output(kernel(s.inputs[0].to_local(), s.inputs[1].to_local()), grad.mesh(), s.strategy.outputs[0], out);
 }
 
 }  // namespace
@@ -110,15 +129,113 @@ DTensor div(const DTensor& a, const DTensor& b) {
 
 DTensor add(const DTensor& a, double b) {
   constexpr ReduceOp kAvgOnly[] = {ReduceOp::kAvg};
-  return unary_scalar("add", a, kAvgOnly, [b](const Tensor& x) { return add(x, b); },
-                      [](const DTensor& g) { return g; });
+  return unary("add", a, kAvgOnly, Saves::kNothing, [b](const Tensor& x) { return add(x, b); },
+               [](const DTensor& g, const DTensor&) { return g; });
 }
 
 DTensor mul(const DTensor& a, double b) {
-  return unary_scalar("mul", a, kLinearOps, [b](const Tensor& x) { return mul(x, b); },
-                      [b](const DTensor& g) { return mul(g, b); });
+  return unary("mul", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return mul(x, b); },
+               [b](const DTensor& g, const DTensor&) { return mul(g, b); });
+}
+
+DTensor div(const DTensor& a, double b) {
+  return unary("div", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return div(x, b); },
+               [b](const DTensor& g, const DTensor&) { return div(g, b); });
 }
 
 DTensor neg(const DTensor& a) { return mul(a, -1.0); }
+
+DTensor exp(const DTensor& x) {
+  return unary("exp", x, {}, Saves::kOutput, [](const Tensor& t) { return exp(t); },
+               [](const DTensor& g, const DTensor& y) { return mul(g, y); });
+}
+
+DTensor log(const DTensor& x) {
+  return unary("log", x, {}, Saves::kInput, [](const Tensor& t) { return log(t); },
+               [](const DTensor& g, const DTensor& in) { return div(g, in); });
+}
+
+DTensor sqrt(const DTensor& x) {
+  return unary("sqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return sqrt(t); },
+               [](const DTensor& g, const DTensor& y) { return div(mul(g, 0.5), y); });  // 1 / (2 sqrt(x))
+}
+
+DTensor rsqrt(const DTensor& x) {
+  return unary("rsqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return rsqrt(t); },
+               [](const DTensor& g, const DTensor& y) { return mul(g, mul(pow(y, 3.0), -0.5)); });  // -x^(-3/2) / 2
+}
+
+DTensor pow(const DTensor& x, double exponent) {
+  return unary("pow", x, {}, Saves::kInput, [exponent](const Tensor& t) { return pow(t, exponent); },
+               [exponent](const DTensor& g, const DTensor& in) {
+                 // p x^(p-1); x^0 is constant (torch's pow_backward), even where x^(-1) is infinite.
+                 return exponent == 0.0 ? mul(g, 0.0) : mul(g, mul(pow(in, exponent - 1.0), exponent));
+               });
+}
+
+DTensor tanh(const DTensor& x) {
+  return unary("tanh", x, {}, Saves::kOutput, [](const Tensor& t) { return tanh(t); },
+               [](const DTensor& g, const DTensor& y) { return tanh_backward(g, y); });
+}
+
+DTensor sigmoid(const DTensor& x) {
+  return unary("sigmoid", x, {}, Saves::kOutput, [](const Tensor& t) { return sigmoid(t); },
+               [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
+}
+
+DTensor relu(const DTensor& x) {
+  return unary("relu", x, {}, Saves::kInput, [](const Tensor& t) { return relu(t); },
+               [](const DTensor& g, const DTensor& in) { return relu_backward(g, in); });
+}
+
+DTensor gelu(const DTensor& x, GeluApproximation approximate) {
+  return unary("gelu", x, {}, Saves::kInput, [approximate](const Tensor& t) { return gelu(t, approximate); },
+               [approximate](const DTensor& g, const DTensor& in) { return gelu_backward(g, in, approximate); });
+}
+
+DTensor silu(const DTensor& x) {
+  return unary("silu", x, {}, Saves::kInput, [](const Tensor& t) { return silu(t); },
+               [](const DTensor& g, const DTensor& in) { return silu_backward(g, in); });
+}
+
+DTensor relu_backward(const DTensor& grad, const DTensor& x) {
+  return fused_backward("relu_backward", grad, x, [](const Tensor& g, const Tensor& t) { return relu_backward(g, t); });
+}
+
+DTensor gelu_backward(const DTensor& grad, const DTensor& x, GeluApproximation approximate) {
+  return fused_backward("gelu_backward", grad, x,
+                        [approximate](const Tensor& g, const Tensor& t) { return gelu_backward(g, t, approximate); });
+}
+
+DTensor silu_backward(const DTensor& grad, const DTensor& x) {
+  return fused_backward("silu_backward", grad, x, [](const Tensor& g, const Tensor& t) { return silu_backward(g, t); });
+}
+
+DTensor sigmoid_backward(const DTensor& grad, const DTensor& y) {
+  return fused_backward("sigmoid_backward", grad, y,
+                        [](const Tensor& g, const Tensor& t) { return sigmoid_backward(g, t); });
+}
+
+DTensor tanh_backward(const DTensor& grad, const DTensor& y) {
+  return fused_backward("tanh_backward", grad, y, [](const Tensor& g, const Tensor& t) { return tanh_backward(g, t); });
+}
+
+DTensor to(const DTensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  const DType from = x.dtype();
+  const bool floating = is_floating(from) && is_floating(dtype);
+  const DTensor inputs[] = {x};
+  AppliedStrategy s = apply_strategy(
+      "to", inputs,
+      expand_strategies(
+          pointwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
+          x.mesh().ndim()));
+  DTensor y = make_output(s.inputs[0].to_local().to(dtype), x.mesh(), s.strategy.outputs[0], x.shape());
+  if (floating) {
+    record("to", s.inputs, std::span(&y, 1),
+           [from](const std::vector<DTensor>& g) { return std::vector<DTensor>{to(g[0], from)}; });
+  }
+  return y;
+}
 
 }  // namespace dtr

@@ -1,0 +1,193 @@
+// Unary pointwise ops on DTensors (activations, exp/log/sqrt/rsqrt/pow, scalar division,
+// dtype casts) and the fused backward kernels as DTensor ops: gradcheck on one rank, every
+// placement combination on 1-D and 2x2 meshes against the one-rank result, forward values
+// against float64 loops written here, and the strategy a Partial input gets.
+#include <cmath>
+
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/reduction.h"
+#include "kernels/elementwise.h"
+#include "tests/dtensor/op_test_util.h"
+
+namespace dtr {
+namespace {
+
+using testing::global_tensor;
+using testing::OpCase;
+using testing::OpInput;
+
+const Tensor& small() {  // [5, 3], values in [-2, 2]
+  static const Tensor t = mul(global_tensor({5, 3}, 1), 0.25);
+  return t;
+}
+const Tensor& positive() {  // [5, 3], values in [1, 9]
+  static const Tensor t = add(abs(global_tensor({5, 3}, 2)), 1.0);
+  return t;
+}
+const Tensor& no_zeros() {  // [2, 5, 4], values k + 0.5: relu is smooth at each of them
+  static const Tensor t = add(global_tensor({2, 5, 4}, 3), 0.5);
+  return t;
+}
+
+std::vector<OpCase> differentiable_cases() {
+  const Tensor cube = mul(global_tensor({2, 5, 4}, 4), 0.25);
+  return {
+      {"exp", {{small()}}, [](const auto& x) { return exp(x[0]); }},
+      {"log", {{positive()}}, [](const auto& x) { return log(x[0]); }},
+      {"sqrt", {{positive()}}, [](const auto& x) { return sqrt(x[0]); }},
+      {"rsqrt", {{positive()}}, [](const auto& x) { return rsqrt(x[0]); }},
+      {"pow 3", {{small()}}, [](const auto& x) { return pow(x[0], 3.0); }},
+      {"pow -1.5", {{positive()}}, [](const auto& x) { return pow(x[0], -1.5); }},
+      {"pow 0", {{small()}}, [](const auto& x) { return pow(x[0], 0.0); }},
+      {"tanh", {{small()}}, [](const auto& x) { return tanh(x[0]); }},
+      {"sigmoid", {{cube}}, [](const auto& x) { return sigmoid(x[0]); }},
+      {"relu", {{no_zeros()}}, [](const auto& x) { return relu(x[0]); }},
+      {"gelu", {{small()}}, [](const auto& x) { return gelu(x[0]); }},
+      {"gelu tanh", {{cube}}, [](const auto& x) { return gelu(x[0], GeluApproximation::kTanh); }},
+      {"silu", {{small()}}, [](const auto& x) { return silu(x[0]); }},
+      {"div scalar", {{small()}}, [](const auto& x) { return div(x[0], 4.0); }},
+  };
+}
+
+// Ops checked on ranks but not by finite differences: the backward kernels (not
+// differentiable) and a cast to float32 (whose rounding finite differences cannot see past).
+std::vector<OpCase> forward_cases() {
+  const Tensor grad = global_tensor({5, 3}, 5);
+  auto no_grad = [](const Tensor& t) { return OpInput{t, false}; };
+  return {
+      {"relu_backward", {no_grad(grad), no_grad(add(small(), 0.125))},
+       [](const auto& x) { return relu_backward(x[0], x[1]); }},
+      {"gelu_backward", {no_grad(grad), no_grad(small())}, [](const auto& x) { return gelu_backward(x[0], x[1]); }},
+      {"gelu_backward tanh", {no_grad(grad), no_grad(small())},
+       [](const auto& x) { return gelu_backward(x[0], x[1], GeluApproximation::kTanh); }},
+      {"silu_backward", {no_grad(grad), no_grad(small())}, [](const auto& x) { return silu_backward(x[0], x[1]); }},
+      {"sigmoid_backward", {no_grad(grad), no_grad(sigmoid(small()))},
+       [](const auto& x) { return sigmoid_backward(x[0], x[1]); }},
+      {"tanh_backward", {no_grad(grad), no_grad(tanh(small()))},
+       [](const auto& x) { return tanh_backward(x[0], x[1]); }},
+      {"to float32", {{small()}}, [](const auto& x) { return to(x[0], kFloat32); }},
+  };
+}
+
+DeviceMesh one_rank() { return testing::one_rank_mesh(); }
+
+DTensor on_one_rank(const Tensor& t) {
+  return DTensor(t, DTensorSpec(one_rank(), {Replicate()}, t.shape(), t.dtype()));
+}
+
+TEST_CASE("unary ops: gradcheck on one rank", "[dtensor][ops]") {
+  for (const OpCase& c : differentiable_cases()) testing::gradcheck(c);
+}
+
+TEST_CASE("unary ops and backward kernels: every placement combination on real ranks", "[dtensor][ops]") {
+  testing::for_each_test_mesh([](const DeviceMesh& mesh) {
+    for (const OpCase& c : differentiable_cases()) testing::check_distributed(c, mesh);
+    for (const OpCase& c : forward_cases()) testing::check_distributed(c, mesh);
+  });
+}
+
+TEST_CASE("unary ops: values against float64 loops", "[dtensor][ops]") {
+  const Tensor x = small(), p = positive();
+  const std::vector<double> xv = testing::to_f64(x), pv = testing::to_f64(p);
+  auto expect = [](const std::vector<double>& in, auto f) {
+    std::vector<double> out;
+    for (double v : in) out.push_back(f(v));
+    return out;
+  };
+  auto sigmoid_ref = [](double v) { return 1 / (1 + std::exp(-v)); };
+  const DTensor dx = on_one_rank(x), dp = on_one_rank(p);
+  const testing::Tolerance tol{1e-14, 1e-14};
+  testing::check_close(exp(dx).to_local(), expect(xv, [](double v) { return std::exp(v); }), tol, "exp");
+  testing::check_close(log(dp).to_local(), expect(pv, [](double v) { return std::log(v); }), tol, "log");
+  testing::check_close(rsqrt(dp).to_local(), expect(pv, [](double v) { return 1 / std::sqrt(v); }), tol, "rsqrt");
+  testing::check_close(pow(dp, -1.5).to_local(), expect(pv, [](double v) { return std::pow(v, -1.5); }), tol, "pow");
+  testing::check_close(tanh(dx).to_local(), expect(xv, [](double v) { return std::tanh(v); }), tol, "tanh");
+  testing::check_close(sigmoid(dx).to_local(), expect(xv, sigmoid_ref), tol, "sigmoid");
+  testing::check_close(silu(dx).to_local(), expect(xv, [&](double v) { return v * sigmoid_ref(v); }), tol, "silu");
+  testing::check_close(gelu(dx).to_local(),
+                       expect(xv, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }), tol, "gelu");
+  testing::check_close(gelu(dx, GeluApproximation::kTanh).to_local(), expect(xv, [](double v) {
+                         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+                       }),
+                       tol, "gelu tanh");
+  // Known exactly: square roots of perfect squares, relu of halves, x / 4.
+  const Tensor squares = Tensor::from_vector<double>({0, 1, 4, 9, 16, 25, 36}, {7});
+  testing::check_equal(sqrt(on_one_rank(squares)).to_local(), {0, 1, 2, 3, 4, 5, 6}, "sqrt of squares");
+  const Tensor halves = Tensor::from_vector<double>({-1.5, -0.5, 0, 0.5, 1.5}, {5});
+  testing::check_equal(relu(on_one_rank(halves)).to_local(), {0, 0, 0, 0.5, 1.5}, "relu");
+  testing::check_equal(div(on_one_rank(halves), 4.0).to_local(), {-0.375, -0.125, 0, 0.125, 0.375}, "div scalar");
+}
+
+TEST_CASE("unary ops: float32 and bfloat16 shards equal the one-rank result bit for bit", "[dtensor][ops]") {
+  testing::run_ranks(3, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {3});
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      const Tensor x = testing::random_tensor({7, 5}, dtype, 9, -3, 3);
+      const DTensor d = distribute_tensor(x, mesh, {Shard(0)});
+      testing::check_equal(gelu(d).full_tensor(), testing::to_f64(gelu(x)), "gelu " + std::string(dtype_name(dtype)));
+      testing::check_equal(silu(d).full_tensor(), testing::to_f64(silu(x)), "silu " + std::string(dtype_name(dtype)));
+    }
+  });
+}
+
+TEST_CASE("a Partial input to a nonlinear op is reduced first, by the cheapest collective", "[dtensor][ops]") {
+  testing::run_ranks(2, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    const Tensor a = global_tensor({4, 2}, 6);
+    const DTensor p = from_local(a, mesh, {Partial()});  // value 2a
+    collective_counter().reset();
+    const DTensor y = exp(p);
+    // reduce_scatter moves half the bytes of an all_reduce; the output is sharded.
+    CHECK(collective_counter().calls(CollectiveKind::kReduceScatter) == 1);
+    CHECK(collective_counter().calls(CollectiveKind::kAllReduce) == 0);
+    CHECK(y.placements() == Placements{Shard(0)});
+    testing::check_close(y.full_tensor(), testing::to_f64(exp(mul(a, 2.0))), "exp of a Partial");
+  });
+}
+
+TEST_CASE("backward kernels keep a Partial gradient; linear ops keep Partial", "[dtensor][ops]") {
+  testing::run_ranks(2, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    const Tensor g = global_tensor({4, 3}, 7), x = add(global_tensor({4, 3}, 8), 0.5);
+    const DTensor gp = from_local(g, mesh, {Partial()});  // value 2g
+    const DTensor xr = distribute_tensor(x, mesh, {Replicate()});
+    collective_counter().reset();
+    const DTensor dx = relu_backward(gp, xr);
+    const DTensor half = div(gp, 2.0);
+    const DTensor cast = to(gp, kFloat32);
+    CHECK(collective_counter().snapshot().empty());
+    CHECK(dx.placements() == Placements{Partial()});
+    CHECK(half.placements() == Placements{Partial()});
+    CHECK(cast.placements() == Placements{Partial()});
+    testing::check_equal(dx.full_tensor(), testing::to_f64(relu_backward(mul(g, 2.0), x)), "relu_backward");
+    testing::check_equal(half.full_tensor(), testing::to_f64(g), "P / 2");
+    testing::check_equal(cast.full_tensor(), testing::to_f64(mul(g, 2.0)), "to float32");
+  });
+}
+
+TEST_CASE("to: gradients convert back; integer casts take none", "[dtensor][ops]") {
+  DTensor x = on_one_rank(small().clone());
+  x.requires_grad_();
+  sum(to(x, kFloat32)).backward();
+  REQUIRE(x.grad().defined());
+  CHECK(x.grad().dtype() == kFloat64);
+  testing::check_equal(x.grad().to_local(), std::vector<double>(15, 1.0), "gradient through to(float32)");
+  CHECK_FALSE(to(x, kInt64).requires_grad());
+}
+
+TEST_CASE("unary ops: errors name the op and the inputs", "[dtensor][ops]") {
+  DTensor g = on_one_rank(small().clone());
+  const DTensor x = on_one_rank(small());
+  g.requires_grad_();
+  CHECK_THROWS_AS(relu_backward(g, x), NotImplementedError);
+  CHECK_THROWS_WITH(relu_backward(g, x), Catch::Contains("relu_backward") && Catch::Contains("float64[5, 3] (R)") &&
+                                             Catch::Contains("NoGradGuard"));
+  {
+    NoGradGuard no_grad;
+    CHECK_NOTHROW(relu_backward(g, x));
+  }
+  CHECK_THROWS_AS(relu_backward(x, on_one_rank(global_tensor({4, 3}, 1))), ValueError);
+}
+
+}  // namespace
+}  // namespace dtr
