@@ -78,8 +78,7 @@ TEST_CASE("a two-layer MLP: batch-sharded training matches one rank", "[dtensor]
   Tensor classes = Tensor::empty({7}, kInt64);
   for (int64_t i = 0; i < 7; ++i) classes.data_ptr<int64_t>()[i] = i % 4;
   const Model mlp = [](const std::vector<DTensor>& p, const DTensor& in, const DTensor& t) {
-    DTensor h = linear(in, p[0], p[1]);
-    h = mul(h, h);  // a smooth nonlinearity from pointwise ops
+    DTensor h = gelu(linear(in, p[0], p[1]), GeluApproximation::kTanh);
     return cross_entropy(linear(h, p[2], p[3]), t);
   };
   const std::vector<double> reference =
@@ -92,14 +91,17 @@ TEST_CASE("a two-layer MLP: batch-sharded training matches one rank", "[dtensor]
 }
 
 TEST_CASE("a causal attention block: batch-sharded training matches one rank", "[dtensor][model]") {
-  // Batch 3 (uneven), 1 head, 5 positions, width 4; loss = mean of squares of the output.
+  // Batch 3 (uneven), 2 heads of width 2, 5 positions; loss = mean of squares of the output.
   const Tensor x = mul(global_tensor({3, 5, 4}, 6), 0.25);
   const std::vector<Tensor> weights = {mul(global_tensor({4, 4}, 7), 0.2), mul(global_tensor({4, 4}, 8), 0.2),
                                  mul(global_tensor({4, 4}, 9), 0.2), mul(global_tensor({4, 4}, 10), 0.2)};
   const Tensor unused_target = zeros({3}, kFloat64);
   const Model block = [](const std::vector<DTensor>& p, const DTensor& in, const DTensor&) {
-    DTensor q = unsqueeze(linear(in, p[0]), 1), k = unsqueeze(linear(in, p[1]), 1), v = unsqueeze(linear(in, p[2]), 1);
-    DTensor o = linear(scaled_dot_product_attention(q, k, v, Causal::kYes), p[3]);
+    // [B, T, E] -> [B, H, T, E / H] and back.
+    auto heads = [](const DTensor& t) { return permute(reshape(t, {t.size(0), t.size(1), 2, -1}), {0, 2, 1, 3}); };
+    DTensor q = heads(linear(in, p[0])), k = heads(linear(in, p[1])), v = heads(linear(in, p[2]));
+    DTensor a = scaled_dot_product_attention(q, k, v, Causal::kYes);
+    DTensor o = linear(reshape(permute(a, {0, 2, 1, 3}), {in.size(0), in.size(1), -1}), p[3]);
     return mul(sum(mul(o, o)), 1.0 / static_cast<double>(o.numel()));
   };
   const std::vector<double> reference =
