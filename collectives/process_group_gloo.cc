@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "collectives/distributed_error.h"
-#include "collectives/internal/gloo_store.h"
+#include "collectives/gloo_store.h"
 #include "collectives/internal/ring_reduce_scatter.h"
 #include "collectives/prefix_store.h"
 
@@ -124,6 +124,7 @@ struct ProcessGroupGloo::Impl {
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::pair<Collective, Work>> queue;
+  bool running = false;  // a thread (the group's, or one waiting on the collective) runs the head
   bool stopping = false;
   std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
   std::thread thread;
@@ -132,6 +133,9 @@ struct ProcessGroupGloo::Impl {
 
   void connect();
   void loop();
+  // Runs collective `seq` on the calling thread if it is next in line and none is running.
+  void run_if_next(uint64_t seq);
+  void execute(std::pair<Collective, Work>& item);
   void run(Collective& c);
   void all_reduce(Collective& c);
   void all_gather(Collective& c);
@@ -168,27 +172,55 @@ void ProcessGroupGloo::Impl::loop() {
     std::pair<Collective, Work> item;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      cv.wait(lock, [&] { return !running && (stopping || !queue.empty()); });
       if (queue.empty()) return;
       item = std::move(queue.front());
       queue.pop_front();
+      running = true;
     }
-    Collective& c = item.first;
-    if (broken) {
-      item.second.finish(std::make_exception_ptr(DistributedError(
-          broken->kind(), fmt::format("{}: not run: the group failed earlier: {}", c.description, broken->what()))));
-      continue;
+    execute(item);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      running = false;
     }
-    const auto start = Clock::now();
-    try {
-      if (c.pack) c.pack();
-      run(c);
-      if (c.unpack) c.unpack();
-      item.second.finish();
-    } catch (...) {
-      broken = failure(c, std::current_exception(), start);
-      item.second.finish(std::make_exception_ptr(*broken));
-    }
+  }
+}
+
+void ProcessGroupGloo::Impl::run_if_next(uint64_t seq) {
+  std::pair<Collective, Work> item;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (running || queue.empty() || queue.front().first.seq != seq) return;
+    item = std::move(queue.front());
+    queue.pop_front();
+    running = true;
+  }
+  execute(item);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    running = false;
+  }
+  cv.notify_all();  // the group's thread may wait for the next collective, or to stop
+}
+
+// Runs one collective on whichever thread holds `running`. Only one does at a time, so
+// `broken` and the Gloo context are never used concurrently.
+void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
+  Collective& c = item.first;
+  if (broken) {
+    item.second.finish(std::make_exception_ptr(DistributedError(
+        broken->kind(), fmt::format("{}: not run: the group failed earlier: {}", c.description, broken->what()))));
+    return;
+  }
+  const auto start = Clock::now();
+  try {
+    if (c.pack) c.pack();
+    run(c);
+    if (c.unpack) c.unpack();
+    item.second.finish();
+  } catch (...) {
+    broken = failure(c, std::current_exception(), start);
+    item.second.finish(std::make_exception_ptr(*broken));
   }
 }
 
@@ -311,7 +343,7 @@ DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::excep
 }
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
-    : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+    : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_shared<Impl>(*this)) {
   join_ranks();
   impl_->connect();
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
@@ -327,7 +359,11 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 }
 
 Work ProcessGroupGloo::enqueue(Collective c) {
-  Work work(c.description, timeout() + kWaitMargin);
+  // The Work may outlive the group; its waiter then finds the queue drained and runs nothing.
+  Work work(c.description, timeout() + kWaitMargin,
+            [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
+              if (auto alive = impl.lock()) alive->run_if_next(seq);
+            });
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->queue.emplace_back(std::move(c), work);

@@ -3,7 +3,9 @@
 // Construction is collective: every rank of the group builds it, and it returns once all
 // have met through the store and connected a full mesh (or throws a DistributedError
 // naming the ranks that never came). One communication thread per group runs the
-// collectives in issue order, so the caller computes while they move. A failed collective
+// collectives in issue order, so the caller computes while they move; a Work::wait() on
+// the next collective while that thread is idle runs it on the waiting thread instead
+// (same order, one at a time, no handoff). A failed collective
 // (timeout, lost peer) fails its Work with a DistributedError naming the group, the call,
 // its sizes and the ranks that did not report the failure; the group is unusable after
 // that, like c10d's aborted communicators. Algorithms: Gloo's allgather(v), alltoallv,
@@ -36,7 +38,7 @@ class ProcessGroupGloo : public ProcessGroup {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the Works' run_inline hooks
 };
 
 }  // namespace dtr
