@@ -242,9 +242,8 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
     gloo::AllreduceOptions opts(context);
     opts.setOutput(wire.data_ptr<T>(), static_cast<size_t>(wire.numel()));
-    opts.setAlgorithm(static_cast<int64_t>(wire.nbytes()) <= kBcubeMaxBytes
-                          ? gloo::AllreduceOptions::Algorithm::BCUBE
-                          : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setAlgorithm(static_cast<int64_t>(wire.nbytes()) <= kBcubeMaxBytes ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                                                            : gloo::AllreduceOptions::Algorithm::RING);
     opts.setReduceFunction(reduce_fn<T>(c.op));
     opts.setTag(static_cast<uint32_t>(c.seq));
     opts.setTimeout(group.timeout());
@@ -360,10 +359,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 Work ProcessGroupGloo::enqueue(Collective c) {
   // The Work may outlive the group; its waiter then finds the queue drained and runs nothing.
-  Work work(c.description, timeout() + kWaitMargin,
-            [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
-              if (auto alive = impl.lock()) alive->run_if_next(seq);
-            });
+  Work work(c.description, timeout() + kWaitMargin, [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
+    if (auto alive = impl.lock()) alive->run_if_next(seq);
+  });
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->queue.emplace_back(std::move(c), work);

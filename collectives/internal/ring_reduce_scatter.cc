@@ -59,13 +59,18 @@ class Ring {
  public:
   Ring(gloo::Context& context, const std::vector<int64_t>& counts, size_t elem, uint32_t tag,
        std::chrono::milliseconds timeout)
-      : n_(context.size), rank_(context.rank), counts_(counts), elem_(elem),
-        slot_(gloo::Slot::build(kSlotPrefix, tag)), deadline_(Clock::now() + timeout), timeout_(timeout) {
+      : n_(context.size),
+        rank_(context.rank),
+        counts_(counts),
+        elem_(elem),
+        slot_(gloo::Slot::build(kSlotPrefix, tag)),
+        deadline_(Clock::now() + timeout),
+        timeout_(timeout) {
     offsets_.resize(n_);
     std::exclusive_scan(counts_.begin(), counts_.end(), offsets_.begin(), int64_t{0});
     max_count_ = *std::max_element(counts_.begin(), counts_.end());
-    pieces_ = std::clamp<int64_t>((max_count_ * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1,
-                                  kMaxPieces);
+    pieces_ =
+        std::clamp<int64_t>((max_count_ * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
     banks_ = std::min(n_ - 1, 3);
   }
 
@@ -102,8 +107,7 @@ class Ring {
     try {
       if (!buf.waitSend(remaining())) throw gloo::IoException("send aborted");
     } catch (const gloo::Exception& e) {
-      throw gloo::IoException(
-          fmt::format("{} (ring reduce_scatter: sending to rank {})", e.what(), (rank_ + 1) % n_));
+      throw gloo::IoException(fmt::format("{} (ring reduce_scatter: sending to rank {})", e.what(), (rank_ + 1) % n_));
     }
   }
 };

@@ -2,10 +2,9 @@
 // collective, a rank killed in the middle of one, and a wait() shorter than a collective.
 // The survivors must fail within the (short) timeout with a DistributedError that names
 // the group, the collective, its sizes and the peer; nothing may hang.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "collectives/distributed_error.h"
@@ -88,7 +87,7 @@ TEST_CASE("a rank killed in the middle of a collective makes it fail on the othe
       [](int rank, int n) {
         auto pg = init_process_group(Backend::kGloo);
         Tensor x = full({4 << 20}, 1.0, kFloat32);  // 16 MiB: tens of milliseconds on the wire
-        pg->all_reduce(x).wait();                    // everyone connected and working
+        pg->all_reduce(x).wait();                   // everyone connected and working
         if (rank == 2) {
           std::thread([] {
             std::this_thread::sleep_for(5ms);

@@ -12,7 +12,6 @@
 // ReduceScatterHalvingDoubling, built once per buffer), dtr/raw = raw time / dtr time.
 // Launches its own ranks (fork and exec of itself, a TCP store served here) unless RANK
 // and WORLD_SIZE are set, as a launcher sets them.
-#include <CLI/CLI.hpp>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -24,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -138,9 +138,9 @@ class Bench {
         gloo::allreduce(o);
       };
     };
-    const std::vector<Timing> t = time(bytes, {[&] { pg_->all_reduce(x).wait(); },
-                                               raw_call(gloo::AllreduceOptions::Algorithm::RING),
-                                               raw_call(gloo::AllreduceOptions::Algorithm::BCUBE)});
+    const std::vector<Timing> t =
+        time(bytes, {[&] { pg_->all_reduce(x).wait(); }, raw_call(gloo::AllreduceOptions::Algorithm::RING),
+                     raw_call(gloo::AllreduceOptions::Algorithm::BCUBE)});
     const Timing& dtr = t[0];
     const Timing& raw = t[1].median_us < t[2].median_us ? t[1] : t[2];
     print("all_reduce", bytes, count, dtr, raw, bad);
@@ -173,8 +173,7 @@ class Bench {
     Tensor buf = filled(chunk * n_);
     gloo::ReduceScatterHalvingDoubling<float> rs(raw_, {buf.data_ptr<float>()}, static_cast<int>(chunk * n_),
                                                  std::vector<int>(n_, static_cast<int>(chunk)));
-    const std::vector<Timing> t =
-        time(bytes, {[&] { pg_->reduce_scatter_tensor(out, in).wait(); }, [&] { rs.run(); }});
+    const std::vector<Timing> t = time(bytes, {[&] { pg_->reduce_scatter_tensor(out, in).wait(); }, [&] { rs.run(); }});
     const Timing& dtr = t[0];
     const Timing& raw = t[1];
     print("reduce_scatter", chunk * n_ * 4, chunk * n_, dtr, raw, bad);
@@ -189,7 +188,8 @@ class Bench {
                                                [&] {
                                                  gloo::BroadcastOptions o(raw_);
                                                  o.setRoot(0);
-                                                 if (rank_ == 0) o.setInput(x.data_ptr<float>(), static_cast<size_t>(count));
+                                                 if (rank_ == 0)
+                                                   o.setInput(x.data_ptr<float>(), static_cast<size_t>(count));
                                                  o.setOutput(x.data_ptr<float>(), static_cast<size_t>(count));
                                                  o.setTag(tag_++);
                                                  gloo::broadcast(o);
@@ -201,12 +201,13 @@ class Bench {
 
   void run() {
     if (rank_ == 0) {
-      fmt::print("# collective_bench: dtr vs raw Gloo, {} ranks, float32, {} batches per row (median, range), "
-                 "time = the slowest rank's\n",
-                 n_, options_.batches);
+      fmt::print(
+          "# collective_bench: dtr vs raw Gloo, {} ranks, float32, {} batches per row (median, range), "
+          "time = the slowest rank's\n",
+          n_, options_.batches);
       fmt::print("# {:>14} {:>10} {:>10} {:>6} {:>10} {:>19} {:>8} {:>8} {:>6} {:>10} {:>8} {:>7}\n", "collective",
-                 "size(B)", "count", "dtype", "time(us)", "range(us)", "algbw", "busbw", "#wrong", "raw(us)",
-                 "raw bus", "dtr/raw");
+                 "size(B)", "count", "dtype", "time(us)", "range(us)", "algbw", "busbw", "#wrong", "raw(us)", "raw bus",
+                 "dtr/raw");
     }
     for (const std::string& op : options_.ops) {
       for (int64_t bytes = options_.min_bytes; bytes <= options_.max_bytes; bytes *= 4) {
@@ -229,11 +230,11 @@ class Bench {
     if (rank_ != 0) return;
     const double algbw = size / dtr.median_us / 1e3;  // GB/s
     const double f = busbw_factor(op, n_);
-    fmt::print("  {:>14} {:>10} {:>10} {:>6} {:>10.1f} {:>8.1f}-{:<10.1f} {:>8.3f} {:>8.3f} {:>6} {:>10.1f} {:>8.3f} "
-               "{:>7.2f}\n",
-               op, size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, algbw, algbw * f,
-               static_cast<int64_t>(t.item()), raw.median_us, size / raw.median_us / 1e3 * f,
-               raw.median_us / dtr.median_us);
+    fmt::print(
+        "  {:>14} {:>10} {:>10} {:>6} {:>10.1f} {:>8.1f}-{:<10.1f} {:>8.3f} {:>8.3f} {:>6} {:>10.1f} {:>8.3f} "
+        "{:>7.2f}\n",
+        op, size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, algbw, algbw * f, static_cast<int64_t>(t.item()),
+        raw.median_us, size / raw.median_us / 1e3 * f, raw.median_us / dtr.median_us);
     std::fflush(stdout);
   }
 
