@@ -144,6 +144,7 @@ struct ProcessGroupGloo::Impl {
   void broadcast(Collective& c);
   void barrier(Collective& c);
   DistributedError failure(const Collective& c, std::exception_ptr error, Clock::time_point start);
+  void close_connections();
 };
 
 void ProcessGroupGloo::Impl::connect() {
@@ -219,7 +220,9 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
     if (c.unpack) c.unpack();
     item.second.finish();
   } catch (...) {
-    broken = failure(c, std::current_exception(), start);
+    const std::exception_ptr error = std::current_exception();
+    close_connections();
+    broken = failure(c, error, start);
     item.second.finish(std::make_exception_ptr(*broken));
   }
 }
@@ -319,6 +322,18 @@ void ProcessGroupGloo::Impl::barrier(Collective& c) {
   opts.setTag(static_cast<uint32_t>(c.seq));
   opts.setTimeout(group.timeout());
   gloo::barrier(opts);
+}
+
+// After a failure: closing every connection makes the peers' collectives fail now rather
+// than at their timeout (NCCL's abort, for Gloo), so they too report before the diagnosis
+// ends. A pair that failed is closed already; closing it again may throw, harmlessly.
+void ProcessGroupGloo::Impl::close_connections() {
+  for (int r = 0; r < group.size(); ++r) {
+    try {
+      if (auto& pair = context->getPair(r)) pair->close();
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::exception_ptr error,
