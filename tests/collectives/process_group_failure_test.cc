@@ -65,7 +65,8 @@ TEST_CASE("a rank absent from a collective makes it time out on the others, nami
         Tensor x = full({1024}, 1.0, kFloat32);
         Work w = pg->all_reduce(x);
         DistributedError e = distributed_error_of([&] { w.wait(); });
-        CHECK(e.kind() == DistributedErrorKind::kTimeout);
+        // The first survivor to time out closes its connections, so the other may see that first.
+        CHECK((e.kind() == DistributedErrorKind::kTimeout || e.kind() == DistributedErrorKind::kConnection));
         CHECK_THAT(e.what(), Catch::Contains("all_reduce #0 on group 'default_pg'") &&
                                  Catch::Contains("float32[1024]") && Catch::Contains("peer group rank(s) [2]"));
         CHECK(w.is_completed());
@@ -101,8 +102,10 @@ TEST_CASE("a rank killed in the middle of a collective makes it fail on the othe
         // A closed connection, seen before the timeout (or, if this rank was still waiting
         // on a live peer that failed first, that peer's timeout).
         CHECK((e.kind() == DistributedErrorKind::kConnection || e.kind() == DistributedErrorKind::kTimeout));
+        // Rank 2 is named (a survivor slowed by the machine's load past the diagnosis' grace may be too).
         CHECK_THAT(e.what(), Catch::Contains("all_reduce #1 on group 'default_pg'") &&
-                                 Catch::Contains("float32[4194304]") && Catch::Contains("[2]"));
+                                 Catch::Contains("float32[4194304]") &&
+                                 Catch::Matches(".*peer group rank\\(s\\) \\[(0, |1, )?2\\].*"));
         (void)n;
       },
       short_timeouts({2}));
