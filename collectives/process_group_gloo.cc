@@ -24,6 +24,7 @@
 #include "collectives/distributed_error.h"
 #include "collectives/gloo_store.h"
 #include "collectives/internal/ring_reduce_scatter.h"
+#include "collectives/internal/wire_dtype.h"
 #include "collectives/prefix_store.h"
 
 namespace dtr {
@@ -65,20 +66,6 @@ std::shared_ptr<gloo::transport::Device> process_device() {
   return *device;
 }
 
-bool is_half(DType d) { return d == kBFloat16 || d == kFloat16; }
-
-// The types that go on the wire (bfloat16/float16 are widened first): one visible dispatch.
-template <class F>
-decltype(auto) dispatch_wire(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f(TypeTag<float>{});
-    case kFloat64: return f(TypeTag<double>{});
-    case kInt32: return f(TypeTag<int32_t>{});
-    case kInt64: return f(TypeTag<int64_t>{});
-    default: DTR_INTERNAL_ASSERT(false, "gloo: {} reaches the wire; it must be widened to float32", dtype);
-  }
-}
-
 template <class T>
 ReduceFn reduce_fn(ReduceOp op) {
   switch (op) {
@@ -100,7 +87,8 @@ void divide_(const Tensor& t, int n) {
   });
 }
 
-// Gloo refuses no pointer, but a zero-size tensor has none; any valid address will do.
+// A zero-size tensor has no memory (its data() is null); Gloo's buffers want an address,
+// and any valid one will do.
 void* address_of(const Tensor& t) {
   static char empty;
   return t.numel() == 0 ? &empty : t.data();
@@ -241,7 +229,7 @@ void ProcessGroupGloo::Impl::run(Collective& c) {
 void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   if (c.output.numel() == 0) return;
   // bfloat16/float16: reduce in float32, round once.
-  Tensor wire = is_half(c.dtype) ? c.output.to(kFloat32) : c.output;
+  Tensor wire = is_half_precision(c.dtype) ? c.output.to(kFloat32) : c.output;
   dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
     gloo::AllreduceOptions opts(context);
     opts.setOutput(wire.data_ptr<T>(), static_cast<size_t>(wire.numel()));
@@ -253,7 +241,7 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
     gloo::allreduce(opts);
   });
   if (c.op == ReduceOp::kAvg) divide_(wire, group.size());
-  if (is_half(c.dtype)) c.output.copy_(wire);
+  if (is_half_precision(c.dtype)) c.output.copy_(wire);
 }
 
 void ProcessGroupGloo::Impl::all_gather(Collective& c) {
@@ -284,11 +272,11 @@ void ProcessGroupGloo::Impl::all_gather(Collective& c) {
 
 void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {
   if (c.input.numel() == 0) return;  // the counts are global: every rank skips
-  Tensor in = is_half(c.dtype) ? c.input.to(kFloat32) : c.input;
-  Tensor out = is_half(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
+  Tensor in = is_half_precision(c.dtype) ? c.input.to(kFloat32) : c.input;
+  Tensor out = is_half_precision(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
   gloo_ring::reduce_scatter(*context, in.dtype(), c.op, in.data(), address_of(out), c.input_counts,
                             static_cast<uint32_t>(c.seq), group.timeout());
-  if (is_half(c.dtype)) c.output.copy_(out);
+  if (is_half_precision(c.dtype)) c.output.copy_(out);
 }
 
 void ProcessGroupGloo::Impl::all_to_all(Collective& c) {
