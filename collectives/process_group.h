@@ -27,7 +27,7 @@
 namespace dtr {
 
 struct GroupOptions {
-  // Names the group in errors and in the CollectiveCounter; also its store prefix.
+  // Names the group in errors and in the CollectiveCounter.
   std::string name = "default_pg";
   // World rank of each group rank (empty: the identity).
   std::vector<int> global_ranks;

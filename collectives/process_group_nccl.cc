@@ -95,7 +95,7 @@ struct ProcessGroupNCCL::Impl {
   std::optional<CudaStream> stream;
   Tensor barrier_buffer;
   std::mutex mutex;  // guards comm calls, pending and broken
-  std::condition_variable idle_cv;
+  std::condition_variable cv;  // a collective was issued, or the group is going
   std::deque<Pending> pending;
   std::optional<DistributedError> broken;
   bool stopping = false;
@@ -208,15 +208,19 @@ void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::str
   }
   pending.clear();
   if (!broken) broken = DistributedError(kind, reason);
-  idle_cv.notify_all();
 }
 
 void ProcessGroupNCCL::Impl::watch() {
-  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  cudaSetDevice(device);  // were the device broken, the event queries below would say so
   std::unique_lock<std::mutex> lock(mutex);
-  while (!(stopping && pending.empty())) {
-    idle_cv.wait_for(lock, kWatchdogPeriod);
-    if (pending.empty() || aborted) continue;
+  while (true) {
+    if (pending.empty()) {  // sleep until a collective is issued (or the group goes)
+      if (stopping) return;
+      cv.wait(lock, [&] { return stopping || !pending.empty(); });
+      continue;
+    }
+    cv.wait_for(lock, kWatchdogPeriod);
+    if (pending.empty()) continue;
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
       abort_all(DistributedErrorKind::kBackend, fmt::format("NCCL reported an asynchronous error: {} ({})",
@@ -248,7 +252,6 @@ void ProcessGroupNCCL::Impl::watch() {
         done.work.finish(std::current_exception());
       }
     }
-    if (pending.empty()) idle_cv.notify_all();
   }
 }
 
@@ -284,7 +287,7 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->stopping = true;
   }
-  impl_->idle_cv.notify_all();
+  impl_->cv.notify_all();
   impl_->watchdog.join();
   if (impl_->comm != nullptr && !impl_->aborted) ncclCommDestroy(impl_->comm);
 }
@@ -312,6 +315,7 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
     CudaEvent done(device);
     DTR_CUDA_CHECK(cudaEventRecord(done.get(), impl_->stream->get()), device);
     impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
+    impl_->cv.notify_all();
   } catch (const std::exception& e) {
     impl_->abort_all(DistributedErrorKind::kBackend, e.what());
     work.finish(std::make_exception_ptr(
