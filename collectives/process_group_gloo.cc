@@ -2,12 +2,10 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
@@ -31,11 +29,10 @@ namespace dtr {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-// Allreduces up to this size use Gloo's bcube (a few hops, low latency); larger ones its
-// ring (least data per rank). Measured with tools/bench/collective_bench.
-constexpr int64_t kBcubeMaxBytes = 256 << 10;
+// An all_reduce whose ranks' tensors together are at most this many bytes gathers them all
+// and reduces locally (one round of messages); larger ones reduce-scatter then all-gather.
+constexpr int64_t kGatherReduceMaxBytes = 64 << 10;
 // wait() allows this beyond the group's timeout, so the backend's own error, which names
 // the peers, arrives first.
 constexpr std::chrono::milliseconds kWaitMargin{5000};
@@ -64,27 +61,6 @@ std::shared_ptr<gloo::transport::Device> process_device() {
     owner = ::getpid();
   }
   return *device;
-}
-
-template <class T>
-ReduceFn reduce_fn(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return static_cast<ReduceFn>(&gloo::sum<T>);
-    case ReduceOp::kMax: return static_cast<ReduceFn>(&gloo::max<T>);
-    case ReduceOp::kMin: return static_cast<ReduceFn>(&gloo::min<T>);
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
-}
-
-// t /= n elementwise (the second half of avg), on a float32 or float64 tensor.
-void divide_(const Tensor& t, int n) {
-  dispatch_wire(t.dtype(), [&]<class T>(TypeTag<T>) {
-    if constexpr (std::is_floating_point_v<T>) {
-      T* p = t.data_ptr<T>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] /= static_cast<T>(n);
-    }
-  });
 }
 
 // A zero-size tensor has no memory (its data() is null); Gloo's buffers want an address,
@@ -126,6 +102,9 @@ struct ProcessGroupGloo::Impl {
   void execute(std::pair<Collective, Work>& item);
   void run(Collective& c);
   void all_reduce(Collective& c);
+  // Gloo's ring all-gather (allgatherv for uneven blocks) of bytes[r] from each rank r into
+  // output; input null means in place (this rank's block already sits in output).
+  void gather_bytes(const void* input, void* output, const std::vector<size_t>& bytes, uint32_t tag);
   void all_gather(Collective& c);
   void reduce_scatter(Collective& c);
   void all_to_all(Collective& c);
@@ -226,48 +205,71 @@ void ProcessGroupGloo::Impl::run(Collective& c) {
   }
 }
 
+// Not Gloo's allreduce: its bcube and ring each collapse at some sizes on loopback (see
+// ../shared/notes/gloo.md). Small tensors are gathered whole and reduced here in rank order
+// (one round of messages, the same bits on every rank); larger ones take dtr's ring
+// reduce_scatter and Gloo's ring all-gather in place, so each rank sends 2(n-1)/n of the
+// tensor, the least an all-reduce can, and avg divides once, in the reduce-scatter.
 void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   if (c.output.numel() == 0) return;
-  // bfloat16/float16: reduce in float32, round once.
-  Tensor wire = is_half_precision(c.dtype) ? c.output.to(kFloat32) : c.output;
-  dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
-    gloo::AllreduceOptions opts(context);
-    opts.setOutput(wire.data_ptr<T>(), static_cast<size_t>(wire.numel()));
-    opts.setAlgorithm(static_cast<int64_t>(wire.nbytes()) <= kBcubeMaxBytes ? gloo::AllreduceOptions::Algorithm::BCUBE
-                                                                            : gloo::AllreduceOptions::Algorithm::RING);
-    opts.setReduceFunction(reduce_fn<T>(c.op));
-    opts.setTag(static_cast<uint32_t>(c.seq));
-    opts.setTimeout(group.timeout());
-    gloo::allreduce(opts);
-  });
-  if (c.op == ReduceOp::kAvg) divide_(wire, group.size());
+  Tensor wire = is_half_precision(c.dtype) ? c.output.to(kFloat32) : c.output;  // reduce in float32
+  const int n = group.size();
+  const int64_t count = wire.numel();
+  const size_t elem = itemsize(wire.dtype());
+  const auto tag = static_cast<uint32_t>(c.seq);
+  if (count * static_cast<int64_t>(elem) * n <= kGatherReduceMaxBytes) {
+    Tensor all = Tensor::empty({count * n}, wire.dtype());
+    gather_bytes(wire.data(), all.data(), std::vector<size_t>(n, count * elem), tag);
+    dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
+      const T* rows = all.data_ptr<T>();
+      T* out = wire.data_ptr<T>();
+      std::copy(rows, rows + count, out);
+      for (int r = 1; r < n; ++r) combine(out, out, rows + r * count, count, c.op);
+      if (c.op == ReduceOp::kAvg) divide_by(out, count, n);
+    });
+  } else {
+    std::vector<int64_t> blocks(n, count / n);  // torch.chunk-like: the first count % n get one more
+    for (int r = 0; r < count % n; ++r) ++blocks[r];
+    auto* base = static_cast<char*>(wire.data());
+    gloo_ring::reduce_scatter(*context, wire.dtype(), c.op, base,
+                              base + Collective::offset_of(blocks, group.rank()) * elem, blocks, tag, group.timeout());
+    std::vector<size_t> bytes;
+    for (int64_t b : blocks) bytes.push_back(static_cast<size_t>(b) * elem);
+    gather_bytes(nullptr, base, bytes, tag);
+  }
   if (is_half_precision(c.dtype)) c.output.copy_(wire);
 }
 
-void ProcessGroupGloo::Impl::all_gather(Collective& c) {
-  const size_t elem = itemsize(c.dtype);
-  std::vector<size_t> bytes;
-  for (int64_t n : c.output_counts) bytes.push_back(static_cast<size_t>(n) * elem);
-  if (c.output.numel() == 0) return;  // every rank sends nothing: the counts are global
-  const int64_t offset = Collective::offset_of(c.output_counts, group.rank());
-  const bool in_place = c.input.numel() == 0 || (c.input.storage().is_same(c.output.storage()) &&
-                                                 c.input.offset() == c.output.offset() + offset);
-  auto* out = static_cast<uint8_t*>(c.output.data());
+void ProcessGroupGloo::Impl::gather_bytes(const void* input, void* output, const std::vector<size_t>& bytes,
+                                          uint32_t tag) {
+  auto* out = static_cast<uint8_t*>(output);
+  auto* in = static_cast<uint8_t*>(const_cast<void*>(input));
   if (std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; })) {
     gloo::AllgatherOptions opts(context);
-    if (!in_place) opts.setInput(static_cast<uint8_t*>(c.input.data()), bytes[0]);
+    if (in != nullptr) opts.setInput(in, bytes[0]);
     opts.setOutput(out, bytes[0] * bytes.size());
-    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTag(tag);
     opts.setTimeout(group.timeout());
     gloo::allgather(opts);
   } else {
     gloo::AllgathervOptions opts(context);
-    if (!in_place) opts.setInput(static_cast<uint8_t*>(address_of(c.input)), bytes[group.rank()]);
+    if (in != nullptr) opts.setInput(in, bytes[group.rank()]);
     opts.setOutput(out, bytes);
-    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTag(tag);
     opts.setTimeout(group.timeout());
     gloo::allgatherv(opts);
   }
+}
+
+void ProcessGroupGloo::Impl::all_gather(Collective& c) {
+  if (c.output.numel() == 0) return;  // every rank sends nothing: the counts are global
+  const size_t elem = itemsize(c.dtype);
+  std::vector<size_t> bytes;
+  for (int64_t n : c.output_counts) bytes.push_back(static_cast<size_t>(n) * elem);
+  const int64_t offset = Collective::offset_of(c.output_counts, group.rank());
+  const bool in_place = c.input.numel() == 0 || (c.input.storage().is_same(c.output.storage()) &&
+                                                 c.input.offset() == c.output.offset() + offset);
+  gather_bytes(in_place ? nullptr : c.input.data(), c.output.data(), bytes, static_cast<uint32_t>(c.seq));
 }
 
 void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {

@@ -9,8 +9,9 @@
 // (timeout, lost peer) fails its Work with a DistributedError naming the group, the call,
 // its sizes and the ranks that did not report the failure; the group is unusable after
 // that, like c10d's aborted communicators. Algorithms: Gloo's allgather(v), alltoallv,
-// broadcast and barrier; Gloo's allreduce (bcube for small, ring for large tensors); dtr's
-// ring reduce_scatter (internal/ring_reduce_scatter.h). bfloat16 and float16 reduce in
+// broadcast and barrier; dtr's ring reduce_scatter (internal/ring_reduce_scatter.h);
+// all_reduce = that reduce_scatter + Gloo's all-gather (small tensors: gather all, reduce
+// locally). Gloo's own allreduce is not used. bfloat16 and float16 reduce in
 // float32 (one rounding at the end: exact whenever the float32 sum is), at twice the bytes.
 // The first group makes the process ignore SIGPIPE (Gloo's sockets would raise it when a
 // peer dies), as Python, and so PyTorch, does.

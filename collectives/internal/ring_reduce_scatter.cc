@@ -22,23 +22,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kSlotPrefix = 0x10;
 constexpr int64_t kMaxPieces = 64;
 
-// out[i] = op(a[i], b[i]); out may alias a or b.
-template <class T>
-void combine(T* out, const T* a, const T* b, int64_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-      return;
-    case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
-      return;
-    case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::min(a[i], b[i]);
-      return;
-  }
-}
-
 struct Piece {
   int64_t start;
   int64_t len;
@@ -148,11 +131,7 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
       const T* mine = input + ring.offsets[block] + p.start;
       if (last) {
         combine(output + p.start, mine, got, p.len, op);
-        if constexpr (std::is_floating_point_v<T>) {
-          if (op == ReduceOp::kAvg) {
-            for (int64_t i = 0; i < p.len; ++i) output[p.start + i] /= static_cast<T>(n);
-          }
-        }
+        if (op == ReduceOp::kAvg) divide_by(output + p.start, p.len, n);
       } else {
         combine(got, got, mine, p.len, op);
         scratch_buf->send(next, ring.slot, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));

@@ -87,11 +87,12 @@ TEST_CASE("a rank killed in the middle of a collective makes it fail on the othe
       3,
       [](int rank, int n) {
         auto pg = init_process_group(Backend::kGloo);
-        Tensor x = full({4 << 20}, 1.0, kFloat32);  // 16 MiB: tens of milliseconds on the wire
-        pg->all_reduce(x).wait();                   // everyone connected and working
+        Tensor x = full({16 << 20}, 1.0, kFloat32);  // 64 MiB: tens of milliseconds on the wire
+        pg->all_reduce(x).wait();                     // everyone connected and working
         if (rank == 2) {
+          std::this_thread::sleep_for(50ms);  // the others are in the collective by now
           std::thread([] {
-            std::this_thread::sleep_for(5ms);
+            std::this_thread::sleep_for(2ms);
             ::raise(SIGKILL);
           }).detach();
           pg->all_reduce(x).wait();
@@ -104,7 +105,7 @@ TEST_CASE("a rank killed in the middle of a collective makes it fail on the othe
         CHECK((e.kind() == DistributedErrorKind::kConnection || e.kind() == DistributedErrorKind::kTimeout));
         // Rank 2 is named (a survivor slowed by the machine's load past the diagnosis' grace may be too).
         CHECK_THAT(e.what(), Catch::Contains("all_reduce #1 on group 'default_pg'") &&
-                                 Catch::Contains("float32[4194304]") &&
+                                 Catch::Contains("float32[16777216]") &&
                                  Catch::Matches(".*peer group rank\\(s\\) \\[(0, |1, )?2\\].*"));
         (void)n;
       },
