@@ -94,7 +94,7 @@ struct ProcessGroupNCCL::Impl {
   bool aborted = false;
   std::optional<CudaStream> stream;
   Tensor barrier_buffer;
-  std::mutex mutex;  // guards comm calls, pending and broken
+  std::mutex mutex;            // guards comm calls, pending and broken
   std::condition_variable cv;  // a collective was issued, or the group is going
   std::deque<Pending> pending;
   std::optional<DistributedError> broken;

@@ -40,8 +40,8 @@ struct Ring {
         deadline(Clock::now() + timeout) {
     std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), int64_t{0});
     max_count = *std::max_element(counts.begin(), counts.end());
-    pieces = std::clamp<int64_t>((max_count * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1,
-                                 kMaxPieces);
+    pieces =
+        std::clamp<int64_t>((max_count * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
     banks = std::min(n - 1, 3);
   }
 

@@ -88,7 +88,7 @@ TEST_CASE("a rank killed in the middle of a collective makes it fail on the othe
       [](int rank, int n) {
         auto pg = init_process_group(Backend::kGloo);
         Tensor x = full({16 << 20}, 1.0, kFloat32);  // 64 MiB: tens of milliseconds on the wire
-        pg->all_reduce(x).wait();                     // everyone connected and working
+        pg->all_reduce(x).wait();                    // everyone connected and working
         if (rank == 2) {
           std::this_thread::sleep_for(50ms);  // the others are in the collective by now
           std::thread([] {
