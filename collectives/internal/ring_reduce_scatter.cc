@@ -83,7 +83,7 @@ struct Ring {
 };
 
 template <class T>
-void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
+int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
          uint32_t tag, std::chrono::milliseconds timeout) {
   Ring ring(context, counts, sizeof(T), tag, timeout);
   const int n = ring.n, rank = ring.rank;
@@ -96,7 +96,7 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
   auto in_buf = context.createUnboundBuffer(const_cast<T*>(input), total * sizeof(T));
   auto scratch_buf = context.createUnboundBuffer(banks, scratch.nbytes());
 
-  int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0;
+  int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0, bytes_sent = 0;
   std::vector<int64_t> bank_sends_until(ring.banks, 0);  // scratch sends issued when the bank was last used
 
   auto post_recvs = [&](int step) {
@@ -118,6 +118,7 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
     if (p.len == 0) continue;
     in_buf->send(next, ring.slot, (ring.offsets[first] + p.start) * sizeof(T), p.len * sizeof(T));
     ++input_sent;
+    bytes_sent += p.len * sizeof(T);
   }
   for (int step = 0; step < n - 1; ++step) {
     const int bank = step % ring.banks;
@@ -136,6 +137,7 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
         combine(got, got, mine, p.len, op);
         scratch_buf->send(next, ring.slot, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));
         ++scratch_sent;
+        bytes_sent += p.len * sizeof(T);
       }
     }
     bank_sends_until[bank] = scratch_sent;
@@ -143,22 +145,23 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
   }
   for (; scratch_done < scratch_sent; ++scratch_done) ring.wait_send(*scratch_buf);
   for (int64_t i = 0; i < input_sent; ++i) ring.wait_send(*in_buf);
+  return bytes_sent;
 }
 
 }  // namespace
 
-void reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
-                    const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout) {
+int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
+                       const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout) {
   DTR_INTERNAL_ASSERT(static_cast<int>(counts.size()) == context.size, "{} counts for {} ranks", counts.size(),
                       context.size);
-  dispatch_wire(dtype, [&]<class T>(TypeTag<T>) {
+  return dispatch_wire(dtype, [&]<class T>(TypeTag<T>) -> int64_t {
     const T* in = static_cast<const T*>(input);
     T* out = static_cast<T*>(output);
     if (context.size == 1) {  // the sum over one rank is its own block; avg divides by 1
       if (out != in) std::memcpy(out, in, counts[0] * sizeof(T));
-      return;
+      return 0;
     }
-    run<T>(context, op, in, out, counts, tag, timeout);
+    return run<T>(context, op, in, out, counts, tag, timeout);
   });
 }
 
