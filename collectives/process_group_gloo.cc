@@ -36,6 +36,10 @@ constexpr int64_t kGatherReduceMaxBytes = 64 << 10;
 // wait() allows this beyond the group's timeout, so the backend's own error, which names
 // the peers, arrives first.
 constexpr std::chrono::milliseconds kWaitMargin{5000};
+// While callers wait on their collectives as soon as they issue them (and so run them
+// themselves), issuing does not wake the group's thread; it looks at the queue this often
+// instead, and runs what no caller came for.
+constexpr std::chrono::milliseconds kPollPeriod{1};
 
 // One TCP device (one epoll thread) per process, shared by every group. Leaked on purpose:
 // its thread must outlive groups destroyed by static destructors at exit. A process forked
@@ -89,6 +93,11 @@ struct ProcessGroupGloo::Impl {
   std::condition_variable cv;
   std::deque<std::pair<Collective, Work>> queue;
   bool running = false;  // a thread (the group's, or one waiting on the collective) runs the head
+  // Whether issuing wakes the group's thread. Cleared when a waiting caller runs a collective
+  // itself (a thread woken per collective would only compete for the cores with the Gloo
+  // threads doing the work, see ../shared/notes/cpu-limits.md 4.2); set again when the group's
+  // thread finds a collective nobody came for (the caller is computing meanwhile).
+  bool wake_on_issue = true;
   bool stopping = false;
   std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
   std::thread thread;
@@ -136,20 +145,24 @@ void ProcessGroupGloo::Impl::connect() {
 }
 
 void ProcessGroupGloo::Impl::loop() {
+  std::unique_lock<std::mutex> lock(mutex);
   while (true) {
-    std::pair<Collective, Work> item;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      cv.wait(lock, [&] { return !running && (stopping || !queue.empty()); });
-      if (queue.empty()) return;
-      item = std::move(queue.front());
+    if (!running && !queue.empty()) {
+      std::pair<Collective, Work> item = std::move(queue.front());
       queue.pop_front();
       running = true;
-    }
-    execute(item);
-    {
-      std::lock_guard<std::mutex> lock(mutex);
+      wake_on_issue = true;
+      lock.unlock();
+      execute(item);
+      lock.lock();
       running = false;
+      continue;
+    }
+    if (stopping && !running) return;
+    if (wake_on_issue) {
+      cv.wait(lock);
+    } else {
+      cv.wait_for(lock, kPollPeriod);
     }
   }
 }
@@ -162,13 +175,16 @@ void ProcessGroupGloo::Impl::run_if_next(uint64_t seq) {
     item = std::move(queue.front());
     queue.pop_front();
     running = true;
+    wake_on_issue = false;
   }
   execute(item);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mutex);
     running = false;
+    wake = stopping || !queue.empty();  // collectives issued meanwhile, or a group going away
   }
-  cv.notify_all();  // the group's thread may wait for the next collective, or to stop
+  if (wake) cv.notify_all();
 }
 
 // Runs one collective on whichever thread holds `running`. Only one does at a time, so
@@ -367,11 +383,13 @@ Work ProcessGroupGloo::enqueue(Collective c) {
   Work work(c.description, timeout() + kWaitMargin, [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
     if (auto alive = impl.lock()) alive->run_if_next(seq);
   });
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->queue.emplace_back(std::move(c), work);
+    wake = impl_->wake_on_issue;
   }
-  impl_->cv.notify_one();
+  if (wake) impl_->cv.notify_one();
   return work;
 }
 
