@@ -98,6 +98,7 @@ struct ProcessGroupGloo::Impl {
   // threads doing the work, see ../shared/notes/cpu-limits.md 4.2); set again when the group's
   // thread finds a collective nobody came for (the caller is computing meanwhile).
   bool wake_on_issue = true;
+  Tensor ring_scratch;  // dtr's ring reduce_scatter's, kept between collectives
   bool stopping = false;
   std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
   std::thread thread;
@@ -248,7 +249,8 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
     for (int r = 0; r < count % n; ++r) ++blocks[r];
     auto* base = static_cast<char*>(wire.data());
     gloo_ring::reduce_scatter(*context, wire.dtype(), c.op, base,
-                              base + Collective::offset_of(blocks, group.rank()) * elem, blocks, tag, group.timeout());
+                              base + Collective::offset_of(blocks, group.rank()) * elem, blocks, tag, group.timeout(),
+                              ring_scratch);
     std::vector<size_t> bytes;
     for (int64_t b : blocks) bytes.push_back(static_cast<size_t>(b) * elem);
     gather_bytes(nullptr, base, bytes, tag);
@@ -293,7 +295,7 @@ void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {
   Tensor in = is_half_precision(c.dtype) ? c.input.to(kFloat32) : c.input;
   Tensor out = is_half_precision(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
   gloo_ring::reduce_scatter(*context, in.dtype(), c.op, in.data(), address_of(out), c.input_counts,
-                            static_cast<uint32_t>(c.seq), group.timeout());
+                            static_cast<uint32_t>(c.seq), group.timeout(), ring_scratch);
   if (is_half_precision(c.dtype)) c.output.copy_(out);
 }
 

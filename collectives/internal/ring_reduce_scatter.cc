@@ -84,17 +84,21 @@ struct Ring {
 
 template <class T>
 int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
-         uint32_t tag, std::chrono::milliseconds timeout) {
+            uint32_t tag, std::chrono::milliseconds timeout, Tensor& scratch) {
   Ring ring(context, counts, sizeof(T), tag, timeout);
   const int n = ring.n, rank = ring.rank;
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const int64_t total = ring.offsets[n - 1] + counts[n - 1];
   const int64_t bank_size = ring.max_count;
 
-  Tensor scratch = Tensor::empty({ring.banks * bank_size}, dtype_of<T>());
-  T* banks = scratch.data_ptr<T>();
+  const size_t scratch_bytes = static_cast<size_t>(ring.banks * bank_size) * sizeof(T);
+  if (!scratch.defined() || scratch.nbytes() < scratch_bytes) {
+    scratch = Tensor();  // free the old one first
+    scratch = Tensor::empty({ring.banks * bank_size}, dtype_of<T>());
+  }
+  T* banks = static_cast<T*>(scratch.data());  // perhaps another dtype's: it is only bytes here
   auto in_buf = context.createUnboundBuffer(const_cast<T*>(input), total * sizeof(T));
-  auto scratch_buf = context.createUnboundBuffer(banks, scratch.nbytes());
+  auto scratch_buf = context.createUnboundBuffer(banks, scratch_bytes);
 
   int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0, bytes_sent = 0;
   std::vector<int64_t> bank_sends_until(ring.banks, 0);  // scratch sends issued when the bank was last used
@@ -151,7 +155,8 @@ int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, cons
 }  // namespace
 
 int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
-                       const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout) {
+                       const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout,
+                       Tensor& scratch) {
   DTR_INTERNAL_ASSERT(static_cast<int>(counts.size()) == context.size, "{} counts for {} ranks", counts.size(),
                       context.size);
   return dispatch_wire(dtype, [&]<class T>(TypeTag<T>) -> int64_t {
@@ -161,7 +166,7 @@ int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const v
       if (out != in) std::memcpy(out, in, counts[0] * sizeof(T));
       return 0;
     }
-    return run<T>(context, op, in, out, counts, tag, timeout);
+    return run<T>(context, op, in, out, counts, tag, timeout, scratch);
   });
 }
 

@@ -2,15 +2,16 @@
 // every op and wire dtype, even and uneven blocks (some empty, some of several pieces), in
 // place and not; and the bytes each rank sends, which must be every block but its own, once:
 // (n-1)/n of the input for even blocks, the least a reduce-scatter can move.
-#include <catch2/catch.hpp>
+#include "collectives/internal/ring_reduce_scatter.h"
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <sys/socket.h>
 
+#include <catch2/catch.hpp>
+
 #include "collectives/gloo_store.h"
 #include "collectives/init.h"
-#include "collectives/internal/ring_reduce_scatter.h"
 #include "collectives/prefix_store.h"
 #include "tests/collectives/collective_sweep.h"
 #include "tests/collectives/multi_rank.h"
@@ -39,6 +40,7 @@ TEST_CASE("ring reduce_scatter: results and the bytes each rank sends", "[collec
       for (int r = 0; r < n; ++r) uneven.push_back(r % 3 == 1 ? 0 : 1000 * r + 5);
       layouts.push_back(uneven);
       uint32_t tag = 0;
+      Tensor scratch;  // reused across calls, grown by the larger ones
       for (const std::vector<int64_t>& counts : layouts) {
         const int64_t total = offset_of(counts, n), mine_at = offset_of(counts, rank);
         for (DType d : {kFloat32, kFloat64, kInt32, kInt64}) {
@@ -48,9 +50,9 @@ TEST_CASE("ring reduce_scatter: results and the bytes each rank sends", "[collec
               Tensor in = make_tensor(total, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
               Tensor out = in_place ? in.narrow(0, mine_at, counts[rank]) : Tensor::empty({counts[rank]}, d);
               const int64_t sent = gloo_ring::reduce_scatter(*context, d, op, in.data(), out.data(), counts, tag++,
-                                                             std::chrono::seconds(30));
-              const std::string what = fmt::format("{} {} counts {} in place {} rank {}", reduce_op_name(op), d,
-                                                   counts, in_place, rank);
+                                                             std::chrono::seconds(30), scratch);
+              const std::string what =
+                  fmt::format("{} {} counts {} in place {} rank {}", reduce_op_name(op), d, counts, in_place, rank);
               INFO(what);
               CHECK(sent == (total - counts[rank]) * static_cast<int64_t>(itemsize(d)));
               std::vector<double> expected;
