@@ -26,9 +26,9 @@ namespace dtr {
 
 struct Collective {
   CollectiveKind kind = CollectiveKind::kBarrier;
-  uint64_t seq = 0;           // issue order on the group, from 0
-  std::string call;           // the user's call, for messages: "reduce_scatter_v"
-  std::string description;    // "reduce_scatter_v #4 on group 'dp' of float32[5, 3] -> float32[2, 3] (sum)"
+  uint64_t seq = 0;         // issue order on the group, from 0
+  std::string call;         // the user's call, for messages: "reduce_scatter_v"
+  std::string description;  // "reduce_scatter_v #4 on group 'dp' of float32[5, 3] -> float32[2, 3] (sum)"
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   DType dtype = kFloat32;

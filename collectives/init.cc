@@ -80,7 +80,8 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend, std::shared_pt
   check_no_default_group(w);
   DTR_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ValueError,
             "init_process_group: rank {} is not in [0, {}) for a world of {} ranks", rank, world_size, world_size);
-  GroupOptions options{.name = "default_pg", .global_ranks = {}, .timeout = w.timeout, .device_index = device_for(backend, rank)};
+  GroupOptions options{
+      .name = "default_pg", .global_ranks = {}, .timeout = w.timeout, .device_index = device_for(backend, rank)};
   auto prefixed = std::make_shared<PrefixStore>(fmt::format("default_pg.{}", w.generation++), std::move(store));
   w.group = make_process_group(backend, prefixed, rank, world_size, std::move(options));
   w.backend = backend;
@@ -101,10 +102,11 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   const char* addr_env = std::getenv("MASTER_ADDR");
   const std::string addr = addr_env != nullptr && *addr_env != '\0' ? addr_env : "127.0.0.1";
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  const bool launcher_serves = agent != nullptr && (std::string_view(agent) == "True" || std::string_view(agent) == "1");
+  const bool launcher_serves =
+      agent != nullptr && (std::string_view(agent) == "True" || std::string_view(agent) == "1");
   auto store = std::make_shared<TCPStore>(
-      addr, static_cast<uint16_t>(port), TCPStoreOptions{.is_server = rank == 0 && !launcher_serves,
-                                                         .timeout = default_timeout()});
+      addr, static_cast<uint16_t>(port),
+      TCPStoreOptions{.is_server = rank == 0 && !launcher_serves, .timeout = default_timeout()});
   return init_process_group(backend, std::move(store), rank, world_size);
 }
 

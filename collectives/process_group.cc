@@ -74,8 +74,8 @@ void check_counts(std::string_view call, std::string_view what, const std::vecto
 
 void check_rows(std::string_view call, const Tensor& a, const Tensor& b) {
   DTR_CHECK(a.dim() >= 1 && b.dim() >= 1 && row_shape(a) == row_shape(b), ValueError,
-            "{}: {} and {} must have at least one dim and the same sizes after dim 0 (counts are dim-0 rows)",
-            call, describe(a), describe(b));
+            "{}: {} and {} must have at least one dim and the same sizes after dim 0 (counts are dim-0 rows)", call,
+            describe(a), describe(b));
 }
 
 // The group ranks whose key (made by key_of) is not in the store.
@@ -100,7 +100,10 @@ int64_t Collective::offset_of(const std::vector<int64_t>& counts, int rank) {
 }
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
-    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
+    : store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      options_(std::move(options)),
       timeout_ms_(options_.timeout.count()) {
   DTR_CHECK(size >= 1 && rank >= 0 && rank < size, ValueError,
             "process group '{}': rank {} is not in [0, {}) for a group of {} ranks", options_.name, rank, size, size);
@@ -146,9 +149,10 @@ std::string ProcessGroup::diagnose_failure(uint64_t seq) {
       if (e.kind() != DistributedErrorKind::kTimeout) throw;
     }
     const std::vector<int> missing = ranks_missing(*store_, size_, key_of);
-    return fmt::format("peer group rank(s) {} (global {}) did not report this failure within {} ms: dead, hung, or "
-                       "in another collective",
-                       missing, global_of(missing), grace.count());
+    return fmt::format(
+        "peer group rank(s) {} (global {}) did not report this failure within {} ms: dead, hung, or "
+        "in another collective",
+        missing, global_of(missing), grace.count());
   } catch (const std::exception& e) {
     return fmt::format("the store could not say which peers are alive ({})", e.what());
   }
@@ -186,8 +190,8 @@ Collective ProcessGroup::begin(CollectiveKind kind, std::string_view call, DType
 
 Work ProcessGroup::issue(Collective c) {
   c.seq = next_seq_.fetch_add(1);
-  c.description = fmt::format("{} #{} on group '{}' (rank {} of {}, {}) of {}", c.call, c.seq, name(), rank_,
-                              size_, backend_name(), c.description);
+  c.description = fmt::format("{} #{} on group '{}' (rank {} of {}, {}) of {}", c.call, c.seq, name(), rank_, size_,
+                              backend_name(), c.description);
   collective_counter().record(c.kind, name(), c.bytes);
   return enqueue(std::move(c));
 }
@@ -200,10 +204,9 @@ static void check_reduce_op(std::string_view call, ReduceOp op, DType dtype) {
 }
 
 Work ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
-  std::vector<Tensor> one{tensor};
-  Collective c = begin(CollectiveKind::kAllReduce, "all_reduce", tensor.dtype(),
-                       fmt::format("{} ({}, {})", describe(tensor), reduce_op_name(op), human_bytes(tensor.nbytes())),
-                       {&tensor});
+  Collective c =
+      begin(CollectiveKind::kAllReduce, "all_reduce", tensor.dtype(),
+            fmt::format("{} ({}, {})", describe(tensor), reduce_op_name(op), human_bytes(tensor.nbytes())), {&tensor});
   check_reduce_op(c.call, op, c.dtype);
   Flat f = flat_for(tensor);
   c.op = op;
@@ -280,10 +283,10 @@ Work ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input) {
 }
 
 Work ProcessGroup::all_gather_v(Tensor& output, const Tensor& input, std::vector<int64_t> counts) {
-  Collective c = begin(CollectiveKind::kAllGather, "all_gather_v", input.dtype(),
-                       fmt::format("{} -> {} (rows {}, {})", describe(input), describe(output), counts,
-                                   human_bytes(output.nbytes())),
-                       {&output, &input});
+  Collective c = begin(
+      CollectiveKind::kAllGather, "all_gather_v", input.dtype(),
+      fmt::format("{} -> {} (rows {}, {})", describe(input), describe(output), counts, human_bytes(output.nbytes())),
+      {&output, &input});
   check_counts(c.call, "counts", counts, size_, name());
   check_rows(c.call, output, input);
   DTR_CHECK(input.size(0) == counts[rank_] && output.size(0) == sum_of(counts), ValueError,
@@ -398,9 +401,9 @@ Work ProcessGroup::reduce_scatter_tensor_coalesced(std::vector<Tensor>& outputs,
   if (inputs.empty()) return Work();
   std::vector<const Tensor*> ptrs;
   for (size_t i = 0; i < inputs.size(); ++i) ptrs.insert(ptrs.end(), {&outputs[i], &inputs[i]});
-  Collective c = begin(CollectiveKind::kReduceScatter, "reduce_scatter_tensor_coalesced", inputs[0].dtype(),
-                       fmt::format("{} -> {} ({})", describe_all(inputs), describe_all(outputs), reduce_op_name(op)),
-                       ptrs);
+  Collective c =
+      begin(CollectiveKind::kReduceScatter, "reduce_scatter_tensor_coalesced", inputs[0].dtype(),
+            fmt::format("{} -> {} ({})", describe_all(inputs), describe_all(outputs), reduce_op_name(op)), ptrs);
   check_reduce_op(c.call, op, c.dtype);
   int64_t per_rank = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -474,9 +477,9 @@ Work ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, std::v
 }
 
 Work ProcessGroup::broadcast(Tensor& tensor, int root) {
-  Collective c = begin(CollectiveKind::kBroadcast, "broadcast", tensor.dtype(),
-                       fmt::format("{} from root {} ({})", describe(tensor), root, human_bytes(tensor.nbytes())),
-                       {&tensor});
+  Collective c =
+      begin(CollectiveKind::kBroadcast, "broadcast", tensor.dtype(),
+            fmt::format("{} from root {} ({})", describe(tensor), root, human_bytes(tensor.nbytes())), {&tensor});
   DTR_CHECK(root >= 0 && root < size_, IndexError,
             "broadcast: root {} is not a rank of group '{}' (group ranks are 0..{})", root, name(), size_ - 1);
   Flat f = flat_for(tensor);

@@ -27,7 +27,7 @@
 namespace dtr {
 
 struct GroupOptions {
-  // Names the group in errors and in the CollectiveCounter; also its store prefix.
+  // Names the group in errors and in the CollectiveCounter.
   std::string name = "default_pg";
   // World rank of each group rank (empty: the identity).
   std::vector<int> global_ranks;
@@ -72,8 +72,7 @@ class ProcessGroup {
   // elements). In place when output is input's block for this rank.
   Work reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::kSum);
   // Uneven: input has sum(counts) rows; rank r receives counts[r] of them.
-  Work reduce_scatter_v(Tensor& output, const Tensor& input, std::vector<int64_t> counts,
-                        ReduceOp op = ReduceOp::kSum);
+  Work reduce_scatter_v(Tensor& output, const Tensor& input, std::vector<int64_t> counts, ReduceOp op = ReduceOp::kSum);
   Work reduce_scatter_tensor_coalesced(std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                                        ReduceOp op = ReduceOp::kSum);
 

@@ -2,12 +2,10 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <signal.h>
@@ -22,22 +20,26 @@
 #include <thread>
 
 #include "collectives/distributed_error.h"
-#include "collectives/internal/gloo_store.h"
+#include "collectives/gloo_store.h"
 #include "collectives/internal/ring_reduce_scatter.h"
+#include "collectives/internal/wire_dtype.h"
 #include "collectives/prefix_store.h"
 
 namespace dtr {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-// Allreduces up to this size use Gloo's bcube (a few hops, low latency); larger ones its
-// ring (least data per rank). Measured with tools/bench/collective_bench.
-constexpr int64_t kBcubeMaxBytes = 256 << 10;
+// An all_reduce whose ranks' tensors together are at most this many bytes gathers them all
+// and reduces locally (one round of messages); larger ones reduce-scatter then all-gather.
+constexpr int64_t kGatherReduceMaxBytes = 64 << 10;
 // wait() allows this beyond the group's timeout, so the backend's own error, which names
 // the peers, arrives first.
 constexpr std::chrono::milliseconds kWaitMargin{5000};
+// While callers wait on their collectives as soon as they issue them (and so run them
+// themselves), issuing does not wake the group's thread; it looks at the queue this often
+// instead, and runs what no caller came for.
+constexpr std::chrono::milliseconds kPollPeriod{1};
 
 // One TCP device (one epoll thread) per process, shared by every group. Leaked on purpose:
 // its thread must outlive groups destroyed by static destructors at exit. A process forked
@@ -65,42 +67,8 @@ std::shared_ptr<gloo::transport::Device> process_device() {
   return *device;
 }
 
-bool is_half(DType d) { return d == kBFloat16 || d == kFloat16; }
-
-// The types that go on the wire (bfloat16/float16 are widened first): one visible dispatch.
-template <class F>
-decltype(auto) dispatch_wire(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f(TypeTag<float>{});
-    case kFloat64: return f(TypeTag<double>{});
-    case kInt32: return f(TypeTag<int32_t>{});
-    case kInt64: return f(TypeTag<int64_t>{});
-    default: DTR_INTERNAL_ASSERT(false, "gloo: {} reaches the wire; it must be widened to float32", dtype);
-  }
-}
-
-template <class T>
-ReduceFn reduce_fn(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return static_cast<ReduceFn>(&gloo::sum<T>);
-    case ReduceOp::kMax: return static_cast<ReduceFn>(&gloo::max<T>);
-    case ReduceOp::kMin: return static_cast<ReduceFn>(&gloo::min<T>);
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
-}
-
-// t /= n elementwise (the second half of avg), on a float32 or float64 tensor.
-void divide_(const Tensor& t, int n) {
-  dispatch_wire(t.dtype(), [&]<class T>(TypeTag<T>) {
-    if constexpr (std::is_floating_point_v<T>) {
-      T* p = t.data_ptr<T>();
-      for (int64_t i = 0; i < t.numel(); ++i) p[i] /= static_cast<T>(n);
-    }
-  });
-}
-
-// Gloo refuses no pointer, but a zero-size tensor has none; any valid address will do.
+// A zero-size tensor has no memory (its data() is null); Gloo's buffers want an address,
+// and any valid one will do.
 void* address_of(const Tensor& t) {
   static char empty;
   return t.numel() == 0 ? &empty : t.data();
@@ -124,6 +92,13 @@ struct ProcessGroupGloo::Impl {
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::pair<Collective, Work>> queue;
+  bool running = false;  // a thread (the group's, or one waiting on the collective) runs the head
+  // Whether issuing wakes the group's thread. Cleared when a waiting caller runs a collective
+  // itself (a thread woken per collective would only compete for the cores with the Gloo
+  // threads doing the work, see ../shared/notes/cpu-limits.md 4.2); set again when the group's
+  // thread finds a collective nobody came for (the caller is computing meanwhile).
+  bool wake_on_issue = true;
+  Tensor ring_scratch;  // dtr's ring reduce_scatter's, kept between collectives
   bool stopping = false;
   std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
   std::thread thread;
@@ -132,14 +107,21 @@ struct ProcessGroupGloo::Impl {
 
   void connect();
   void loop();
+  // Runs collective `seq` on the calling thread if it is next in line and none is running.
+  void run_if_next(uint64_t seq);
+  void execute(std::pair<Collective, Work>& item);
   void run(Collective& c);
   void all_reduce(Collective& c);
+  // Gloo's ring all-gather (allgatherv for uneven blocks) of bytes[r] from each rank r into
+  // output; input null means in place (this rank's block already sits in output).
+  void gather_bytes(const void* input, void* output, const std::vector<size_t>& bytes, uint32_t tag);
   void all_gather(Collective& c);
   void reduce_scatter(Collective& c);
   void all_to_all(Collective& c);
   void broadcast(Collective& c);
   void barrier(Collective& c);
   DistributedError failure(const Collective& c, std::exception_ptr error, Clock::time_point start);
+  void close_connections();
 };
 
 void ProcessGroupGloo::Impl::connect() {
@@ -164,31 +146,68 @@ void ProcessGroupGloo::Impl::connect() {
 }
 
 void ProcessGroupGloo::Impl::loop() {
+  std::unique_lock<std::mutex> lock(mutex);
   while (true) {
-    std::pair<Collective, Work> item;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;
-      item = std::move(queue.front());
+    if (!running && !queue.empty()) {
+      std::pair<Collective, Work> item = std::move(queue.front());
       queue.pop_front();
-    }
-    Collective& c = item.first;
-    if (broken) {
-      item.second.finish(std::make_exception_ptr(DistributedError(
-          broken->kind(), fmt::format("{}: not run: the group failed earlier: {}", c.description, broken->what()))));
+      running = true;
+      wake_on_issue = true;
+      lock.unlock();
+      execute(item);
+      lock.lock();
+      running = false;
       continue;
     }
-    const auto start = Clock::now();
-    try {
-      if (c.pack) c.pack();
-      run(c);
-      if (c.unpack) c.unpack();
-      item.second.finish();
-    } catch (...) {
-      broken = failure(c, std::current_exception(), start);
-      item.second.finish(std::make_exception_ptr(*broken));
+    if (stopping && !running) return;
+    if (wake_on_issue) {
+      cv.wait(lock);
+    } else {
+      cv.wait_for(lock, kPollPeriod);
     }
+  }
+}
+
+void ProcessGroupGloo::Impl::run_if_next(uint64_t seq) {
+  std::pair<Collective, Work> item;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (running || queue.empty() || queue.front().first.seq != seq) return;
+    item = std::move(queue.front());
+    queue.pop_front();
+    running = true;
+    wake_on_issue = false;
+  }
+  execute(item);
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    running = false;
+    wake = stopping || !queue.empty();  // collectives issued meanwhile, or a group going away
+  }
+  if (wake) cv.notify_all();
+}
+
+// Runs one collective on whichever thread holds `running`. Only one does at a time, so
+// `broken` and the Gloo context are never used concurrently.
+void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
+  Collective& c = item.first;
+  if (broken) {
+    item.second.finish(std::make_exception_ptr(DistributedError(
+        broken->kind(), fmt::format("{}: not run: the group failed earlier: {}", c.description, broken->what()))));
+    return;
+  }
+  const auto start = Clock::now();
+  try {
+    if (c.pack) c.pack();
+    run(c);
+    if (c.unpack) c.unpack();
+    item.second.finish();
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    close_connections();
+    broken = failure(c, error, start);
+    item.second.finish(std::make_exception_ptr(*broken));
   }
 }
 
@@ -203,58 +222,81 @@ void ProcessGroupGloo::Impl::run(Collective& c) {
   }
 }
 
+// Not Gloo's allreduce: its bcube and ring each collapse at some sizes on loopback (see
+// ../shared/notes/gloo.md). Small tensors are gathered whole and reduced here in rank order
+// (one round of messages, the same bits on every rank); larger ones take dtr's ring
+// reduce_scatter and Gloo's ring all-gather in place, so each rank sends 2(n-1)/n of the
+// tensor, the least an all-reduce can, and avg divides once, in the reduce-scatter.
 void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   if (c.output.numel() == 0) return;
-  // bfloat16/float16: reduce in float32, round once.
-  Tensor wire = is_half(c.dtype) ? c.output.to(kFloat32) : c.output;
-  dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
-    gloo::AllreduceOptions opts(context);
-    opts.setOutput(wire.data_ptr<T>(), static_cast<size_t>(wire.numel()));
-    opts.setAlgorithm(static_cast<int64_t>(wire.nbytes()) <= kBcubeMaxBytes
-                          ? gloo::AllreduceOptions::Algorithm::BCUBE
-                          : gloo::AllreduceOptions::Algorithm::RING);
-    opts.setReduceFunction(reduce_fn<T>(c.op));
-    opts.setTag(static_cast<uint32_t>(c.seq));
-    opts.setTimeout(group.timeout());
-    gloo::allreduce(opts);
-  });
-  if (c.op == ReduceOp::kAvg) divide_(wire, group.size());
-  if (is_half(c.dtype)) c.output.copy_(wire);
+  Tensor wire = is_half_precision(c.dtype) ? c.output.to(kFloat32) : c.output;  // reduce in float32
+  const int n = group.size();
+  const int64_t count = wire.numel();
+  const size_t elem = itemsize(wire.dtype());
+  const auto tag = static_cast<uint32_t>(c.seq);
+  if (count * static_cast<int64_t>(elem) * n <= kGatherReduceMaxBytes) {
+    Tensor all = Tensor::empty({count * n}, wire.dtype());
+    gather_bytes(wire.data(), all.data(), std::vector<size_t>(n, count * elem), tag);
+    dispatch_wire(wire.dtype(), [&]<class T>(TypeTag<T>) {
+      const T* rows = all.data_ptr<T>();
+      T* out = wire.data_ptr<T>();
+      std::copy(rows, rows + count, out);
+      for (int r = 1; r < n; ++r) combine(out, out, rows + r * count, count, c.op);
+      if (c.op == ReduceOp::kAvg) divide_by(out, count, n);
+    });
+  } else {
+    std::vector<int64_t> blocks(n, count / n);  // torch.chunk-like: the first count % n get one more
+    for (int r = 0; r < count % n; ++r) ++blocks[r];
+    auto* base = static_cast<char*>(wire.data());
+    gloo_ring::reduce_scatter(*context, wire.dtype(), c.op, base,
+                              base + Collective::offset_of(blocks, group.rank()) * elem, blocks, tag, group.timeout(),
+                              ring_scratch);
+    std::vector<size_t> bytes;
+    for (int64_t b : blocks) bytes.push_back(static_cast<size_t>(b) * elem);
+    gather_bytes(nullptr, base, bytes, tag);
+  }
+  if (is_half_precision(c.dtype)) c.output.copy_(wire);
 }
 
-void ProcessGroupGloo::Impl::all_gather(Collective& c) {
-  const size_t elem = itemsize(c.dtype);
-  std::vector<size_t> bytes;
-  for (int64_t n : c.output_counts) bytes.push_back(static_cast<size_t>(n) * elem);
-  if (c.output.numel() == 0) return;  // every rank sends nothing: the counts are global
-  const int64_t offset = Collective::offset_of(c.output_counts, group.rank());
-  const bool in_place = c.input.numel() == 0 || (c.input.storage().is_same(c.output.storage()) &&
-                                                 c.input.offset() == c.output.offset() + offset);
-  auto* out = static_cast<uint8_t*>(c.output.data());
+void ProcessGroupGloo::Impl::gather_bytes(const void* input, void* output, const std::vector<size_t>& bytes,
+                                          uint32_t tag) {
+  auto* out = static_cast<uint8_t*>(output);
+  auto* in = static_cast<uint8_t*>(const_cast<void*>(input));
   if (std::all_of(bytes.begin(), bytes.end(), [&](size_t b) { return b == bytes[0]; })) {
     gloo::AllgatherOptions opts(context);
-    if (!in_place) opts.setInput(static_cast<uint8_t*>(c.input.data()), bytes[0]);
+    if (in != nullptr) opts.setInput(in, bytes[0]);
     opts.setOutput(out, bytes[0] * bytes.size());
-    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTag(tag);
     opts.setTimeout(group.timeout());
     gloo::allgather(opts);
   } else {
     gloo::AllgathervOptions opts(context);
-    if (!in_place) opts.setInput(static_cast<uint8_t*>(address_of(c.input)), bytes[group.rank()]);
+    if (in != nullptr) opts.setInput(in, bytes[group.rank()]);
     opts.setOutput(out, bytes);
-    opts.setTag(static_cast<uint32_t>(c.seq));
+    opts.setTag(tag);
     opts.setTimeout(group.timeout());
     gloo::allgatherv(opts);
   }
 }
 
+void ProcessGroupGloo::Impl::all_gather(Collective& c) {
+  if (c.output.numel() == 0) return;  // every rank sends nothing: the counts are global
+  const size_t elem = itemsize(c.dtype);
+  std::vector<size_t> bytes;
+  for (int64_t n : c.output_counts) bytes.push_back(static_cast<size_t>(n) * elem);
+  const int64_t offset = Collective::offset_of(c.output_counts, group.rank());
+  const bool in_place = c.input.numel() == 0 || (c.input.storage().is_same(c.output.storage()) &&
+                                                 c.input.offset() == c.output.offset() + offset);
+  gather_bytes(in_place ? nullptr : c.input.data(), c.output.data(), bytes, static_cast<uint32_t>(c.seq));
+}
+
 void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {
   if (c.input.numel() == 0) return;  // the counts are global: every rank skips
-  Tensor in = is_half(c.dtype) ? c.input.to(kFloat32) : c.input;
-  Tensor out = is_half(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
+  Tensor in = is_half_precision(c.dtype) ? c.input.to(kFloat32) : c.input;
+  Tensor out = is_half_precision(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
   gloo_ring::reduce_scatter(*context, in.dtype(), c.op, in.data(), address_of(out), c.input_counts,
-                            static_cast<uint32_t>(c.seq), group.timeout());
-  if (is_half(c.dtype)) c.output.copy_(out);
+                            static_cast<uint32_t>(c.seq), group.timeout(), ring_scratch);
+  if (is_half_precision(c.dtype)) c.output.copy_(out);
 }
 
 void ProcessGroupGloo::Impl::all_to_all(Collective& c) {
@@ -290,6 +332,18 @@ void ProcessGroupGloo::Impl::barrier(Collective& c) {
   gloo::barrier(opts);
 }
 
+// After a failure: closing every connection makes the peers' collectives fail now rather
+// than at their timeout (NCCL's abort, for Gloo), so they too report before the diagnosis
+// ends. A pair that failed is closed already; closing it again may throw, harmlessly.
+void ProcessGroupGloo::Impl::close_connections() {
+  for (int r = 0; r < group.size(); ++r) {
+    try {
+      if (auto& pair = context->getPair(r)) pair->close();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::exception_ptr error,
                                                  Clock::time_point start) {
   std::string what;
@@ -311,7 +365,7 @@ DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::excep
 }
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
-    : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_unique<Impl>(*this)) {
+    : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_shared<Impl>(*this)) {
   join_ranks();
   impl_->connect();
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
@@ -327,12 +381,17 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 }
 
 Work ProcessGroupGloo::enqueue(Collective c) {
-  Work work(c.description, timeout() + kWaitMargin);
+  // The Work may outlive the group; its waiter then finds the queue drained and runs nothing.
+  Work work(c.description, timeout() + kWaitMargin, [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
+    if (auto alive = impl.lock()) alive->run_if_next(seq);
+  });
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->queue.emplace_back(std::move(c), work);
+    wake = impl_->wake_on_issue;
   }
-  impl_->cv.notify_one();
+  if (wake) impl_->cv.notify_one();
   return work;
 }
 

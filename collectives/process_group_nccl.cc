@@ -64,9 +64,7 @@ class CudaStream {
 
 class CudaEvent {
  public:
-  explicit CudaEvent(int device) {
-    DTR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device);
-  }
+  explicit CudaEvent(int device) { DTR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device); }
   CudaEvent(CudaEvent&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -96,8 +94,8 @@ struct ProcessGroupNCCL::Impl {
   bool aborted = false;
   std::optional<CudaStream> stream;
   Tensor barrier_buffer;
-  std::mutex mutex;  // guards comm calls, pending and broken
-  std::condition_variable idle_cv;
+  std::mutex mutex;            // guards comm calls, pending and broken
+  std::condition_variable cv;  // a collective was issued, or the group is going
   std::deque<Pending> pending;
   std::optional<DistributedError> broken;
   bool stopping = false;
@@ -127,7 +125,9 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   auto* in = static_cast<char*>(c.input.numel() > 0 ? c.input.data() : nullptr);
   auto* out = static_cast<char*>(c.output.numel() > 0 ? c.output.data() : nullptr);
   const int n = group.size(), rank = group.rank();
-  auto equal = [](const std::vector<int64_t>& v) { return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; }); };
+  auto equal = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == v[0]; });
+  };
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
       if (c.output.numel() == 0) return;
@@ -159,7 +159,8 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
       for (int r = 0; r < n; ++r) {
         if (c.input_counts[r] == 0) continue;
         char* block = in + Collective::offset_of(c.input_counts, r) * elem;
-        DTR_NCCL_CHECK(ncclReduce(block, r == rank ? out : nullptr, c.input_counts[r], type, nccl_op(c.op), r, comm, s));
+        DTR_NCCL_CHECK(
+            ncclReduce(block, r == rank ? out : nullptr, c.input_counts[r], type, nccl_op(c.op), r, comm, s));
       }
       DTR_NCCL_CHECK(ncclGroupEnd());
       return;
@@ -168,12 +169,12 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
       DTR_NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < n; ++r) {
         if (c.input_counts[r] > 0) {
-          DTR_NCCL_CHECK(ncclSend(in + Collective::offset_of(c.input_counts, r) * elem, c.input_counts[r], type, r,
-                                  comm, s));
+          DTR_NCCL_CHECK(
+              ncclSend(in + Collective::offset_of(c.input_counts, r) * elem, c.input_counts[r], type, r, comm, s));
         }
         if (c.output_counts[r] > 0) {
-          DTR_NCCL_CHECK(ncclRecv(out + Collective::offset_of(c.output_counts, r) * elem, c.output_counts[r], type, r,
-                                  comm, s));
+          DTR_NCCL_CHECK(
+              ncclRecv(out + Collective::offset_of(c.output_counts, r) * elem, c.output_counts[r], type, r, comm, s));
         }
       }
       DTR_NCCL_CHECK(ncclGroupEnd());
@@ -198,30 +199,32 @@ void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::str
   for (Pending& p : pending) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.start).count();
     // Only the oldest collective asks the store about peers: that question takes a grace period.
-    DistributedError error(kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms,
-                                             distributed_error_kind_name(kind),
-                                             first ? group.diagnose_failure(p.c.seq) : "an earlier collective failed",
-                                             reason));
+    DistributedError error(
+        kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms, distributed_error_kind_name(kind),
+                          first ? group.diagnose_failure(p.c.seq) : "an earlier collective failed", reason));
     if (first) broken = error;
     first = false;
     p.work.finish(std::make_exception_ptr(error));
   }
   pending.clear();
   if (!broken) broken = DistributedError(kind, reason);
-  idle_cv.notify_all();
 }
 
 void ProcessGroupNCCL::Impl::watch() {
-  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  cudaSetDevice(device);  // were the device broken, the event queries below would say so
   std::unique_lock<std::mutex> lock(mutex);
-  while (!(stopping && pending.empty())) {
-    idle_cv.wait_for(lock, kWatchdogPeriod);
-    if (pending.empty() || aborted) continue;
+  while (true) {
+    if (pending.empty()) {  // sleep until a collective is issued (or the group goes)
+      if (stopping) return;
+      cv.wait(lock, [&] { return stopping || !pending.empty(); });
+      continue;
+    }
+    cv.wait_for(lock, kWatchdogPeriod);
+    if (pending.empty()) continue;
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-      abort_all(DistributedErrorKind::kBackend,
-                fmt::format("NCCL reported an asynchronous error: {} ({})", ncclGetErrorString(async),
-                            ncclGetLastError(comm)));
+      abort_all(DistributedErrorKind::kBackend, fmt::format("NCCL reported an asynchronous error: {} ({})",
+                                                            ncclGetErrorString(async), ncclGetLastError(comm)));
       continue;
     }
     // Collectives finish in issue order on the one stream: only the oldest can be next.
@@ -249,7 +252,6 @@ void ProcessGroupNCCL::Impl::watch() {
         done.work.finish(std::current_exception());
       }
     }
-    if (pending.empty()) idle_cv.notify_all();
   }
 }
 
@@ -285,14 +287,12 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->stopping = true;
   }
-  impl_->idle_cv.notify_all();
+  impl_->cv.notify_all();
   impl_->watchdog.join();
   if (impl_->comm != nullptr && !impl_->aborted) ncclCommDestroy(impl_->comm);
 }
 
-bool ProcessGroupNCCL::accepts(Device device) const {
-  return device.is_cuda() && device.index == impl_->device;
-}
+bool ProcessGroupNCCL::accepts(Device device) const { return device.is_cuda() && device.index == impl_->device; }
 
 Work ProcessGroupNCCL::enqueue(Collective c) {
   Work work(c.description, timeout() + kWaitMargin);
@@ -315,10 +315,11 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
     CudaEvent done(device);
     DTR_CUDA_CHECK(cudaEventRecord(done.get(), impl_->stream->get()), device);
     impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
+    impl_->cv.notify_all();
   } catch (const std::exception& e) {
     impl_->abort_all(DistributedErrorKind::kBackend, e.what());
-    work.finish(std::make_exception_ptr(DistributedError(DistributedErrorKind::kBackend,
-                                                         fmt::format("{}: {}", c.description, e.what()))));
+    work.finish(std::make_exception_ptr(
+        DistributedError(DistributedErrorKind::kBackend, fmt::format("{}: {}", c.description, e.what()))));
   }
   return work;
 }

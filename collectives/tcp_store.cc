@@ -118,8 +118,8 @@ struct TCPStoreServer::State {
   struct Connection {
     net::UniqueFd fd;
     std::string peer;
-    std::string in;      // bytes received, not yet parsed
-    std::string out;     // bytes to send
+    std::string in;        // bytes received, not yet parsed
+    std::string out;       // bytes to send
     bool waiting = false;  // a get/wait is blocked; later frames stay queued
     bool closed = false;
   };
@@ -167,8 +167,8 @@ void TCPStoreServer::State::run() {
     int timeout_ms = -1;
     for (const Waiter& w : waiters) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(w.deadline - Clock::now()).count() + 1;
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(timeout_ms < 0 ? left : std::min<int64_t>(timeout_ms, left), 0,
-                                                        1 << 30));
+      timeout_ms = static_cast<int>(
+          std::clamp<int64_t>(timeout_ms < 0 ? left : std::min<int64_t>(timeout_ms, left), 0, 1 << 30));
     }
     if (ready_frames) timeout_ms = 0;
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
@@ -241,7 +241,8 @@ void TCPStoreServer::State::process_frames(Connection& c) {
   while (!c.closed && !c.waiting && c.in.size() - pos >= 4) {
     const uint32_t len = read_u32(c.in.data() + pos);
     if (len > TCPStore::kMaxMessageBytes) {
-      return reject(c, fmt::format("message of {} bytes exceeds the limit of {} bytes", len, TCPStore::kMaxMessageBytes));
+      return reject(c,
+                    fmt::format("message of {} bytes exceeds the limit of {} bytes", len, TCPStore::kMaxMessageBytes));
     }
     if (c.in.size() - pos - 4 < len) break;
     try {
@@ -446,8 +447,8 @@ TCPStore::~TCPStore() = default;
 
 std::string TCPStore::call(const Request& request, std::string_view op, std::chrono::milliseconds reply_timeout) {
   DTR_CHECK(request.writer().size() <= kMaxMessageBytes, ValueError,
-            "TCPStore {}: the request is {} bytes, over the store's limit of {} bytes; store large data elsewhere",
-            op, request.writer().size(), kMaxMessageBytes);
+            "TCPStore {}: the request is {} bytes, over the store's limit of {} bytes; store large data elsewhere", op,
+            request.writer().size(), kMaxMessageBytes);
   std::lock_guard<std::mutex> lock(mutex_);
   const std::string what = fmt::format("TCPStore {}:{} {}", host_, port_, op);
   std::string payload;
@@ -465,9 +466,9 @@ std::string TCPStore::call(const Request& request, std::string_view op, std::chr
     ok = ok && net::recv_exact(fd_.get(), payload.data(), len, deadline, what);
     if (!ok) {
       fd_.reset();  // a late reply would desynchronise the stream: reconnect next time
-      throw DistributedError(DistributedErrorKind::kStore,
-                             fmt::format("{}: no reply within {} ms; is the store's server still running?", what,
-                                         reply_timeout.count()));
+      throw DistributedError(
+          DistributedErrorKind::kStore,
+          fmt::format("{}: no reply within {} ms; is the store's server still running?", what, reply_timeout.count()));
     }
   } catch (const DistributedError& e) {
     fd_.reset();

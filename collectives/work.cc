@@ -10,14 +10,19 @@ Work::Work() : state_(std::make_shared<State>()) {
   state_->done = true;
 }
 
-Work::Work(std::string description, std::chrono::milliseconds timeout) : state_(std::make_shared<State>()) {
+Work::Work(std::string description, std::chrono::milliseconds timeout, std::function<void()> run_inline)
+    : state_(std::make_shared<State>()) {
   state_->description = std::move(description);
   state_->timeout = timeout;
+  state_->run_inline = std::move(run_inline);
 }
 
 void Work::wait() const { wait(state_->timeout); }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
+  // Running it here is bounded by the collective's own timeout, so only a wait that grants
+  // that much may do it.
+  if (state_->run_inline && timeout >= state_->timeout && !is_completed()) state_->run_inline();
   std::unique_lock<std::mutex> lock(state_->mutex);
   if (!state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; })) {
     throw DistributedError(DistributedErrorKind::kTimeout,

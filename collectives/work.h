@@ -4,13 +4,16 @@
 // A Work finishes exactly once, successfully or with the collective's error (a
 // DistributedError naming group, collective, sizes and peer). wait() rethrows that error;
 // it never blocks forever: after its timeout it throws DistributedError(kTimeout) even if
-// the collective is still running. Handles are shared: copies refer to one collective
-// (c10d's Work, without futures or callbacks).
+// the collective is still running. A wait() that grants the collective its whole timeout
+// may run it on the calling thread, when it is next in line and the group's thread is
+// idle: issue-then-wait then costs no thread handoff. Handles are shared: copies refer to
+// one collective (c10d's Work, without futures or callbacks).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,8 +24,10 @@ class Work {
  public:
   // A work that has already finished successfully (a collective with nothing to move).
   Work();
-  // A running collective. wait() without an argument gives up after `timeout`.
-  Work(std::string description, std::chrono::milliseconds timeout);
+  // A running collective. wait() without an argument gives up after `timeout`. run_inline,
+  // if given, runs the collective on the calling thread when its backend allows it now
+  // (else it does nothing); wait() calls it before blocking, unless given less than timeout.
+  Work(std::string description, std::chrono::milliseconds timeout, std::function<void()> run_inline = {});
 
   // Blocks until the collective finished and rethrows its error, or throws
   // DistributedError(kTimeout) once `timeout` has passed.
@@ -41,6 +46,7 @@ class Work {
   struct State {
     std::string description;
     std::chrono::milliseconds timeout;
+    std::function<void()> run_inline;
     mutable std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "collectives/internal/wire_dtype.h"
 #include "kernels/error.h"
 #include "kernels/tensor.h"
 
@@ -21,117 +22,94 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kSlotPrefix = 0x10;
 constexpr int64_t kMaxPieces = 64;
 
-// out[i] = op(a[i], b[i]); out may alias a or b.
-template <class T>
-void combine(T* out, const T* a, const T* b, int64_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-      return;
-    case ReduceOp::kMax:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::max(a[i], b[i]);
-      return;
-    case ReduceOp::kMin:
-      for (int64_t i = 0; i < n; ++i) out[i] = std::min(a[i], b[i]);
-      return;
-  }
-}
-
-// The wire types of the ring: one visible dispatch.
-template <class F>
-void dispatch_wire(DType dtype, F&& f) {
-  switch (dtype) {
-    case kFloat32: return f(TypeTag<float>{});
-    case kFloat64: return f(TypeTag<double>{});
-    case kInt32: return f(TypeTag<int32_t>{});
-    case kInt64: return f(TypeTag<int64_t>{});
-    default: DTR_INTERNAL_ASSERT(false, "ring reduce_scatter on {}: the caller widens it to float32", dtype);
-  }
-}
-
 struct Piece {
   int64_t start;
   int64_t len;
 };
 
-class Ring {
- public:
-  Ring(gloo::Context& context, const std::vector<int64_t>& counts, size_t elem, uint32_t tag,
+// The ring's layout for one call: block offsets, pieces per block, scratch banks, the Gloo
+// slot, and the deadline every wait shares.
+struct Ring {
+  Ring(gloo::Context& context, const std::vector<int64_t>& block_counts, size_t elem, uint32_t tag,
        std::chrono::milliseconds timeout)
-      : n_(context.size), rank_(context.rank), counts_(counts), elem_(elem),
-        slot_(gloo::Slot::build(kSlotPrefix, tag)), deadline_(Clock::now() + timeout), timeout_(timeout) {
-    offsets_.resize(n_);
-    std::exclusive_scan(counts_.begin(), counts_.end(), offsets_.begin(), int64_t{0});
-    max_count_ = *std::max_element(counts_.begin(), counts_.end());
-    pieces_ = std::clamp<int64_t>((max_count_ * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1,
-                                  kMaxPieces);
-    banks_ = std::min(n_ - 1, 3);
+      : n(context.size),
+        rank(context.rank),
+        counts(block_counts),
+        offsets(block_counts.size()),
+        slot(gloo::Slot::build(kSlotPrefix, tag)),
+        deadline(Clock::now() + timeout) {
+    std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), int64_t{0});
+    max_count = *std::max_element(counts.begin(), counts.end());
+    pieces =
+        std::clamp<int64_t>((max_count * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
+    banks = std::min(n - 1, 3);
   }
 
-  int n_, rank_;
-  const std::vector<int64_t>& counts_;
-  std::vector<int64_t> offsets_;
-  size_t elem_;
-  uint64_t slot_;
-  Clock::time_point deadline_;
-  std::chrono::milliseconds timeout_;
-  int64_t max_count_ = 0, pieces_ = 1;
-  int banks_ = 1;
+  int n, rank;
+  const std::vector<int64_t>& counts;
+  std::vector<int64_t> offsets;
+  uint64_t slot;
+  Clock::time_point deadline;
+  int64_t max_count = 0;
+  int64_t pieces = 1;  // per block
+  int banks = 1;       // blocks of scratch: receives are posted up to two steps ahead
 
   Piece piece(int block, int64_t k) const {
-    const int64_t c = counts_[block];
-    const int64_t size = (c + pieces_ - 1) / pieces_;
+    const int64_t c = counts[block];
+    const int64_t size = (c + pieces - 1) / pieces;
     const int64_t start = std::min(c, k * size);
     return {start, std::min(c - start, size)};
   }
-  int block_at_step(int s) const { return ((rank_ - s - 2) % n_ + n_) % n_; }
+  int block_at_step(int s) const { return ((rank - s - 2) % n + n) % n; }
   std::chrono::milliseconds remaining() const {
     return std::max(std::chrono::milliseconds(1),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   }
   void wait_recv(gloo::transport::UnboundBuffer& buf, int step) const {
     try {
       if (!buf.waitRecv(remaining())) throw gloo::IoException("receive aborted");
     } catch (const gloo::Exception& e) {
       throw gloo::IoException(fmt::format("{} (ring reduce_scatter step {} of {}: receiving block {} from rank {})",
-                                          e.what(), step + 1, n_ - 1, block_at_step(step), (rank_ + n_ - 1) % n_));
+                                          e.what(), step + 1, n - 1, block_at_step(step), (rank + n - 1) % n));
     }
   }
   void wait_send(gloo::transport::UnboundBuffer& buf) const {
     try {
       if (!buf.waitSend(remaining())) throw gloo::IoException("send aborted");
     } catch (const gloo::Exception& e) {
-      throw gloo::IoException(
-          fmt::format("{} (ring reduce_scatter: sending to rank {})", e.what(), (rank_ + 1) % n_));
+      throw gloo::IoException(fmt::format("{} (ring reduce_scatter: sending to rank {})", e.what(), (rank + 1) % n));
     }
   }
 };
 
 template <class T>
-void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
-         uint32_t tag, std::chrono::milliseconds timeout) {
+int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
+            uint32_t tag, std::chrono::milliseconds timeout, Tensor& scratch) {
   Ring ring(context, counts, sizeof(T), tag, timeout);
-  const int n = ring.n_, rank = ring.rank_;
+  const int n = ring.n, rank = ring.rank;
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-  const int64_t total = ring.offsets_[n - 1] + counts[n - 1];
-  const int64_t bank_size = ring.max_count_;
+  const int64_t total = ring.offsets[n - 1] + counts[n - 1];
+  const int64_t bank_size = ring.max_count;
 
-  Tensor scratch = Tensor::empty({ring.banks_ * bank_size}, dtype_of<T>());
-  T* banks = scratch.data_ptr<T>();
+  const size_t scratch_bytes = static_cast<size_t>(ring.banks * bank_size) * sizeof(T);
+  if (!scratch.defined() || scratch.nbytes() < scratch_bytes) {
+    scratch = Tensor();  // free the old one first
+    scratch = Tensor::empty({ring.banks * bank_size}, dtype_of<T>());
+  }
+  T* banks = static_cast<T*>(scratch.data());  // perhaps another dtype's: it is only bytes here
   auto in_buf = context.createUnboundBuffer(const_cast<T*>(input), total * sizeof(T));
-  auto scratch_buf = context.createUnboundBuffer(banks, scratch.nbytes());
+  auto scratch_buf = context.createUnboundBuffer(banks, scratch_bytes);
 
-  int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0;
-  std::vector<int64_t> bank_sends_until(ring.banks_, 0);  // scratch sends issued when the bank was last used
+  int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0, bytes_sent = 0;
+  std::vector<int64_t> bank_sends_until(ring.banks, 0);  // scratch sends issued when the bank was last used
 
   auto post_recvs = [&](int step) {
-    const int bank = step % ring.banks_;
+    const int bank = step % ring.banks;
     for (; scratch_done < bank_sends_until[bank]; ++scratch_done) ring.wait_send(*scratch_buf);
     const int block = ring.block_at_step(step);
-    for (int64_t k = 0; k < ring.pieces_; ++k) {
+    for (int64_t k = 0; k < ring.pieces; ++k) {
       const Piece p = ring.piece(block, k);
-      if (p.len > 0) scratch_buf->recv(prev, ring.slot_, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));
+      if (p.len > 0) scratch_buf->recv(prev, ring.slot, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));
     }
   };
 
@@ -139,33 +117,31 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
   if (n > 2) post_recvs(1);
   // Step 0 sends this rank's own copy of block rank-1.
   const int first = (rank + n - 1) % n;
-  for (int64_t k = 0; k < ring.pieces_; ++k) {
+  for (int64_t k = 0; k < ring.pieces; ++k) {
     const Piece p = ring.piece(first, k);
     if (p.len == 0) continue;
-    in_buf->send(next, ring.slot_, (ring.offsets_[first] + p.start) * sizeof(T), p.len * sizeof(T));
+    in_buf->send(next, ring.slot, (ring.offsets[first] + p.start) * sizeof(T), p.len * sizeof(T));
     ++input_sent;
+    bytes_sent += p.len * sizeof(T);
   }
   for (int step = 0; step < n - 1; ++step) {
-    const int bank = step % ring.banks_;
+    const int bank = step % ring.banks;
     const int block = ring.block_at_step(step);
     const bool last = step == n - 2;
-    for (int64_t k = 0; k < ring.pieces_; ++k) {
+    for (int64_t k = 0; k < ring.pieces; ++k) {
       const Piece p = ring.piece(block, k);
       if (p.len == 0) continue;
       ring.wait_recv(*scratch_buf, step);
       T* got = banks + bank * bank_size + p.start;
-      const T* mine = input + ring.offsets_[block] + p.start;
+      const T* mine = input + ring.offsets[block] + p.start;
       if (last) {
         combine(output + p.start, mine, got, p.len, op);
-        if constexpr (std::is_floating_point_v<T>) {
-          if (op == ReduceOp::kAvg) {
-            for (int64_t i = 0; i < p.len; ++i) output[p.start + i] /= static_cast<T>(n);
-          }
-        }
+        if (op == ReduceOp::kAvg) divide_by(output + p.start, p.len, n);
       } else {
         combine(got, got, mine, p.len, op);
-        scratch_buf->send(next, ring.slot_, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));
+        scratch_buf->send(next, ring.slot, (bank * bank_size + p.start) * sizeof(T), p.len * sizeof(T));
         ++scratch_sent;
+        bytes_sent += p.len * sizeof(T);
       }
     }
     bank_sends_until[bank] = scratch_sent;
@@ -173,22 +149,24 @@ void run(gloo::Context& context, ReduceOp op, const T* input, T* output, const s
   }
   for (; scratch_done < scratch_sent; ++scratch_done) ring.wait_send(*scratch_buf);
   for (int64_t i = 0; i < input_sent; ++i) ring.wait_send(*in_buf);
+  return bytes_sent;
 }
 
 }  // namespace
 
-void reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
-                    const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout) {
+int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
+                       const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout,
+                       Tensor& scratch) {
   DTR_INTERNAL_ASSERT(static_cast<int>(counts.size()) == context.size, "{} counts for {} ranks", counts.size(),
                       context.size);
-  dispatch_wire(dtype, [&]<class T>(TypeTag<T>) {
+  return dispatch_wire(dtype, [&]<class T>(TypeTag<T>) -> int64_t {
     const T* in = static_cast<const T*>(input);
     T* out = static_cast<T*>(output);
     if (context.size == 1) {  // the sum over one rank is its own block; avg divides by 1
       if (out != in) std::memcpy(out, in, counts[0] * sizeof(T));
-      return;
+      return 0;
     }
-    run<T>(context, op, in, out, counts, tag, timeout);
+    return run<T>(context, op, in, out, counts, tag, timeout, scratch);
   });
 }
 

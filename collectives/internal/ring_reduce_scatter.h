@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "collectives/reduce_op.h"
-#include "kernels/dtype.h"
+#include "kernels/tensor.h"
 
 namespace gloo {
 class Context;
@@ -32,8 +32,12 @@ inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
 
 // output <- this rank's block of op(input of every rank). counts[r]: elements of rank r's
 // block in input. output may alias this rank's block of input. avg divides the sum by n.
-// Throws gloo::Exception on a timeout or a lost peer.
-void reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
-                    const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout);
+// scratch (up to three blocks) is kept by the caller and grown when too small, so a warm
+// call allocates nothing (fresh pages of a large buffer cost more than its transfer).
+// Returns the bytes this rank sent: every block but its own, once ((n-1)/n of the input
+// when blocks are even). Throws gloo::Exception on a timeout or a lost peer.
+int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
+                       const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout,
+                       Tensor& scratch);
 
 }  // namespace dtr::gloo_ring

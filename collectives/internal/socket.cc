@@ -135,7 +135,8 @@ UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point d
     }
     const bool retry = last_errno == ECONNREFUSED || last_errno == ENETUNREACH || last_errno == EHOSTUNREACH ||
                        last_errno == ETIMEDOUT || last_errno == ECONNRESET;
-    if (!retry) throw_errno(DistributedErrorKind::kConnection, fmt::format("cannot connect to {}:{}", host, port), last_errno);
+    if (!retry)
+      throw_errno(DistributedErrorKind::kConnection, fmt::format("cannot connect to {}:{}", host, port), last_errno);
     if (Clock::now() >= deadline) {
       throw DistributedError(DistributedErrorKind::kTimeout,
                              fmt::format("cannot connect to {}:{} before the timeout: {} (is the server up?)", host,
@@ -173,7 +174,8 @@ bool recv_exact(int fd, void* data, size_t n, Clock::time_point deadline, const 
       if (errno == EINTR || errno == EAGAIN) continue;
       throw_errno(DistributedErrorKind::kConnection, what, errno);
     }
-    if (got == 0) throw DistributedError(DistributedErrorKind::kConnection, fmt::format("{}: connection closed by peer", what));
+    if (got == 0)
+      throw DistributedError(DistributedErrorKind::kConnection, fmt::format("{}: connection closed by peer", what));
     p += got;
     n -= static_cast<size_t>(got);
   }

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <span>
 
 #include "collectives/process_group.h"
@@ -73,9 +72,9 @@ inline void sweep_all_reduce(ProcessGroup& pg, Device device, std::span<const La
           pg.all_reduce(x, op).wait();
           std::vector<double> expected(size);
           for (int64_t i = 0; i < size; ++i) expected[i] = reduced(weight(i), n, op);
-          check_exact(x, expected,
-                      fmt::format("all_reduce {} {} {} world {} rank {}", reduce_op_name(op), layout_name(layout), d, n,
-                                  rank));
+          check_exact(
+              x, expected,
+              fmt::format("all_reduce {} {} {} world {} rank {}", reduce_op_name(op), layout_name(layout), d, n, rank));
         }
       }
     }
@@ -104,9 +103,9 @@ inline void sweep_all_gather(ProcessGroup& pg, Device device, std::span<const La
           }
           Work w = even ? pg.all_gather_into_tensor(out, in) : pg.all_gather_v(out, in, rows);
           w.wait();
-          check_exact(out, expected,
-                      fmt::format("all_gather{} {} {} rows {} rank {}", even ? "" : "_v", layout_name(layout), d, rows,
-                                  rank));
+          check_exact(
+              out, expected,
+              fmt::format("all_gather{} {} {} rows {} rank {}", even ? "" : "_v", layout_name(layout), d, rows, rank));
         }
       }
     }
@@ -127,8 +126,8 @@ inline void sweep_reduce_scatter(ProcessGroup& pg, Device device, std::span<cons
             expected.push_back(reduced(weight(j), n, op));
           }
           for (Layout layout : layouts) {
-            Tensor in = placed(make_tensor(total, kCols, d, [&](int64_t j) { return (rank + 1) * weight(j); }),
-                               device, layout);
+            Tensor in =
+                placed(make_tensor(total, kCols, d, [&](int64_t j) { return (rank + 1) * weight(j); }), device, layout);
             Tensor out = layout == Layout::kInPlace ? in.narrow(0, mine_at, rows[rank])
                                                     : placed(full({rows[rank], kCols}, -1.0, d), device, layout);
             Work w = even ? pg.reduce_scatter_tensor(out, in, op) : pg.reduce_scatter_v(out, in, rows, op);
@@ -164,10 +163,10 @@ inline void sweep_all_to_all(ProcessGroup& pg, Device device, std::span<const La
           Tensor in = placed(make_tensor(static_cast<int64_t>(in_values.size()) / kCols, kCols, d,
                                          [&](int64_t i) { return in_values[i]; }),
                              device, layout);
-          Tensor out = layout == Layout::kInPlace
-                           ? in
-                           : placed(full({static_cast<int64_t>(expected.size()) / kCols, kCols}, -1.0, d), device,
-                                    layout);
+          Tensor out =
+              layout == Layout::kInPlace
+                  ? in
+                  : placed(full({static_cast<int64_t>(expected.size()) / kCols, kCols}, -1.0, d), device, layout);
           Work w = even ? pg.all_to_all_single(out, in) : pg.all_to_all_single(out, in, out_splits, in_splits);
           w.wait();
           check_exact(out, expected,
@@ -186,9 +185,9 @@ inline void sweep_broadcast(ProcessGroup& pg, Device device, std::span<const Lay
       for (int root : {0, n - 1}) {
         for (Layout layout : layouts) {
           if (layout == Layout::kOutOfPlace) continue;  // broadcast is in place
-          Tensor t = placed(
-              make_tensor(size, 0, d, [&](int64_t i) { return rank == root ? (root + 1) * weight(i) : -5.0; }), device,
-              layout);
+          Tensor t =
+              placed(make_tensor(size, 0, d, [&](int64_t i) { return rank == root ? (root + 1) * weight(i) : -5.0; }),
+                     device, layout);
           pg.broadcast(t, root).wait();
           std::vector<double> expected(size);
           for (int64_t i = 0; i < size; ++i) expected[i] = (root + 1) * weight(i);

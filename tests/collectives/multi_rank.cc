@@ -1,8 +1,6 @@
 #include "tests/collectives/multi_rank.h"
 
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
-#include <catch2/catch.hpp>
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -154,7 +153,8 @@ std::vector<RankOutcome> run_ranks_outcomes(int world, const std::function<void(
       if (!o.ok && o.report.empty()) o.report = fmt::format("\n  exited with status {}", WEXITSTATUS(c.status));
     } else if (WIFSIGNALED(c.status)) {
       o.ok = may_die;
-      if (!may_die) o.report += fmt::format("\n  killed by signal {} ({})", WTERMSIG(c.status), strsignal(WTERMSIG(c.status)));
+      if (!may_die)
+        o.report += fmt::format("\n  killed by signal {} ({})", WTERMSIG(c.status), strsignal(WTERMSIG(c.status)));
     }
     outcomes.push_back(std::move(o));
   }

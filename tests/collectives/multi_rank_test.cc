@@ -1,14 +1,13 @@
 // The multi-rank harness itself: ranks are real processes with torchrun's environment;
 // a rank's failed check, exception, crash or hang fails the test naming that rank.
-#include <catch2/catch.hpp>
+#include "tests/collectives/multi_rank.h"
 
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <thread>
-
-#include "tests/collectives/multi_rank.h"
 
 namespace dtr::testing {
 namespace {
@@ -52,8 +51,12 @@ TEST_CASE("run_ranks: a failed check, an exception, a crash and a hang are repor
 TEST_CASE("run_ranks: a rank the test kills on purpose is not a failure", "[harness]") {
   RanksOptions options;
   options.may_die = {1};
-  const std::vector<RankOutcome> outcomes =
-      run_ranks_outcomes(2, [](int rank, int) { if (rank == 1) ::raise(SIGKILL); }, options);
+  const std::vector<RankOutcome> outcomes = run_ranks_outcomes(
+      2,
+      [](int rank, int) {
+        if (rank == 1) ::raise(SIGKILL);
+      },
+      options);
   CHECK(outcomes[0].ok);
   CHECK(outcomes[1].ok);
 }

@@ -3,7 +3,6 @@
 // out-of-place and strided, bit for bit against closed forms); bfloat16/float16 exactness;
 // coalesced forms; the collective counter; asynchronous issue; and argument errors.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "collectives/collective_counter.h"
@@ -32,7 +31,8 @@ TEST_CASE("gloo all_gather: every dtype, size, even/uneven and layout", "[collec
 }
 
 TEST_CASE("gloo reduce_scatter: every dtype, op, size, even/uneven and layout", "[collectives][gloo]") {
-  for (int world : kWorlds) {
+  // 5 ranks too: from there dtr's ring reuses its scratch banks (internal/ring_reduce_scatter.h).
+  for (int world : {1, 2, 3, 4, 5}) {
     run_ranks(world, [](int, int) { sweep_reduce_scatter(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
 }
@@ -82,9 +82,9 @@ TEST_CASE("gloo coalesced forms move several tensors in one collective", "[colle
       auto pg = init_process_group(Backend::kGloo);
       collective_counter().reset();
       // all_gather: inputs of 4, 0 and 6 elements (one of them strided).
-      std::vector<Tensor> ins = {make_tensor(4, 0, kFloat32, [&](int64_t i) { return rank * 10.0 + i; }),
-                                 Tensor::empty({0, 2}, kFloat32),
-                                 strided_copy_of(make_tensor(2, 3, kFloat32, [&](int64_t i) { return -rank * 10.0 - i; }))};
+      std::vector<Tensor> ins = {
+          make_tensor(4, 0, kFloat32, [&](int64_t i) { return rank * 10.0 + i; }), Tensor::empty({0, 2}, kFloat32),
+          strided_copy_of(make_tensor(2, 3, kFloat32, [&](int64_t i) { return -rank * 10.0 - i; }))};
       std::vector<Tensor> outs = {Tensor::empty({4L * n}, kFloat32), Tensor::empty({0, 2}, kFloat32),
                                   Tensor::empty({2L * n, 3}, kFloat32)};
       pg->all_gather_into_tensor_coalesced(outs, ins).wait();
@@ -100,7 +100,8 @@ TEST_CASE("gloo coalesced forms move several tensors in one collective", "[colle
                                    make_tensor(n, 3, kFloat64, [&](int64_t i) { return (rank + 1) * weight(i + 5); })};
       std::vector<Tensor> rs_out = {Tensor::empty({2}, kFloat64), strided_copy_of(Tensor::empty({1, 3}, kFloat64))};
       pg->reduce_scatter_tensor_coalesced(rs_out, rs_in, ReduceOp::kAvg).wait();
-      check_exact(rs_out[0], {reduced(weight(2 * rank), n, ReduceOp::kAvg), reduced(weight(2 * rank + 1), n, ReduceOp::kAvg)},
+      check_exact(rs_out[0],
+                  {reduced(weight(2 * rank), n, ReduceOp::kAvg), reduced(weight(2 * rank + 1), n, ReduceOp::kAvg)},
                   "coalesced reduce_scatter [0]");
       std::vector<double> e1;
       for (int j = 0; j < 3; ++j) e1.push_back(reduced(weight(3 * rank + j + 5), n, ReduceOp::kAvg));
@@ -109,10 +110,12 @@ TEST_CASE("gloo coalesced forms move several tensors in one collective", "[colle
       std::vector<Tensor> ar = {make_tensor(3, 0, kInt64, [&](int64_t i) { return (rank + 1) * weight(i); }),
                                 make_tensor(2, 2, kInt64, [&](int64_t i) { return (rank + 1) * weight(i + 3); })};
       pg->all_reduce_coalesced(ar, ReduceOp::kMax).wait();
-      check_exact(ar[0], {reduced(-3, n, ReduceOp::kMax), reduced(-2, n, ReduceOp::kMax), reduced(-1, n, ReduceOp::kMax)},
+      check_exact(ar[0],
+                  {reduced(-3, n, ReduceOp::kMax), reduced(-2, n, ReduceOp::kMax), reduced(-1, n, ReduceOp::kMax)},
                   "coalesced all_reduce [0]");
-      check_exact(ar[1], {reduced(0, n, ReduceOp::kMax), reduced(1, n, ReduceOp::kMax), reduced(2, n, ReduceOp::kMax),
-                          reduced(3, n, ReduceOp::kMax)},
+      check_exact(ar[1],
+                  {reduced(0, n, ReduceOp::kMax), reduced(1, n, ReduceOp::kMax), reduced(2, n, ReduceOp::kMax),
+                   reduced(3, n, ReduceOp::kMax)},
                   "coalesced all_reduce [1]");
       // One collective each.
       CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);
@@ -149,12 +152,31 @@ TEST_CASE("gloo collectives are asynchronous and run in issue order; the counter
     check_exact(big.narrow(0, 0, 2), std::vector<double>(2, (n + 1) / 2.0), "avg");
     pg->barrier().wait();
     CHECK(collective_counter().calls(CollectiveKind::kAllReduce) == kCalls + 1);
-    CHECK(collective_counter().bytes(CollectiveKind::kAllReduce) == kCalls * (int64_t{1} << 16) * 8 + (int64_t{1} << 20) * 4);
+    CHECK(collective_counter().bytes(CollectiveKind::kAllReduce) ==
+          kCalls * (int64_t{1} << 16) * 8 + (int64_t{1} << 20) * 4);
     CHECK(collective_counter().calls(CollectiveKind::kBarrier) == 1);
     const std::vector<CollectiveCount> rows = collective_counter().snapshot();
     REQUIRE(rows.size() == 2);
     CHECK(rows[0].group == "default_pg");
     CHECK(rows[0].kind == CollectiveKind::kAllReduce);
+  });
+}
+
+TEST_CASE("gloo: destroying a group finishes what it issued; its Works stay valid", "[collectives][gloo]") {
+  run_ranks(2, [](int rank, int n) {
+    std::vector<Work> works;
+    Tensor x = full({1000}, rank + 1.0, kFloat32);
+    {
+      auto pg = init_process_group(Backend::kGloo);
+      for (int i = 0; i < 4; ++i) works.push_back(pg->all_reduce(x, ReduceOp::kMax));
+      pg.reset();
+      destroy_process_group();  // returns once the four all_reduces ran
+    }
+    for (const Work& w : works) {
+      CHECK(w.is_completed());
+      w.wait();  // the group is gone: nothing left to run, nothing to wait for
+    }
+    check_exact(x.narrow(0, 0, 2), {static_cast<double>(n), static_cast<double>(n)}, "all_reduce max");
   });
 }
 
@@ -171,8 +193,8 @@ TEST_CASE("gloo argument errors name the call, the tensors and what is legal", "
                           Catch::Contains("group size 2 x input float32[4] = 8 elements"));
     CHECK_THROWS_AS(pg->reduce_scatter_tensor(f4, f3), ValueError);
     CHECK_THROWS_AS(pg->all_reduce(i4, ReduceOp::kAvg), TypeError);
-    CHECK_THROWS_WITH(pg->all_reduce(i4, ReduceOp::kAvg), Catch::Contains("avg needs a floating dtype") &&
-                                                              Catch::Contains("int32"));
+    CHECK_THROWS_WITH(pg->all_reduce(i4, ReduceOp::kAvg),
+                      Catch::Contains("avg needs a floating dtype") && Catch::Contains("int32"));
     CHECK_THROWS_AS(pg->all_reduce(b4), TypeError);
     CHECK_THROWS_WITH(pg->all_reduce(b4), Catch::Contains("bool") && Catch::Contains("int32 or int64"));
     CHECK_THROWS_AS(pg->all_gather_into_tensor(f4, i4), TypeError);

@@ -2,12 +2,11 @@
 // of collective_sweep.h (out-of-place and in-place), coalesced forms, the device check,
 // and a rank absent from a collective (the watchdog aborts the communicator). Tagged gpu:
 // left out of CPU runs, and failing, not passing, where no GPU is present.
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "collectives/collective_counter.h"
@@ -60,7 +59,8 @@ TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused", "
     collective_counter().reset();
     std::vector<Tensor> ins = {make_tensor(4, 0, kBFloat16, [&](int64_t i) { return rank * 10.0 + i; }).to(device),
                                make_tensor(2, 3, kBFloat16, [&](int64_t i) { return -rank * 10.0 - i; }).to(device)};
-    std::vector<Tensor> outs = {Tensor::empty({4L * n}, kBFloat16, device), Tensor::empty({2L * n, 3}, kBFloat16, device)};
+    std::vector<Tensor> outs = {Tensor::empty({4L * n}, kBFloat16, device),
+                                Tensor::empty({2L * n, 3}, kBFloat16, device)};
     pg->all_gather_into_tensor_coalesced(outs, ins).wait();
     std::vector<double> e0, e1;
     for (int r = 0; r < n; ++r) {
@@ -69,11 +69,13 @@ TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused", "
     }
     check_exact(outs[0], e0, "coalesced all_gather [0]");
     check_exact(outs[1], e1, "coalesced all_gather [1]");
-    std::vector<Tensor> rs_in = {make_tensor(2L * n, 0, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i); }).to(device),
-                                 make_tensor(n, 3, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i + 5); }).to(device)};
+    std::vector<Tensor> rs_in = {
+        make_tensor(2L * n, 0, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i); }).to(device),
+        make_tensor(n, 3, kFloat32, [&](int64_t i) { return (rank + 1) * weight(i + 5); }).to(device)};
     std::vector<Tensor> rs_out = {Tensor::empty({2}, kFloat32, device), Tensor::empty({1, 3}, kFloat32, device)};
     pg->reduce_scatter_tensor_coalesced(rs_out, rs_in, ReduceOp::kAvg).wait();
-    check_exact(rs_out[0], {reduced(weight(2 * rank), n, ReduceOp::kAvg), reduced(weight(2 * rank + 1), n, ReduceOp::kAvg)},
+    check_exact(rs_out[0],
+                {reduced(weight(2 * rank), n, ReduceOp::kAvg), reduced(weight(2 * rank + 1), n, ReduceOp::kAvg)},
                 "coalesced reduce_scatter [0]");
     CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);
     CHECK(collective_counter().calls(CollectiveKind::kReduceScatter) == 1);

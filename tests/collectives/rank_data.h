@@ -6,7 +6,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>

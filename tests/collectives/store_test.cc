@@ -1,10 +1,9 @@
 // TCPStore and PrefixStore: every command, blocking waits and their timeouts, many
 // concurrent clients, and a server that survives malformed and oversized messages.
-#include <catch2/catch.hpp>
-
 #include <sys/socket.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -59,7 +58,7 @@ TEST_CASE("TCPStore: set, get, add, compare_set, delete_key, num_keys", "[store]
   CHECK(s.add("n", -7) == -2);
   CHECK(s.get("n") == "-2");
 
-  CHECK(s.compare_set("c", "x", "y").empty());  // missing key, expected not "": unchanged
+  CHECK(s.compare_set("c", "x", "y").empty());        // missing key, expected not "": unchanged
   CHECK(s.compare_set("c", "", "first") == "first");  // missing key counts as ""
   CHECK(s.compare_set("c", "wrong", "second") == "first");
   CHECK(s.compare_set("c", "first", "second") == "second");
@@ -76,7 +75,8 @@ TEST_CASE("TCPStore: add on a key that is not a number throws ValueError", "[sto
   StoreFixture f;
   f.store.set("text", "abc");
   CHECK_THROWS_AS(f.store.add("text", 1), ValueError);
-  CHECK_THROWS_WITH(f.store.add("text", 1), Catch::Contains("add('text', 1)") && Catch::Contains("not a decimal integer"));
+  CHECK_THROWS_WITH(f.store.add("text", 1),
+                    Catch::Contains("add('text', 1)") && Catch::Contains("not a decimal integer"));
   CHECK(f.store.get("text") == "abc");
 }
 
@@ -161,8 +161,8 @@ TEST_CASE("TCPStore: malformed and oversized messages close only that connection
     cases.push_back({"unknown command", unknown});
     std::string truncated;
     put_u32(truncated, 1 + 4 + 3);
-    truncated.push_back(1);      // set
-    put_u32(truncated, 100);     // a key of 100 bytes, but only 3 follow
+    truncated.push_back(1);   // set
+    put_u32(truncated, 100);  // a key of 100 bytes, but only 3 follow
     truncated += "abc";
     cases.push_back({"field past the end", truncated});
     std::string trailing;

@@ -2,7 +2,6 @@
 // rank processes; the world served by rank 0's own store when no launcher serves one;
 // re-initialising after destroy_process_group.
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 
 #include "collectives/collective_counter.h"

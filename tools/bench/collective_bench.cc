@@ -1,0 +1,311 @@
+// collective_bench: dtr's collectives against the same operations through raw Gloo calls,
+// in one run, as nccl-tests prints them.
+//
+// Per collective and size (4 KiB to 64 MiB of float32 by default): one checked call (the
+// #wrong column counts elements off the closed form of a rank-dependent fill), warm-up,
+// then batches of back-to-back calls, each batch starting after a barrier, dtr's and raw
+// batches alternating. A call's time is its batch's time over its calls, the slowest
+// rank's; the table shows the median batch with the range, and the best batch, which
+// dtr/raw compares (on a shared machine other processes only ever add time). size is
+// nccl-tests' (all_gather: the output, reduce_scatter: the input); algbw = size / time;
+// busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1
+// for broadcast. raw is the same collective through Gloo directly: all_reduce, the faster
+// of Gloo's ring and bcube; reduce_scatter, ReduceScatterHalvingDoubling (built once per
+// buffer, outside the timing). Launches its own ranks (fork and exec of itself, a TCP
+// store served here) unless RANK and WORLD_SIZE are set, as a launcher sets them.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce_scatter.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "collectives/gloo_store.h"
+#include "collectives/init.h"
+#include "collectives/prefix_store.h"
+#include "collectives/tcp_store.h"
+#include "kernels/fill.h"
+
+namespace dtr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+struct Options {
+  int ranks = 2;
+  int64_t min_bytes = 4 << 10;
+  int64_t max_bytes = 64 << 20;
+  int batches = 7;
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+};
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+};
+
+double busbw_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "broadcast") return 1.0;
+  return static_cast<double>(n - 1) / n;
+}
+
+// One rank of the benchmark: a dtr group and a raw Gloo context over the same store.
+class Bench {
+ public:
+  Bench(std::shared_ptr<ProcessGroup> pg, const Options& options)
+      : pg_(std::move(pg)), options_(options), rank_(pg_->rank()), n_(pg_->size()) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    attr.ai_family = AF_INET;
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    raw_ = std::make_shared<gloo::rendezvous::Context>(rank_, n_);
+    raw_->setTimeout(std::chrono::minutes(5));
+    GlooStore store(std::make_shared<PrefixStore>("raw_gloo", pg_->store()));
+    raw_->connectFullMesh(store, device_);
+  }
+
+  // Per-call times of each of fns, the slowest rank's, over batches of calls. The fns'
+  // batches alternate, so that a busy moment of the machine hits them alike.
+  std::vector<Timing> time(int64_t bytes, const std::vector<std::function<void()>>& fns) {
+    const int calls = static_cast<int>(std::clamp<int64_t>((int64_t{32} << 20) / std::max<int64_t>(bytes, 1), 3, 200));
+    for (const auto& fn : fns) {
+      for (int i = 0; i < 2; ++i) fn();
+    }
+    std::vector<std::vector<double>> per_call(fns.size());
+    for (int b = 0; b < options_.batches; ++b) {
+      for (size_t f = 0; f < fns.size(); ++f) {
+        pg_->barrier().wait();
+        const auto start = Clock::now();
+        for (int i = 0; i < calls; ++i) fns[f]();
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls;
+        Tensor slowest = full({1}, us, kFloat64);
+        pg_->all_reduce(slowest, ReduceOp::kMax).wait();
+        per_call[f].push_back(slowest.item());
+      }
+    }
+    std::vector<Timing> timings;
+    for (std::vector<double>& v : per_call) {
+      std::sort(v.begin(), v.end());
+      timings.push_back({v[v.size() / 2], v.front(), v.back()});
+    }
+    return timings;
+  }
+
+  // Elements of t (float32) that differ from expected(i).
+  static int64_t wrong(const Tensor& t, const std::function<float(int64_t)>& expected) {
+    const float* p = t.data_ptr<float>();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) bad += p[i] != expected(i);
+    return bad;
+  }
+
+  // Fills rank r's tensor with (r + 1) * w(i), w in -3..3: every sum over ranks is exact.
+  static float w(int64_t i) { return static_cast<float>(i % 7) - 3.0f; }
+  Tensor filled(int64_t count) const {
+    Tensor t = Tensor::empty({count}, kFloat32);
+    float* p = t.data_ptr<float>();
+    for (int64_t i = 0; i < count; ++i) p[i] = (rank_ + 1) * w(i);
+    return t;
+  }
+  float sum_of_ranks() const { return n_ * (n_ + 1) / 2.0f; }
+
+  void run_all_reduce(int64_t bytes) {
+    const int64_t count = bytes / 4;
+    Tensor x = filled(count);
+    pg_->all_reduce(x).wait();
+    const int64_t bad = wrong(x, [&](int64_t i) { return w(i) * sum_of_ranks(); });
+    Tensor y = filled(count);
+    auto raw_call = [&](gloo::AllreduceOptions::Algorithm algorithm) {
+      return [&, algorithm] {
+        gloo::AllreduceOptions o(raw_);
+        o.setOutput(y.data_ptr<float>(), static_cast<size_t>(count));
+        o.setAlgorithm(algorithm);
+        o.setReduceFunction(static_cast<ReduceFn>(&gloo::sum<float>));
+        o.setTag(tag_++);
+        gloo::allreduce(o);
+      };
+    };
+    const std::vector<Timing> t =
+        time(bytes, {[&] { pg_->all_reduce(x).wait(); }, raw_call(gloo::AllreduceOptions::Algorithm::RING),
+                     raw_call(gloo::AllreduceOptions::Algorithm::BCUBE)});
+    const Timing& dtr = t[0];
+    const Timing& raw = t[1].median_us < t[2].median_us ? t[1] : t[2];
+    print("all_reduce", bytes, count, dtr, raw, bad);
+  }
+
+  void run_all_gather(int64_t bytes) {
+    const int64_t count = bytes / 4, chunk = count / n_;
+    Tensor in = filled(chunk), out = Tensor::empty({chunk * n_}, kFloat32);
+    pg_->all_gather_into_tensor(out, in).wait();
+    const int64_t bad = wrong(out, [&](int64_t i) { return (i / chunk + 1) * w(i % chunk); });
+    const std::vector<Timing> t = time(bytes, {[&] { pg_->all_gather_into_tensor(out, in).wait(); },
+                                               [&] {
+                                                 gloo::AllgatherOptions o(raw_);
+                                                 o.setInput(in.data_ptr<float>(), static_cast<size_t>(chunk));
+                                                 o.setOutput(out.data_ptr<float>(), static_cast<size_t>(chunk * n_));
+                                                 o.setTag(tag_++);
+                                                 gloo::allgather(o);
+                                               }});
+    const Timing& dtr = t[0];
+    const Timing& raw = t[1];
+    print("all_gather", chunk * n_ * 4, chunk * n_, dtr, raw, bad);
+  }
+
+  void run_reduce_scatter(int64_t bytes) {
+    const int64_t count = bytes / 4, chunk = count / n_;
+    Tensor in = filled(chunk * n_), out = Tensor::empty({chunk}, kFloat32);
+    pg_->reduce_scatter_tensor(out, in).wait();
+    const int64_t bad = wrong(out, [&](int64_t i) { return w(rank_ * chunk + i) * sum_of_ranks(); });
+    // Gloo's own: collective to build, bound to one buffer, in place (result at its start).
+    Tensor buf = filled(chunk * n_);
+    gloo::ReduceScatterHalvingDoubling<float> rs(raw_, {buf.data_ptr<float>()}, static_cast<int>(chunk * n_),
+                                                 std::vector<int>(n_, static_cast<int>(chunk)));
+    const std::vector<Timing> t = time(bytes, {[&] { pg_->reduce_scatter_tensor(out, in).wait(); }, [&] { rs.run(); }});
+    const Timing& dtr = t[0];
+    const Timing& raw = t[1];
+    print("reduce_scatter", chunk * n_ * 4, chunk * n_, dtr, raw, bad);
+  }
+
+  void run_broadcast(int64_t bytes) {
+    const int64_t count = bytes / 4;
+    Tensor x = rank_ == 0 ? filled(count) : full({count}, -9.0, kFloat32);
+    pg_->broadcast(x, 0).wait();
+    const int64_t bad = wrong(x, [&](int64_t i) { return w(i); });
+    const std::vector<Timing> t = time(bytes, {[&] { pg_->broadcast(x, 0).wait(); },
+                                               [&] {
+                                                 gloo::BroadcastOptions o(raw_);
+                                                 o.setRoot(0);
+                                                 if (rank_ == 0)
+                                                   o.setInput(x.data_ptr<float>(), static_cast<size_t>(count));
+                                                 o.setOutput(x.data_ptr<float>(), static_cast<size_t>(count));
+                                                 o.setTag(tag_++);
+                                                 gloo::broadcast(o);
+                                               }});
+    const Timing& dtr = t[0];
+    const Timing& raw = t[1];
+    print("broadcast", bytes, count, dtr, raw, bad);
+  }
+
+  void run() {
+    if (rank_ == 0) {
+      fmt::print(
+          "# collective_bench: dtr vs raw Gloo, {} ranks, float32, {} batches per row; a call's time is the "
+          "slowest rank's\n",
+          n_, options_.batches);
+      fmt::print(
+          "# time: the median batch, with the range; algbw and busbw from it. best: the fastest batch. "
+          "dtr/raw = raw best / dtr best\n#   (other processes only ever add time, so best batches compare "
+          "the implementations)\n");
+      fmt::print("# {:>14} {:>9} {:>9} {:>5} {:>9} {:>18} {:>7} {:>7} {:>6} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7}\n",
+                 "collective", "size(B)", "count", "type", "time(us)", "range(us)", "algbw", "busbw", "#wrong",
+                 "best(us)", "busbw", "raw(us)", "raw best", "busbw", "dtr/raw");
+    }
+    for (const std::string& op : options_.ops) {
+      for (int64_t bytes = options_.min_bytes; bytes <= options_.max_bytes; bytes *= 4) {
+        if (op == "all_reduce") run_all_reduce(bytes);
+        if (op == "all_gather") run_all_gather(bytes);
+        if (op == "reduce_scatter") run_reduce_scatter(bytes);
+        if (op == "broadcast") run_broadcast(bytes);
+      }
+    }
+    if (rank_ == 0 && wrong_total_ > 0) fmt::print("# {} wrong elements: FAILED\n", wrong_total_);
+  }
+
+  int64_t wrong_total() const { return wrong_total_; }
+
+ private:
+  void print(const std::string& op, int64_t size, int64_t count, const Timing& dtr, const Timing& raw, int64_t bad) {
+    Tensor t = full({1}, static_cast<double>(bad), kFloat64);
+    pg_->all_reduce(t).wait();
+    wrong_total_ += static_cast<int64_t>(t.item());  // every rank's, summed: the same on all ranks
+    if (rank_ != 0) return;
+    const double f = busbw_factor(op, n_);
+    auto gbps = [&](double us) { return size / us / 1e3; };  // GB/s
+    fmt::print(
+        "  {:>14} {:>9} {:>9} {:>5} {:>9.1f} {:>8.1f}-{:<9.1f} {:>7.3f} {:>7.3f} {:>6} {:>9.1f} {:>7.3f} {:>9.1f} "
+        "{:>9.1f} {:>7.3f} {:>7.2f}\n",
+        op, size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, gbps(dtr.median_us), gbps(dtr.median_us) * f,
+        static_cast<int64_t>(t.item()), dtr.min_us, gbps(dtr.min_us) * f, raw.median_us, raw.min_us,
+        gbps(raw.min_us) * f, raw.min_us / dtr.min_us);
+    std::fflush(stdout);
+  }
+
+  std::shared_ptr<ProcessGroup> pg_;
+  Options options_;
+  int rank_, n_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> raw_;
+  uint32_t tag_ = 1u << 30;  // apart from dtr's tags (each context has its own slots anyway)
+  int64_t wrong_total_ = 0;
+};
+
+// Starts `ranks` copies of this program with torchrun's environment; returns the exit code.
+int launch(int ranks, char** argv) {
+  TCPStoreServer server("127.0.0.1", 0);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(server.port()).c_str(), 1);
+      setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+      ::execv("/proc/self/exe", argv);
+      std::perror("collective_bench: execv");
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int code = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) code = 1;
+  }
+  return code;
+}
+
+}  // namespace
+}  // namespace dtr
+
+int main(int argc, char** argv) {
+  dtr::Options options;
+  CLI::App app{"dtr collectives against raw Gloo, nccl-tests style"};
+  app.add_option("--ranks", options.ranks, "rank processes to launch (ignored when RANK/WORLD_SIZE are set)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--min-bytes", options.min_bytes, "smallest size, bytes")->check(CLI::PositiveNumber);
+  app.add_option("--max-bytes", options.max_bytes, "largest size, bytes (sizes grow 4x)")->check(CLI::PositiveNumber);
+  app.add_option("--batches", options.batches, "timed batches per row")->check(CLI::Range(1, 1000));
+  app.add_option("--ops", options.ops, "collectives to run")
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
+  CLI11_PARSE(app, argc, argv);
+  if (std::getenv("RANK") == nullptr || std::getenv("WORLD_SIZE") == nullptr) return dtr::launch(options.ranks, argv);
+  const char* rank = std::getenv("RANK");
+  try {
+    dtr::Bench bench(dtr::init_process_group(dtr::Backend::kGloo), options);
+    bench.run();
+    const bool ok = bench.wrong_total() == 0;
+    dtr::destroy_process_group();
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[rank %s] collective_bench: %s\n", rank, e.what());
+    return 1;
+  }
+}
