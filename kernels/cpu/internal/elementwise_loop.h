@@ -5,7 +5,7 @@
 // once on store), the element type otherwise. Runs whose strides all equal the itemsizes
 // take a plain indexed loop that the compiler vectorises; out may equal an input exactly
 // (in-place ops) but must not partially overlap one. The helpers below pair map with the
-// dtype dispatch of same-dtype unary and binary ops. (ATen's cpu_kernel, reduced.)
+// dtype dispatch of same-dtype unary, binary and tensor-scalar ops. (ATen's cpu_kernel, reduced.)
 #pragma once
 
 #include <array>
@@ -75,6 +75,22 @@ void floating_binary(std::string_view op, const Tensor& out, const Tensor& a, co
 template <class F>
 void numeric_binary(std::string_view op, const Tensor& out, const Tensor& a, const Tensor& b, const F& f) {
   dispatch_numeric(a.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T, T>(out, f, a, b); });
+}
+
+// Same-dtype maps of a tensor and a scalar: out = f(a, k), k being s in a's opmath type.
+template <class F>
+void floating_scalar(std::string_view op, const Tensor& out, const Tensor& a, double s, const F& f) {
+  dispatch_floating(a.dtype(), op, [&]<class T>(TypeTag<T>) {
+    const auto k = static_cast<opmath_t<T>>(s);
+    map<T, T>(out, [k, &f](auto x) { return f(x, k); }, a);
+  });
+}
+template <class F>
+void numeric_scalar(std::string_view op, const Tensor& out, const Tensor& a, double s, const F& f) {
+  dispatch_numeric(a.dtype(), op, [&]<class T>(TypeTag<T>) {
+    const auto k = static_cast<opmath_t<T>>(s);
+    map<T, T>(out, [k, &f](auto x) { return f(x, k); }, a);
+  });
 }
 
 }  // namespace dtr::cpu
