@@ -1,4 +1,8 @@
-// Local Tensor: storage, views without copies, copies and casts, allocator statistics.
+// Local Tensor: storage, views without copies, copies and casts, allocator statistics and
+// the CPU allocator's cache.
+#include <cstring>
+#include <thread>
+
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
 #include "kernels/tensor.h"
@@ -183,6 +187,111 @@ TEST_CASE("allocator statistics follow allocations, release and refill", "[tenso
     CHECK(memory_stats(kCPU).peak_bytes >= before.bytes_in_use + 4096);
   }
   CHECK(memory_stats(kCPU).bytes_in_use == before.bytes_in_use);
+}
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as cached, not in use",
+          "[tensor][memory]") {
+  CpuAllocator a(16 * kMiB);
+  // 3 MiB is served by a 4 MiB block (two 2 MiB granules), 64-byte aligned.
+  void* p = a.allocate(3 * kMiB);
+  CHECK(reinterpret_cast<uintptr_t>(p) % CpuAllocator::kAlignment == 0);
+  CHECK(a.stats().bytes_in_use == int64_t{3 * kMiB});
+  CHECK(a.stats().bytes_cached == 0);
+  std::memset(p, 7, 3 * kMiB);
+  a.deallocate(p, 3 * kMiB);
+  CHECK(a.stats().bytes_in_use == 0);
+  CHECK(a.stats().bytes_cached == int64_t{4 * kMiB});
+  CHECK(a.stats().live_allocs == 0);
+  // Any request that rounds to the same block size gets the same block back.
+  void* q = a.allocate(4 * kMiB - 100);
+  CHECK(q == p);
+  CHECK(a.stats().bytes_in_use == int64_t{4 * kMiB - 100});
+  CHECK(a.stats().bytes_cached == 0);
+  CHECK(a.stats().total_allocs == 2);
+  // Another size class does not take it.
+  void* r = a.allocate(5 * kMiB);
+  CHECK(r != q);
+  a.deallocate(q, 4 * kMiB - 100);
+  a.deallocate(r, 5 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{(4 + 6) * kMiB});
+  CHECK(a.stats().peak_bytes == int64_t{9 * kMiB - 100});
+  // Blocks under 1 MiB come from the system allocator and are never cached.
+  void* small = a.allocate(kMiB - 1);
+  a.deallocate(small, kMiB - 1);
+  CHECK(a.stats().bytes_cached == int64_t{10 * kMiB});
+  a.empty_cache();
+  CHECK(a.stats().bytes_cached == 0);
+  CHECK(a.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("the CPU cache never holds more than its limit; the oldest blocks go first", "[tensor][memory]") {
+  const size_t limit = 8 * kMiB;
+  CpuAllocator a(limit);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(a.allocate(4 * kMiB));  // 3 x 4 MiB in use
+  for (void* b : blocks) {
+    a.deallocate(b, 4 * kMiB);
+    CHECK(a.stats().bytes_cached <= int64_t{limit});
+  }
+  CHECK(a.stats().bytes_cached == int64_t{limit});
+  // The first freed was evicted: the two kept are the last two, most recent first.
+  CHECK(a.allocate(4 * kMiB) == blocks[2]);
+  CHECK(a.allocate(4 * kMiB) == blocks[1]);
+  CHECK(a.stats().bytes_cached == 0);
+  a.deallocate(blocks[2], 4 * kMiB);
+  a.deallocate(blocks[1], 4 * kMiB);
+  // A block larger than the limit is returned at once and evicts nothing.
+  void* big = a.allocate(10 * kMiB);
+  a.deallocate(big, 10 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{limit});
+  // Freeing a 6 MiB block evicts both 4 MiB blocks, oldest first, to stay within 8 MiB.
+  void* six = a.allocate(6 * kMiB);
+  a.deallocate(six, 6 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{6 * kMiB});
+  CHECK(a.allocate(6 * kMiB) == six);
+  a.deallocate(six, 6 * kMiB);
+}
+
+TEST_CASE("the CPU cache is consistent under concurrent allocation", "[tensor][memory]") {
+  CpuAllocator a(12 * kMiB);
+  auto churn = [&a](size_t seed) {
+    for (size_t i = 0; i < 200; ++i) {
+      const size_t n = (1 + (i * 7 + seed) % 5) * kMiB;  // 1-5 MiB: three block sizes
+      auto* p = static_cast<char*>(a.allocate(n));
+      p[0] = p[n - 1] = 1;  // the whole block is ours
+      a.deallocate(p, n);
+    }
+  };
+  std::thread other(churn, 3);
+  churn(0);
+  other.join();
+  const MemoryStats s = a.stats();
+  CHECK(s.bytes_in_use == 0);
+  CHECK(s.live_allocs == 0);
+  CHECK(s.total_allocs == 400);
+  CHECK(s.bytes_cached <= int64_t{12 * kMiB});
+  CHECK(s.bytes_cached % int64_t{CpuAllocator::kGranule} == 0);
+}
+
+TEST_CASE("tensors reuse cached CPU blocks; empty_cache(kCPU) returns them", "[tensor][memory]") {
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1024, 1024}, kFloat32);  // 4 MiB
+    first = t.data();
+  }
+  const MemoryStats freed = memory_stats(kCPU);
+  CHECK(freed.bytes_cached >= int64_t{4 * kMiB});
+  {
+    Tensor t = Tensor::empty({1024, 1024}, kFloat32);
+    CHECK(t.data() == first);
+    CHECK(memory_stats(kCPU).bytes_cached == freed.bytes_cached - int64_t{4 * kMiB});
+    CHECK(memory_stats(kCPU).bytes_in_use == freed.bytes_in_use + int64_t{4 * kMiB});
+  }
+  empty_cache(kCPU);
+  CHECK(memory_stats(kCPU).bytes_cached == 0);
+  CHECK(memory_stats(kCPU).bytes_in_use == freed.bytes_in_use);
 }
 
 TEST_CASE("bad input throws typed errors that name the op and the shapes", "[tensor][errors]") {
