@@ -1,5 +1,7 @@
 // Local Tensor: storage, views without copies, copies and casts, allocator statistics and
 // the CPU allocator's cache.
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -148,6 +150,60 @@ TEST_CASE("bfloat16 and float16 round to nearest even", "[tensor][dtype]") {
     if (std::isnan(f)) continue;
     REQUIRE(Half(f).bits == x.bits);
   }
+}
+
+TEST_CASE("Half's conversions (F16C where compiled in) agree bit for bit with the portable ones",
+          "[tensor][dtype]") {
+  INFO("Half uses " << (DTR_HAS_F16C ? "the F16C instructions" : "the portable conversions"));
+  auto bits_of = [](float f) { return std::bit_cast<uint32_t>(f); };
+  // half -> float: every bit pattern, NaNs included.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    Half x;
+    x.bits = static_cast<uint16_t>(h);
+    REQUIRE(bits_of(static_cast<float>(x)) == bits_of(float_from_fp16_portable(x.bits)));
+  }
+  // float -> half: every half value, each midpoint between neighbours (the ties) and the
+  // floats one ulp either side of those, with both signs.
+  std::vector<float> inputs;
+  auto around = [&](float f) {
+    for (float v : {f, std::nextafter(f, -INFINITY), std::nextafter(f, INFINITY)}) {
+      inputs.push_back(v);
+      inputs.push_back(-v);
+    }
+  };
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    Half lo, hi;
+    lo.bits = static_cast<uint16_t>(h);
+    hi.bits = static_cast<uint16_t>(h + 1);
+    around(static_cast<float>(lo));
+    around(0.5f * (static_cast<float>(lo) + static_cast<float>(hi)));  // exact: 12 significant bits
+  }
+  // The thresholds: overflow (65504 is the largest half, 65520 the first float that
+  // rounds to infinity), the smallest normal 2^-14 and subnormal 2^-24, half of that
+  // (ties to zero), float subnormals, the largest float, infinities.
+  for (float f : {65504.0f, 65520.0f, 65536.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-126f, 0x1p-149f,
+                  0x1.fffffep-127f, 0x1.fffffep127f, INFINITY}) {
+    around(f);
+  }
+  // NaNs: quiet and signalling, with payloads in the bits a half keeps and in those it drops.
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fa00000u, 0x7fffffffu, 0x7f802000u, 0x7fc01fffu}) {
+    inputs.push_back(std::bit_cast<float>(nan));
+    inputs.push_back(std::bit_cast<float>(nan | 0x80000000u));
+  }
+  // And a sweep of float bit patterns (every 4099th), for anything the classes above miss.
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) {
+    inputs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  }
+  for (float f : inputs) {
+    INFO("float bits " << std::hex << bits_of(f));
+    REQUIRE(Half(f).bits == fp16_from_float_portable(f));
+  }
+  // The portable path's known answers: ties to even, overflow, NaN quieted with its payload.
+  CHECK(fp16_from_float_portable(1.0f + 0x1p-11f) == 0x3c00);
+  CHECK(fp16_from_float_portable(1.0f + 3 * 0x1p-11f) == 0x3c02);
+  CHECK(fp16_from_float_portable(65520.0f) == 0x7c00);
+  CHECK(fp16_from_float_portable(std::bit_cast<float>(0x7fa00000u)) == 0x7f00);
+  CHECK(bits_of(float_from_fp16_portable(0x7d00)) == 0x7fe00000u);
 }
 
 TEST_CASE("fill, full and arange", "[tensor][fill]") {
