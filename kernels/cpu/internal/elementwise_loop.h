@@ -25,9 +25,11 @@ namespace dtr::cpu {
 template <class T>
 using opmath_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float, T>;
 
-// One run of map: contiguous (every stride equal to its itemsize) or strided.
+// One run of map: contiguous (every stride equal to its itemsize) or strided. Flattened:
+// every call in f is inlined, since a loop that calls out of line cannot vectorise (and
+// GCC declines to inline helpers that many kernels instantiate).
 template <class Out, class... In, class F, size_t... K>
-void map_run(std::array<char*, 1 + sizeof...(In)> p, std::array<int64_t, 1 + sizeof...(In)> s, int64_t n,
+[[gnu::flatten]] void map_run(std::array<char*, 1 + sizeof...(In)> p, std::array<int64_t, 1 + sizeof...(In)> s, int64_t n,
              const F& f, std::index_sequence<K...>) {
   if (s[0] == sizeof(Out) && ((s[K + 1] == sizeof(In)) && ...)) {
     Out* o = reinterpret_cast<Out*>(p[0]);
