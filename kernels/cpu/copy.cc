@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/strided_loop.h"
 
 namespace dtr::cpu {
@@ -76,9 +77,7 @@ void copy(const Tensor& dst, const Tensor& src) {
           }
         }
         if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-          To* o = reinterpret_cast<To*>(p[0]);
-          const From* in = reinterpret_cast<const From*>(p[1]);
-          for (int64_t i = 0; i < n; ++i) o[i] = convert<To>(in[i]);
+          convert_block(reinterpret_cast<const From*>(p[1]), reinterpret_cast<To*>(p[0]), n);
         } else {
           for (int64_t i = 0; i < n; ++i) {
             *reinterpret_cast<To*>(p[0] + i * s[0]) = convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));

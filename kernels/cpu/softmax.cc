@@ -60,7 +60,8 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
       T* ys = py + base;
       const auto [max, sum] = exp_sum<Acc>(xs, s.size, stride, kind == SoftmaxKind::kSoftmax ? e : nullptr);
       if (kind == SoftmaxKind::kSoftmax) {
-        for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] / sum);
+        const Acc inverse = Acc(1) / sum;  // one division per slice, a product per element
+        for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);
       } else {
         const Acc log_sum = std::log(sum);
         for (int64_t c = 0; c < s.size; ++c) {
@@ -98,7 +99,7 @@ Tensor softmax_backward(const Tensor& grad_y, const Tensor& y, int64_t dim, Soft
         for (int64_t c = 0; c < s.size; ++c) sum += static_cast<Acc>(gs[c * stride]);
         for (int64_t c = 0; c < s.size; ++c) {
           out[c * stride] =
-              convert<T>(static_cast<Acc>(gs[c * stride]) - std::exp(static_cast<Acc>(ys[c * stride])) * sum);
+              convert<T>(static_cast<Acc>(gs[c * stride]) - exp_of(static_cast<Acc>(ys[c * stride])) * sum);
         }
       }
     });

@@ -252,7 +252,8 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
                    const Tensor a = pattern(shape, dtype, 21);
                    const Tensor b = v.operands == 1 ? Tensor() : pattern(v.bias ? Shape{shape[1]} : shape, dtype, 22);
                    auto out = std::make_shared<Tensor>(v.run(a, b));
-                   const double bytes = static_cast<double>(a.nbytes() + (b.defined() ? b.nbytes() : 0) + out->nbytes());
+                   const size_t b_bytes = b.defined() ? b.nbytes() : 0;
+                   const double bytes = static_cast<double>(a.nbytes() + b_bytes + out->nbytes());
                    return memcpy_case(bytes, [v, a, b, out] { *out = v.run(a, b); }, [v, a, b, out, dtype] {
                      return check_sampled(*out, [&](std::span<const int64_t> c) {
                        const double y = !b.defined() ? 0.0 : v.bias ? element_at(b, std::vector<int64_t>{c[1]})
@@ -280,7 +281,9 @@ void add_reduction_rows(Suite& suite, const Shapes& s) {
     for (DType dtype : {kFloat32, kBFloat16}) {
       suite.add({v.op, std::string(dtype_name(dtype)), shape_str(shape), [v, shape, dtype] {
                    const Tensor x = pattern(shape, dtype, 23);
-                   auto reduce = [v](const Tensor& t) { return v.squares ? sum_of_squares(t, v.dims) : sum(t, v.dims); };
+                   auto reduce = [v](const Tensor& t) {
+                     return v.squares ? sum_of_squares(t, v.dims) : sum(t, v.dims);
+                   };
                    auto out = std::make_shared<Tensor>(reduce(x));
                    const double bytes = static_cast<double>(x.nbytes() + out->nbytes());
                    return memcpy_case(bytes, [reduce, x, out] { *out = reduce(x); }, [v, x, out, dtype] {
@@ -370,7 +373,9 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                            .check = [out, a, b, k] {
                              return check_sampled(*out, [&](std::span<const int64_t> c) {
                                double acc = 0;
-                               for (int64_t i = 0; i < k; ++i) acc += element_at(a, at2(c[0], i)) * element_at(b, at2(i, c[1]));
+                               for (int64_t i = 0; i < k; ++i) {
+                                 acc += element_at(a, at2(c[0], i)) * element_at(b, at2(i, c[1]));
+                               }
                                return acc;
                              }, 1e-3, 1e-4);
                            },
@@ -394,7 +399,8 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                                        Eigen::Map<const RowMajor>(kt.data_ptr<float>() + h * k * n, k, n);
                                  }
                                }};
-               return Case{.flops = 2.0 * static_cast<double>(batch * m) * static_cast<double>(n) * static_cast<double>(k),
+               const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
+               return Case{.flops = flops,
                            .run = [out, q, kt] { *out = bmm(q, kt); },
                            .check = [out, q, kt, k] {
                              return check_sampled(*out, [&](std::span<const int64_t> c) {
@@ -506,7 +512,9 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
                          mean /= static_cast<double>(cols);
                          for (int64_t j = 0; j < cols; ++j) var += std::pow(element_at(x, at2(c[0], j)) - mean, 2);
                          const double rstd = 1 / std::sqrt(var / static_cast<double>(cols) + 1e-5);
-                         auto h = [&](int64_t j) { return element_at(w, std::vector<int64_t>{j}) * element_at(gy, at2(c[0], j)); };
+                         auto h = [&](int64_t j) {
+                           return element_at(w, std::vector<int64_t>{j}) * element_at(gy, at2(c[0], j));
+                         };
                          auto xhat = [&](int64_t j) { return (element_at(x, at2(c[0], j)) - mean) * rstd; };
                          for (int64_t j = 0; j < cols; ++j) {
                            mean_h += h(j);
@@ -522,7 +530,8 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
     suite.add({"softmax_backward", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
                  Tensor y = softmax(pattern(scores, dtype, 34), -1), gy = pattern(scores, dtype, 35);
                  auto gx = std::make_shared<Tensor>(softmax_backward(gy, y, -1));
-                 return memcpy_case(3.0 * static_cast<double>(y.nbytes()), [gy, y, gx] { *gx = softmax_backward(gy, y, -1); },
+                 auto run = [gy, y, gx] { *gx = softmax_backward(gy, y, -1); };
+                 return memcpy_case(3.0 * static_cast<double>(y.nbytes()), run,
                                     [y, gy, gx, dtype] {
                                       // grad_x = y (grad_y - sum_j grad_y_j y_j), per row.
                                       return check_sampled(*gx, [&](std::span<const int64_t> c) {
