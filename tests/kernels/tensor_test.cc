@@ -8,7 +8,9 @@
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
 #include "kernels/tensor.h"
+#include "kernels/parallel.h"
 #include "tests/kernels/test_util.h"
+#include "tests/kernels/thread_count_guard.h"
 
 namespace dtr {
 namespace {
@@ -76,6 +78,35 @@ TEST_CASE("transposing copies (tiled) match an element-by-element reference", "[
           for (int64_t i = 0; i < r; ++i) expected.push_back(static_cast<double>((k * r + i) * c + j));
       testing::check_close(out, expected, testing::tolerance_for(to), fmt::format("transposed copy {}", shape));
     }
+  }
+}
+
+TEST_CASE("copies and fills large enough to split across threads write every element once", "[tensor][copy]") {
+  testing::ThreadCountGuard guard;
+  // 301 x 517 = 155617 elements: above the split threshold, with ranges that start and end
+  // inside runs. Values i * 0.5 are exact in bfloat16 only below 256: the cast checks rounding too.
+  Tensor src = arange(0.0, 301.0 * 517.0 * 0.5, 0.5, kFloat32).view({301, 517});
+  const float* s = src.data_ptr<float>();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    INFO(threads << " threads");
+    const Tensor transposed = src.t().contiguous();  // tiled, in bands of tile rows
+    const Tensor strided = src.slice(1, 0, 517, 2).contiguous();
+    const Tensor cast = src.t().to(kBFloat16);
+    Tensor filled = zeros({301, 517});
+    Tensor every_third = filled.slice(1, 1, 517, 3);
+    fill_(every_third, 7.0);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < 301; ++i) {
+      for (int64_t j = 0; j < 517; ++j) {
+        const float v = s[i * 517 + j];
+        wrong += transposed.data_ptr<float>()[j * 301 + i] != v;
+        wrong += static_cast<float>(cast.data_ptr<BFloat16>()[j * 301 + i]) != static_cast<float>(BFloat16(v));
+        wrong += j % 2 == 0 && strided.data_ptr<float>()[i * 259 + j / 2] != v;
+        wrong += filled.data_ptr<float>()[i * 517 + j] != (j % 3 == 1 ? 7.0f : 0.0f);
+      }
+    }
+    CHECK(wrong == 0);
   }
 }
 
