@@ -91,7 +91,9 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           // With xhat = (x - mean) * rstd and g = grad_y * weight (both [n]):
           //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))      [n]
           auto xhat = [&](int64_t i) { return (static_cast<Acc>(xr[i]) - mu) * rs; };
-          auto g = [&](int64_t i) { return pw ? static_cast<Acc>(gr[i]) * static_cast<Acc>(pw[i]) : static_cast<Acc>(gr[i]); };
+          auto g = [&](int64_t i) {
+            return pw ? static_cast<Acc>(gr[i]) * static_cast<Acc>(pw[i]) : static_cast<Acc>(gr[i]);
+          };
           for (int64_t i = 0; i < n; ++i) {
             dw[i] += static_cast<Acc>(gr[i]) * xhat(i);  // grad_weight += grad_y * xhat   [n]
             db[i] += static_cast<Acc>(gr[i]);            // grad_bias += grad_y            [n]
