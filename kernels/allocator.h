@@ -1,15 +1,24 @@
 // Allocator: where tensor memory comes from, with per-device statistics.
 //
 // Every memory figure dtr reports (FSDP's memory per rank, the train program's table)
-// comes from these counters: bytes in use, the peak since the last reset, and the number
-// of live and total allocations. CPU memory is 64-byte aligned (one AVX-512 vector, one
-// cache line). CUDA memory comes from kernels/cuda (cudaMalloc; a caching allocator is a
-// later step). Counters are atomic: the comm thread allocates too.
+// comes from these counters: bytes in use (handed to tensors, as requested), the peak
+// since the last reset, live and total allocations, and bytes cached (freed by tensors,
+// kept by the allocator for reuse, not in use). CPU memory is 64-byte aligned. CPU blocks
+// of 1 MiB or more are cached (as PyTorch's CUDA caching allocator does, for the reason
+// glibc gives: it serves them with fresh mmaps whose page faults cost more than the op
+// that writes them): they are whole 2 MiB huge-page granules, mapped with
+// MADV_HUGEPAGE, reused for a request of the same rounded size (the most recently freed
+// first), and unmapped once the cache would exceed its limit (least recently freed first)
+// or on empty_cache(). CUDA memory comes from kernels/cuda (cudaMalloc, uncached for now).
+// Thread safe: the comm thread allocates too.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
 
 #include "kernels/device.h"
 
@@ -20,6 +29,7 @@ struct MemoryStats {
   int64_t peak_bytes = 0;     // highest bytes_in_use since the last reset_peak
   int64_t live_allocs = 0;    // allocations not yet freed
   int64_t total_allocs = 0;   // allocations ever made
+  int64_t bytes_cached = 0;   // freed blocks held for reuse (not in use); empty_cache returns them
 };
 
 class Allocator {
@@ -27,13 +37,17 @@ class Allocator {
   virtual ~Allocator() = default;
   // Returns memory for nbytes (nullptr for 0 bytes); throws on exhaustion.
   void* allocate(size_t nbytes);
+  // Frees what allocate(nbytes) returned (nbytes as passed to allocate).
   void deallocate(void* ptr, size_t nbytes);
   MemoryStats stats() const;
   void reset_peak();
+  // Returns every cached block to the system; an allocator without a cache has none.
+  virtual void empty_cache() {}
 
  protected:
   virtual void* raw_allocate(size_t nbytes) = 0;
-  virtual void raw_deallocate(void* ptr) = 0;
+  virtual void raw_deallocate(void* ptr, size_t nbytes) = 0;
+  virtual int64_t cached_bytes() const { return 0; }
 
  private:
   std::atomic<int64_t> bytes_in_use_{0};
@@ -42,10 +56,48 @@ class Allocator {
   std::atomic<int64_t> total_allocs_{0};
 };
 
+// The CPU allocator: aligned_alloc for small blocks, a cache of mmapped 2 MiB-granule
+// blocks for large ones (see the opening comment). allocator_for(kCPU) is one of these
+// with the default limit; tests build their own with a small one.
+class CpuAllocator final : public Allocator {
+ public:
+  static constexpr size_t kAlignment = 64;             // one AVX-512 vector, one cache line
+  static constexpr size_t kCachedFrom = size_t{1} << 20;  // requests of this many bytes or more are cached
+  static constexpr size_t kGranule = size_t{2} << 20;  // cached blocks are multiples of this (a huge page)
+
+  // cache_limit: the most bytes the cache holds; a freed block that would push it past
+  // this evicts older blocks first, and one larger than the limit is unmapped at once.
+  explicit CpuAllocator(size_t cache_limit = default_cache_limit());
+  ~CpuAllocator() override;
+  // min(1 GiB, physical memory / 8).
+  static size_t default_cache_limit();
+  // The size of the block that serves a request of nbytes (>= kCachedFrom).
+  static size_t block_size(size_t nbytes) { return (nbytes + kGranule - 1) / kGranule * kGranule; }
+  void empty_cache() override;
+
+ private:
+  void* raw_allocate(size_t nbytes) override;
+  void raw_deallocate(void* ptr, size_t nbytes) override;
+  int64_t cached_bytes() const override;
+  void evict_oldest();  // with mutex_ held
+
+  struct Block {
+    size_t size;
+    void* ptr;
+  };
+  const size_t cache_limit_;
+  mutable std::mutex mutex_;
+  std::list<Block> cached_;  // most recently freed first
+  std::multimap<size_t, std::list<Block>::iterator> by_size_;
+  size_t cached_total_ = 0;
+};
+
 // The allocator of a device (one per CUDA device index).
 Allocator& allocator_for(Device device);
 
 inline MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
 inline void reset_peak_memory_stats(Device device) { allocator_for(device).reset_peak(); }
+// Returns the device allocator's cached blocks to the system (torch.cuda.empty_cache).
+inline void empty_cache(Device device) { allocator_for(device).empty_cache(); }
 
 }  // namespace dtr

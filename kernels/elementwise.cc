@@ -6,12 +6,13 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
-#include "kernels/internal/launch.h"
+#include "kernels/internal/check_writable.h"
+#include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 namespace {
 
-using internal::launch;
+using internal::check_writable;
 
 void check_defined(std::string_view op, const Tensor& t) {
   DTR_CHECK(t.defined(), ValueError, "{}: an operand is an undefined tensor", op);
@@ -36,17 +37,34 @@ void check_bool_operand(std::string_view op, std::string_view role, const Tensor
             role, describe(b), describe(t));
 }
 
+// "float32[2, 3], bool[3]": the operands of an op, for its error messages.
+std::string describe_operands(std::initializer_list<const Tensor*> operands) {
+  std::vector<std::string> names;
+  for (const Tensor* t : operands) names.push_back(describe(*t));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
 // The broadcast shape of the operands; the error names every operand with its dtype.
 Shape broadcast_operands(std::string_view op, std::initializer_list<const Tensor*> operands) {
   Shape shape;
   try {
     for (const Tensor* t : operands) shape = broadcast_shapes(shape, t->shape(), op);
   } catch (const ValueError& e) {
-    std::vector<std::string> names;
-    for (const Tensor* t : operands) names.push_back(describe(*t));
-    throw ValueError(fmt::format("{} (operands {})", e.what(), fmt::join(names, ", ")));
+    throw ValueError(fmt::format("{} (operands {})", e.what(), describe_operands(operands)));
   }
   return shape;
+}
+
+// The device switch of every elementwise op: cpu_kernel(out) for CPU tensors; CUDA
+// operands raise NotImplementedError naming them until the CUDA kernels land.
+template <class CpuKernel>
+void dispatch_device(std::string_view op, const Tensor& out, std::initializer_list<const Tensor*> operands,
+                     const CpuKernel& cpu_kernel) {
+  switch (out.device().type) {
+    case kCPU: cpu_kernel(out); return;
+    case kCUDA: throw_device_not_implemented(op, out.device(), describe_operands(operands));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 // Integer and bool tensors take only scalars their dtype holds exactly: 0.5 on an int32
@@ -62,15 +80,6 @@ void check_scalar(std::string_view op, const Tensor& t, double s) {
   DTR_CHECK(s == std::trunc(s) && s >= lo && s < end, TypeError,
             "{}: scalar {} does not fit {} (an integer in [{}, {}) is needed); convert the tensor with .to(kFloat32) "
             "for fractional values", op, s, describe(t), lo, end);
-}
-
-// In-place ops write through a; an expanded view (stride 0) would write an element many times.
-void check_writable(std::string_view op, const Tensor& a) {
-  for (int64_t d = 0; d < a.dim(); ++d) {
-    DTR_CHECK(a.stride(d) != 0 || a.size(d) <= 1, ValueError,
-              "{}: {} is an expanded view (dim {} has stride 0) and cannot be written in place; clone() it first", op,
-              describe(a), d);
-  }
 }
 
 // An in-place op reads b while it writes a: b may be a itself, or memory apart from it,
@@ -93,7 +102,7 @@ template <class Kernel>
 Tensor unary(std::string_view op, const Tensor& x, DType out_dtype, const Kernel& kernel) {
   check_defined(op, x);
   Tensor out = Tensor::empty(x.shape(), out_dtype, x.device());
-  launch(op, out, kernel);
+  dispatch_device(op, out, {&x}, kernel);
   return out;
 }
 
@@ -113,7 +122,7 @@ template <class Kernel>
 Tensor binary(std::string_view op, const Tensor& a, const Tensor& b, DType out_dtype, const Kernel& kernel) {
   check_operands(op, a, b);
   Tensor out = Tensor::empty(broadcast_operands(op, {&a, &b}), out_dtype, a.device());
-  launch(op, out, kernel);
+  dispatch_device(op, out, {&a, &b}, kernel);
   return out;
 }
 
@@ -162,7 +171,7 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
   check_writable("add_", a);
   check_no_partial_overlap("add_", a, b);
   check_scalar("add_", a, alpha);
-  launch("add_", a, [&](const Tensor& out) { cpu::add(out, a, b, alpha); });
+  dispatch_device("add_", a, {&a, &b}, [&](const Tensor& out) { cpu::add(out, a, b, alpha); });
   return a;
 }
 
@@ -170,7 +179,7 @@ Tensor& mul_(Tensor& a, double b) {
   check_defined("mul_", a);
   check_writable("mul_", a);
   check_scalar("mul_", a, b);
-  launch("mul_", a, [&](const Tensor& out) { cpu::mul_scalar(out, a, b); });
+  dispatch_device("mul_", a, {&a}, [&](const Tensor& out) { cpu::mul_scalar(out, a, b); });
   return a;
 }
 
@@ -236,7 +245,7 @@ Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   check_operands("where", a, b);
   check_bool_operand("where", "condition", condition, a);
   Tensor out = Tensor::empty(broadcast_operands("where", {&condition, &a, &b}), a.dtype(), a.device());
-  launch("where", out, [&](const Tensor& o) { cpu::where(o, condition, a, b); });
+  dispatch_device("where", out, {&condition, &a, &b}, [&](const Tensor& o) { cpu::where(o, condition, a, b); });
   return out;
 }
 
@@ -245,7 +254,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_bool_operand("masked_fill", "mask", mask, x);
   check_scalar("masked_fill", x, value);
   Tensor out = Tensor::empty(broadcast_operands("masked_fill", {&x, &mask}), x.dtype(), x.device());
-  launch("masked_fill", out, [&](const Tensor& o) { cpu::masked_fill(o, x, mask, value); });
+  dispatch_device("masked_fill", out, {&x, &mask}, [&](const Tensor& o) { cpu::masked_fill(o, x, mask, value); });
   return out;
 }
 

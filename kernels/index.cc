@@ -1,10 +1,14 @@
 #include "kernels/index.h"
 
 #include "kernels/cpu/index.h"
+#include "kernels/internal/check_writable.h"
+#include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 
 namespace {
+
+using internal::check_writable;
 
 // Checks what every indexing op needs of x and index; returns the wrapped dim.
 int64_t check_operands(std::string_view op, const Tensor& x, int64_t dim, const Tensor& index) {
@@ -17,15 +21,6 @@ int64_t check_operands(std::string_view op, const Tensor& x, int64_t dim, const 
   DTR_CHECK(index.device() == x.device(), ValueError, "{}: index is on {} but x is on {}; both need the same device",
             op, index.device(), x.device());
   return dim;
-}
-
-// Checks that the tensor an in-place op writes has no expanded (stride-0) dims.
-void check_writable(std::string_view op, const Tensor& x) {
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    DTR_CHECK(x.stride(d) != 0 || x.size(d) <= 1, ValueError,
-              "{}: x ({}) is an expanded view (dim {} has stride 0); write into a tensor that owns its elements", op,
-              describe(x), d);
-  }
 }
 
 // Checks that the tensor an add reads from matches x in dtype and device, and that the add is defined.
@@ -62,10 +57,6 @@ void check_index_range(std::string_view op, const Tensor& index, int64_t dim, co
                                op, value, position, dim, size, describe(x), size));
 }
 
-[[noreturn]] void throw_cuda_not_implemented(std::string_view op, Device device) {
-  throw NotImplementedError(fmt::format("{}: not implemented for {} tensors yet; run it on the CPU", op, device));
-}
-
 // index viewed with x's rank (1 everywhere but dim) and expanded to shape: the gather index
 // that index_select and index_add_ are.
 Tensor expand_along(const Tensor& index, int64_t dim, const Shape& shape) {
@@ -88,7 +79,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       if (out.numel() > 0) cpu::gather(out, x, dim, expand_along(index, dim, out.shape()));
       return out;
     case kCUDA:
-      throw_cuda_not_implemented("index_select", x.device());
+      throw_device_not_implemented("index_select", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -109,7 +100,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
       if (out.numel() > 0) cpu::gather(out, x, dim, index);
       return out;
     case kCUDA:
-      throw_cuda_not_implemented("gather", x.device());
+      throw_device_not_implemented("gather", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -130,7 +121,7 @@ Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& so
       if (source.numel() > 0) cpu::scatter_add(x, dim, expand_along(index, dim, expected), source);
       return x;
     case kCUDA:
-      throw_cuda_not_implemented("index_add_", x.device());
+      throw_device_not_implemented("index_add_", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -154,7 +145,7 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
       if (index.numel() > 0) cpu::scatter_add(x, dim, index, src);
       return x;
     case kCUDA:
-      throw_cuda_not_implemented("scatter_add_", x.device());
+      throw_device_not_implemented("scatter_add_", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "kernels/cpu/optimizer_step.h"
+#include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 
@@ -59,8 +60,20 @@ void check_adam_options(std::string_view op, double lr, double beta1, double bet
   DTR_CHECK(weight_decay >= 0.0, ValueError, "{}: invalid weight_decay {}; it must be >= 0", op, weight_decay);
 }
 
-[[noreturn]] void throw_cuda_not_implemented(std::string_view op, Device device) {
-  throw NotImplementedError(fmt::format("{}: not implemented for {} tensors yet; step on the CPU", op, device));
+// Adam and AdamW, which differ only in how weight decay applies: checks, then the device switch.
+void adam_family_step(std::string_view op, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                      const Tensor& exp_avg_sq, int64_t step, const AdamOptions& options, cpu::WeightDecay decay) {
+  check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
+  check_step_count(op, step);
+  check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  switch (param.device().type) {
+    case kCPU:
+      cpu::adam_step(param, grad, exp_avg, exp_avg_sq, step, options, decay);
+      return;
+    case kCUDA:
+      throw_device_not_implemented(op, param.device(), describe(param));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 }  // namespace
@@ -87,43 +100,21 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
       cpu::sgd_step(param, grad, momentum_buffer, step, options);
       return;
     case kCUDA:
-      throw_cuda_not_implemented(op, param.device());
+      throw_device_not_implemented(op, param.device(), describe(param));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                 const AdamOptions& options) {
-  constexpr std::string_view op = "adam_step_";
-  check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
-  check_step_count(op, step);
-  check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
-  switch (param.device().type) {
-    case kCPU:
-      cpu::adam_step(param, grad, exp_avg, exp_avg_sq, step, options, cpu::WeightDecay::kL2);
-      return;
-    case kCUDA:
-      throw_cuda_not_implemented(op, param.device());
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  adam_family_step("adam_step_", param, grad, exp_avg, exp_avg_sq, step, options, cpu::WeightDecay::kL2);
 }
 
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                  const AdamWOptions& options) {
-  constexpr std::string_view op = "adamw_step_";
-  check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
-  check_step_count(op, step);
-  check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   const AdamOptions adam{.lr = options.lr, .beta1 = options.beta1, .beta2 = options.beta2, .eps = options.eps,
                          .weight_decay = options.weight_decay};
-  switch (param.device().type) {
-    case kCPU:
-      cpu::adam_step(param, grad, exp_avg, exp_avg_sq, step, adam, cpu::WeightDecay::kDecoupled);
-      return;
-    case kCUDA:
-      throw_cuda_not_implemented(op, param.device());
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  adam_family_step("adamw_step_", param, grad, exp_avg, exp_avg_sq, step, adam, cpu::WeightDecay::kDecoupled);
 }
 
 }  // namespace dtr

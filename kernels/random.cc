@@ -3,20 +3,17 @@
 #include <cmath>
 
 #include "kernels/cpu/random.h"
+#include "kernels/internal/check_writable.h"
 #include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 namespace {
 
-// Random ops write every element once: an expanded view (stride 0) would alias them.
+// Random ops fill floating tensors, writing every element once.
 void check_fillable(const Tensor& t, std::string_view op) {
   DTR_CHECK(is_floating(t.dtype()), TypeError,
             "{}: {} is not a floating tensor; {} fills float32, float64, bfloat16 or float16", op, describe(t), op);
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    DTR_CHECK(t.stride(d) != 0 || t.size(d) <= 1, ValueError,
-              "{}: {} is an expanded view (dim {} has stride 0); fill a tensor that owns its elements", op,
-              describe(t), d);
-  }
+  internal::check_writable(op, t);
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/reduce.h"
-#include "kernels/internal/launch.h"
+#include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 namespace {
@@ -56,8 +56,13 @@ Tensor reduction(cpu::ReduceOp op, const Tensor& x, const std::vector<int64_t>& 
   }
   const bool integer_sum = op == cpu::ReduceOp::kSum && !is_floating(x.dtype());
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
-  internal::launch(name, out, [&](const Tensor& o) { cpu::reduce(op, o, x); });
-  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+  switch (x.device().type) {
+    case kCPU:
+      cpu::reduce(op, out, x);
+      return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+    case kCUDA: throw_device_not_implemented(name, x.device(), describe(x));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 }  // namespace
@@ -88,9 +93,14 @@ Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {
   kept[d] = 1;
   squeezed.erase(squeezed.begin() + d);
   Tensor out = Tensor::empty(std::move(kept), kInt64, x.device());
-  internal::launch("argmax", out, [&](const Tensor& o) { cpu::argmax(o, x1, d); });
-  if (x.dim() == 0) return out.view({});
-  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+  switch (x.device().type) {
+    case kCPU:
+      cpu::argmax(out, x1, d);
+      if (x.dim() == 0) return out.view({});
+      return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+    case kCUDA: throw_device_not_implemented("argmax", x.device(), describe(x));
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 }  // namespace dtr

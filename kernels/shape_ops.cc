@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "kernels/cpu/shape_ops.h"
+#include "kernels/internal/device_not_implemented.h"
 
 namespace dtr {
 
@@ -80,8 +81,7 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
       cpu::cat(out, tensors, dim);
       return out;
     case kCUDA:
-      throw NotImplementedError(fmt::format("cat: not implemented for {} tensors yet; concatenate on the CPU",
-                                            out.device()));
+      throw_device_not_implemented("cat", out.device(), describe(out));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

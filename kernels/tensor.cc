@@ -9,6 +9,7 @@
 #include "kernels/cpu/copy.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/fill_copy.h"
+#include "kernels/internal/check_writable.h"
 
 namespace dtr {
 
@@ -309,11 +310,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   Shape b = broadcast_shapes(shape_, src.shape(), "copy_");
   DTR_CHECK(b == shape_, ValueError, "copy_: source {} does not broadcast to destination {}", describe(src),
             describe(*this));
-  for (int64_t d = 0; d < dim(); ++d) {
-    DTR_CHECK(strides_[d] != 0 || shape_[d] <= 1, ValueError,
-              "copy_: destination {} is an expanded view (dim {} has stride 0); write to a contiguous tensor",
-              describe(*this), d);
-  }
+  internal::check_writable("copy_", *this);
   if (numel() == 0) return *this;
   if (device().is_cpu() && src.device().is_cpu()) {
     cpu::copy(*this, src);

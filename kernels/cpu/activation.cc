@@ -2,7 +2,6 @@
 // activations (relu, sigmoid, gelu, silu) with their fused backward kernels.
 #include <cmath>
 #include <numbers>
-#include <type_traits>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/internal/elementwise_loop.h"
@@ -10,16 +9,6 @@
 
 namespace dtr::cpu {
 namespace {
-
-// exp in the compute type: the vectorisable fast_exp for float, std::exp for double.
-template <class M>
-M exp_of(M x) {
-  if constexpr (std::is_same_v<M, float>) {
-    return fast_exp(x);
-  } else {
-    return std::exp(x);
-  }
-}
 
 template <class M>
 M sigmoid_of(M x) {

@@ -37,38 +37,23 @@ void minimum(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void add_scalar(const Tensor& out, const Tensor& a, double s) {
-  dispatch_numeric(a.dtype(), "add", [&]<class T>(TypeTag<T>) {
-    const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k](auto x) { return x + k; }, a);
-  });
+  numeric_scalar("add", out, a, s, [](auto x, auto k) { return x + k; });
 }
 
 void sub_scalar(const Tensor& out, const Tensor& a, double s) {
-  dispatch_numeric(a.dtype(), "sub", [&]<class T>(TypeTag<T>) {
-    const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k](auto x) { return x - k; }, a);
-  });
+  numeric_scalar("sub", out, a, s, [](auto x, auto k) { return x - k; });
 }
 
 void mul_scalar(const Tensor& out, const Tensor& a, double s) {
-  dispatch_numeric(a.dtype(), "mul", [&]<class T>(TypeTag<T>) {
-    const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k](auto x) { return x * k; }, a);
-  });
+  numeric_scalar("mul", out, a, s, [](auto x, auto k) { return x * k; });
 }
 
 void div_scalar(const Tensor& out, const Tensor& a, double s) {
-  dispatch_floating(a.dtype(), "div", [&]<class T>(TypeTag<T>) {
-    const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k](auto x) { return x / k; }, a);
-  });
+  floating_scalar("div", out, a, s, [](auto x, auto k) { return x / k; });
 }
 
 void rsub_scalar(const Tensor& out, const Tensor& a, double s) {
-  dispatch_numeric(a.dtype(), "rsub", [&]<class T>(TypeTag<T>) {
-    const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k](auto x) { return k - x; }, a);
-  });
+  numeric_scalar("rsub", out, a, s, [](auto x, auto k) { return k - x; });
 }
 
 void pow_scalar(const Tensor& out, const Tensor& a, double exponent) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/strided_loop.h"
+#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {
@@ -11,6 +13,9 @@ namespace {
 // A transposing copy reads one operand along a dim that the other writes with a large
 // stride; copying square tiles keeps both sides in L1 (row-major writes, column reads).
 constexpr int64_t kTile = 32;
+
+// Elements below which a copy or fill runs on one thread (a thread start costs more).
+constexpr int64_t kGrain = int64_t{1} << 16;
 
 // The dim (other than the last) along which src is unit-stride while dst is unit-stride
 // only along the last dim: a transposed copy. -1 if the copy is not of that form.
@@ -35,21 +40,26 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
   Shape outer = dst.shape();
   outer[d] = 1;
   outer[last] = 1;
+  // Threads take bands of whole tile rows.
+  const int64_t tile_rows = (rows + kTile - 1) / kTile;
+  const int64_t band_grain = std::max<int64_t>(1, kGrain / (kTile * cols));
   for_each_run<2>(outer, base, strides, [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
     for (int64_t k = 0; k < n; ++k) {
       char* out = p[0] + k * s[0];
       const char* in = p[1] + k * s[1];
-      for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-          const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-          for (int64_t r = r0; r < r1; ++r) {
-            for (int64_t c = c0; c < c1; ++c) {
-              *reinterpret_cast<To*>(out + r * dst_row + c * dst_col) =
-                  convert<To>(*reinterpret_cast<const From*>(in + r * src_row + c * src_col));
+      parallel_for(tile_rows, band_grain, [&](int64_t band_begin, int64_t band_end) {
+        for (int64_t r0 = band_begin * kTile; r0 < std::min(rows, band_end * kTile); r0 += kTile) {
+          for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+            const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
+            for (int64_t r = r0; r < r1; ++r) {
+              for (int64_t c = c0; c < c1; ++c) {
+                *reinterpret_cast<To*>(out + r * dst_row + c * dst_col) =
+                    convert<To>(*reinterpret_cast<const From*>(in + r * src_row + c * src_col));
+              }
             }
           }
         }
-      }
+      });
     }
   });
 }
@@ -68,7 +78,7 @@ void copy(const Tensor& dst, const Tensor& src) {
         copy_tiles<To, From>(dst, src, base, strides, tiled);
         return;
       }
-      for_each_run<2>(dst.shape(), base, strides, [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+      auto run = [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
         if constexpr (std::is_same_v<To, From>) {
           if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
             std::memcpy(p[0], p[1], static_cast<size_t>(n) * sizeof(To));
@@ -76,14 +86,15 @@ void copy(const Tensor& dst, const Tensor& src) {
           }
         }
         if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-          To* o = reinterpret_cast<To*>(p[0]);
-          const From* in = reinterpret_cast<const From*>(p[1]);
-          for (int64_t i = 0; i < n; ++i) o[i] = convert<To>(in[i]);
+          convert_block(reinterpret_cast<const From*>(p[1]), reinterpret_cast<To*>(p[0]), n);
         } else {
           for (int64_t i = 0; i < n; ++i) {
             *reinterpret_cast<To*>(p[0] + i * s[0]) = convert<To>(*reinterpret_cast<const From*>(p[1] + i * s[1]));
           }
         }
+      };
+      parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
+        for_each_run<2>(dst.shape(), base, strides, begin, end, run);
       });
     });
   });
@@ -94,12 +105,15 @@ void fill(const Tensor& dst, double value) {
   std::array<std::vector<int64_t>, 1> strides{broadcast_byte_strides(dst, dst.shape())};
   dispatch_all(dst.dtype(), "fill_", [&]<class T>(TypeTag<T>) {
     const T v = convert<T>(value);
-    for_each_run<1>(dst.shape(), base, strides, [v](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
+    auto run = [v](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
       if (s[0] == sizeof(T)) {
         std::fill_n(reinterpret_cast<T*>(p[0]), n, v);
       } else {
         for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
       }
+    };
+    parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
+      for_each_run<1>(dst.shape(), base, strides, begin, end, run);
     });
   });
 }

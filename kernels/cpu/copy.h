@@ -1,7 +1,8 @@
 // CPU copy with dtype conversion and broadcasting: dst[i] = convert(src[i]).
 //
 // dst and src are CPU tensors; src's shape broadcasts to dst's. Same-dtype contiguous
-// runs are memcpy; conversions round bf16/f16 to nearest-even.
+// runs are memcpy; conversions round bf16/f16 to nearest-even. Large copies and fills are
+// split across num_threads() threads (each element is written once, whatever the split).
 #pragma once
 
 #include "kernels/tensor.h"

@@ -97,7 +97,7 @@ Tensor cross_entropy_backward(double grad_loss, const Tensor& logits, const Tens
         }
         // grad [C] = (softmax(row) - onehot(t)) * scale
         for (int64_t c = 0; c < classes; ++c) {
-          const Acc p = std::exp(static_cast<Acc>(row[c]) - plse[n]);
+          const Acc p = exp_of(static_cast<Acc>(row[c]) - plse[n]);
           grow[c] = convert<T>((c == t ? p - Acc(1) : p) * s);
         }
       }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -36,14 +37,9 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
         const T* xr = px + r * n;
         T* yr = py + r * n;
         // Two passes (mean, then squared deviations) keep the variance accurate.
-        Acc sum = 0;
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<Acc>(xr[i]);
-        const Acc mean = sum / static_cast<Acc>(n);
-        Acc squares = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const Acc d = static_cast<Acc>(xr[i]) - mean;
-          squares += d * d;
-        }
+        auto at = [xr](int64_t i) { return static_cast<Acc>(xr[i]); };
+        const Acc mean = lane_sum<Acc>(n, at) / static_cast<Acc>(n);
+        const Acc squares = lane_sum<Acc>(n, [&](int64_t i) { return (at(i) - mean) * (at(i) - mean); });
         const Acc rstd = Acc(1) / std::sqrt(squares / static_cast<Acc>(n) + static_cast<Acc>(eps));
         pmean[r] = mean;
         prstd[r] = rstd;
@@ -94,22 +90,17 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           const Acc mu = pmean[r], rs = prstd[r];
           // With xhat = (x - mean) * rstd and g = grad_y * weight (both [n]):
           //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))      [n]
-          Acc sum_g = 0, sum_g_xhat = 0;
+          auto xhat = [&](int64_t i) { return (static_cast<Acc>(xr[i]) - mu) * rs; };
+          auto g = [&](int64_t i) {
+            return pw ? static_cast<Acc>(gr[i]) * static_cast<Acc>(pw[i]) : static_cast<Acc>(gr[i]);
+          };
           for (int64_t i = 0; i < n; ++i) {
-            const Acc xhat = (static_cast<Acc>(xr[i]) - mu) * rs;
-            const Acc gy = static_cast<Acc>(gr[i]);
-            const Acc g = pw ? gy * static_cast<Acc>(pw[i]) : gy;
-            sum_g += g;
-            sum_g_xhat += g * xhat;
-            dw[i] += gy * xhat;  // grad_weight += grad_y * xhat   [n]
-            db[i] += gy;         // grad_bias += grad_y            [n]
+            dw[i] += static_cast<Acc>(gr[i]) * xhat(i);  // grad_weight += grad_y * xhat   [n]
+            db[i] += static_cast<Acc>(gr[i]);            // grad_bias += grad_y            [n]
           }
-          const Acc mean_g = sum_g / static_cast<Acc>(n), mean_g_xhat = sum_g_xhat / static_cast<Acc>(n);
-          for (int64_t i = 0; i < n; ++i) {
-            const Acc xhat = (static_cast<Acc>(xr[i]) - mu) * rs;
-            const Acc g = pw ? static_cast<Acc>(gr[i]) * static_cast<Acc>(pw[i]) : static_cast<Acc>(gr[i]);
-            gxr[i] = convert<T>(rs * (g - mean_g - xhat * mean_g_xhat));
-          }
+          const Acc mean_g = lane_sum<Acc>(n, g) / static_cast<Acc>(n);
+          const Acc mean_g_xhat = lane_sum<Acc>(n, [&](int64_t i) { return g(i) * xhat(i); }) / static_cast<Acc>(n);
+          for (int64_t i = 0; i < n; ++i) gxr[i] = convert<T>(rs * (g(i) - mean_g - xhat(i) * mean_g_xhat));
         }
       }
     });

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/exp_sum.h"
+#include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -60,7 +61,8 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
       T* ys = py + base;
       const auto [max, sum] = exp_sum<Acc>(xs, s.size, stride, kind == SoftmaxKind::kSoftmax ? e : nullptr);
       if (kind == SoftmaxKind::kSoftmax) {
-        for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] / sum);
+        const Acc inverse = Acc(1) / sum;  // one division per slice, a product per element
+        for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);
       } else {
         const Acc log_sum = std::log(sum);
         for (int64_t c = 0; c < s.size; ++c) {
@@ -86,19 +88,19 @@ Tensor softmax_backward(const Tensor& grad_y, const Tensor& y, int64_t dim, Soft
       const T* gs = pg + base;
       const T* ys = py + base;
       T* out = pgx + base;
-      Acc sum = 0;
+      auto g = [&](int64_t c) { return static_cast<Acc>(gs[c * stride]); };
       if (kind == SoftmaxKind::kSoftmax) {
         // grad_x = y * (g - sum(g * y))
-        for (int64_t c = 0; c < s.size; ++c) sum += static_cast<Acc>(gs[c * stride]) * static_cast<Acc>(ys[c * stride]);
+        const Acc sum = lane_sum<Acc>(s.size, [&](int64_t c) { return g(c) * static_cast<Acc>(ys[c * stride]); });
         for (int64_t c = 0; c < s.size; ++c) {
           out[c * stride] = convert<T>(static_cast<Acc>(ys[c * stride]) * (static_cast<Acc>(gs[c * stride]) - sum));
         }
       } else {
         // grad_x = g - exp(y) * sum(g)
-        for (int64_t c = 0; c < s.size; ++c) sum += static_cast<Acc>(gs[c * stride]);
+        const Acc sum = lane_sum<Acc>(s.size, g);
         for (int64_t c = 0; c < s.size; ++c) {
           out[c * stride] =
-              convert<T>(static_cast<Acc>(gs[c * stride]) - std::exp(static_cast<Acc>(ys[c * stride])) * sum);
+              convert<T>(static_cast<Acc>(gs[c * stride]) - exp_of(static_cast<Acc>(ys[c * stride])) * sum);
         }
       }
     });

@@ -1,7 +1,10 @@
-// The error a Tensor-level op raises for a device whose kernels do not exist yet.
+// The error every Tensor-level op raises for a device whose kernels do not exist yet.
 //
-// Ops dispatch on device in one visible switch; until a CUDA kernel lands, that case
-// calls this, which throws NotImplementedError naming the op, the device and the operands.
+// Each op dispatches on device in one visible switch (STYLE.md); until its CUDA kernel
+// lands, the kCUDA case calls this, which throws NotImplementedError naming the op, the
+// device and the operands ("add: not implemented for cuda:0 tensors yet (got
+// float32[2, 3], float32[3]); run it on CPU tensors"). It is the only such helper: ops
+// do not format their own variants of this message.
 #pragma once
 
 #include <string_view>
@@ -10,6 +13,7 @@
 
 namespace dtr {
 
+// Throws NotImplementedError "<op>: not implemented for <device> tensors yet (got <operands>)".
 [[noreturn]] void throw_device_not_implemented(std::string_view op, Device device, std::string_view operands);
 
 }  // namespace dtr

@@ -1,7 +1,8 @@
 // Elementwise ops against float64 references computed in this file: every dtype each op
 // claims, sizes 0, 1, 7, 1023, 4097, contiguous, strided and transposed inputs,
 // broadcasting ([4, 1, 3] with [2, 3], 0-d with [n]), bit-exact cases with exactly
-// representable answers, typed errors, and in-place writes through views.
+// representable answers, typed errors, in-place writes through views, and maps split
+// across threads (bitwise equal to one thread).
 #include "kernels/elementwise.h"
 
 #include <cmath>
@@ -13,7 +14,9 @@
 #include <vector>
 
 #include "kernels/fill.h"
+#include "kernels/parallel.h"
 #include "tests/kernels/test_util.h"
+#include "tests/kernels/thread_count_guard.h"
 
 namespace dtr {
 namespace {
@@ -351,6 +354,44 @@ TEST_CASE("in-place add_ and mul_ write through views and leave the rest untouch
       for (double v : expected) scaled.push_back(v * 0.9);
       mul_(target, 0.9);
       check_close(c.a, scaled, label("mul_ 0.9", d, c.layout));
+    }
+  }
+}
+
+TEST_CASE("maps large enough to split across threads give the same bits on 1, 2 and 3 threads",
+          "[elementwise][parallel]") {
+  testing::ThreadCountGuard guard;
+  // 301 x 257 = 77357 elements (above the split threshold): a transposed view, a strided
+  // view and a broadcast row, so that thread ranges start and end inside runs.
+  for (DType dtype : testing::kFloatDTypes) {
+    const std::string what = fmt::format("{} [301, 257]", dtype_name(dtype));
+    const Tensor a = random_tensor({257, 301}, dtype, 41).t();
+    const Tensor b = strided_copy(random_tensor({301, 257}, dtype, 42));
+    const Tensor row = random_tensor({257}, dtype, 43);
+    auto run_all = [&] {
+      return std::vector<Tensor>{add(a, b), mul(a, row), gelu(a, GeluApproximation::kTanh), where(gt(a, 0.0), b, row)};
+    };
+    set_num_threads(1);
+    const std::vector<Tensor> one = run_all();
+    // The one-thread results against float64.
+    const std::vector<double> av = to_f64(a), bv = to_f64(b), rv = to_f64(row);
+    std::vector<double> sum(av.size()), product(av.size()), gelus(av.size()), selected(av.size());
+    for (size_t i = 0; i < av.size(); ++i) {
+      sum[i] = av[i] + bv[i];
+      product[i] = av[i] * rv[i % 257];
+      gelus[i] = gelu_tanh_ref(av[i]);
+      selected[i] = av[i] > 0 ? bv[i] : rv[i % 257];
+    }
+    check_close(one[0], sum, "add " + what);
+    check_close(one[1], product, "mul by a broadcast row " + what);
+    check_close(one[2], gelus, "gelu tanh " + what);
+    check_equal(one[3], selected, "where " + what);
+    for (int threads : {2, 3}) {
+      set_num_threads(threads);
+      const std::vector<Tensor> many = run_all();
+      for (size_t k = 0; k < one.size(); ++k) {
+        check_equal(many[k], to_f64(one[k]), fmt::format("op {} on {} threads, {}", k, threads, what));
+      }
     }
   }
 }

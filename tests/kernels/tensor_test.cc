@@ -1,8 +1,16 @@
-// Local Tensor: storage, views without copies, copies and casts, allocator statistics.
+// Local Tensor: storage, views without copies, copies and casts, allocator statistics and
+// the CPU allocator's cache.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
 #include "kernels/tensor.h"
+#include "kernels/parallel.h"
 #include "tests/kernels/test_util.h"
+#include "tests/kernels/thread_count_guard.h"
 
 namespace dtr {
 namespace {
@@ -70,6 +78,35 @@ TEST_CASE("transposing copies (tiled) match an element-by-element reference", "[
           for (int64_t i = 0; i < r; ++i) expected.push_back(static_cast<double>((k * r + i) * c + j));
       testing::check_close(out, expected, testing::tolerance_for(to), fmt::format("transposed copy {}", shape));
     }
+  }
+}
+
+TEST_CASE("copies and fills large enough to split across threads write every element once", "[tensor][copy]") {
+  testing::ThreadCountGuard guard;
+  // 301 x 517 = 155617 elements: above the split threshold, with ranges that start and end
+  // inside runs. Values i * 0.5 are exact in bfloat16 only below 256: the cast checks rounding too.
+  Tensor src = arange(0.0, 301.0 * 517.0 * 0.5, 0.5, kFloat32).view({301, 517});
+  const float* s = src.data_ptr<float>();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    INFO(threads << " threads");
+    const Tensor transposed = src.t().contiguous();  // tiled, in bands of tile rows
+    const Tensor strided = src.slice(1, 0, 517, 2).contiguous();
+    const Tensor cast = src.t().to(kBFloat16);
+    Tensor filled = zeros({301, 517});
+    Tensor every_third = filled.slice(1, 1, 517, 3);
+    fill_(every_third, 7.0);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < 301; ++i) {
+      for (int64_t j = 0; j < 517; ++j) {
+        const float v = s[i * 517 + j];
+        wrong += transposed.data_ptr<float>()[j * 301 + i] != v;
+        wrong += static_cast<float>(cast.data_ptr<BFloat16>()[j * 301 + i]) != static_cast<float>(BFloat16(v));
+        wrong += j % 2 == 0 && strided.data_ptr<float>()[i * 259 + j / 2] != v;
+        wrong += filled.data_ptr<float>()[i * 517 + j] != (j % 3 == 1 ? 7.0f : 0.0f);
+      }
+    }
+    CHECK(wrong == 0);
   }
 }
 
@@ -146,6 +183,60 @@ TEST_CASE("bfloat16 and float16 round to nearest even", "[tensor][dtype]") {
   }
 }
 
+TEST_CASE("Half's conversions (F16C where compiled in) agree bit for bit with the portable ones",
+          "[tensor][dtype]") {
+  INFO("Half uses " << (DTR_HAS_F16C ? "the F16C instructions" : "the portable conversions"));
+  auto bits_of = [](float f) { return std::bit_cast<uint32_t>(f); };
+  // half -> float: every bit pattern, NaNs included.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    Half x;
+    x.bits = static_cast<uint16_t>(h);
+    REQUIRE(bits_of(static_cast<float>(x)) == bits_of(float_from_fp16_portable(x.bits)));
+  }
+  // float -> half: every half value, each midpoint between neighbours (the ties) and the
+  // floats one ulp either side of those, with both signs.
+  std::vector<float> inputs;
+  auto around = [&](float f) {
+    for (float v : {f, std::nextafter(f, -INFINITY), std::nextafter(f, INFINITY)}) {
+      inputs.push_back(v);
+      inputs.push_back(-v);
+    }
+  };
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    Half lo, hi;
+    lo.bits = static_cast<uint16_t>(h);
+    hi.bits = static_cast<uint16_t>(h + 1);
+    around(static_cast<float>(lo));
+    around(0.5f * (static_cast<float>(lo) + static_cast<float>(hi)));  // exact: 12 significant bits
+  }
+  // The thresholds: overflow (65504 is the largest half, 65520 the first float that
+  // rounds to infinity), the smallest normal 2^-14 and subnormal 2^-24, half of that
+  // (ties to zero), float subnormals, the largest float, infinities.
+  for (float f : {65504.0f, 65520.0f, 65536.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-126f, 0x1p-149f,
+                  0x1.fffffep-127f, 0x1.fffffep127f, INFINITY}) {
+    around(f);
+  }
+  // NaNs: quiet and signalling, with payloads in the bits a half keeps and in those it drops.
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fa00000u, 0x7fffffffu, 0x7f802000u, 0x7fc01fffu}) {
+    inputs.push_back(std::bit_cast<float>(nan));
+    inputs.push_back(std::bit_cast<float>(nan | 0x80000000u));
+  }
+  // And a sweep of float bit patterns (every 4099th), for anything the classes above miss.
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) {
+    inputs.push_back(std::bit_cast<float>(static_cast<uint32_t>(u)));
+  }
+  for (float f : inputs) {
+    INFO("float bits " << std::hex << bits_of(f));
+    REQUIRE(Half(f).bits == fp16_from_float_portable(f));
+  }
+  // The portable path's known answers: ties to even, overflow, NaN quieted with its payload.
+  CHECK(fp16_from_float_portable(1.0f + 0x1p-11f) == 0x3c00);
+  CHECK(fp16_from_float_portable(1.0f + 3 * 0x1p-11f) == 0x3c02);
+  CHECK(fp16_from_float_portable(65520.0f) == 0x7c00);
+  CHECK(fp16_from_float_portable(std::bit_cast<float>(0x7fa00000u)) == 0x7f00);
+  CHECK(bits_of(float_from_fp16_portable(0x7d00)) == 0x7fe00000u);
+}
+
 TEST_CASE("fill, full and arange", "[tensor][fill]") {
   for (DType d : testing::kAllDTypes) {
     Tensor t = full({2, 2}, 1.0, d);
@@ -183,6 +274,111 @@ TEST_CASE("allocator statistics follow allocations, release and refill", "[tenso
     CHECK(memory_stats(kCPU).peak_bytes >= before.bytes_in_use + 4096);
   }
   CHECK(memory_stats(kCPU).bytes_in_use == before.bytes_in_use);
+}
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as cached, not in use",
+          "[tensor][memory]") {
+  CpuAllocator a(16 * kMiB);
+  // 3 MiB is served by a 4 MiB block (two 2 MiB granules), 64-byte aligned.
+  void* p = a.allocate(3 * kMiB);
+  CHECK(reinterpret_cast<uintptr_t>(p) % CpuAllocator::kAlignment == 0);
+  CHECK(a.stats().bytes_in_use == int64_t{3 * kMiB});
+  CHECK(a.stats().bytes_cached == 0);
+  std::memset(p, 7, 3 * kMiB);
+  a.deallocate(p, 3 * kMiB);
+  CHECK(a.stats().bytes_in_use == 0);
+  CHECK(a.stats().bytes_cached == int64_t{4 * kMiB});
+  CHECK(a.stats().live_allocs == 0);
+  // Any request that rounds to the same block size gets the same block back.
+  void* q = a.allocate(4 * kMiB - 100);
+  CHECK(q == p);
+  CHECK(a.stats().bytes_in_use == int64_t{4 * kMiB - 100});
+  CHECK(a.stats().bytes_cached == 0);
+  CHECK(a.stats().total_allocs == 2);
+  // Another size class does not take it.
+  void* r = a.allocate(5 * kMiB);
+  CHECK(r != q);
+  a.deallocate(q, 4 * kMiB - 100);
+  a.deallocate(r, 5 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{(4 + 6) * kMiB});
+  CHECK(a.stats().peak_bytes == int64_t{9 * kMiB - 100});
+  // Blocks under 1 MiB come from the system allocator and are never cached.
+  void* small = a.allocate(kMiB - 1);
+  a.deallocate(small, kMiB - 1);
+  CHECK(a.stats().bytes_cached == int64_t{10 * kMiB});
+  a.empty_cache();
+  CHECK(a.stats().bytes_cached == 0);
+  CHECK(a.stats().bytes_in_use == 0);
+}
+
+TEST_CASE("the CPU cache never holds more than its limit; the oldest blocks go first", "[tensor][memory]") {
+  const size_t limit = 8 * kMiB;
+  CpuAllocator a(limit);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(a.allocate(4 * kMiB));  // 3 x 4 MiB in use
+  for (void* b : blocks) {
+    a.deallocate(b, 4 * kMiB);
+    CHECK(a.stats().bytes_cached <= int64_t{limit});
+  }
+  CHECK(a.stats().bytes_cached == int64_t{limit});
+  // The first freed was evicted: the two kept are the last two, most recent first.
+  CHECK(a.allocate(4 * kMiB) == blocks[2]);
+  CHECK(a.allocate(4 * kMiB) == blocks[1]);
+  CHECK(a.stats().bytes_cached == 0);
+  a.deallocate(blocks[2], 4 * kMiB);
+  a.deallocate(blocks[1], 4 * kMiB);
+  // A block larger than the limit is returned at once and evicts nothing.
+  void* big = a.allocate(10 * kMiB);
+  a.deallocate(big, 10 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{limit});
+  // Freeing a 6 MiB block evicts both 4 MiB blocks, oldest first, to stay within 8 MiB.
+  void* six = a.allocate(6 * kMiB);
+  a.deallocate(six, 6 * kMiB);
+  CHECK(a.stats().bytes_cached == int64_t{6 * kMiB});
+  CHECK(a.allocate(6 * kMiB) == six);
+  a.deallocate(six, 6 * kMiB);
+}
+
+TEST_CASE("the CPU cache is consistent under concurrent allocation", "[tensor][memory]") {
+  CpuAllocator a(12 * kMiB);
+  auto churn = [&a](size_t seed) {
+    for (size_t i = 0; i < 200; ++i) {
+      const size_t n = (1 + (i * 7 + seed) % 5) * kMiB;  // 1-5 MiB: three block sizes
+      auto* p = static_cast<char*>(a.allocate(n));
+      p[0] = p[n - 1] = 1;  // the whole block is ours
+      a.deallocate(p, n);
+    }
+  };
+  std::thread other(churn, 3);
+  churn(0);
+  other.join();
+  const MemoryStats s = a.stats();
+  CHECK(s.bytes_in_use == 0);
+  CHECK(s.live_allocs == 0);
+  CHECK(s.total_allocs == 400);
+  CHECK(s.bytes_cached <= int64_t{12 * kMiB});
+  CHECK(s.bytes_cached % int64_t{CpuAllocator::kGranule} == 0);
+}
+
+TEST_CASE("tensors reuse cached CPU blocks; empty_cache(kCPU) returns them", "[tensor][memory]") {
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1024, 1024}, kFloat32);  // 4 MiB
+    first = t.data();
+  }
+  const MemoryStats freed = memory_stats(kCPU);
+  CHECK(freed.bytes_cached >= int64_t{4 * kMiB});
+  {
+    Tensor t = Tensor::empty({1024, 1024}, kFloat32);
+    CHECK(t.data() == first);
+    CHECK(memory_stats(kCPU).bytes_cached == freed.bytes_cached - int64_t{4 * kMiB});
+    CHECK(memory_stats(kCPU).bytes_in_use == freed.bytes_in_use + int64_t{4 * kMiB});
+  }
+  empty_cache(kCPU);
+  CHECK(memory_stats(kCPU).bytes_cached == 0);
+  CHECK(memory_stats(kCPU).bytes_in_use == freed.bytes_in_use);
 }
 
 TEST_CASE("bad input throws typed errors that name the op and the shapes", "[tensor][errors]") {

@@ -30,7 +30,7 @@ std::string throughput(const Case& c, double time_us) {
   return fmt::format("{:.2f} GB/s", c.bytes / time_us * 1e-3);
 }
 
-constexpr const char* kRowFormat = "{:<14} {:<18} {:<22} {:<5} {:>11} {:>21} {:>15} {:>8}  {}\n";
+constexpr const char* kRowFormat = "{:<24} {:<17} {:<30} {:<5} {:>11} {:>21} {:>15} {:>8}  {}\n";
 
 }  // namespace
 

@@ -19,14 +19,19 @@
 #include <Eigen/Core>
 
 #include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/fill.h"
+#include "kernels/index.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
-#include "kernels/softmax.h"
-#include "kernels/index.h"
 #include "kernels/optimizer_step.h"
 #include "kernels/parallel.h"
+#include "kernels/random.h"
+#include "kernels/reduce.h"
 #include "kernels/shape_ops.h"
+#include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
 
 namespace dtr::bench {
@@ -71,6 +76,18 @@ std::string shape_str(const Shape& s) { return fmt::format("{}", s); }
 Case memcpy_case(double bytes, std::function<void()> run, std::function<std::string()> check) {
   return Case{.bytes = bytes, .run = std::move(run), .check = std::move(check), .reference = memcpy_reference(bytes)};
 }
+
+// Relative tolerance of a result stored in dtype against a float64 reference.
+double rtol_for(DType dtype) {
+  switch (dtype) {
+    case kBFloat16: return 1e-2;
+    case kFloat16: return 2e-3;
+    default: return 1e-5;
+  }
+}
+
+// The coordinates of a 2-D element, for element_at.
+std::vector<int64_t> at2(int64_t i, int64_t j) { return {i, j}; }
 
 void add_memcpy_rows(Suite& suite, const Shapes& s) {
   const int64_t n = s.tokens * s.ffn * 4;
@@ -191,6 +208,105 @@ void add_index_rows(Suite& suite, const Shapes& s) {
              }});
 }
 
+// Elementwise ops on the FFN activation [tokens, ffn]: binary (add, mul, and add of a
+// bias row broadcast over the tokens), unary (exp, tanh-gelu, relu) and gelu's backward,
+// in each floating dtype a transformer stores activations in. Each reads its operands and
+// writes its result once, so a memcpy of those bytes is the bound.
+void add_elementwise_rows(Suite& suite, const Shapes& s) {
+  const Shape shape{s.tokens, s.ffn};
+  constexpr double kGeluK = 0.7978845608028654;  // sqrt(2 / pi)
+  constexpr double kGeluCubic = 0.044715;
+  auto gelu_tanh = [=](double x) { return 0.5 * x * (1 + std::tanh(kGeluK * (x + kGeluCubic * x * x * x))); };
+  auto gelu_tanh_grad = [=](double x) {
+    const double t = std::tanh(kGeluK * (x + kGeluCubic * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kGeluK * (1 + 3 * kGeluCubic * x * x);
+  };
+  struct Variant {
+    std::string op;
+    int operands;  // 1: f(a); 2: f(a, b)
+    bool bias;     // b is a [ffn] row broadcast over the tokens
+    std::function<Tensor(const Tensor&, const Tensor&)> run;
+    std::function<double(double, double)> expected;
+  };
+  const std::vector<Variant> variants{
+      {"add", 2, false, [](const Tensor& a, const Tensor& b) { return add(a, b); },
+       [](double a, double b) { return a + b; }},
+      {"add (bias row)", 2, true, [](const Tensor& a, const Tensor& b) { return add(a, b); },
+       [](double a, double b) { return a + b; }},
+      {"mul", 2, false, [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+       [](double a, double b) { return a * b; }},
+      {"exp", 1, false, [](const Tensor& a, const Tensor&) { return exp(a); },
+       [](double a, double) { return std::exp(a); }},
+      {"gelu (tanh)", 1, false, [](const Tensor& a, const Tensor&) { return gelu(a, GeluApproximation::kTanh); },
+       [=](double a, double) { return gelu_tanh(a); }},
+      {"relu", 1, false, [](const Tensor& a, const Tensor&) { return relu(a); },
+       [](double a, double) { return std::max(a, 0.0); }},
+      {"gelu_backward (tanh)", 2, false,
+       [](const Tensor& g, const Tensor& x) { return gelu_backward(g, x, GeluApproximation::kTanh); },
+       [=](double g, double x) { return g * gelu_tanh_grad(x); }},
+  };
+  for (const Variant& v : variants) {
+    for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+      const std::string shape_label = v.bias ? fmt::format("{} + [{}]", shape, shape[1]) : shape_str(shape);
+      suite.add({v.op, std::string(dtype_name(dtype)), shape_label, [v, shape, dtype] {
+                   const Tensor a = pattern(shape, dtype, 21);
+                   const Tensor b = v.operands == 1 ? Tensor() : pattern(v.bias ? Shape{shape[1]} : shape, dtype, 22);
+                   auto out = std::make_shared<Tensor>(v.run(a, b));
+                   const size_t b_bytes = b.defined() ? b.nbytes() : 0;
+                   const double bytes = static_cast<double>(a.nbytes() + b_bytes + out->nbytes());
+                   return memcpy_case(bytes, [v, a, b, out] { *out = v.run(a, b); }, [v, a, b, out, dtype] {
+                     return check_sampled(*out, [&](std::span<const int64_t> c) {
+                       const double y = !b.defined() ? 0.0 : v.bias ? element_at(b, std::vector<int64_t>{c[1]})
+                                                                    : element_at(b, c);
+                       return v.expected(element_at(a, c), y);
+                     }, 1e-6, rtol_for(dtype));
+                   });
+                 }});
+    }
+  }
+}
+
+// Reductions of [tokens, ffn]: a row sum (over the last, contiguous dim), a column sum
+// (over dim 0: the bias gradient of a Linear layer), and the sum of squares of all
+// elements (what clip_grad_norm_ reduces). Each reads its input once.
+void add_reduction_rows(Suite& suite, const Shapes& s) {
+  const Shape shape{s.tokens, s.ffn};
+  struct Variant {
+    std::string op;
+    std::vector<int64_t> dims;
+    bool squares;
+  };
+  for (const Variant& v : {Variant{"sum (last dim)", {1}, false}, Variant{"sum (dim 0)", {0}, false},
+                           Variant{"sum_of_squares", {}, true}}) {
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      suite.add({v.op, std::string(dtype_name(dtype)), shape_str(shape), [v, shape, dtype] {
+                   const Tensor x = pattern(shape, dtype, 23);
+                   auto reduce = [v](const Tensor& t) {
+                     return v.squares ? sum_of_squares(t, v.dims) : sum(t, v.dims);
+                   };
+                   auto out = std::make_shared<Tensor>(reduce(x));
+                   const double bytes = static_cast<double>(x.nbytes() + out->nbytes());
+                   return memcpy_case(bytes, [reduce, x, out] { *out = reduce(x); }, [v, x, out, dtype] {
+                     // Every output's float64 sum, from one pass over x.
+                     const Tensor x64 = x.to(kFloat64);
+                     const double* p = x64.data_ptr<double>();
+                     const int64_t rows = x.size(0), cols = x.size(1);
+                     std::vector<double> expected(v.dims.empty() ? 1 : v.dims[0] == 1 ? rows : cols, 0.0);
+                     for (int64_t i = 0; i < rows; ++i) {
+                       for (int64_t j = 0; j < cols; ++j) {
+                         const double e = p[i * cols + j];
+                         expected[v.dims.empty() ? 0 : v.dims[0] == 1 ? i : j] += v.squares ? e * e : e;
+                       }
+                     }
+                     return check_sampled(*out, [&](std::span<const int64_t> c) {
+                       return expected[c.empty() ? 0 : c[0]];
+                     }, 1e-3, dtype == kBFloat16 ? 1e-2 : 1e-4);
+                   });
+                 }});
+    }
+  }
+}
+
 // matmul against Eigen's GEMM called directly on the same buffers and thread count: the
 // ratio shows what dtr adds (checks, dispatch, mapping views) to the library it calls.
 void add_matmul_rows(Suite& suite, const Shapes& s) {
@@ -239,6 +355,65 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                  }});
     }
   }
+  // The allocating form, against Eigen allocating its result too (the up projection).
+  const Shape up_a{s.tokens, s.hidden}, up_b{s.hidden, s.ffn};
+  suite.add({"matmul (up)", "float32", fmt::format("{} x {}", up_a, up_b), [up_a, up_b] {
+               Tensor a = pattern(up_a, kFloat32, 1), b = pattern(up_b, kFloat32, 2);
+               auto out = std::make_shared<Tensor>(matmul(a, b));
+               const int64_t m = up_a[0], k = up_a[1], n = up_b[1];
+               using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+               auto ea = std::make_shared<RowMajor>(Eigen::Map<const RowMajor>(a.data_ptr<float>(), m, k));
+               auto eb = std::make_shared<RowMajor>(Eigen::Map<const RowMajor>(b.data_ptr<float>(), k, n));
+               Reference eigen{"Eigen GEMM, new result", [ea, eb] {
+                                 Eigen::setNbThreads(num_threads());
+                                 const RowMajor c = *ea * *eb;  // constructed from the product: no temporary
+                               }};
+               return Case{.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
+                           .run = [out, a, b] { *out = matmul(a, b); },
+                           .check = [out, a, b, k] {
+                             return check_sampled(*out, [&](std::span<const int64_t> c) {
+                               double acc = 0;
+                               for (int64_t i = 0; i < k; ++i) {
+                                 acc += element_at(a, at2(c[0], i)) * element_at(b, at2(i, c[1]));
+                               }
+                               return acc;
+                             }, 1e-3, 1e-4);
+                           },
+                           .reference = std::move(eigen)};
+             }});
+  // Attention scores: q [heads, tokens, head_dim] x k^T [heads, head_dim, tokens], against
+  // one Eigen GEMM per head into a result allocated once.
+  const int64_t heads = 16, head_dim = s.hidden / heads;
+  const Shape q_shape{heads, s.tokens, head_dim}, kt_shape{heads, head_dim, s.tokens};
+  suite.add({"bmm (scores)", "float32", fmt::format("{} x {}", q_shape, kt_shape), [q_shape, kt_shape] {
+               Tensor q = pattern(q_shape, kFloat32, 3), kt = pattern(kt_shape, kFloat32, 4);
+               auto out = std::make_shared<Tensor>(bmm(q, kt));
+               const int64_t batch = q_shape[0], m = q_shape[1], k = q_shape[2], n = kt_shape[2];
+               using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+               auto result = std::make_shared<std::vector<float>>(static_cast<size_t>(batch * m * n));
+               Reference eigen{"Eigen GEMM per head", [q, kt, result, batch, m, k, n] {
+                                 Eigen::setNbThreads(num_threads());
+                                 for (int64_t h = 0; h < batch; ++h) {
+                                   Eigen::Map<RowMajor>(result->data() + h * m * n, m, n).noalias() =
+                                       Eigen::Map<const RowMajor>(q.data_ptr<float>() + h * m * k, m, k) *
+                                       Eigen::Map<const RowMajor>(kt.data_ptr<float>() + h * k * n, k, n);
+                                 }
+                               }};
+               const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
+               return Case{.flops = flops,
+                           .run = [out, q, kt] { *out = bmm(q, kt); },
+                           .check = [out, q, kt, k] {
+                             return check_sampled(*out, [&](std::span<const int64_t> c) {
+                               double acc = 0;
+                               for (int64_t i = 0; i < k; ++i) {
+                                 acc += element_at(q, std::vector<int64_t>{c[0], c[1], i}) *
+                                        element_at(kt, std::vector<int64_t>{c[0], i, c[2]});
+                               }
+                               return acc;
+                             }, 1e-3, 1e-4);
+                           },
+                           .reference = std::move(eigen)};
+             }});
 }
 
 // Row-wise kernels of a transformer step; each compared with a memcpy of the bytes it must move.
@@ -308,6 +483,172 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
                    return std::abs(*loss - expected) <= (dtype == kBFloat16 ? 1e-2 : 1e-4) * std::abs(expected)
                               ? std::string()
                               : fmt::format("loss {} vs reference {}", *loss, expected);
+                 });
+               }});
+  }
+}
+
+// The backward of the row-wise kernels: layer_norm over [tokens, hidden] (reads grad_y
+// and x, writes grad_x; grad_weight and grad_bias are small) and softmax over
+// [tokens, ffn] (reads grad_y and y, writes grad_x).
+void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const Shape act{s.tokens, s.hidden};
+    suite.add({"layer_norm_backward", std::string(dtype_name(dtype)), shape_str(act), [act, dtype] {
+                 const int64_t n = act[1];
+                 Tensor x = pattern(act, dtype, 31), w = pattern({n}, dtype, 32), gy = pattern(act, dtype, 33);
+                 LayerNormOutput fwd = layer_norm(x, {n}, w, std::nullopt);
+                 auto grads = std::make_shared<LayerNormGrads>(layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w));
+                 const double bytes = 3.0 * static_cast<double>(x.nbytes());
+                 return memcpy_case(
+                     bytes, [gy, x, fwd, w, grads] { *grads = layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w); },
+                     [x, w, gy, grads, dtype] {
+                       // Per row, in float64: xhat = (x - mean) rstd, h = w gy,
+                       // grad_x = rstd (h - mean(h) - xhat mean(h xhat)).
+                       const int64_t cols = x.size(1);
+                       return check_sampled(grads->grad_x, [&](std::span<const int64_t> c) {
+                         double mean = 0, var = 0, mean_h = 0, mean_hx = 0;
+                         for (int64_t j = 0; j < cols; ++j) mean += element_at(x, at2(c[0], j));
+                         mean /= static_cast<double>(cols);
+                         for (int64_t j = 0; j < cols; ++j) var += std::pow(element_at(x, at2(c[0], j)) - mean, 2);
+                         const double rstd = 1 / std::sqrt(var / static_cast<double>(cols) + 1e-5);
+                         auto h = [&](int64_t j) {
+                           return element_at(w, std::vector<int64_t>{j}) * element_at(gy, at2(c[0], j));
+                         };
+                         auto xhat = [&](int64_t j) { return (element_at(x, at2(c[0], j)) - mean) * rstd; };
+                         for (int64_t j = 0; j < cols; ++j) {
+                           mean_h += h(j);
+                           mean_hx += h(j) * xhat(j);
+                         }
+                         mean_h /= static_cast<double>(cols);
+                         mean_hx /= static_cast<double>(cols);
+                         return rstd * (h(c[1]) - mean_h - xhat(c[1]) * mean_hx);
+                       }, 1e-3, dtype == kBFloat16 ? 3e-2 : 1e-4);
+                     });
+               }});
+    const Shape scores{s.tokens, s.ffn};
+    suite.add({"softmax_backward", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
+                 Tensor y = softmax(pattern(scores, dtype, 34), -1), gy = pattern(scores, dtype, 35);
+                 auto gx = std::make_shared<Tensor>(softmax_backward(gy, y, -1));
+                 auto run = [gy, y, gx] { *gx = softmax_backward(gy, y, -1); };
+                 return memcpy_case(3.0 * static_cast<double>(y.nbytes()), run,
+                                    [y, gy, gx, dtype] {
+                                      // grad_x = y (grad_y - sum_j grad_y_j y_j), per row.
+                                      return check_sampled(*gx, [&](std::span<const int64_t> c) {
+                                        double dot = 0;
+                                        for (int64_t j = 0; j < y.size(1); ++j) {
+                                          dot += element_at(gy, at2(c[0], j)) * element_at(y, at2(c[0], j));
+                                        }
+                                        return element_at(y, c) * (element_at(gy, c) - dot);
+                                      }, 1e-7, dtype == kBFloat16 ? 2e-2 : 1e-4);
+                                    });
+               }});
+  }
+}
+
+// The token embedding [vocab, hidden]: the forward gathers a row per token; the backward
+// writes a new [vocab, hidden] gradient (zeros but for the tokens' rows), so its bytes are
+// the whole table written plus the token gradients read.
+void add_embedding_rows(Suite& suite, const Shapes& s) {
+  const Shape table_shape{s.vocab, s.hidden};
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    suite.add({"embedding", std::string(dtype_name(dtype)), fmt::format("{} tokens of {}", s.tokens, table_shape),
+               [table_shape, dtype, tokens = s.tokens] {
+                 Tensor table = pattern(table_shape, dtype, 41), index = random_indices(tokens, table_shape[0], 42);
+                 auto out = std::make_shared<Tensor>(embedding(table, index));
+                 return memcpy_case(
+                     2.0 * static_cast<double>(out->nbytes()) + static_cast<double>(index.nbytes()),
+                     [table, index, out] { *out = embedding(table, index); },
+                     [table, index, out] {
+                       return check_sampled(*out, [&](std::span<const int64_t> c) {
+                         return element_at(table, at2(index.data_ptr<int64_t>()[c[0]], c[1]));
+                       }, 0.0, 0.0);
+                     });
+               }});
+  }
+  suite.add({"embedding_backward", "float32", fmt::format("{} tokens into {}", s.tokens, table_shape),
+             [table_shape, tokens = s.tokens] {
+               Tensor index = random_indices(tokens, table_shape[0], 43);
+               Tensor grad = pattern({tokens, table_shape[1]}, kFloat32, 44);
+               auto out = std::make_shared<Tensor>(embedding_backward(grad, index, table_shape[0]));
+               auto tokens_of = std::make_shared<std::vector<std::vector<int64_t>>>(table_shape[0]);
+               for (int64_t k = 0; k < tokens; ++k) (*tokens_of)[index.data_ptr<int64_t>()[k]].push_back(k);
+               const double bytes = static_cast<double>(out->nbytes() + grad.nbytes() + index.nbytes());
+               return memcpy_case(
+                   bytes, [grad, index, out, n = table_shape[0]] { *out = embedding_backward(grad, index, n); },
+                   [grad, out, tokens_of] {
+                     return check_sampled(*out, [&](std::span<const int64_t> c) {
+                       double sum = 0;
+                       for (int64_t k : (*tokens_of)[c[0]]) sum += element_at(grad, at2(k, c[1]));
+                       return sum;
+                     }, 1e-6, 1e-5);
+                   });
+             }});
+}
+
+// Dropout (p = 0.1) of the FFN activation [tokens, ffn]: the forward draws the mask
+// (Philox per element), writes y and the bool mask; the backward reads grad_y and the mask.
+void add_dropout_rows(Suite& suite, const Shapes& s) {
+  const Shape shape{s.tokens, s.ffn};
+  constexpr double p = 0.1;
+  suite.add({"dropout", "float32", shape_str(shape), [shape] {
+               Tensor x = pattern(shape, kFloat32, 51);
+               auto out = std::make_shared<DropoutOutput>(dropout(x, p, 52));
+               const double bytes = static_cast<double>(2 * x.nbytes() + out->mask.nbytes());
+               return memcpy_case(bytes, [x, out] { *out = dropout(x, p, 52); }, [x, out] {
+                 // y is x / (1 - p) where the mask keeps it, else 0; about 1 - p of it is kept.
+                 const Tensor kept = sum(out->mask);
+                 const double fraction = kept.item() / static_cast<double>(x.numel());
+                 if (std::abs(fraction - (1 - p)) > 1e-3) return fmt::format("kept {} of the elements", fraction);
+                 return check_sampled(out->y, [&](std::span<const int64_t> c) {
+                   return element_at(out->mask, c) != 0 ? element_at(x, c) / (1 - p) : 0.0;
+                 }, 1e-7, 1e-6);
+               });
+             }});
+  suite.add({"dropout_backward", "float32", shape_str(shape), [shape] {
+               Tensor gy = pattern(shape, kFloat32, 53);
+               const Tensor mask = dropout(gy, p, 54).mask;
+               auto gx = std::make_shared<Tensor>(dropout_backward(gy, mask, p));
+               const double bytes = static_cast<double>(2 * gy.nbytes() + mask.nbytes());
+               return memcpy_case(bytes, [gy, mask, gx] { *gx = dropout_backward(gy, mask, p); }, [gy, mask, gx] {
+                 return check_sampled(*gx, [&](std::span<const int64_t> c) {
+                   return element_at(mask, c) != 0 ? element_at(gy, c) / (1 - p) : 0.0;
+                 }, 1e-7, 1e-6);
+               });
+             }});
+}
+
+// uniform_ and normal_ filling a [ffn, hidden] weight (a parameter's initialisation). Each
+// writes every element once; the check is statistical (moments of 4 Mi draws).
+void add_random_rows(Suite& suite, const Shapes& s) {
+  const Shape shape{s.ffn, s.hidden};
+  for (const char* op : {"uniform_", "normal_"}) {
+    suite.add({op, "float32", shape_str(shape), [shape, normal = std::string(op) == "normal_"] {
+                 Tensor t = Tensor::empty(shape);
+                 auto run = [t, normal, seed = uint64_t{60}]() mutable {
+                   ++seed;
+                   if (normal) {
+                     normal_(t, 0.0, 1.0, seed);
+                   } else {
+                     uniform_(t, 0.0, 1.0, seed);
+                   }
+                 };
+                 return memcpy_case(static_cast<double>(t.nbytes()), run, [t, normal] {
+                   // Mean and variance: 0 and 1 for normal, 1/2 and 1/12 for uniform [0, 1); with n
+                   // draws each estimate is off by a few standard errors sigma / sqrt(n) at most.
+                   const Tensor t64 = t.to(kFloat64);
+                   const double* v = t64.data_ptr<double>();
+                   const auto n = static_cast<double>(t.numel());
+                   double sum = 0, squares = 0;
+                   for (int64_t i = 0; i < t.numel(); ++i) sum += v[i];
+                   const double mean = sum / n;
+                   for (int64_t i = 0; i < t.numel(); ++i) squares += (v[i] - mean) * (v[i] - mean);
+                   const double var = squares / n, want_mean = normal ? 0.0 : 0.5, want_var = normal ? 1.0 : 1.0 / 12;
+                   const double tolerance = 6 * std::sqrt(want_var / n) + 6 * want_var * std::sqrt(2 / n);
+                   if (std::abs(mean - want_mean) > tolerance || std::abs(var - want_var) > tolerance) {
+                     return fmt::format("mean {} and variance {}; expected {} and {}", mean, var, want_mean, want_var);
+                   }
+                   return std::string();
                  });
                }});
   }
@@ -388,8 +729,14 @@ int run_main(int argc, char** argv) {
   add_fill_rows(suite, s);
   add_cat_rows(suite, s);
   add_index_rows(suite, s);
+  add_elementwise_rows(suite, s);
+  add_reduction_rows(suite, s);
   add_matmul_rows(suite, s);
   add_row_kernel_rows(suite, s);
+  add_row_kernel_backward_rows(suite, s);
+  add_embedding_rows(suite, s);
+  add_dropout_rows(suite, s);
+  add_random_rows(suite, s);
   add_optimizer_rows(suite, s);
   const int wrong = suite.run(filter, TimingOptions{}, std::cout);
   if (wrong > 0) std::cout << wrong << " rows WRONG\n";

@@ -2,14 +2,16 @@
 // cross_entropy on the CPU.
 //
 // For n values x[c * stride] it returns max = max_c x and sum = sum_c exp(x - max) (so
-// log-sum-exp = max + log(sum) without overflow), accumulated in Acc in index order;
-// where exps is given it also stores each exp(x - max). A row of -inf gives NaN, as in torch.
+// log-sum-exp = max + log(sum) without overflow), in Acc, exp being exp_of (fast_exp for
+// float); where exps is given it also stores each exp(x - max). Both are lane folds
+// (lane_fold.h): one fixed order, whatever the thread count, in loops that vectorise. A
+// row of -inf gives NaN, as in torch; a NaN anywhere makes the sum NaN.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
+
+#include "kernels/cpu/internal/lane_fold.h"
+#include "kernels/cpu/internal/vec_math.h"
 
 namespace dtr::cpu {
 
@@ -21,14 +23,13 @@ struct ExpSum {
 
 template <class Acc, class T, class Stride>
 ExpSum<Acc> exp_sum(const T* x, int64_t n, Stride stride, Acc* exps = nullptr) {
-  Acc max = -std::numeric_limits<Acc>::infinity();
-  for (int64_t c = 0; c < n; ++c) max = std::max(max, static_cast<Acc>(x[c * stride]));
-  Acc sum = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    const Acc e = std::exp(static_cast<Acc>(x[c * stride]) - max);
+  auto at = [&](int64_t c) { return static_cast<Acc>(x[c * stride]); };
+  const Acc max = lane_max<Acc>(n, at);
+  const Acc sum = lane_sum<Acc>(n, [&](int64_t c) {
+    const Acc e = exp_of(at(c) - max);
     if (exps) exps[c] = e;
-    sum += e;
-  }
+    return e;
+  });
   return {max, sum};
 }
 

@@ -1,7 +1,8 @@
 // Branch-free scalar math for CPU kernels, written so that loops calling it vectorise.
 //
-// is_nan(v) is v != v (false for integers). fast_exp(x) is exp for float without glibc's
-// call per element: exp(x) = 2^n exp(r) with n = round(x / ln 2), r = x - n ln 2 in
+// is_nan(v) is v != v (false for integers). exp_of(x) is fast_exp for float and std::exp
+// for double. fast_exp(x) is exp for float without glibc's call per element:
+// exp(x) = 2^n exp(r) with n = round(x / ln 2), r = x - n ln 2 in
 // [-ln2/2, ln2/2] (ln 2 split in a short high part, so n * hi is exact, and a low part);
 // exp(r) is its Taylor polynomial to degree 7 (truncation below 0.1 ulp) and 2^n is built
 // from exponent bits as two factors. Checked against exp in double over every float:
@@ -10,7 +11,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/dtype.h"
 
@@ -22,7 +25,7 @@ bool is_nan(M v) {
 }
 
 // exp(x) for float; see the file comment for its accuracy.
-inline float fast_exp(float x) {
+[[gnu::always_inline]] inline float fast_exp(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;     // 15 significant bits
   constexpr float kLn2Lo = 1.42860682030941723e-6f;  // ln 2 - kLn2Hi
@@ -45,6 +48,16 @@ inline float fast_exp(float x) {
   const float scale_a = bits_float(static_cast<uint32_t>(half + 127) << 23);
   const float scale_b = bits_float(static_cast<uint32_t>(ni - half + 127) << 23);
   return p * scale_a * scale_b;
+}
+
+// exp in a kernel's compute type: fast_exp for float, std::exp for double.
+template <class M>
+[[gnu::always_inline]] inline M exp_of(M x) {
+  if constexpr (std::is_same_v<M, float>) {
+    return fast_exp(x);
+  } else {
+    return std::exp(x);
+  }
 }
 
 }  // namespace dtr::cpu
