@@ -7,7 +7,9 @@
 //    S(d) for every dim, P(sum) where allowed; a seeded sample when there are too many),
 //    the output's full_tensor() and every input gradient's full_tensor() equal the
 //    one-rank run, and the forward issues exactly the collectives its sharding rule
-//    promised (collective_counter() against promised_collectives()).
+//    promised (collective_counter() against promised_collectives()). It runs in float64
+//    (tolerance: the case's, summation order only) and again with the floating inputs in
+//    float32 (tolerance 1e-4 absolute and relative, against a float32 one-rank run).
 // for_each_test_mesh runs a body on 1-D meshes of 2, 3 and 4 ranks and on a 2x2 mesh.
 #pragma once
 
@@ -50,7 +52,9 @@ inline std::vector<DTensor> make_inputs(const OpCase& c, const DeviceMesh& mesh,
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     const Tensor& full = c.inputs[i].full;
     DTensorSpec spec(mesh, placements[i], full.shape(), full.dtype());
-    Tensor local = full.dtype() == kFloat64 ? partial_terms(full, spec, seed + i) : box_of(full, spec.local_box());
+    // Partial terms are made in float64 (exact for the integer-valued data) and rounded once.
+    Tensor local = is_floating(full.dtype()) ? partial_terms(full.to(kFloat64), spec, seed + i).to(full.dtype())
+                                             : box_of(full, spec.local_box());
     DTensor t = mesh.has_groups() ? from_local(local, mesh, placements[i], full.shape(), RunCheck::kNo)
                                   : DTensor(local, spec);
     if (c.inputs[i].requires_grad) t.requires_grad_();
@@ -118,11 +122,11 @@ inline void gradcheck(const OpCase& c) {
 inline std::vector<Placement> placement_options(const OpInput& in) {
   std::vector<Placement> out{Replicate()};
   for (int64_t d = 0; d < in.full.dim(); ++d) out.push_back(Shard(d));
-  if (in.allow_partial && in.full.dtype() == kFloat64) out.push_back(Partial());
+  if (in.allow_partial && is_floating(in.full.dtype())) out.push_back(Partial());
   return out;
 }
 
-inline void check_distributed(const OpCase& c, const DeviceMesh& mesh, int max_cases = 48) {
+inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int max_cases) {
   const std::vector<Placements> replicated(c.inputs.size(), {Replicate()});
   const Tensor w = output_weight(c);
   const OpResult reference = run_op(c, make_inputs(c, one_rank_mesh(), replicated, 1), w);
@@ -168,6 +172,17 @@ inline void check_distributed(const OpCase& c, const DeviceMesh& mesh, int max_c
                   what + ": gradient of input " + std::to_string(i));
     }
   }
+}
+
+inline void check_distributed(const OpCase& c, const DeviceMesh& mesh, int max_cases = 48) {
+  check_distributed_in(c, mesh, max_cases);
+  OpCase f32 = c;
+  f32.name += " (float32)";
+  f32.rtol = f32.atol = 1e-4;
+  for (OpInput& in : f32.inputs) {
+    if (in.full.dtype() == kFloat64) in.full = in.full.to(kFloat32);
+  }
+  check_distributed_in(f32, mesh, max_cases);
 }
 
 // Runs body(mesh) on 1-D meshes of 2, 3 and 4 ranks and on a 2x2 mesh, each on real ranks.
