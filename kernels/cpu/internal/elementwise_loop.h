@@ -33,6 +33,11 @@ using opmath_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
 
+// How contiguous loops address an element: bool as its byte, since GCC vectorises no loop
+// that loads or stores a bool (a bool tensor holds only 0 and 1, so the byte is the value).
+template <class T>
+using bytes_t = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+
 // Elements per block of the 16-bit path: its float buffers stay in L1.
 inline constexpr int64_t kMapBlock = 256;
 
@@ -43,15 +48,17 @@ inline constexpr int64_t kMapGrain = int64_t{1} << 15;
 // their opmath type (convert_block, which vectorises), f runs over the blocks as a float
 // loop, and its results are converted to Out the same way.
 template <class Out, class... In, class F, size_t... K>
-void map_contiguous_blocks(Out* o, const std::tuple<const In*...>& in, int64_t n, const F& f,
+void map_contiguous_blocks(bytes_t<Out>* o, const std::tuple<const bytes_t<In>*...>& in, int64_t n, const F& f,
                            std::index_sequence<K...>) {
   using R = decltype(f(std::declval<opmath_t<In>>()...));
-  std::tuple<std::array<opmath_t<In>, kMapBlock>...> buf;
-  std::array<R, kMapBlock> result;
+  std::tuple<std::array<bytes_t<opmath_t<In>>, kMapBlock>...> buf;
+  std::array<bytes_t<R>, kMapBlock> result;
   for (int64_t b = 0; b < n; b += kMapBlock) {
     const int64_t m = std::min(kMapBlock, n - b);
     (convert_block(std::get<K>(in) + b, std::get<K>(buf).data(), m), ...);
-    for (int64_t i = 0; i < m; ++i) result[i] = f(std::get<K>(buf)[i]...);
+    for (int64_t i = 0; i < m; ++i) {
+      result[i] = static_cast<bytes_t<R>>(f(static_cast<opmath_t<In>>(std::get<K>(buf)[i])...));
+    }
     convert_block(result.data(), o + b, m);
   }
 }
@@ -61,16 +68,22 @@ void map_contiguous_blocks(Out* o, const std::tuple<const In*...>& in, int64_t n
 // GCC declines to inline helpers that many kernels instantiate).
 template <class Out, class... In, class F, size_t... K>
 [[gnu::flatten]] void map_run(std::array<char*, 1 + sizeof...(In)> p, std::array<int64_t, 1 + sizeof...(In)> s,
-                              int64_t n, const F& f, std::index_sequence<K...> k) {
+                              int64_t n, const F& f_ref, std::index_sequence<K...> k) {
+  // A local copy of f: its captures (scalars) then cannot alias out, so the loop loads
+  // them once instead of at every element.
+  const F f = f_ref;
   if (s[0] == sizeof(Out) && ((s[K + 1] == sizeof(In)) && ...)) {
-    Out* o = reinterpret_cast<Out*>(p[0]);
-    const std::tuple<const In*...> in{reinterpret_cast<const In*>(p[K + 1])...};
+    auto* o = reinterpret_cast<bytes_t<Out>*>(p[0]);
+    const std::tuple<const bytes_t<In>*...> in{reinterpret_cast<const bytes_t<In>*>(p[K + 1])...};
     if constexpr (is_16bit_float_v<Out> || (is_16bit_float_v<In> || ...)) {
       map_contiguous_blocks<Out, In...>(o, in, n, f, k);
     } else {
       // out is either disjoint from every input or equal to one: no loop-carried dependence.
 #pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = convert<Out>(f(static_cast<opmath_t<In>>(std::get<K>(in)[i])...));
+      for (int64_t i = 0; i < n; ++i) {
+        o[i] = static_cast<bytes_t<Out>>(
+            convert<Out>(f(static_cast<opmath_t<In>>(static_cast<In>(std::get<K>(in)[i]))...)));
+      }
     }
     return;
   }
