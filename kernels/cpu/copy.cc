@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/strided_loop.h"
@@ -29,6 +34,56 @@ int64_t transposed_dim(const Tensor& dst, const Tensor& src, const std::vector<i
   return -1;
 }
 
+#if defined(__AVX__)
+// The 8 x 8 block of 4-byte elements at in (rows in_stride elements apart) written
+// transposed at out (rows out_stride apart), in registers: unpack pairs of rows, shuffle
+// pairs of pairs, then swap 128-bit halves.
+inline void transpose_8x8(const float* in, int64_t in_stride, float* out, int64_t out_stride) {
+  __m256 v[8], t[8], u[8];
+  for (int k = 0; k < 8; ++k) v[k] = _mm256_loadu_ps(in + k * in_stride);
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_ps(v[k], v[k + 1]);
+    t[k + 1] = _mm256_unpackhi_ps(v[k], v[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+    u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xee);
+    u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+    u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xee);
+  }
+  for (int k = 0; k < 4; ++k) {
+    _mm256_storeu_ps(out + k * out_stride, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+    _mm256_storeu_ps(out + (k + 4) * out_stride, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+  }
+}
+#endif
+
+// Copies the tile [r0, r1) x [c0, c1) of a transposing copy (byte strides as named).
+template <class To, class From>
+void copy_tile(char* out, const char* in, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t dst_row,
+               int64_t dst_col, int64_t src_row, int64_t src_col) {
+#if defined(__AVX__)
+  // A whole tile of 4-byte elements, unit-stride on both sides: 8 x 8 register transposes.
+  if constexpr (std::is_same_v<To, From> && sizeof(To) == 4) {
+    if (r1 - r0 == kTile && c1 - c0 == kTile && dst_col == 4 && src_row == 4) {
+      for (int64_t r = r0; r < r1; r += 8) {
+        for (int64_t c = c0; c < c1; c += 8) {
+          transpose_8x8(reinterpret_cast<const float*>(in + r * src_row + c * src_col), src_col / 4,
+                        reinterpret_cast<float*>(out + r * dst_row + c * dst_col), dst_row / 4);
+        }
+      }
+      return;
+    }
+  }
+#endif
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t c = c0; c < c1; ++c) {
+      *reinterpret_cast<To*>(out + r * dst_row + c * dst_col) =
+          convert<To>(*reinterpret_cast<const From*>(in + r * src_row + c * src_col));
+    }
+  }
+}
+
 template <class To, class From>
 void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
                 std::array<std::vector<int64_t>, 2> strides, int64_t d) {
@@ -50,13 +105,8 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
       parallel_for(tile_rows, band_grain, [&](int64_t band_begin, int64_t band_end) {
         for (int64_t r0 = band_begin * kTile; r0 < std::min(rows, band_end * kTile); r0 += kTile) {
           for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-            const int64_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-            for (int64_t r = r0; r < r1; ++r) {
-              for (int64_t c = c0; c < c1; ++c) {
-                *reinterpret_cast<To*>(out + r * dst_row + c * dst_col) =
-                    convert<To>(*reinterpret_cast<const From*>(in + r * src_row + c * src_col));
-              }
-            }
+            copy_tile<To, From>(out, in, r0, std::min(rows, r0 + kTile), c0, std::min(cols, c0 + kTile), dst_row,
+                                dst_col, src_row, src_col);
           }
         }
       });

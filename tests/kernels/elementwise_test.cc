@@ -396,6 +396,34 @@ TEST_CASE("maps large enough to split across threads give the same bits on 1, 2 
   }
 }
 
+TEST_CASE("outputs larger than the caches (streamed) hold every element, in place and at any alignment",
+          "[elementwise][parallel]") {
+  testing::ThreadCountGuard guard;
+  // [2048, 1025] float32 and [2048, 2049] bfloat16 are just above 8 MiB, where map starts
+  // streaming its output (kStreamFrom); rows of 1025 floats put row starts off 64-byte lines.
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dtype : {kFloat32, kBFloat16}) {
+      const Shape shape = dtype == kFloat32 ? Shape{2049, 1025} : Shape{2049, 2049};
+      const std::string what = fmt::format("{}{} on {} threads", dtype_name(dtype), shape, threads);
+      const Tensor a = random_tensor(shape, dtype, 51), b = random_tensor(shape, dtype, 52);
+      const std::vector<double> av = to_f64(a), bv = to_f64(b);
+      std::vector<double> expected(av.size());
+      for (size_t i = 0; i < av.size(); ++i) expected[i] = av[i] * bv[i];
+      check_close(mul(a, b), expected, "mul " + what);
+      // In place on a view that starts one row in: the destination is not line-aligned.
+      Tensor c = a.clone();
+      Tensor tail = c.narrow(0, 1, shape[0] - 1);
+      add_(tail, b.narrow(0, 1, shape[0] - 1));
+      for (size_t i = 0; i < av.size(); ++i) {
+        const bool first_row = static_cast<int64_t>(i) < shape[1];
+        expected[i] = first_row ? av[i] : av[i] + bv[i];
+      }
+      check_close(c, expected, "add_ into rows 1.. " + what);
+    }
+  }
+}
+
 TEST_CASE("bad operands raise typed errors naming the op, shapes and dtypes", "[elementwise][errors]") {
   const Tensor a = zeros({2, 3}), b16 = zeros({3}, kBFloat16), i32 = zeros({3}, kInt32);
   CHECK_THROWS_AS(add(a, zeros({4})), ValueError);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <ostream>
+#include <tuple>
 
 #include "kernels/parallel.h"
 
@@ -32,26 +33,59 @@ std::string throughput(const Case& c, double time_us) {
 
 constexpr const char* kRowFormat = "{:<24} {:<17} {:<30} {:<5} {:>11} {:>21} {:>15} {:>8}  {}\n";
 
-}  // namespace
-
-Timing time_it(const std::function<void()>& fn, const TimingOptions& options) {
+// Back-to-back calls of fn that last at least kMinSampleSeconds (after warm-up calls).
+int64_t calls_per_sample(const std::function<void()>& fn, const TimingOptions& options) {
   for (int64_t i = 0; i < options.warmup; ++i) fn();
-  Clock::time_point start = Clock::now();
+  const Clock::time_point start = Clock::now();
   fn();
   const double one = std::max(seconds_since(start), 1e-9);
-  const int64_t calls = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinSampleSeconds / one)), 1, 1 << 20);
-  std::vector<double> samples;
-  start = Clock::now();
-  while (static_cast<int64_t>(samples.size()) < options.min_samples ||
-         (seconds_since(start) < options.min_seconds && static_cast<int64_t>(samples.size()) < options.max_samples)) {
-    const Clock::time_point t = Clock::now();
-    for (int64_t c = 0; c < calls; ++c) fn();
-    samples.push_back(seconds_since(t) / static_cast<double>(calls) * 1e6);
-  }
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil(kMinSampleSeconds / one)), 1, 1 << 20);
+}
+
+// Per-call seconds of one sample of `calls` calls, in microseconds.
+double sample_us(const std::function<void()>& fn, int64_t calls) {
+  const Clock::time_point t = Clock::now();
+  for (int64_t c = 0; c < calls; ++c) fn();
+  return seconds_since(t) / static_cast<double>(calls) * 1e6;
+}
+
+Timing summarise(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   const size_t n = samples.size();
   const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
   return Timing{median, samples.front(), samples.back(), static_cast<int64_t>(n)};
+}
+
+// Whether sampling goes on: until min_samples are taken and min_seconds have passed, or
+// max_samples are taken.
+bool more_samples(size_t taken, Clock::time_point start, const TimingOptions& options) {
+  const auto n = static_cast<int64_t>(taken);
+  return n < options.min_samples || (seconds_since(start) < options.min_seconds && n < options.max_samples);
+}
+
+}  // namespace
+
+Timing time_it(const std::function<void()>& fn, const TimingOptions& options) {
+  const int64_t calls = calls_per_sample(fn, options);
+  std::vector<double> samples;
+  for (const Clock::time_point start = Clock::now(); more_samples(samples.size(), start, options);) {
+    samples.push_back(sample_us(fn, calls));
+  }
+  return summarise(std::move(samples));
+}
+
+std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
+                                    const TimingOptions& options) {
+  const int64_t fn_calls = calls_per_sample(fn, options), ref_calls = calls_per_sample(ref, options);
+  std::vector<double> fn_samples, ref_samples;
+  // Each takes min_seconds' worth, as if timed alone.
+  const TimingOptions both{.min_seconds = 2 * options.min_seconds, .min_samples = options.min_samples,
+                           .max_samples = options.max_samples, .warmup = options.warmup};
+  for (const Clock::time_point start = Clock::now(); more_samples(fn_samples.size(), start, both);) {
+    fn_samples.push_back(sample_us(fn, fn_calls));
+    ref_samples.push_back(sample_us(ref, ref_calls));
+  }
+  return {summarise(std::move(fn_samples)), summarise(std::move(ref_samples))};
 }
 
 Reference memcpy_reference(double bytes_moved) {
@@ -87,8 +121,7 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
       c.run();
       problem = c.check();
       verdict = problem.empty() ? "ok" : "WRONG";
-      t = time_it(c.run, timing);
-      ref = time_it(c.reference.run, timing);
+      std::tie(t, ref) = time_pair(c.run, c.reference.run, timing);
     } catch (const std::exception& e) {
       verdict = "WRONG";
       problem = fmt::format("threw: {}", e.what());

@@ -5,7 +5,8 @@
 // result with an independent computation, and the row says "ok" or "WRONG" (a WRONG row is
 // still timed and printed; the program exits non-zero). Each row is timed against a
 // reference doing the same work in the same run (a memcpy of the same bytes moved, a
-// library GEMM), so "% of ref" compares with the machine as it is now, not a datasheet.
+// library GEMM), their samples interleaved, so "% of ref" compares with the machine as it
+// is now, not a datasheet.
 // A row's inputs are built only when the row runs and are freed after it, so rows of
 // gigabytes can sit side by side. The layout follows nccl-tests and llm.c's benchmarks.
 #pragma once
@@ -15,6 +16,7 @@
 #include <iosfwd>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/tensor.h"
@@ -38,6 +40,12 @@ struct TimingOptions {
 // Times fn: warm-up calls, then samples of enough back-to-back calls to last >= 50 us each.
 // Returns the per-call median and range over the samples.
 Timing time_it(const std::function<void()>& fn, const TimingOptions& options = {});
+
+// Times fn and ref as time_it does, alternating their samples, so that both see the same
+// machine (other work on it comes and goes): the ratio of the medians is then far steadier
+// than that of two separate timings.
+std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
+                                    const TimingOptions& options = {});
 
 // The same work done by a trusted implementation, timed beside the row.
 struct Reference {
