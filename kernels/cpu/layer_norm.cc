@@ -1,8 +1,11 @@
 #include "kernels/cpu/layer_norm.h"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/parallel.h"
 
@@ -12,6 +15,36 @@ namespace {
 // Rows per partial sum of grad_weight and grad_bias: a function of the row count alone
 // (never of the thread count), with at most 256 partials so their buffer stays small.
 int64_t rows_per_block(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
+
+// n elements of T as Acc values: row itself when T is Acc, else row converted into buffer
+// (one vectorised pass, where converting at every use would cost each pass over the row).
+template <class Acc, class T>
+const Acc* as_acc(const T* row, int64_t n, std::vector<Acc>& buffer) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return row;
+  } else {
+    buffer.resize(static_cast<size_t>(n));
+    convert_block(row, buffer.data(), n);
+    return buffer.data();
+  }
+}
+
+// Where a row of results in Acc goes before it is stored as T: out itself when T is Acc.
+template <class Acc, class T>
+Acc* acc_out(T* out, std::vector<Acc>& buffer, int64_t n) {
+  if constexpr (std::is_same_v<T, Acc>) {
+    return out;
+  } else {
+    buffer.resize(static_cast<size_t>(n));
+    return buffer.data();
+  }
+}
+
+// Stores a row computed by acc_out into out (nothing to do when they are one).
+template <class Acc, class T>
+void store_row(const Acc* row, T* out, int64_t n) {
+  if constexpr (!std::is_same_v<T, Acc>) convert_block(row, out, n);
+}
 
 }  // namespace
 
@@ -33,22 +66,28 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
     Acc* pmean = out.mean.data_ptr<Acc>();
     Acc* prstd = out.rstd.data_ptr<Acc>();
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+      std::vector<Acc> x_buffer, y_buffer, w_buffer, b_buffer;
+      const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
+      const Acc* b = pb ? as_acc(pb, n, b_buffer) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
-        const T* xr = px + r * n;
-        T* yr = py + r * n;
+        const Acc* xr = as_acc(px + r * n, n, x_buffer);
+        Acc* yr = acc_out(py + r * n, y_buffer, n);
         // Two passes (mean, then squared deviations) keep the variance accurate.
-        auto at = [xr](int64_t i) { return static_cast<Acc>(xr[i]); };
-        const Acc mean = lane_sum<Acc>(n, at) / static_cast<Acc>(n);
-        const Acc squares = lane_sum<Acc>(n, [&](int64_t i) { return (at(i) - mean) * (at(i) - mean); });
+        const Acc mean = lane_sum<Acc>(n, [xr](int64_t i) { return xr[i]; }) / static_cast<Acc>(n);
+        const Acc squares = lane_sum<Acc>(n, [&](int64_t i) { return (xr[i] - mean) * (xr[i] - mean); });
         const Acc rstd = Acc(1) / std::sqrt(squares / static_cast<Acc>(n) + static_cast<Acc>(eps));
         pmean[r] = mean;
         prstd[r] = rstd;
-        for (int64_t i = 0; i < n; ++i) {
-          Acc v = (static_cast<Acc>(xr[i]) - mean) * rstd;
-          if (pw) v *= static_cast<Acc>(pw[i]);
-          if (pb) v += static_cast<Acc>(pb[i]);
-          yr[i] = convert<T>(v);
+        // y = (x - mean) * rstd * w + b, a loop per step: a test inside one loop would keep
+        // it from vectorising, and the row is in L1 for each.
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mean) * rstd;
+        if (w) {
+          for (int64_t i = 0; i < n; ++i) yr[i] *= w[i];
         }
+        if (b) {
+          for (int64_t i = 0; i < n; ++i) yr[i] += b[i];
+        }
+        store_row(yr, py + r * n, n);
       }
     });
   });
@@ -77,30 +116,40 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     // Partial sums of grad_weight and grad_bias, one pair of rows-of-n per block of rows.
     const int64_t block = rows_per_block(rows);
     const int64_t blocks = (rows + block - 1) / block;
-    std::vector<Acc> partial_w(static_cast<size_t>(blocks * n), Acc(0));
-    std::vector<Acc> partial_b(static_cast<size_t>(blocks * n), Acc(0));
+    // Tensors, not vectors: the CPU allocator's cache serves them without page faults.
+    Tensor partials = Tensor::empty({2, blocks, n}, dtype_of<Acc>());
+    std::fill_n(partials.data_ptr<Acc>(), partials.numel(), Acc(0));
+    Acc* partial_w = partials.data_ptr<Acc>();
+    Acc* partial_b = partial_w + blocks * n;
     parallel_for(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+      std::vector<Acc> g_buffer, x_buffer, out_buffer, w_buffer;
+      const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
       for (int64_t k = block_begin; k < block_end; ++k) {
-        Acc* dw = partial_w.data() + k * n;
-        Acc* db = partial_b.data() + k * n;
+        Acc* dw = partial_w + k * n;
+        Acc* db = partial_b + k * n;
         for (int64_t r = k * block; r < std::min(rows, (k + 1) * block); ++r) {
-          const T* gr = pg + r * n;
-          const T* xr = px + r * n;
-          T* gxr = pgx + r * n;
+          const Acc* gr = as_acc(pg + r * n, n, g_buffer);
+          const Acc* xr = as_acc(px + r * n, n, x_buffer);
+          Acc* gxr = acc_out(pgx + r * n, out_buffer, n);
+          // g = grad_y * weight, staged in the output row (overwritten last).
+          const Acc* gw = gr;
+          if (w) {
+            for (int64_t i = 0; i < n; ++i) gxr[i] = gr[i] * w[i];
+            gw = gxr;
+          }
           const Acc mu = pmean[r], rs = prstd[r];
           // With xhat = (x - mean) * rstd and g = grad_y * weight (both [n]):
           //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))      [n]
-          auto xhat = [&](int64_t i) { return (static_cast<Acc>(xr[i]) - mu) * rs; };
-          auto g = [&](int64_t i) {
-            return pw ? static_cast<Acc>(gr[i]) * static_cast<Acc>(pw[i]) : static_cast<Acc>(gr[i]);
-          };
+          auto xhat = [&](int64_t i) { return (xr[i] - mu) * rs; };
+          auto g = [&](int64_t i) { return gw[i]; };
           for (int64_t i = 0; i < n; ++i) {
-            dw[i] += static_cast<Acc>(gr[i]) * xhat(i);  // grad_weight += grad_y * xhat   [n]
-            db[i] += static_cast<Acc>(gr[i]);            // grad_bias += grad_y            [n]
+            dw[i] += gr[i] * xhat(i);  // grad_weight += grad_y * xhat   [n]
+            db[i] += gr[i];            // grad_bias += grad_y            [n]
           }
           const Acc mean_g = lane_sum<Acc>(n, g) / static_cast<Acc>(n);
           const Acc mean_g_xhat = lane_sum<Acc>(n, [&](int64_t i) { return g(i) * xhat(i); }) / static_cast<Acc>(n);
-          for (int64_t i = 0; i < n; ++i) gxr[i] = convert<T>(rs * (g(i) - mean_g - xhat(i) * mean_g_xhat));
+          for (int64_t i = 0; i < n; ++i) gxr[i] = rs * (g(i) - mean_g - xhat(i) * mean_g_xhat);
+          store_row(gxr, pgx + r * n, n);
         }
       }
     });

@@ -4,8 +4,8 @@
 // For n values x[c * stride] it returns max = max_c x and sum = sum_c exp(x - max) (so
 // log-sum-exp = max + log(sum) without overflow), in Acc, exp being exp_of (fast_exp for
 // float); where exps is given it also stores each exp(x - max). Both are lane folds
-// (lane_fold.h): one fixed order, whatever the thread count, in loops that vectorise. A
-// row of -inf gives NaN, as in torch; a NaN anywhere makes the sum NaN.
+// (lane_fold.h): one order fixed by the build, whatever the thread count, in loops that
+// vectorise. A row of -inf gives NaN, as in torch; a NaN anywhere makes the sum NaN.
 #pragma once
 
 #include <cstdint>

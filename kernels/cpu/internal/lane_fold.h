@@ -1,10 +1,11 @@
-// Lane folds (lane_sum, lane_max): folds over a row whose loops vectorise, in one fixed order.
+// Lane folds (lane_sum, lane_max): folds over a row whose loops vectorise.
 //
-// A float sum written as `for (i) s += f(i)` cannot vectorise (reassociating it would change
-// the result, and GCC keeps IEEE order). These keep kLanes partial results instead: lane j
-// folds i = j, j + kLanes, j + 2 kLanes, ... in order, and the lanes are combined in lane
-// order at the end. The order depends only on n, never on the thread count, so a kernel
-// built on them stays bitwise reproducible. (The same scheme as reduce.cc's partials.)
+// A float sum written as `for (i) s += f(i)` cannot vectorise: reassociating it changes the
+// result, and GCC keeps IEEE order. These declare the fold an OpenMP SIMD reduction, which
+// lets the compiler keep one partial result per vector lane in registers and combine the
+// lanes at the end. The order of the additions is fixed by the build (its vector width),
+// never by the thread count or the data, so kernels built on them stay bitwise
+// reproducible run to run and on any number of threads.
 #pragma once
 
 #include <algorithm>
@@ -13,35 +14,21 @@
 
 namespace dtr::cpu {
 
-inline constexpr int64_t kFoldLanes = 32;
-
 // sum over i in [0, n) of f(i), in Acc.
 template <class Acc, class F>
 [[gnu::always_inline]] inline Acc lane_sum(int64_t n, const F& f) {
-  Acc lane[kFoldLanes] = {};
-  int64_t i = 0;
-  for (; i + kFoldLanes <= n; i += kFoldLanes) {
-    for (int64_t j = 0; j < kFoldLanes; ++j) lane[j] += f(i + j);
-  }
-  for (int64_t j = 0; i + j < n; ++j) lane[j] += f(i + j);
   Acc sum = 0;
-  for (int64_t j = 0; j < kFoldLanes; ++j) sum += lane[j];
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += f(i);
   return sum;
 }
 
-// max over i in [0, n) of f(i) as std::max folds it (a NaN is skipped unless it comes
-// first); -inf for n = 0.
+// max over i in [0, n) of f(i); -inf for n = 0.
 template <class Acc, class F>
 [[gnu::always_inline]] inline Acc lane_max(int64_t n, const F& f) {
-  Acc lane[kFoldLanes];
-  std::fill_n(lane, kFoldLanes, -std::numeric_limits<Acc>::infinity());
-  int64_t i = 0;
-  for (; i + kFoldLanes <= n; i += kFoldLanes) {
-    for (int64_t j = 0; j < kFoldLanes; ++j) lane[j] = std::max(lane[j], f(i + j));
-  }
-  for (int64_t j = 0; i + j < n; ++j) lane[j] = std::max(lane[j], f(i + j));
-  Acc max = lane[0];
-  for (int64_t j = 1; j < kFoldLanes; ++j) max = std::max(max, lane[j]);
+  Acc max = -std::numeric_limits<Acc>::infinity();
+#pragma omp simd reduction(max : max)
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, f(i));
   return max;
 }
 
