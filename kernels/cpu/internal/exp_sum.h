@@ -25,12 +25,11 @@ template <class Acc, class T, class Stride>
 ExpSum<Acc> exp_sum(const T* x, int64_t n, Stride stride, Acc* exps = nullptr) {
   auto at = [&](int64_t c) { return static_cast<Acc>(x[c * stride]); };
   const Acc max = lane_max<Acc>(n, at);
-  const Acc sum = lane_sum<Acc>(n, [&](int64_t c) {
-    const Acc e = exp_of(at(c) - max);
-    if (exps) exps[c] = e;
-    return e;
-  });
-  return {max, sum};
+  auto e = [&](int64_t c) { return exp_of(at(c) - max); };
+  // Two loops, not one testing exps per element: GCC vectorises only the version of such a
+  // loop that stores, and left the other scalar (cross_entropy ran at a fifth of its speed).
+  if (exps == nullptr) return {max, lane_sum<Acc>(n, e)};
+  return {max, lane_sum<Acc>(n, [&](int64_t c) { return exps[c] = e(c); })};
 }
 
 }  // namespace dtr::cpu

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
@@ -23,14 +23,20 @@ inline constexpr int64_t kStreamFrom = int64_t{8} << 20;
 // dst[0, bytes) = src[0, bytes): streaming stores for the 64-byte-aligned lines of dst,
 // plain ones for the partial lines at either end.
 [[gnu::always_inline]] inline void stream_store(void* dst, const void* src, int64_t bytes) {
-#if defined(__AVX512F__)
+#if defined(__AVX__)
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   const int64_t head = std::min<int64_t>(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
   std::memcpy(d, s, static_cast<size_t>(head));
   int64_t i = head;
   for (; i + 64 <= bytes; i += 64) {
+#if defined(__AVX512F__)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+#else
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32),
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32)));
+#endif
   }
   std::memcpy(d + i, s + i, static_cast<size_t>(bytes - i));
 #else
@@ -41,7 +47,7 @@ inline constexpr int64_t kStreamFrom = int64_t{8} << 20;
 // Orders this thread's streaming stores before its later stores (and so before any
 // synchronisation that publishes them).
 inline void stream_fence() {
-#if defined(__AVX512F__)
+#if defined(__AVX__)
   _mm_sfence();
 #endif
 }
