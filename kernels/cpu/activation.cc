@@ -10,9 +10,12 @@
 namespace dtr::cpu {
 namespace {
 
+// 1 / (1 + exp(-x)) as (x >= 0 ? 1 : e) / (1 + e) with e = exp(-|x|) <= 1: the exp never
+// overflows (so it is the cheaper exp_nonpositive_of) and neither tail cancels.
 template <class M>
 M sigmoid_of(M x) {
-  return M(1) / (M(1) + exp_of(-x));
+  const M e = exp_nonpositive_of(-std::abs(x));
+  return (x >= M(0) ? M(1) : e) / (M(1) + e);
 }
 
 // gelu's constants: 1/sqrt(2), sqrt(2/pi), 1/sqrt(2 pi), and the cubic coefficient.
@@ -91,7 +94,7 @@ void gelu_backward(const Tensor& out, const Tensor& grad, const Tensor& x, GeluA
   floating_binary("gelu_backward", out, grad, x, [](auto g, auto v) {
     using M = decltype(v);
     const M cdf = M(0.5) * (M(1) + std::erf(v * M(kSqrtHalf)));
-    const M pdf = M(kInvSqrt2Pi) * exp_of(M(-0.5) * v * v);
+    const M pdf = M(kInvSqrt2Pi) * exp_nonpositive_of(M(-0.5) * v * v);
     return g * (cdf + v * pdf);
   });
 }

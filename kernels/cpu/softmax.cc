@@ -4,8 +4,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/exp_sum.h"
 #include "kernels/cpu/internal/lane_fold.h"
+#include "kernels/cpu/internal/stream_store.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -56,13 +58,30 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
     using Acc = acc_t<T>;
     const T* px = xc.data_ptr<T>();
     T* py = y.data_ptr<T>();
+    // Rows of a large output are streamed out (stream_store.h) from a row of T.
+    const bool streams = s.inner == 1 && static_cast<int64_t>(y.nbytes()) >= kStreamFrom;
+    const int64_t total = x.numel();
     for_each_slice<Acc>(s, [&](int64_t base, auto stride, Acc* e) {
       const T* xs = px + base;
       T* ys = py + base;
-      const auto [max, sum] = exp_sum<Acc>(xs, s.size, stride, kind == SoftmaxKind::kSoftmax ? e : nullptr);
+      // Contiguous rows ask for the next row while computing this one (exp_sum).
+      const T* next = s.inner == 1 && base + 2 * s.size <= total ? xs + s.size : nullptr;
+      const auto [max, sum] = exp_sum<Acc>(xs, s.size, stride, kind == SoftmaxKind::kSoftmax ? e : nullptr, next);
       if (kind == SoftmaxKind::kSoftmax) {
         const Acc inverse = Acc(1) / sum;  // one division per slice, a product per element
-        for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);
+        if (streams) {
+          for (int64_t c = 0; c < s.size; ++c) e[c] *= inverse;
+          if constexpr (std::is_same_v<T, Acc>) {
+            stream_store(ys, e, s.size * static_cast<int64_t>(sizeof(T)));
+          } else {
+            T* staged = reinterpret_cast<T*>(e);  // converted in place, front to back: T is the smaller
+            convert_block(e, staged, s.size);
+            stream_store(ys, staged, s.size * static_cast<int64_t>(sizeof(T)));
+          }
+          stream_fence();  // before the thread's rows are published
+        } else {
+          for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);
+        }
       } else {
         const Acc log_sum = std::log(sum);
         for (int64_t c = 0; c < s.size; ++c) {
@@ -96,11 +115,11 @@ Tensor softmax_backward(const Tensor& grad_y, const Tensor& y, int64_t dim, Soft
           out[c * stride] = convert<T>(static_cast<Acc>(ys[c * stride]) * (static_cast<Acc>(gs[c * stride]) - sum));
         }
       } else {
-        // grad_x = g - exp(y) * sum(g)
+        // grad_x = g - exp(y) * sum(g), y = log_softmax <= 0
         const Acc sum = lane_sum<Acc>(s.size, g);
         for (int64_t c = 0; c < s.size; ++c) {
           out[c * stride] =
-              convert<T>(static_cast<Acc>(gs[c * stride]) - exp_of(static_cast<Acc>(ys[c * stride])) * sum);
+              convert<T>(static_cast<Acc>(gs[c * stride]) - exp_nonpositive_of(static_cast<Acc>(ys[c * stride])) * sum);
         }
       }
     });

@@ -1,7 +1,8 @@
 // Branch-free scalar math for CPU kernels, written so that loops calling it vectorise.
 //
 // is_nan(v) is v != v (false for integers). exp_of(x) is fast_exp for float and std::exp
-// for double. fast_exp(x) is exp for float without glibc's call per element:
+// for double; exp_nonpositive_of(x), for arguments <= 0, is the cheaper
+// fast_exp_nonpositive for float. fast_exp(x) is exp for float without glibc's call per element:
 // exp(x) = 2^n exp(r) with n = round(x / ln 2), r = x - n ln 2 in
 // [-ln2/2, ln2/2] (ln 2 split in a short high part, so n * hi is exact, and a low part);
 // exp(r) is its Taylor polynomial to degree 7 (truncation below 0.1 ulp) and 2^n is built
@@ -50,11 +51,51 @@ bool is_nan(M v) {
   return p * scale_a * scale_b;
 }
 
+// exp(x) for x <= 0 (or NaN), the argument of every exp in softmax, log_softmax and
+// cross_entropy (x - max, x - logsumexp) and in sigmoid written as exp(-|x|). Cheaper than
+// fast_exp, which also handles overflow and subnormal results: the same reduction and
+// polynomial (within 0.94 ulp down to 2^-126), but 2^n is added to p's exponent bits,
+// which is exact while the result is normal, and results below 2^-126 (x < -87.34) are
+// flushed to 0, -inf included. NaN stays NaN.
+[[gnu::always_inline]] inline float fast_exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  constexpr float kRound = 12582912.0f;
+  constexpr float kMin = -87.33654475f;  // ln(2^-126): below it the result is flushed
+  const float c = kMin > x ? kMin : x;  // keeps n >= -126 (a NaN x stays)
+  const float shifted = c * kLog2e + kRound;
+  const float n = shifted - kRound;
+  const uint32_t ni = float_bits(shifted) - float_bits(kRound);
+  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 5040;
+  p = p * r + 1.0f / 720;
+  p = p * r + 1.0f / 120;
+  p = p * r + 1.0f / 24;
+  p = p * r + 1.0f / 6;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float e = bits_float(float_bits(p) + (ni << 23));
+  return x < kMin ? 0.0f : e;
+}
+
 // exp in a kernel's compute type: fast_exp for float, std::exp for double.
 template <class M>
 [[gnu::always_inline]] inline M exp_of(M x) {
   if constexpr (std::is_same_v<M, float>) {
     return fast_exp(x);
+  } else {
+    return std::exp(x);
+  }
+}
+
+// exp of x <= 0 in a kernel's compute type: fast_exp_nonpositive for float, std::exp for
+// double.
+template <class M>
+[[gnu::always_inline]] inline M exp_nonpositive_of(M x) {
+  if constexpr (std::is_same_v<M, float>) {
+    return fast_exp_nonpositive(x);
   } else {
     return std::exp(x);
   }
