@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/lane_fold.h"
+#include "kernels/cpu/internal/prefetch.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -70,6 +71,8 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
       const Acc* b = pb ? as_acc(pb, n, b_buffer) : nullptr;
       for (int64_t r = begin; r < end; ++r) {
+        // The next row is asked for while this one is computed (prefetch.h).
+        if (r + 1 < rows) prefetch_to_l2(px + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
         const Acc* xr = as_acc(px + r * n, n, x_buffer);
         Acc* yr = acc_out(py + r * n, y_buffer, n);
         // Two passes (mean, then squared deviations) keep the variance accurate.
@@ -78,14 +81,24 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
         const Acc rstd = Acc(1) / std::sqrt(squares / static_cast<Acc>(n) + static_cast<Acc>(eps));
         pmean[r] = mean;
         prstd[r] = rstd;
-        // y = (x - mean) * rstd * w + b, a loop per step: a test inside one loop would keep
-        // it from vectorising, and the row is in L1 for each.
-        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mean) * rstd;
-        if (w) {
-          for (int64_t i = 0; i < n; ++i) yr[i] *= w[i];
-        }
-        if (b) {
-          for (int64_t i = 0; i < n; ++i) yr[i] += b[i];
+        // y = (x - mean) * rstd * w + b in one loop per combination of weight and bias (a test
+        // inside the loop would keep it from vectorising).
+        auto normalize = [&]<bool kWeight, bool kBias>() {
+          for (int64_t i = 0; i < n; ++i) {
+            Acc v = (xr[i] - mean) * rstd;
+            if constexpr (kWeight) v *= w[i];
+            if constexpr (kBias) v += b[i];
+            yr[i] = v;
+          }
+        };
+        if (w && b) {
+          normalize.template operator()<true, true>();
+        } else if (w) {
+          normalize.template operator()<true, false>();
+        } else if (b) {
+          normalize.template operator()<false, true>();
+        } else {
+          normalize.template operator()<false, false>();
         }
         store_row(yr, py + r * n, n);
       }
@@ -128,6 +141,10 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
         Acc* dw = partial_w + k * n;
         Acc* db = partial_b + k * n;
         for (int64_t r = k * block; r < std::min(rows, (k + 1) * block); ++r) {
+          if (r + 1 < rows) {
+            prefetch_to_l2(pg + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
+            prefetch_to_l2(px + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
+          }
           const Acc* gr = as_acc(pg + r * n, n, g_buffer);
           const Acc* xr = as_acc(px + r * n, n, x_buffer);
           Acc* gxr = acc_out(pgx + r * n, out_buffer, n);

@@ -304,10 +304,21 @@ TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as 
   a.deallocate(r, 5 * kMiB);
   CHECK(a.stats().bytes_cached == int64_t{(4 + 6) * kMiB});
   CHECK(a.stats().peak_bytes == int64_t{9 * kMiB - 100});
-  // Blocks under 1 MiB come from the system allocator and are never cached.
-  void* small = a.allocate(kMiB - 1);
-  a.deallocate(small, kMiB - 1);
-  CHECK(a.stats().bytes_cached == int64_t{10 * kMiB});
+  // Blocks under 2 MiB are cached in runs of 64 KiB: 300 KiB takes a 320 KiB block.
+  void* mid = a.allocate(300 << 10);
+  CHECK(reinterpret_cast<uintptr_t>(mid) % CpuAllocator::kAlignment == 0);
+  std::memset(mid, 1, 300 << 10);
+  a.deallocate(mid, 300 << 10);
+  CHECK(a.stats().bytes_cached == int64_t{10 * kMiB} + (320 << 10));
+  CHECK(a.allocate(310 << 10) == mid);
+  a.deallocate(mid, 310 << 10);
+  // Blocks under 128 KiB come from the system allocator and are never cached.
+  void* small = a.allocate((128 << 10) - 1);
+  a.deallocate(small, (128 << 10) - 1);
+  CHECK(a.stats().bytes_cached == int64_t{10 * kMiB} + (320 << 10));
+  CHECK(CpuAllocator::block_size(kMiB + 1) == kMiB + (64 << 10));
+  CHECK(CpuAllocator::block_size(2 * kMiB) == 2 * kMiB);
+  CHECK(CpuAllocator::block_size(2 * kMiB + 1) == 4 * kMiB);
   a.empty_cache();
   CHECK(a.stats().bytes_cached == 0);
   CHECK(a.stats().bytes_in_use == 0);
@@ -359,7 +370,7 @@ TEST_CASE("the CPU cache is consistent under concurrent allocation", "[tensor][m
   CHECK(s.live_allocs == 0);
   CHECK(s.total_allocs == 400);
   CHECK(s.bytes_cached <= int64_t{12 * kMiB});
-  CHECK(s.bytes_cached % int64_t{CpuAllocator::kGranule} == 0);
+  CHECK(s.bytes_cached % int64_t{CpuAllocator::kRun} == 0);
 }
 
 TEST_CASE("tensors reuse cached CPU blocks; empty_cache(kCPU) returns them", "[tensor][memory]") {

@@ -31,7 +31,7 @@ std::string throughput(const Case& c, double time_us) {
   return fmt::format("{:.2f} GB/s", c.bytes / time_us * 1e-3);
 }
 
-constexpr const char* kRowFormat = "{:<24} {:<17} {:<30} {:<5} {:>11} {:>21} {:>15} {:>8}  {}\n";
+constexpr const char* kRowFormat = "{:<24} {:<17} {:<30} {:<5} {:>11} {:>21} {:>15} {:>8}  {:<26} {:>13}  {}\n";
 
 // Back-to-back calls of fn that last at least kMinSampleSeconds (after warm-up calls).
 int64_t calls_per_sample(const std::function<void()>& fn, const TimingOptions& options) {
@@ -107,11 +107,39 @@ Reference memcpy_reference(double bytes_moved) {
           }};
 }
 
-int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostream& os) const {
+// A row's in-cache time from its twins (see Suite::run): us = 0 when no twin is small
+// enough. A twin whose check fails makes its row WRONG: problem says why.
+struct InCache {
+  double us = 0;
+  std::string problem;
+};
+
+InCache in_cache_time(const std::vector<const Row*>& twins, const Case& full, const TimingOptions& timing) {
+  for (const Row* twin : twins) {
+    try {
+      Case c = twin->make();
+      if (c.bytes <= 0 || c.bytes > kInCacheMaxBytes || full.bytes <= c.bytes) continue;
+      c.run();  // a check looks at the result of one run
+      if (std::string problem = c.check(); !problem.empty()) return {0, fmt::format("in-cache twin: {}", problem)};
+      return {time_it(c.run, timing).median_us * full.bytes / c.bytes, ""};
+    } catch (const std::exception& e) {
+      return {0, fmt::format("in-cache twin threw: {}", e.what())};
+    }
+  }
+  return {};
+}
+
+int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostream& os,
+               const std::vector<const Suite*>& in_cache) const {
+  for (const Suite* twins : in_cache) {
+    DTR_CHECK(twins->rows_.size() == rows_.size(), ValueError, "Suite::run: {} in-cache rows for {} rows",
+              twins->rows_.size(), rows_.size());
+  }
   os << fmt::format(kRowFormat, "op", "dtype", "shape", "check", "time (us)", "spread min-max (us)",
-                    "throughput", "% of ref", "reference");
+                    "throughput", "% of ref", "reference", "in-cache (us)", "bound");
   int wrong = 0;
-  for (const Row& row : rows_) {
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const Row& row = rows_[i];
     if (fmt::format("{} {} {}", row.op, row.dtype, row.shape).find(filter) == std::string::npos) continue;
     std::string verdict, problem;
     Timing t, ref;
@@ -126,14 +154,30 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
       verdict = "WRONG";
       problem = fmt::format("threw: {}", e.what());
     }
+    InCache cached;
+    if (t.samples > 0 && c.flops == 0) {
+      std::vector<const Row*> twins;
+      for (const Suite* suite : in_cache) twins.push_back(&suite->rows_[i]);
+      cached = in_cache_time(twins, c, timing);
+      if (!cached.problem.empty()) {
+        verdict = "WRONG";
+        problem = cached.problem;
+      }
+    }
     if (verdict != "ok") ++wrong;
     if (t.samples == 0) {
-      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, "-", "-", "-", "-", c.reference.name);
+      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, "-", "-", "-", "-", c.reference.name, "-",
+                        "-");
     } else {
+      const std::string bound = cached.us == 0 ? "-"
+                                : cached.us > ref.median_us
+                                    ? fmt::format("compute ({:.0f}%)", 100.0 * cached.us / t.median_us)
+                                    : "memory";
       os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", t.median_us),
                         fmt::format("{:.1f}-{:.1f}", t.min_us, t.max_us), throughput(c, t.median_us),
                         fmt::format("{:.0f}%", 100.0 * ref.median_us / t.median_us),
-                        fmt::format("{} ({:.1f} us)", c.reference.name, ref.median_us));
+                        fmt::format("{} ({:.1f} us)", c.reference.name, ref.median_us),
+                        cached.us == 0 ? "-" : fmt::format("{:.1f}", cached.us), bound);
     }
     if (!problem.empty()) os << "    " << problem << "\n";
     os.flush();

@@ -76,12 +76,22 @@ struct Row {
   std::function<Case()> make;
 };
 
+// A row's in-cache twin may move at most this many bytes to give its in-cache time: with
+// inputs and outputs in the caches (a row of them in L2), its time is its arithmetic (and
+// its per-call overhead), not its memory traffic.
+inline constexpr double kInCacheMaxBytes = 4 << 20;
+
 class Suite {
  public:
   void add(Row row) { rows_.push_back(std::move(row)); }
   // Runs the rows whose "op dtype shape" contains filter, printing the table to os as rows
-  // finish. Returns the number of rows whose check failed.
-  int run(const std::string& filter, const TimingOptions& timing, std::ostream& os) const;
+  // finish. Returns the number of rows whose check failed. in_cache holds suites of the
+  // same rows in the same order built at smaller sizes, largest first: a row's twin is the
+  // first of them that moves at most kInCacheMaxBytes, and the twin's time scaled to the
+  // row's bytes is the row's in-cache time. A row whose in-cache time exceeds its memcpy
+  // reference is compute-bound: it cannot beat the larger of the two.
+  int run(const std::string& filter, const TimingOptions& timing, std::ostream& os,
+          const std::vector<const Suite*>& in_cache = {}) const;
 
  private:
   std::vector<Row> rows_;

@@ -6,6 +6,10 @@
 // is one add_*_rows function below: to add a kernel, write one that builds its inputs,
 // its run, an independent check and its bytes (or flops) and reference, and call it
 // from main. Rows are checked before they are timed; any WRONG row makes the exit code 1.
+// Each row also runs at 64 (or 4) tokens, where its data sit in the caches: that twin's
+// time, scaled to the row's bytes, is the row's in-cache time, and a row whose in-cache
+// time exceeds its memcpy is compute-bound (the "bound" column, with the row's speed as a
+// share of its in-cache speed).
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -41,11 +45,16 @@ struct Shapes {
   int64_t tokens;  // rows of activations in one batch
   int64_t hidden;
   int64_t ffn;
-  int64_t vocab;
+  int64_t vocab;   // the width of the logits
+  int64_t table;   // rows of the tables that embedding and index_select gather from
   int64_t params;  // elements of the parameter the optimizer rows update
 };
-constexpr Shapes kFullShapes{2048, 1024, 4096, 50000, int64_t{64} << 20};
-constexpr Shapes kQuickShapes{256, 256, 1024, 5000, int64_t{1} << 20};
+constexpr Shapes kFullShapes{2048, 1024, 4096, 50000, 50000, int64_t{64} << 20};
+constexpr Shapes kQuickShapes{256, 256, 1024, 5000, 5000, int64_t{1} << 20};
+// The in-cache twins of the full rows: the same widths at 64 tokens, or 4 where 64 tokens
+// do not fit in the caches (the vocabulary rows), with tables that fit too.
+constexpr Shapes kInCacheShapes[] = {{64, 1024, 4096, 50000, 256, int64_t{128} << 10},
+                                     {4, 1024, 4096, 50000, 256, int64_t{32} << 10}};
 
 // Deterministic values in [-1, 1) (a multiplicative hash of the index: fast at 64 Mi elements).
 Tensor pattern(Shape shape, DType dtype, uint64_t seed) {
@@ -170,7 +179,7 @@ void add_cat_rows(Suite& suite, const Shapes& s) {
 }
 
 void add_index_rows(Suite& suite, const Shapes& s) {
-  const Shape table_shape{s.vocab, s.hidden};
+  const Shape table_shape{s.table, s.hidden};
   for (DType dtype : {kFloat32, kBFloat16}) {
     suite.add({"index_select", std::string(dtype_name(dtype)),
                fmt::format("{} rows of {}", s.tokens, table_shape), [table_shape, dtype, tokens = s.tokens] {
@@ -550,7 +559,7 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
 // writes a new [vocab, hidden] gradient (zeros but for the tokens' rows), so its bytes are
 // the whole table written plus the token gradients read.
 void add_embedding_rows(Suite& suite, const Shapes& s) {
-  const Shape table_shape{s.vocab, s.hidden};
+  const Shape table_shape{s.table, s.hidden};
   for (DType dtype : {kFloat32, kBFloat16}) {
     suite.add({"embedding", std::string(dtype_name(dtype)), fmt::format("{} tokens of {}", s.tokens, table_shape),
                [table_shape, dtype, tokens = s.tokens] {
@@ -621,7 +630,7 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
 // uniform_ and normal_ filling a [ffn, hidden] weight (a parameter's initialisation). Each
 // writes every element once; the check is statistical (moments of 4 Mi draws).
 void add_random_rows(Suite& suite, const Shapes& s) {
-  const Shape shape{s.ffn, s.hidden};
+  const Shape shape{2 * s.tokens, s.hidden};
   for (const char* op : {"uniform_", "normal_"}) {
     suite.add({op, "float32", shape_str(shape), [shape, normal = std::string(op) == "normal_"] {
                  Tensor t = Tensor::empty(shape);
@@ -723,22 +732,32 @@ int run_main(int argc, char** argv) {
   std::cout << fmt::format(
       "kernel_bench: {} threads, load average {}; tokens {}, hidden {}, ffn {}, vocab {}, optimizer params {} Mi{}\n",
       num_threads(), load, s.tokens, s.hidden, s.ffn, s.vocab, s.params >> 20, quick ? " (--quick)" : "");
-  Suite suite;
-  add_memcpy_rows(suite, s);
-  add_copy_rows(suite, s);
-  add_fill_rows(suite, s);
-  add_cat_rows(suite, s);
-  add_index_rows(suite, s);
-  add_elementwise_rows(suite, s);
-  add_reduction_rows(suite, s);
-  add_matmul_rows(suite, s);
-  add_row_kernel_rows(suite, s);
-  add_row_kernel_backward_rows(suite, s);
-  add_embedding_rows(suite, s);
-  add_dropout_rows(suite, s);
-  add_random_rows(suite, s);
-  add_optimizer_rows(suite, s);
-  const int wrong = suite.run(filter, TimingOptions{}, std::cout);
+  auto build = [](const Shapes& shapes) {
+    Suite suite;
+    add_memcpy_rows(suite, shapes);
+    add_copy_rows(suite, shapes);
+    add_fill_rows(suite, shapes);
+    add_cat_rows(suite, shapes);
+    add_index_rows(suite, shapes);
+    add_elementwise_rows(suite, shapes);
+    add_reduction_rows(suite, shapes);
+    add_matmul_rows(suite, shapes);
+    add_row_kernel_rows(suite, shapes);
+    add_row_kernel_backward_rows(suite, shapes);
+    add_embedding_rows(suite, shapes);
+    add_dropout_rows(suite, shapes);
+    add_random_rows(suite, shapes);
+    add_optimizer_rows(suite, shapes);
+    return suite;
+  };
+  const Suite suite = build(s);
+  std::vector<Suite> twins;
+  std::vector<const Suite*> in_cache;
+  if (!quick) {
+    for (const Shapes& shapes : kInCacheShapes) twins.push_back(build(shapes));
+    for (const Suite& twin : twins) in_cache.push_back(&twin);
+  }
+  const int wrong = suite.run(filter, TimingOptions{}, std::cout, in_cache);
   if (wrong > 0) std::cout << wrong << " rows WRONG\n";
   return wrong > 0 ? 1 : 0;
 }
