@@ -225,8 +225,9 @@ void ProcessGroupGloo::Impl::run(Collective& c) {
 // Not Gloo's allreduce: its bcube and ring each collapse at some sizes on loopback (see
 // ../shared/notes/gloo.md). Small tensors are gathered whole and reduced here in rank order
 // (one round of messages, the same bits on every rank); larger ones take dtr's ring
-// reduce_scatter and Gloo's ring all-gather in place, so each rank sends 2(n-1)/n of the
-// tensor, the least an all-reduce can, and avg divides once, in the reduce-scatter.
+// all-reduce (ring_reduce_scatter.h: reduce-scatter with each reduced piece gathered as it
+// is done), so each rank sends 2(n-1)/n of the tensor, the least an all-reduce can, and
+// avg divides once, in the reduce-scatter.
 void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   if (c.output.numel() == 0) return;
   Tensor wire = is_half_precision(c.dtype) ? c.output.to(kFloat32) : c.output;  // reduce in float32
@@ -247,13 +248,7 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   } else {
     std::vector<int64_t> blocks(n, count / n);  // torch.chunk-like: the first count % n get one more
     for (int r = 0; r < count % n; ++r) ++blocks[r];
-    auto* base = static_cast<char*>(wire.data());
-    gloo_ring::reduce_scatter(*context, wire.dtype(), c.op, base,
-                              base + Collective::offset_of(blocks, group.rank()) * elem, blocks, tag, group.timeout(),
-                              ring_scratch);
-    std::vector<size_t> bytes;
-    for (int64_t b : blocks) bytes.push_back(static_cast<size_t>(b) * elem);
-    gather_bytes(nullptr, base, bytes, tag);
+    gloo_ring::all_reduce(*context, wire.dtype(), c.op, wire.data(), blocks, tag, group.timeout(), ring_scratch);
   }
   if (is_half_precision(c.dtype)) c.output.copy_(wire);
 }

@@ -1,4 +1,5 @@
-// Ring reduce-scatter on Gloo's pair-level send/recv, for every group size and uneven blocks.
+// Ring reduce-scatter and all-reduce on Gloo's pair-level send/recv, for every group size
+// and uneven blocks.
 //
 // Why not Gloo's own: this Gloo has only ReduceScatterHalvingDoubling, whose constructor is
 // collective and binds one buffer (so it would be rebuilt per call), which was tested only
@@ -27,8 +28,10 @@ class Context;
 namespace dtr::gloo_ring {
 
 // Bytes per piece of a block: big enough to amortise a round of Gloo's send/recv
-// handshake, small enough to overlap reduction with transfer.
+// handshake, small enough to overlap reduction with transfer. An all-reduce's pieces are
+// smaller, so that the gather of a piece overlaps the reduction of the next at 1 MiB.
 inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
+inline constexpr int64_t kAllReducePieceBytes = int64_t{1} << 20;
 
 // output <- this rank's block of op(input of every rank). counts[r]: elements of rank r's
 // block in input. output may alias this rank's block of input. avg divides the sum by n.
@@ -39,5 +42,13 @@ inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
 int64_t reduce_scatter(gloo::Context& context, DType dtype, ReduceOp op, const void* input, void* output,
                        const std::vector<int64_t>& counts, uint32_t tag, std::chrono::milliseconds timeout,
                        Tensor& scratch);
+
+// data <- op(data of every rank), in place: the ring reduce-scatter of data's blocks
+// (counts[r] elements for rank r), each reduced piece sent on round the ring as soon as it
+// is final (NCCL's ring all-reduce), so the gather overlaps the reduction. A rank sends
+// 2(n-1)/n of data when blocks are even, the least an all-reduce can; returns the bytes it
+// sent. Throws gloo::Exception on a timeout or a lost peer.
+int64_t all_reduce(gloo::Context& context, DType dtype, ReduceOp op, void* data, const std::vector<int64_t>& counts,
+                   uint32_t tag, std::chrono::milliseconds timeout, Tensor& scratch);
 
 }  // namespace dtr::gloo_ring

@@ -6,7 +6,9 @@
 // then batches of back-to-back calls, each batch starting after a barrier, dtr's and raw
 // batches alternating. A call's time is its batch's time over its calls, the slowest
 // rank's; the table shows the median batch with the range, and the best batch, which
-// dtr/raw compares (on a shared machine other processes only ever add time). size is
+// best/raw compares (on a shared machine other processes only ever add time), and the
+// median over batch pairs of raw time over dtr time, dtr/raw, which cancels load that
+// comes and goes between pairs. size is
 // nccl-tests' (all_gather: the output, reduce_scatter: the input); algbw = size / time;
 // busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1
 // for broadcast. raw is the same collective through Gloo directly: all_reduce, the faster
@@ -55,7 +57,22 @@ struct Options {
 
 struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
+  std::vector<double> batches_us;  // per-call time of each batch, in batch order
 };
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// dtr/raw as the median over batches of raw's time over dtr's in the batch pair run back to
+// back: both saw the same machine, so load that comes and goes cancels out of each ratio.
+double paired_ratio(const Timing& dtr, const Timing& raw) {
+  std::vector<double> ratios;
+  for (size_t b = 0; b < dtr.batches_us.size(); ++b) ratios.push_back(raw.batches_us[b] / dtr.batches_us[b]);
+  return median_of(std::move(ratios));
+}
 
 double busbw_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
@@ -98,9 +115,8 @@ class Bench {
       }
     }
     std::vector<Timing> timings;
-    for (std::vector<double>& v : per_call) {
-      std::sort(v.begin(), v.end());
-      timings.push_back({v[v.size() / 2], v.front(), v.back()});
+    for (const std::vector<double>& v : per_call) {
+      timings.push_back({median_of(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), v});
     }
     return timings;
   }
@@ -208,11 +224,13 @@ class Bench {
           n_, options_.batches);
       fmt::print(
           "# time: the median batch, with the range; algbw and busbw from it. best: the fastest batch. "
-          "dtr/raw = raw best / dtr best\n#   (other processes only ever add time, so best batches compare "
-          "the implementations)\n");
-      fmt::print("# {:>14} {:>9} {:>9} {:>5} {:>9} {:>18} {:>7} {:>7} {:>6} {:>9} {:>7} {:>9} {:>9} {:>7} {:>7}\n",
-                 "collective", "size(B)", "count", "type", "time(us)", "range(us)", "algbw", "busbw", "#wrong",
-                 "best(us)", "busbw", "raw(us)", "raw best", "busbw", "dtr/raw");
+          "best/raw = raw best / dtr best\n#   (other processes only ever add time, so best batches compare "
+          "the implementations); dtr/raw: the median over batch pairs (dtr, then raw, back to back)\n#   of "
+          "raw time / dtr time, so load that comes and goes cancels out of each ratio\n");
+      fmt::print(
+          "# {:>14} {:>9} {:>9} {:>5} {:>9} {:>18} {:>7} {:>7} {:>6} {:>9} {:>7} {:>9} {:>9} {:>7} {:>8} {:>7}\n",
+          "collective", "size(B)", "count", "type", "time(us)", "range(us)", "algbw", "busbw", "#wrong", "best(us)",
+          "busbw", "raw(us)", "raw best", "busbw", "best/raw", "dtr/raw");
     }
     for (const std::string& op : options_.ops) {
       for (int64_t bytes = options_.min_bytes; bytes <= options_.max_bytes; bytes *= 4) {
@@ -237,10 +255,10 @@ class Bench {
     auto gbps = [&](double us) { return size / us / 1e3; };  // GB/s
     fmt::print(
         "  {:>14} {:>9} {:>9} {:>5} {:>9.1f} {:>8.1f}-{:<9.1f} {:>7.3f} {:>7.3f} {:>6} {:>9.1f} {:>7.3f} {:>9.1f} "
-        "{:>9.1f} {:>7.3f} {:>7.2f}\n",
+        "{:>9.1f} {:>7.3f} {:>8.2f} {:>7.2f}\n",
         op, size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, gbps(dtr.median_us), gbps(dtr.median_us) * f,
         static_cast<int64_t>(t.item()), dtr.min_us, gbps(dtr.min_us) * f, raw.median_us, raw.min_us,
-        gbps(raw.min_us) * f, raw.min_us / dtr.min_us);
+        gbps(raw.min_us) * f, raw.min_us / dtr.min_us, paired_ratio(dtr, raw));
     std::fflush(stdout);
   }
 
