@@ -25,14 +25,17 @@ bool is_nan(M v) {
   return v != v;  // true only for NaN
 }
 
-// exp(x) for float; see the file comment for its accuracy.
-[[gnu::always_inline]] inline float fast_exp(float x) {
+// exp(x) = 2^n p, for x in [-104, 89] or NaN: n = round(x / ln 2) and p = exp(r), the
+// Taylor polynomial at r = x - n ln 2 (see the file comment). The callers scale by 2^n.
+struct ExpParts {
+  float p;
+  int32_t n;
+};
+[[gnu::always_inline]] inline ExpParts exp_parts(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;     // 15 significant bits
   constexpr float kLn2Lo = 1.42860682030941723e-6f;  // ln 2 - kLn2Hi
   constexpr float kRound = 12582912.0f;               // 1.5 * 2^23: adding it rounds to an integer
-  // Beyond [-104, 89] exp is 0 or inf in float; clamping keeps 2^n's factors normal (NaN passes).
-  x = std::clamp(x, -104.0f, 89.0f);
   const float shifted = x * kLog2e + kRound;
   const float n = shifted - kRound;
   const int32_t ni = static_cast<int32_t>(float_bits(shifted) - float_bits(kRound));  // n as an integer
@@ -45,9 +48,16 @@ bool is_nan(M v) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t half = ni >> 1;  // 2^n = 2^half * 2^(n - half), both normal for n in [-151, 129]
+  return {p, ni};
+}
+
+// exp(x) for float; see the file comment for its accuracy.
+[[gnu::always_inline]] inline float fast_exp(float x) {
+  // Beyond [-104, 89] exp is 0 or inf in float; clamping keeps 2^n's factors normal (NaN passes).
+  const auto [p, n] = exp_parts(std::clamp(x, -104.0f, 89.0f));
+  const int32_t half = n >> 1;  // 2^n = 2^half * 2^(n - half), both normal for n in [-151, 129]
   const float scale_a = bits_float(static_cast<uint32_t>(half + 127) << 23);
-  const float scale_b = bits_float(static_cast<uint32_t>(ni - half + 127) << 23);
+  const float scale_b = bits_float(static_cast<uint32_t>(n - half + 127) << 23);
   return p * scale_a * scale_b;
 }
 
@@ -58,25 +68,9 @@ bool is_nan(M v) {
 // which is exact while the result is normal, and results below 2^-126 (x < -87.34) are
 // flushed to 0, -inf included. NaN stays NaN.
 [[gnu::always_inline]] inline float fast_exp_nonpositive(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;
-  constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  constexpr float kRound = 12582912.0f;
   constexpr float kMin = -87.33654475f;  // ln(2^-126): below it the result is flushed
-  const float c = kMin > x ? kMin : x;  // keeps n >= -126 (a NaN x stays)
-  const float shifted = c * kLog2e + kRound;
-  const float n = shifted - kRound;
-  const uint32_t ni = float_bits(shifted) - float_bits(kRound);
-  const float r = (c - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float e = bits_float(float_bits(p) + (ni << 23));
+  const auto [p, n] = exp_parts(kMin > x ? kMin : x);  // n >= -126 (a NaN x stays)
+  const float e = bits_float(float_bits(p) + (static_cast<uint32_t>(n) << 23));
   return x < kMin ? 0.0f : e;
 }
 
