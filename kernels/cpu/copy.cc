@@ -66,8 +66,12 @@ void copy_tile(char* out, const char* in, int64_t r0, int64_t r1, int64_t c0, in
   // A whole tile of 4-byte elements, unit-stride on both sides: 8 x 8 register transposes.
   if constexpr (std::is_same_v<To, From> && sizeof(To) == 4) {
     if (r1 - r0 == kTile && c1 - c0 == kTile && dst_col == 4 && src_row == 4) {
-      for (int64_t r = r0; r < r1; r += 8) {
-        for (int64_t c = c0; c < c1; c += 8) {
+      // The next tile's src rows lie kTile strides on, each in another page: ask for them now.
+      for (int64_t c = c1; c < c1 + kTile; ++c) {
+        for (int64_t b = 0; b < kTile * 4; b += 64) __builtin_prefetch(in + r0 * src_row + c * src_col + b, 0, 2);
+      }
+      for (int64_t c = c0; c < c1; c += 8) {
+        for (int64_t r = r0; r < r1; r += 8) {
           transpose_8x8(reinterpret_cast<const float*>(in + r * src_row + c * src_col), src_col / 4,
                         reinterpret_cast<float*>(out + r * dst_row + c * dst_col), dst_row / 4);
         }
