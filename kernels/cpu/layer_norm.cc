@@ -8,6 +8,7 @@
 #include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/cpu/internal/prefetch.h"
+#include "kernels/cpu/internal/row_store.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -30,21 +31,15 @@ const Acc* as_acc(const T* row, int64_t n, std::vector<Acc>& buffer) {
   }
 }
 
-// Where a row of results in Acc goes before it is stored as T: out itself when T is Acc.
+// Where a row of results in Acc goes before store_row (row_store.h) writes it as T: out
+// itself when T is Acc and the rows are not streamed.
 template <class Acc, class T>
-Acc* acc_out(T* out, std::vector<Acc>& buffer, int64_t n) {
+Acc* acc_out(T* out, std::vector<Acc>& buffer, int64_t n, bool streaming) {
   if constexpr (std::is_same_v<T, Acc>) {
-    return out;
-  } else {
-    buffer.resize(static_cast<size_t>(n));
-    return buffer.data();
+    if (!streaming) return out;
   }
-}
-
-// Stores a row computed by acc_out into out (nothing to do when they are one).
-template <class Acc, class T>
-void store_row(const Acc* row, T* out, int64_t n) {
-  if constexpr (!std::is_same_v<T, Acc>) convert_block(row, out, n);
+  buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
 }
 
 }  // namespace
@@ -66,6 +61,7 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
     T* py = out.y.data_ptr<T>();
     Acc* pmean = out.mean.data_ptr<Acc>();
     Acc* prstd = out.rstd.data_ptr<Acc>();
+    const bool streams = streams_rows(static_cast<int64_t>(out.y.nbytes()));
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
       std::vector<Acc> x_buffer, y_buffer, w_buffer, b_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
@@ -74,7 +70,7 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
         // The next row is asked for while this one is computed (prefetch.h).
         if (r + 1 < rows) prefetch_to_l2(px + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
         const Acc* xr = as_acc(px + r * n, n, x_buffer);
-        Acc* yr = acc_out(py + r * n, y_buffer, n);
+        Acc* yr = acc_out(py + r * n, y_buffer, n, streams);
         // Two passes (mean, then squared deviations) keep the variance accurate.
         const Acc mean = lane_sum<Acc>(n, [xr](int64_t i) { return xr[i]; }) / static_cast<Acc>(n);
         const Acc squares = lane_sum<Acc>(n, [&](int64_t i) { return (xr[i] - mean) * (xr[i] - mean); });
@@ -100,8 +96,9 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
         } else {
           normalize.template operator()<false, false>();
         }
-        store_row(yr, py + r * n, n);
+        store_row(yr, py + r * n, n, streams);
       }
+      if (streams) stream_fence();
     });
   });
   return out;
@@ -134,6 +131,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     std::fill_n(partials.data_ptr<Acc>(), partials.numel(), Acc(0));
     Acc* partial_w = partials.data_ptr<Acc>();
     Acc* partial_b = partial_w + blocks * n;
+    const bool streams = streams_rows(static_cast<int64_t>(grads.grad_x.nbytes()));
     parallel_for(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
       std::vector<Acc> g_buffer, x_buffer, out_buffer, w_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
@@ -147,7 +145,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           }
           const Acc* gr = as_acc(pg + r * n, n, g_buffer);
           const Acc* xr = as_acc(px + r * n, n, x_buffer);
-          Acc* gxr = acc_out(pgx + r * n, out_buffer, n);
+          Acc* gxr = acc_out(pgx + r * n, out_buffer, n, streams);
           // g = grad_y * weight, staged in the output row (overwritten last).
           const Acc* gw = gr;
           if (w) {
@@ -166,9 +164,10 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           const Acc mean_g = lane_sum<Acc>(n, g) / static_cast<Acc>(n);
           const Acc mean_g_xhat = lane_sum<Acc>(n, [&](int64_t i) { return g(i) * xhat(i); }) / static_cast<Acc>(n);
           for (int64_t i = 0; i < n; ++i) gxr[i] = rs * (g(i) - mean_g - xhat(i) * mean_g_xhat);
-          store_row(gxr, pgx + r * n, n);
+          store_row(gxr, pgx + r * n, n, streams);
         }
       }
+      if (streams) stream_fence();
     });
     // Blocks are summed in block order for every column.
     T* pdw = grads.grad_weight.data_ptr<T>();

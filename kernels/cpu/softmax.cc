@@ -4,10 +4,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/exp_sum.h"
 #include "kernels/cpu/internal/lane_fold.h"
-#include "kernels/cpu/internal/stream_store.h"
+#include "kernels/cpu/internal/row_store.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -58,8 +57,8 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
     using Acc = acc_t<T>;
     const T* px = xc.data_ptr<T>();
     T* py = y.data_ptr<T>();
-    // Rows of a large output are streamed out (stream_store.h) from a row of T.
-    const bool streams = s.inner == 1 && static_cast<int64_t>(y.nbytes()) >= kStreamFrom;
+    // Rows of a large output are streamed out (row_store.h).
+    const bool streams = s.inner == 1 && streams_rows(static_cast<int64_t>(y.nbytes()));
     const int64_t total = x.numel();
     for_each_slice<Acc>(s, [&](int64_t base, auto stride, Acc* e) {
       const T* xs = px + base;
@@ -71,13 +70,7 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
         const Acc inverse = Acc(1) / sum;  // one division per slice, a product per element
         if (streams) {
           for (int64_t c = 0; c < s.size; ++c) e[c] *= inverse;
-          if constexpr (std::is_same_v<T, Acc>) {
-            stream_store(ys, e, s.size * static_cast<int64_t>(sizeof(T)));
-          } else {
-            T* staged = reinterpret_cast<T*>(e);  // converted in place, front to back: T is the smaller
-            convert_block(e, staged, s.size);
-            stream_store(ys, staged, s.size * static_cast<int64_t>(sizeof(T)));
-          }
+          store_row(e, ys, s.size, true);
           stream_fence();  // before the thread's rows are published
         } else {
           for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);
