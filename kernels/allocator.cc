@@ -40,11 +40,12 @@ void Allocator::reset_peak() { peak_bytes_.store(bytes_in_use_.load()); }
 
 namespace {
 
-// A fresh block of `size` bytes (a block_size); from a granule on, aligned to the granule
-// so that the kernel can back it with huge pages. nullptr when the system has no memory left.
+// A fresh block of `size` bytes (a block_size); a whole number of granules is aligned to
+// the granule so that the kernel can back it with huge pages. nullptr when the system has
+// no memory left.
 void* map_block(size_t size) {
   constexpr size_t g = CpuAllocator::kGranule;
-  if (size < g) {
+  if (size % g != 0) {  // a run of 64 KiB
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
   }

@@ -7,7 +7,7 @@
 // of 128 KiB or more are cached (as PyTorch's CUDA caching allocator does, for the reason
 // glibc gives: it serves them with fresh mmaps whose page faults cost more than the op
 // that writes them; a 256 KiB tensor allocated while its predecessor was alive cost
-// 110 us of faults per op): below 2 MiB they are runs of 64 KiB, from 2 MiB whole 2 MiB
+// 110 us of faults per op): below 1 MiB they are runs of 64 KiB, from 1 MiB whole 2 MiB
 // huge-page granules mapped with MADV_HUGEPAGE; a block is reused for a request of the
 // same rounded size (the most recently freed first), and unmapped once the cache would
 // exceed its limit (least recently freed first) or on empty_cache(). CUDA memory comes from kernels/cuda (cudaMalloc, uncached for now).
@@ -58,14 +58,15 @@ class Allocator {
 };
 
 // The CPU allocator: aligned_alloc for small blocks, a cache of mmapped blocks (runs of
-// 64 KiB, or of 2 MiB granules) for large ones (see the opening comment). allocator_for(kCPU) is one of these
+// 64 KiB under 1 MiB, 2 MiB granules from there) for large ones (see the opening comment). allocator_for(kCPU) is one of these
 // with the default limit; tests build their own with a small one.
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 64;                // one AVX-512 vector, one cache line
   static constexpr size_t kCachedFrom = size_t{128} << 10;  // requests of this many bytes or more are cached
-  static constexpr size_t kRun = size_t{64} << 10;         // cached blocks under a granule are multiples of this
-  static constexpr size_t kGranule = size_t{2} << 20;      // larger ones are multiples of this (a huge page)
+  static constexpr size_t kRun = size_t{64} << 10;         // blocks for requests under kHugeFrom: multiples of this
+  static constexpr size_t kHugeFrom = size_t{1} << 20;     // from here blocks are whole granules
+  static constexpr size_t kGranule = size_t{2} << 20;      // a huge page
 
   // cache_limit: the most bytes the cache holds; a freed block that would push it past
   // this evicts older blocks first, and one larger than the limit is unmapped at once.
@@ -75,7 +76,7 @@ class CpuAllocator final : public Allocator {
   static size_t default_cache_limit();
   // The size of the block that serves a request of nbytes (>= kCachedFrom).
   static size_t block_size(size_t nbytes) {
-    const size_t unit = nbytes > kGranule ? kGranule : kRun;
+    const size_t unit = nbytes >= kHugeFrom ? kGranule : kRun;
     return (nbytes + unit - 1) / unit * unit;
   }
   void empty_cache() override;

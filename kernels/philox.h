@@ -6,7 +6,9 @@
 // PyTorch's Philox). Element i of a global tensor is drawn from the block whose counter is
 // {lo(i / w), hi(i / w), 0, 0} under key = seed, w elements sharing one block, so a value
 // depends only on (seed, global row-major index): never on threads, ranks or sharding.
-// The philox_* draws below are that contract; CPU and CUDA kernels both call them.
+// The philox_* draws below are that contract; kernels build their values from the same
+// helpers (philox_unit_double, philox_box_muller, philox_word_below), the CPU ones on
+// blocks computed in batches (kernels/cpu/internal/philox_batch.h).
 #pragma once
 
 #include <math.h>
@@ -50,10 +52,28 @@ DTR_HOST_DEVICE inline Uint32x4 philox_block(uint64_t seed, uint64_t block) {
                        Uint32x2{{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}});
 }
 
-// 53 random bits of two words as a double in [0, 1), a multiple of 2^-53.
+// 53 random bits of two words as a double in [0, 1), a multiple of 2^-53: the top 53 of
+// hi:lo, computed as hi * 2^21 + (lo >> 11) (both parts and their sum are exact in a
+// double), which vectorises where a 64-bit integer conversion does not.
 DTR_HOST_DEVICE inline double philox_unit_double(uint32_t hi, uint32_t lo) {
-  const uint64_t bits = ((static_cast<uint64_t>(hi) << 32) | lo) >> 11;
-  return static_cast<double>(bits) * 0x1.0p-53;
+  return (static_cast<double>(hi) * 0x1.0p21 + static_cast<double>(lo >> 11)) * 0x1.0p-53;
+}
+
+// The Box-Muller pair of one block's words: words 0-1 give u1 in (0, 1], words 2-3 give
+// u2 in [0, 1); z0 = r cos(2 pi u2), z1 = r sin(2 pi u2) with r = sqrt(-2 log u1).
+DTR_HOST_DEVICE inline void philox_box_muller(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, double* z0,
+                                              double* z1) {
+  const double u1 = 1.0 - philox_unit_double(w0, w1);
+  const double theta = 6.283185307179586476925 * philox_unit_double(w2, w3);
+  const double r = sqrt(-2.0 * log(u1));
+  *z0 = r * cos(theta);
+  *z1 = r * sin(theta);
+}
+
+// Whether a random word draws true with probability p: word < p * 2^32 (so p = 0 is never
+// and p = 1 always true).
+DTR_HOST_DEVICE inline bool philox_word_below(uint32_t word, double p) {
+  return static_cast<double>(word) < p * 4294967296.0;
 }
 
 // Uniform in [0, 1) for global element `index`: words 2(i%2), 2(i%2)+1 of block i/2.
@@ -63,21 +83,19 @@ DTR_HOST_DEVICE inline double philox_uniform(uint64_t seed, uint64_t index) {
   return philox_unit_double(w.v[k], w.v[k + 1]);
 }
 
-// Standard normal for global element `index` by Box-Muller on block i/2: words 0-1 give
-// u1 in (0, 1], words 2-3 give u2 in [0, 1); even i takes r cos(2 pi u2), odd i r sin.
+// Standard normal for global element `index`: the Box-Muller pair of block i/2, z0 for
+// even i and z1 for odd i.
 DTR_HOST_DEVICE inline double philox_normal(uint64_t seed, uint64_t index) {
   const Uint32x4 w = philox_block(seed, index / 2);
-  const double u1 = 1.0 - philox_unit_double(w.v[0], w.v[1]);
-  const double theta = 6.283185307179586476925 * philox_unit_double(w.v[2], w.v[3]);
-  const double r = sqrt(-2.0 * log(u1));
-  return index % 2 == 0 ? r * cos(theta) : r * sin(theta);
+  double z0, z1;
+  philox_box_muller(w.v[0], w.v[1], w.v[2], w.v[3], &z0, &z1);
+  return index % 2 == 0 ? z0 : z1;
 }
 
 // True with probability p for global element `index`: word i%4 of block i/4 is below
-// p * 2^32 (so p = 0 is never and p = 1 always true).
+// p * 2^32.
 DTR_HOST_DEVICE inline bool philox_bernoulli(uint64_t seed, uint64_t index, double p) {
-  const Uint32x4 w = philox_block(seed, index / 4);
-  return static_cast<double>(w.v[index % 4]) < p * 4294967296.0;
+  return philox_word_below(philox_block(seed, index / 4).v[index % 4], p);
 }
 
 }  // namespace dtr

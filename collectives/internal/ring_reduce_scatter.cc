@@ -18,8 +18,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Gloo's collectives use slot prefixes 0x01..0x08; this one is dtr's.
+// Gloo's collectives use slot prefixes 0x01..0x08; dtr's ring uses these two (the
+// all-reduce's gather has its own, so its messages never match a reduce-scatter receive).
 constexpr uint8_t kSlotPrefix = 0x10;
+constexpr uint8_t kGatherSlotPrefix = 0x11;
 constexpr int64_t kMaxPieces = 64;
 
 struct Piece {
@@ -31,7 +33,7 @@ struct Piece {
 // slot, and the deadline every wait shares.
 struct Ring {
   Ring(gloo::Context& context, const std::vector<int64_t>& block_counts, size_t elem, uint32_t tag,
-       std::chrono::milliseconds timeout, int64_t piece_bytes)
+       std::chrono::milliseconds timeout)
       : n(context.size),
         rank(context.rank),
         counts(block_counts),
@@ -41,7 +43,7 @@ struct Ring {
     std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), int64_t{0});
     max_count = *std::max_element(counts.begin(), counts.end());
     pieces =
-        std::clamp<int64_t>((max_count * static_cast<int64_t>(elem) + piece_bytes - 1) / piece_bytes, 1, kMaxPieces);
+        std::clamp<int64_t>((max_count * static_cast<int64_t>(elem) + kPieceBytes - 1) / kPieceBytes, 1, kMaxPieces);
     banks = std::min(n - 1, 3);
   }
 
@@ -94,7 +96,7 @@ enum class Then : uint8_t { kReturn, kAllGather };
 template <class T>
 int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, const std::vector<int64_t>& counts,
             uint32_t tag, std::chrono::milliseconds timeout, Tensor& scratch, Then then) {
-  Ring ring(context, counts, sizeof(T), tag, timeout, then == Then::kAllGather ? kAllReducePieceBytes : kPieceBytes);
+  Ring ring(context, counts, sizeof(T), tag, timeout);
   const int n = ring.n, rank = ring.rank;
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const int64_t total = ring.offsets[n - 1] + counts[n - 1];
@@ -111,7 +113,7 @@ int64_t run(gloo::Context& context, ReduceOp op, const T* input, T* output, cons
   // The gather's sends and receives, on the same memory as in_buf but counted apart.
   auto gather_buf = then == Then::kAllGather ? context.createUnboundBuffer(const_cast<T*>(input), total * sizeof(T))
                                              : nullptr;
-  const uint64_t gather_slot = gloo::Slot::build(kSlotPrefix + 1, tag);
+  const uint64_t gather_slot = gloo::Slot::build(kGatherSlotPrefix, tag);
   auto gather_block = [&](int step) { return ((rank - step - 1) % n + n) % n; };
 
   int64_t scratch_sent = 0, scratch_done = 0, input_sent = 0, gather_sent = 0, bytes_sent = 0;

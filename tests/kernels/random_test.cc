@@ -52,6 +52,10 @@ TEST_CASE("a shard drawn with its layout equals the same block of the whole draw
       }
       Tensor inner = draw(g, {2, 3, 2}, dtype, 7, ShardLayout{{7, 5, 3}, {4, 1, 1}});
       check_equal(inner, to_f64(whole3.narrow(0, 4, 2).narrow(1, 1, 3).narrow(2, 1, 2)), "inner block");
+      // Shards of whole rows are drawn as one run across rows, a column of width 1 too.
+      Tensor column = draw(g, {9, 1}, dtype, 3);
+      check_equal(draw(g, {4, 1}, dtype, 3, ShardLayout{{9, 1}, {5, 0}}), to_f64(column.narrow(0, 5, 4)),
+                  "rows 5..8 of a [9, 1] column");
       // An empty shard (a rank past the end of an uneven split) draws nothing.
       CHECK(draw(g, {0, 6}, dtype, 42, ShardLayout{{8, 6}, {8, 0}}).numel() == 0);
     }

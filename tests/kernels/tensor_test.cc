@@ -304,7 +304,7 @@ TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as 
   a.deallocate(r, 5 * kMiB);
   CHECK(a.stats().bytes_cached == int64_t{(4 + 6) * kMiB});
   CHECK(a.stats().peak_bytes == int64_t{9 * kMiB - 100});
-  // Blocks under 2 MiB are cached in runs of 64 KiB: 300 KiB takes a 320 KiB block.
+  // Blocks under 1 MiB are cached in runs of 64 KiB: 300 KiB takes a 320 KiB block.
   void* mid = a.allocate(300 << 10);
   CHECK(reinterpret_cast<uintptr_t>(mid) % CpuAllocator::kAlignment == 0);
   std::memset(mid, 1, 300 << 10);
@@ -316,7 +316,8 @@ TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as 
   void* small = a.allocate((128 << 10) - 1);
   a.deallocate(small, (128 << 10) - 1);
   CHECK(a.stats().bytes_cached == int64_t{10 * kMiB} + (320 << 10));
-  CHECK(CpuAllocator::block_size(kMiB + 1) == kMiB + (64 << 10));
+  CHECK(CpuAllocator::block_size(kMiB - 1) == kMiB);
+  CHECK(CpuAllocator::block_size(kMiB) == 2 * kMiB);  // from 1 MiB: whole huge-page granules
   CHECK(CpuAllocator::block_size(2 * kMiB) == 2 * kMiB);
   CHECK(CpuAllocator::block_size(2 * kMiB + 1) == 4 * kMiB);
   a.empty_cache();
