@@ -9,6 +9,7 @@
 #endif
 
 #include "kernels/cpu/internal/convert_block.h"
+#include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/strided_loop.h"
 #include "kernels/parallel.h"
 
@@ -66,10 +67,6 @@ void copy_tile(char* out, const char* in, int64_t r0, int64_t r1, int64_t c0, in
   // A whole tile of 4-byte elements, unit-stride on both sides: 8 x 8 register transposes.
   if constexpr (std::is_same_v<To, From> && sizeof(To) == 4) {
     if (r1 - r0 == kTile && c1 - c0 == kTile && dst_col == 4 && src_row == 4) {
-      // The next tile's src rows lie kTile strides on, each in another page: ask for them now.
-      for (int64_t c = c1; c < c1 + kTile; ++c) {
-        for (int64_t b = 0; b < kTile * 4; b += 64) __builtin_prefetch(in + r0 * src_row + c * src_col + b, 0, 2);
-      }
       for (int64_t c = c0; c < c1; c += 8) {
         for (int64_t r = r0; r < r1; r += 8) {
           transpose_8x8(reinterpret_cast<const float*>(in + r * src_row + c * src_col), src_col / 4,
@@ -106,9 +103,19 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
     for (int64_t k = 0; k < n; ++k) {
       char* out = p[0] + k * s[0];
       const char* in = p[1] + k * s[1];
+      // The src rows of the next tile in the band, each in another page when src is read
+      // along dst's rows: asked for before (r0, c0) is copied.
+      auto prefetch_after = [&](int64_t r0, int64_t c0) {
+        if (src_row != static_cast<int64_t>(sizeof(From))) return;
+        const int64_t width = std::min(kTile, rows - r0) * src_row;
+        for (int64_t c = c0 + kTile; c < std::min(cols, c0 + 2 * kTile); ++c) {
+          prefetch_to_l2(in + r0 * src_row + c * src_col, width);
+        }
+      };
       parallel_for(tile_rows, band_grain, [&](int64_t band_begin, int64_t band_end) {
         for (int64_t r0 = band_begin * kTile; r0 < std::min(rows, band_end * kTile); r0 += kTile) {
           for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+            prefetch_after(r0, c0);
             copy_tile<To, From>(out, in, r0, std::min(rows, r0 + kTile), c0, std::min(cols, c0 + kTile), dst_row,
                                 dst_col, src_row, src_col);
           }

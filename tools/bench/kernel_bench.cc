@@ -627,8 +627,9 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
              }});
 }
 
-// uniform_ and normal_ filling a [ffn, hidden] weight (a parameter's initialisation). Each
-// writes every element once; the check is statistical (moments of 4 Mi draws).
+// uniform_ and normal_ filling a [2 tokens, hidden] weight (a parameter's initialisation:
+// 4 Mi draws at the full shapes). Each writes every element once; the check is statistical
+// (the moments of the draws).
 void add_random_rows(Suite& suite, const Shapes& s) {
   const Shape shape{2 * s.tokens, s.hidden};
   for (const char* op : {"uniform_", "normal_"}) {

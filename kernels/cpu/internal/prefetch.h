@@ -14,9 +14,13 @@ namespace dtr::cpu {
 
 inline constexpr int64_t kCacheLine = 64;
 
+// Asks for every cache line that [p, p + bytes) touches.
 inline void prefetch_to_l2(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t offset = 0; offset < bytes; offset += kCacheLine) __builtin_prefetch(c + offset, 0, 2);
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = begin & ~uintptr_t{kCacheLine - 1}; line < end; line += kCacheLine) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+  }
 }
 
 }  // namespace dtr::cpu

@@ -1,12 +1,12 @@
 // store_row: a row kernel's results, computed in Acc, written to the output's element type.
 //
 // Rows of an output larger than the caches are streamed (stream_store.h: no read for
-// ownership); others are stored directly. A row of 16-bit floats is converted in place,
-// front to back (each T is smaller than its Acc, so no value is overwritten before it is
-// read), then streamed. The thread that streamed calls stream_fence() before its rows are
-// read by others.
+// ownership); others are stored directly. A row of 16-bit floats is converted into a
+// staging block on the stack a kStageBytes piece at a time, each piece then streamed. The
+// thread that streamed calls stream_fence() before its rows are read by others.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -18,9 +18,12 @@ namespace dtr::cpu {
 // Whether rows of an output of `bytes` bytes are streamed.
 inline bool streams_rows(int64_t bytes) { return bytes >= kStreamFrom; }
 
-// out[0, n) = convert<T>(row[0, n)); row may be overwritten (when T is not Acc and streaming).
+// Bytes of a converted row staged at a time (a multiple of a cache line).
+inline constexpr int64_t kStageBytes = 2048;
+
+// out[0, n) = convert<T>(row[0, n)).
 template <class T, class Acc>
-[[gnu::always_inline]] inline void store_row(Acc* row, T* out, int64_t n, bool streaming) {
+[[gnu::always_inline]] inline void store_row(const Acc* row, T* out, int64_t n, bool streaming) {
   if (!streaming) {
     if constexpr (!std::is_same_v<T, Acc>) {
       convert_block(row, out, n);
@@ -32,9 +35,13 @@ template <class T, class Acc>
   if constexpr (std::is_same_v<T, Acc>) {
     stream_store(out, row, n * static_cast<int64_t>(sizeof(T)));
   } else {
-    T* staged = reinterpret_cast<T*>(row);
-    convert_block(row, staged, n);
-    stream_store(out, staged, n * static_cast<int64_t>(sizeof(T)));
+    constexpr int64_t kStage = kStageBytes / static_cast<int64_t>(sizeof(T));
+    alignas(64) T staged[kStage];
+    for (int64_t i = 0; i < n; i += kStage) {
+      const int64_t m = std::min(kStage, n - i);
+      convert_block(row + i, staged, m);
+      stream_store(out + i, staged, m * static_cast<int64_t>(sizeof(T)));
+    }
   }
 }
 
