@@ -220,9 +220,8 @@ int64_t all_reduce(gloo::Context& context, DType dtype, ReduceOp op, void* data,
   if (context.size == 1) return 0;  // the reduction over one rank is its own data; avg divides by 1
   return dispatch_wire(dtype, [&]<class T>(TypeTag<T>) -> int64_t {
     T* p = static_cast<T*>(data);
-    int64_t mine = 0;
-    for (int r = 0; r < context.rank; ++r) mine += counts[r];
-    return run<T>(context, op, p, p + mine, counts, tag, timeout, scratch, Then::kAllGather);
+    T* mine = p + std::accumulate(counts.begin(), counts.begin() + context.rank, int64_t{0});
+    return run<T>(context, op, p, mine, counts, tag, timeout, scratch, Then::kAllGather);
   });
 }
 

@@ -49,11 +49,9 @@ double sample_us(const std::function<void()>& fn, int64_t calls) {
   return seconds_since(t) / static_cast<double>(calls) * 1e6;
 }
 
-Timing summarise(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const size_t n = samples.size();
-  const double median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return Timing{median, samples.front(), samples.back(), static_cast<int64_t>(n)};
+Timing summarise(const std::vector<double>& samples) {
+  const auto [lo, hi] = std::minmax_element(samples.begin(), samples.end());
+  return Timing{median(samples), *lo, *hi, static_cast<int64_t>(samples.size())};
 }
 
 // Whether sampling goes on: until min_samples are taken and min_seconds have passed, or
@@ -65,13 +63,19 @@ bool more_samples(size_t taken, Clock::time_point start, const TimingOptions& op
 
 }  // namespace
 
+double median(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
 Timing time_it(const std::function<void()>& fn, const TimingOptions& options) {
   const int64_t calls = calls_per_sample(fn, options);
   std::vector<double> samples;
   for (const Clock::time_point start = Clock::now(); more_samples(samples.size(), start, options);) {
     samples.push_back(sample_us(fn, calls));
   }
-  return summarise(std::move(samples));
+  return summarise(samples);
 }
 
 std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
@@ -85,7 +89,7 @@ std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::
     fn_samples.push_back(sample_us(fn, fn_calls));
     ref_samples.push_back(sample_us(ref, ref_calls));
   }
-  return {summarise(std::move(fn_samples)), summarise(std::move(ref_samples))};
+  return {summarise(fn_samples), summarise(ref_samples)};
 }
 
 Reference memcpy_reference(double bytes_moved) {

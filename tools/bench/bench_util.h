@@ -37,6 +37,9 @@ struct TimingOptions {
   int64_t warmup = 2;
 };
 
+// The median of samples (the mean of the middle two for an even count); samples not empty.
+double median(std::vector<double> samples);
+
 // Times fn: warm-up calls, then samples of enough back-to-back calls to last >= 50 us each.
 // Returns the per-call median and range over the samples.
 Timing time_it(const std::function<void()>& fn, const TimingOptions& options = {});

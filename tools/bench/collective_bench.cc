@@ -40,6 +40,7 @@
 #include "collectives/prefix_store.h"
 #include "collectives/tcp_store.h"
 #include "kernels/fill.h"
+#include "tools/bench/bench_util.h"
 
 namespace dtr {
 namespace {
@@ -60,18 +61,12 @@ struct Timing {
   std::vector<double> batches_us;  // per-call time of each batch, in batch order
 };
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // dtr/raw as the median over batches of raw's time over dtr's in the batch pair run back to
 // back: both saw the same machine, so load that comes and goes cancels out of each ratio.
 double paired_ratio(const Timing& dtr, const Timing& raw) {
   std::vector<double> ratios;
   for (size_t b = 0; b < dtr.batches_us.size(); ++b) ratios.push_back(raw.batches_us[b] / dtr.batches_us[b]);
-  return median_of(std::move(ratios));
+  return bench::median(std::move(ratios));
 }
 
 double busbw_factor(const std::string& op, int n) {
@@ -116,7 +111,7 @@ class Bench {
     }
     std::vector<Timing> timings;
     for (const std::vector<double>& v : per_call) {
-      timings.push_back({median_of(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), v});
+      timings.push_back({bench::median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), v});
     }
     return timings;
   }
