@@ -52,7 +52,9 @@ class ProcessGroup {
   virtual std::string_view backend_name() const = 0;
   const std::shared_ptr<Store>& store() const { return store_; }
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
-  // Applies to collectives issued from now on.
+  // Applies to collectives issued from now on; but a Gloo group's ring (reduce_scatter, and
+  // all_reduce over 64 KiB) keeps the timeout the group was created with: its bound Gloo
+  // buffers take no timeout per call.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ms_ = timeout.count(); }
 
   // tensor <- op over every rank's tensor, in place.

@@ -98,7 +98,7 @@ struct ProcessGroupGloo::Impl {
   // threads doing the work, see ../shared/notes/cpu-limits.md 4.2); set again when the group's
   // thread finds a collective nobody came for (the caller is computing meanwhile).
   bool wake_on_issue = true;
-  Tensor ring_scratch;  // dtr's ring reduce_scatter's, kept between collectives
+  std::optional<gloo_ring::Ring> ring;  // dtr's ring on the context (destroyed before it)
   bool stopping = false;
   std::optional<DistributedError> broken;  // the first failure; only the comm thread touches it
   std::thread thread;
@@ -133,6 +133,7 @@ void ProcessGroupGloo::Impl::connect() {
   std::shared_ptr<gloo::transport::Device> device = process_device();
   try {
     context->connectFullMesh(gloo_store, device);
+    ring.emplace(*context);  // every rank, here: its pool must be registered before a peer's first piece
   } catch (const DistributedError& e) {
     throw DistributedError(e.kind(), fmt::format("gloo group '{}' (rank {} of {}): connecting to the other ranks "
                                                  "failed: {}",
@@ -248,7 +249,7 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
   } else {
     std::vector<int64_t> blocks(n, count / n);  // torch.chunk-like: the first count % n get one more
     for (int r = 0; r < count % n; ++r) ++blocks[r];
-    gloo_ring::all_reduce(*context, wire.dtype(), c.op, wire.data(), blocks, tag, group.timeout(), ring_scratch);
+    ring->all_reduce(wire.dtype(), c.op, wire.data(), blocks, tag);
   }
   if (is_half_precision(c.dtype)) c.output.copy_(wire);
 }
@@ -289,8 +290,7 @@ void ProcessGroupGloo::Impl::reduce_scatter(Collective& c) {
   if (c.input.numel() == 0) return;  // the counts are global: every rank skips
   Tensor in = is_half_precision(c.dtype) ? c.input.to(kFloat32) : c.input;
   Tensor out = is_half_precision(c.dtype) ? Tensor::empty({c.output.numel()}, kFloat32) : c.output;
-  gloo_ring::reduce_scatter(*context, in.dtype(), c.op, in.data(), address_of(out), c.input_counts,
-                            static_cast<uint32_t>(c.seq), group.timeout(), ring_scratch);
+  ring->reduce_scatter(in.dtype(), c.op, in.data(), address_of(out), c.input_counts);
   if (is_half_precision(c.dtype)) c.output.copy_(out);
 }
 

@@ -35,14 +35,25 @@ std::shared_ptr<gloo::rendezvous::Context> ring_context(int rank, int n, Process
   return context;
 }
 
-// Block sizes: even; uneven with empty blocks; blocks of more than one piece.
-std::vector<std::vector<int64_t>> ring_layouts(int n) {
+// A ring shape and the block sizes it runs: the default ring with even blocks, uneven ones
+// (some empty) and blocks of more than one piece; rings of 1 KiB pieces in two and three
+// slots, whose blocks span many windows and whose senders wait for credits.
+struct RingCase {
+  gloo_ring::RingShape shape;
+  std::vector<std::vector<int64_t>> layouts;
+};
+std::vector<RingCase> ring_cases(int n) {
   const int64_t big = (gloo_ring::kPieceBytes / 4) * 5 / 4 + 3;
-  std::vector<std::vector<int64_t>> layouts = {std::vector<int64_t>(n, 7), std::vector<int64_t>(n, big)};
   std::vector<int64_t> uneven;
   for (int r = 0; r < n; ++r) uneven.push_back(r % 3 == 1 ? 0 : 1000 * r + 5);
-  layouts.push_back(uneven);
-  return layouts;
+  const std::vector<int64_t> windows(n, 3001);  // 12 float32 or 24 float64 pieces of 1 KiB
+  return {{{}, {std::vector<int64_t>(n, 7), std::vector<int64_t>(n, big), uneven}},
+          {{1024, 2}, {windows, uneven}},
+          {{1024, 3}, {windows, uneven}}};
+}
+
+std::string shape_name(const gloo_ring::RingShape& shape) {
+  return fmt::format("pieces of {} B in {} slots", shape.piece_bytes, shape.slots);
 }
 
 TEST_CASE("ring reduce_scatter: results and the bytes each rank sends", "[collectives][ring]") {
@@ -50,26 +61,26 @@ TEST_CASE("ring reduce_scatter: results and the bytes each rank sends", "[collec
     run_ranks(world, [](int rank, int n) {
       auto pg = init_process_group(Backend::kGloo);  // for its store only
       auto context = ring_context(rank, n, *pg, "ring_test");
-      const std::vector<std::vector<int64_t>> layouts = ring_layouts(n);
-      uint32_t tag = 0;
-      Tensor scratch;  // reused across calls, grown by the larger ones
-      for (const std::vector<int64_t>& counts : layouts) {
-        const int64_t total = offset_of(counts, n), mine_at = offset_of(counts, rank);
-        for (DType d : {kFloat32, kFloat64, kInt32, kInt64}) {
-          for (ReduceOp op : kReduceOps) {
-            if (!op_allowed(op, d)) continue;
-            for (bool in_place : {false, true}) {
-              Tensor in = make_tensor(total, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
-              Tensor out = in_place ? in.narrow(0, mine_at, counts[rank]) : Tensor::empty({counts[rank]}, d);
-              const int64_t sent = gloo_ring::reduce_scatter(*context, d, op, in.data(), out.data(), counts, tag++,
-                                                             std::chrono::seconds(30), scratch);
-              const std::string what =
-                  fmt::format("{} {} counts {} in place {} rank {}", reduce_op_name(op), d, counts, in_place, rank);
-              INFO(what);
-              CHECK(sent == (total - counts[rank]) * static_cast<int64_t>(itemsize(d)));
-              std::vector<double> expected;
-              for (int64_t j = mine_at; j < mine_at + counts[rank]; ++j) expected.push_back(reduced(weight(j), n, op));
-              check_exact(out, expected, what);
+      for (const RingCase& ring_case : ring_cases(n)) {
+        gloo_ring::Ring ring(*context, ring_case.shape);  // for every call of the case: credits carry over
+        for (const std::vector<int64_t>& counts : ring_case.layouts) {
+          const int64_t total = offset_of(counts, n), mine_at = offset_of(counts, rank);
+          for (DType d : {kFloat32, kFloat64, kInt32, kInt64}) {
+            for (ReduceOp op : kReduceOps) {
+              if (!op_allowed(op, d)) continue;
+              for (bool in_place : {false, true}) {
+                Tensor in = make_tensor(total, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
+                Tensor out = in_place ? in.narrow(0, mine_at, counts[rank]) : Tensor::empty({counts[rank]}, d);
+                const int64_t sent = ring.reduce_scatter(d, op, in.data(), out.data(), counts);
+                const std::string what = fmt::format("{} {} counts {} in place {} rank {} {}", reduce_op_name(op), d,
+                                                     counts, in_place, rank, shape_name(ring_case.shape));
+                INFO(what);
+                CHECK(sent == (total - counts[rank]) * static_cast<int64_t>(itemsize(d)));
+                std::vector<double> expected;
+                for (int64_t j = mine_at; j < mine_at + counts[rank]; ++j)
+                  expected.push_back(reduced(weight(j), n, op));
+                check_exact(out, expected, what);
+              }
             }
           }
         }
@@ -86,22 +97,24 @@ TEST_CASE("ring all_reduce: results in place and the bytes each rank sends", "[c
       auto pg = init_process_group(Backend::kGloo);
       auto context = ring_context(rank, n, *pg, "ring_all_reduce_test");
       uint32_t tag = 0;
-      Tensor scratch;
-      for (const std::vector<int64_t>& counts : ring_layouts(n)) {
-        const int64_t total = offset_of(counts, n);
-        for (DType d : {kFloat32, kFloat64, kInt32, kInt64}) {
-          for (ReduceOp op : kReduceOps) {
-            if (!op_allowed(op, d)) continue;
-            Tensor data = make_tensor(total, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
-            const int64_t sent =
-                gloo_ring::all_reduce(*context, d, op, data.data(), counts, tag++, std::chrono::seconds(30), scratch);
-            const std::string what = fmt::format("{} {} counts {} rank {}", reduce_op_name(op), d, counts, rank);
-            INFO(what);
-            const int64_t expected_sent = n == 1 ? 0 : 2 * total - counts[rank] - counts[(rank + 1) % n];
-            CHECK(sent == expected_sent * static_cast<int64_t>(itemsize(d)));
-            std::vector<double> expected;
-            for (int64_t j = 0; j < total; ++j) expected.push_back(reduced(weight(j), n, op));
-            check_exact(data, expected, what);
+      for (const RingCase& ring_case : ring_cases(n)) {
+        gloo_ring::Ring ring(*context, ring_case.shape);
+        for (const std::vector<int64_t>& counts : ring_case.layouts) {
+          const int64_t total = offset_of(counts, n);
+          for (DType d : {kFloat32, kFloat64, kInt32, kInt64}) {
+            for (ReduceOp op : kReduceOps) {
+              if (!op_allowed(op, d)) continue;
+              Tensor data = make_tensor(total, 0, d, [&](int64_t i) { return (rank + 1) * weight(i); });
+              const int64_t sent = ring.all_reduce(d, op, data.data(), counts, tag++);
+              const std::string what = fmt::format("{} {} counts {} rank {} {}", reduce_op_name(op), d, counts, rank,
+                                                   shape_name(ring_case.shape));
+              INFO(what);
+              const int64_t expected_sent = n == 1 ? 0 : 2 * total - counts[rank] - counts[(rank + 1) % n];
+              CHECK(sent == expected_sent * static_cast<int64_t>(itemsize(d)));
+              std::vector<double> expected;
+              for (int64_t j = 0; j < total; ++j) expected.push_back(reduced(weight(j), n, op));
+              check_exact(data, expected, what);
+            }
           }
         }
       }
