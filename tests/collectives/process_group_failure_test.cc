@@ -52,33 +52,38 @@ TEST_CASE("a rank that never joins makes init_process_group fail on the others",
       short_timeouts());
 }
 
+// 1 Ki floats take the all_reduce's gather path; 256 Ki floats (1 MiB) dtr's ring, whose
+// waits on Gloo's bound buffers give up after the group's timeout too.
 TEST_CASE("a rank absent from a collective makes it time out on the others, naming the rank",
           "[collectives][failure]") {
-  run_ranks(
-      3,
-      [](int rank, int) {
-        auto pg = init_process_group(Backend::kGloo);
-        if (rank == 2) {  // alive but never issues the all_reduce: waits until the others are done
-          pg->store()->wait({"test/survivors_done"}, 60s);
-          return;
-        }
-        Tensor x = full({1024}, 1.0, kFloat32);
-        Work w = pg->all_reduce(x);
-        DistributedError e = distributed_error_of([&] { w.wait(); });
-        // The first survivor to time out closes its connections, so the other may see that first.
-        CHECK((e.kind() == DistributedErrorKind::kTimeout || e.kind() == DistributedErrorKind::kConnection));
-        CHECK_THAT(e.what(), Catch::Contains("all_reduce #0 on group 'default_pg'") &&
-                                 Catch::Contains("float32[1024]") && Catch::Contains("peer group rank(s) [2]"));
-        CHECK(w.is_completed());
-        CHECK(w.exception() != nullptr);
-        // The group is unusable now; later collectives fail at once, pointing at the first failure.
-        DistributedError later = distributed_error_of([&] { pg->barrier().wait(); });
-        CHECK_THAT(later.what(), Catch::Contains("barrier #1") && Catch::Contains("failed earlier") &&
-                                     Catch::Contains("all_reduce #0"));
-        pg->store()->add("test/survivors", 1);
-        if (pg->store()->add("test/survivors", 0) == 2) pg->store()->set("test/survivors_done", "");
-      },
-      short_timeouts());
+  for (int64_t count : {int64_t{1024}, int64_t{1} << 18}) {
+    run_ranks(
+        3,
+        [count](int rank, int) {
+          auto pg = init_process_group(Backend::kGloo);
+          if (rank == 2) {  // alive but never issues the all_reduce: waits until the others are done
+            pg->store()->wait({"test/survivors_done"}, 60s);
+            return;
+          }
+          Tensor x = full({count}, 1.0, kFloat32);
+          Work w = pg->all_reduce(x);
+          DistributedError e = distributed_error_of([&] { w.wait(); });
+          // The first survivor to time out closes its connections, so the other may see that first.
+          CHECK((e.kind() == DistributedErrorKind::kTimeout || e.kind() == DistributedErrorKind::kConnection));
+          CHECK_THAT(e.what(), Catch::Contains("all_reduce #0 on group 'default_pg'") &&
+                                   Catch::Contains(fmt::format("float32[{}]", count)) &&
+                                   Catch::Contains("peer group rank(s) [2]"));
+          CHECK(w.is_completed());
+          CHECK(w.exception() != nullptr);
+          // The group is unusable now; later collectives fail at once, pointing at the first failure.
+          DistributedError later = distributed_error_of([&] { pg->barrier().wait(); });
+          CHECK_THAT(later.what(), Catch::Contains("barrier #1") && Catch::Contains("failed earlier") &&
+                                       Catch::Contains("all_reduce #0"));
+          pg->store()->add("test/survivors", 1);
+          if (pg->store()->add("test/survivors", 0) == 2) pg->store()->set("test/survivors_done", "");
+        },
+        short_timeouts());
+  }
 }
 
 TEST_CASE("a rank killed in the middle of a collective makes it fail on the others, naming the rank",
