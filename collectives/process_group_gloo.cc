@@ -331,6 +331,7 @@ void ProcessGroupGloo::Impl::barrier(Collective& c) {
 // than at their timeout (NCCL's abort, for Gloo), so they too report before the diagnosis
 // ends. A pair that failed is closed already; closing it again may throw, harmlessly.
 void ProcessGroupGloo::Impl::close_connections() {
+  if (ring) ring->abandon();  // its credits are lost with the connections
   for (int r = 0; r < group.size(); ++r) {
     try {
       if (auto& pair = context->getPair(r)) pair->close();

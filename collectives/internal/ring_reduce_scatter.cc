@@ -87,6 +87,7 @@ Ring::Ring(gloo::Context& context, RingShape shape)
 // buffer is gone would stop the pair (Gloo holds data for an unknown slot until one
 // registers). A failed ring's pairs are closed, and their waits throw at once.
 Ring::~Ring() {
+  if (broken_) return;  // the credits are lost with the connections
   for (; acked_ < sent_; ++acked_) {
     try {
       ack_recv_->waitRecv();
@@ -124,16 +125,13 @@ void Ring::release(size_t keep) {
       adding_context([&] { pool_send_->waitSend(); },
                      [&] { return fmt::format("ring: sending to rank {}", (rank_ + 1) % n_); });
     }
-    adding_context(
-        [&] {
-          ack_send_->send();
-          ack_send_->waitSend();
-        },
-        [&] { return fmt::format("ring: returning a slot to rank {}", (rank_ + n_ - 1) % n_); });
+    ack_send_->send();  // waited for at the end of the call: it may queue behind pieces to rank-1
+    ++acks_unwaited_;
   }
 }
 
-void Ring::close_connections() {
+void Ring::abandon() {
+  broken_ = true;
   for (int r = 0; r < n_; ++r) {
     try {
       if (auto& pair = context_.getPair(r)) pair->close();
@@ -156,6 +154,9 @@ int64_t Ring::run(ReduceOp op, const T* input, T* output, const std::vector<int6
   const int n = n_, rank = rank_, next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const int64_t total = layout.total();
   if (total == 0) return 0;  // counts are global: every rank skips
+  if (broken_) {
+    throw gloo::IoException("ring: an earlier collective on this context failed; its connections are closed");
+  }
   auto* in = const_cast<T*>(input);
   std::unique_ptr<gloo::transport::Buffer> in_send =
       context_.getPair(next)->createSendBuffer(pool_slot_ + next, in, total * sizeof(T));
@@ -225,10 +226,8 @@ int64_t Ring::run(ReduceOp op, const T* input, T* output, const std::vector<int6
                 if (!gather->waitRecv(timeout)) throw gloo::IoException("receive aborted");
               },
               [&] {
-                return fmt::format(
-                    "ring all_gather step {} of {}: receiving "
-                    "block {} from rank {}",
-                    step + 1, n - 1, block, prev);
+                return fmt::format("ring all_gather step {} of {}: receiving block {} from rank {}", step + 1, n - 1,
+                                   block, prev);
               });
           if (step < n - 2) send_gather(block, p);
         }
@@ -244,9 +243,13 @@ int64_t Ring::run(ReduceOp op, const T* input, T* output, const std::vector<int6
     for (int64_t i = 0; i < input_sent; ++i) {
       adding_context([&] { in_send->waitSend(); }, [&] { return fmt::format("ring: sending to rank {}", next); });
     }
+    for (; acks_unwaited_ > 0; --acks_unwaited_) {
+      adding_context([&] { ack_send_->waitSend(); },
+                     [&] { return fmt::format("ring: returning slots to rank {}", prev); });
+    }
   } catch (...) {
-    close_connections();  // before in_send goes: the pairs may still hold its
-                          // sends
+    abandon();
+    abandoned_.push_back(std::move(in_send));  // Gloo's queue may still point at it
     throw;
   }
   return bytes_sent;

@@ -19,9 +19,11 @@
 // credit (a one-byte ack) when a slot's piece has been reduced and sent on. Blocks go in
 // pieces of at most one slot, a window of slots-1 pieces per block at a time, so a piece is
 // reduced and forwarded while the next one arrives. Credits cannot deadlock the ring: a
-// rank's sends of a window need at most slots-1 of its successor's slots, and a rank
-// returns every slot it can before it waits on a peer (its n-th send waits only for its
-// successor's (n-1)-th: see Ring::send and Ring::receive).
+// rank about to wait for piece j from rank-1 has returned every slot up to piece j-slots
+// (Ring::receive), so rank-1 never lacks the credit for piece j; a rank about to wait for a
+// credit has returned every slot it holds (Ring::send), and within a window it has sent at
+// most slots-2 pieces more than it received, so a chain of ranks waiting for credits can
+// neither close round the ring nor end at a rank waiting to receive.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +69,8 @@ struct RingShape {
 class Ring {
  public:
   explicit Ring(gloo::Context& context, RingShape shape = {});
-  // Collects the credits rank+1 still owes; so a context can outlive its Ring.
+  // Collects the credits rank+1 still owes (unless abandoned), so a context can outlive
+  // its Ring.
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
@@ -87,6 +90,11 @@ class Ring {
   // all-reduce can; returns the bytes it sent.
   int64_t all_reduce(DType dtype, ReduceOp op, void* data, const std::vector<int64_t>& counts, uint32_t tag);
 
+  // Closes the context's connections and marks the ring failed: its credits are lost, later
+  // calls throw at once, and the destructor waits for nothing. A failed call does it; so
+  // must the context's owner when another collective on it fails.
+  void abandon();
+
  private:
   // The ring's program for one call; gather_tag null for a reduce-scatter.
   template <class T>
@@ -101,7 +109,6 @@ class Ring {
   void consumed(bool forwarded) { unreturned_.push_back(forwarded); }
   // Returns slots to rank-1, oldest first, until at most `keep` consumed slots remain.
   void release(size_t keep);
-  void close_connections();
 
   gloo::Context& context_;
   RingShape shape_;
@@ -117,6 +124,11 @@ class Ring {
   int64_t sent_ = 0, acked_ = 0;  // pieces sent to rank+1; credits it returned
   int64_t received_ = 0;          // pieces from rank-1
   std::deque<bool> unreturned_;   // consumed slots not yet returned, oldest first: forwarded?
+  int64_t acks_unwaited_ = 0;     // returns sent this call, their sends not yet waited for
+  bool broken_ = false;
+  // Per-call send buffers of failed calls: Gloo's send queue of a closed pair keeps raw
+  // pointers to them, so they live as long as the ring.
+  std::vector<std::unique_ptr<gloo::transport::Buffer>> abandoned_;
 };
 
 }  // namespace dtr::gloo_ring

@@ -31,7 +31,7 @@ TEST_CASE("gloo all_gather: every dtype, size, even/uneven and layout", "[collec
 }
 
 TEST_CASE("gloo reduce_scatter: every dtype, op, size, even/uneven and layout", "[collectives][gloo]") {
-  // 5 ranks too: from there dtr's ring reuses its scratch banks (internal/ring_reduce_scatter.h).
+  // 5 ranks too: dtr's ring (internal/ring_reduce_scatter.h) on more steps than two.
   for (int world : {1, 2, 3, 4, 5}) {
     run_ranks(world, [](int, int) { sweep_reduce_scatter(*init_process_group(Backend::kGloo), kCPU, kCpuLayouts); });
   }
