@@ -3,8 +3,8 @@
 //
 // Per collective and size (4 KiB to 64 MiB of float32 by default): one checked call (the
 // #wrong column counts elements off the closed form of a rank-dependent fill), warm-up,
-// then batches of back-to-back calls, each batch starting after a barrier, dtr's and raw
-// batches alternating. A call's time is its batch's time over its calls, the slowest
+// then rounds of one batch of back-to-back calls per implementation, each batch starting
+// after a barrier, the order within a round rotating (none always runs first). A call's time is its batch's time over its calls, the slowest
 // rank's; the table shows the median batch with the range, and the best batch, which
 // best/raw compares (on a shared machine other processes only ever add time), and the
 // median over batch pairs of raw time over dtr time, dtr/raw, which cancels load that
@@ -91,7 +91,8 @@ class Bench {
   }
 
   // Per-call times of each of fns, the slowest rank's, over batches of calls. The fns'
-  // batches alternate, so that a busy moment of the machine hits them alike.
+  // batches alternate, in an order that rotates round by round, so that a busy moment of
+  // the machine, or going first after the barrier, favours none of them.
   std::vector<Timing> time(int64_t bytes, const std::vector<std::function<void()>>& fns) {
     const int calls = static_cast<int>(std::clamp<int64_t>((int64_t{32} << 20) / std::max<int64_t>(bytes, 1), 3, 200));
     for (const auto& fn : fns) {
@@ -99,7 +100,8 @@ class Bench {
     }
     std::vector<std::vector<double>> per_call(fns.size());
     for (int b = 0; b < options_.batches; ++b) {
-      for (size_t f = 0; f < fns.size(); ++f) {
+      for (size_t i = 0; i < fns.size(); ++i) {
+        const size_t f = (i + b) % fns.size();  // each fn leads in turn: no order bias in a pair
         pg_->barrier().wait();
         const auto start = Clock::now();
         for (int i = 0; i < calls; ++i) fns[f]();
@@ -220,7 +222,7 @@ class Bench {
       fmt::print(
           "# time: the median batch, with the range; algbw and busbw from it. best: the fastest batch. "
           "best/raw = raw best / dtr best\n#   (other processes only ever add time, so best batches compare "
-          "the implementations); dtr/raw: the median over batch pairs (dtr, then raw, back to back)\n#   of "
+          "the implementations); dtr/raw: the median over batch pairs (back to back, either first)\n#   of "
           "raw time / dtr time, so load that comes and goes cancels out of each ratio\n");
       fmt::print(
           "# {:>14} {:>9} {:>9} {:>5} {:>9} {:>18} {:>7} {:>7} {:>6} {:>9} {:>7} {:>9} {:>9} {:>7} {:>8} {:>7}\n",
