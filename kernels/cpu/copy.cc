@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/internal/convert_block.h"
 #include "kernels/cpu/internal/prefetch.h"
+#include "kernels/cpu/internal/stream_store.h"
 #include "kernels/cpu/internal/strided_loop.h"
 #include "kernels/parallel.h"
 
@@ -96,6 +97,9 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
   Shape outer = dst.shape();
   outer[d] = 1;
   outer[last] = 1;
+  // The streamed order reads src along d, so src must be unit-stride there (it is: see
+  // transposed_dim), and writes whole dst rows of a tile.
+  const bool stream = static_cast<int64_t>(dst.nbytes()) >= kStreamFrom && src_row == sizeof(From);
   // Threads take bands of whole tile rows.
   const int64_t tile_rows = (rows + kTile - 1) / kTile;
   const int64_t band_grain = std::max<int64_t>(1, kGrain / (kTile * cols));
@@ -113,13 +117,40 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
         }
       };
       parallel_for(tile_rows, band_grain, [&](int64_t band_begin, int64_t band_end) {
-        for (int64_t r0 = band_begin * kTile; r0 < std::min(rows, band_end * kTile); r0 += kTile) {
-          for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-            prefetch_after(r0, c0);
-            copy_tile<To, From>(out, in, r0, std::min(rows, r0 + kTile), c0, std::min(cols, c0 + kTile), dst_row,
-                                dst_col, src_row, src_col);
+        const int64_t r_begin = band_begin * kTile, r_end = std::min(rows, band_end * kTile);
+        if (!stream) {
+          for (int64_t r0 = r_begin; r0 < r_end; r0 += kTile) {
+            for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+              prefetch_after(r0, c0);
+              copy_tile<To, From>(out, in, r0, std::min(rows, r0 + kTile), c0, std::min(cols, c0 + kTile), dst_row,
+                                  dst_col, src_row, src_col);
+            }
+          }
+          return;
+        }
+        // An output beyond the caches: the band goes kTile src rows at a time, read side by
+        // side along their length (each row's tile two ahead asked for), and each tile goes
+        // through an L1 buffer to dst with streaming stores (no read for ownership of dst's
+        // lines). 1.6x the tiled order above on a [2048, 4096] float32 .t() (kernel_bench).
+        constexpr auto tile_row = static_cast<int64_t>(kTile * sizeof(To));
+        alignas(64) char tile[kTile * tile_row];
+        for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+          const int64_t c1 = std::min(cols, c0 + kTile);
+          for (int64_t r0 = r_begin; r0 < r_end; r0 += kTile) {
+            const int64_t r1 = std::min(rows, r0 + kTile), ahead = r0 + 2 * kTile;
+            if (ahead < r_end) {
+              for (int64_t c = c0; c < c1; ++c) {
+                prefetch_to_l2(in + ahead * src_row + c * src_col, (std::min(r_end, ahead + kTile) - ahead) * src_row);
+              }
+            }
+            copy_tile<To, From>(tile, in + r0 * src_row + c0 * src_col, 0, r1 - r0, 0, c1 - c0, tile_row,
+                                sizeof(To), src_row, src_col);
+            for (int64_t r = 0; r < r1 - r0; ++r) {
+              stream_store(out + (r0 + r) * dst_row + c0 * dst_col, tile + r * tile_row, (c1 - c0) * dst_col);
+            }
           }
         }
+        stream_fence();
       });
     }
   });

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <tuple>
 
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
@@ -77,6 +78,34 @@ TEST_CASE("transposing copies (tiled) match an element-by-element reference", "[
         for (int64_t j = 0; j < c; ++j)
           for (int64_t i = 0; i < r; ++i) expected.push_back(static_cast<double>((k * r + i) * c + j));
       testing::check_close(out, expected, testing::tolerance_for(to), fmt::format("transposed copy {}", shape));
+    }
+  }
+}
+
+// Outputs of 8 MiB and more go out with streaming stores in src-row order (kernels/cpu/
+// copy.cc): sizes off the tile on both sides, a 16-bit output, 1 and 2 threads.
+TEST_CASE("transposing copies into outputs beyond the caches (streamed) write every element", "[tensor][copy]") {
+  testing::ThreadCountGuard guard;
+  for (auto [rows, cols, to] : {std::tuple<int64_t, int64_t, DType>{2077, 1031, kFloat32},
+                                std::tuple<int64_t, int64_t, DType>{2077, 2063, kBFloat16}}) {
+    Tensor src = arange(0.0, static_cast<double>(rows * cols), 1.0, kFloat32).view({rows, cols});
+    const float* s = src.data_ptr<float>();
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor out = Tensor::empty({cols, rows}, to);
+      REQUIRE(out.nbytes() >= (size_t{8} << 20));
+      out.copy_(src.t());
+      int64_t wrong = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t i = 0; i < rows; ++i) {
+          const float want = s[i * cols + j];
+          const float got = to == kFloat32 ? out.data_ptr<float>()[j * rows + i]
+                                           : static_cast<float>(out.data_ptr<BFloat16>()[j * rows + i]);
+          wrong += got != (to == kFloat32 ? want : static_cast<float>(BFloat16(want)));
+        }
+      }
+      INFO(fmt::format("[{}, {}] -> {} on {} threads", rows, cols, to, threads));
+      CHECK(wrong == 0);
     }
   }
 }
