@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kernels/cpu/internal/row_store.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -78,6 +79,8 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
 
   const Tensor gc = grad.contiguous();
   Tensor out = Tensor::empty({num_weights, dim}, grad.dtype());
+  // Mostly rows of zeros, a whole table of them: streamed past the caches (row_store.h).
+  const bool streaming = streams_rows(static_cast<int64_t>(out.nbytes()));
   dispatch_floating(grad.dtype(), "embedding_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
     const T* pg = gc.data_ptr<T>();
@@ -92,8 +95,9 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
             for (int64_t i = 0; i < dim; ++i) acc[i] += static_cast<Acc>(row[i]);
           }
         }
-        for (int64_t i = 0; i < dim; ++i) po[v * dim + i] = convert<T>(acc[i]);
+        store_row(acc.data(), po + v * dim, dim, streaming);
       }
+      if (streaming) stream_fence();
     });
   });
   return out;

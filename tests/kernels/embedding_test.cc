@@ -108,6 +108,26 @@ TEST_CASE("embedding_backward sums gradient rows per index like a float64 loop",
                        reference_backward(to_f64(grad), 6, index_values(indices), 5, -1), "2-D indices");
 }
 
+// A gradient table beyond the caches (8 MiB and more) is streamed out row by row
+// (row_store.h): every row, touched or not, must still hold its sum, in 1 and 2 threads.
+TEST_CASE("embedding_backward into a table beyond the caches (streamed) matches the loop", "[embedding][backward]") {
+  testing::ThreadCountGuard guard;
+  uint64_t seed = 300;
+  for (auto [dtype, v] : {std::pair<DType, int64_t>{kFloat32, 2100}, std::pair<DType, int64_t>{kBFloat16, 4200}}) {
+    const int64_t d = 1024;
+    Tensor indices = random_indices({301}, v, kInt64, seed++);
+    Tensor grad = testing::random_tensor({indices.size(0), d}, dtype, seed++);
+    const std::vector<double> expected = reference_backward(to_f64(grad), d, index_values(indices), v, -1);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Tensor out = embedding_backward(grad, indices, v);
+      REQUIRE(out.nbytes() >= (size_t{8} << 20));
+      testing::check_close(out, expected, testing::tolerance_for(dtype),
+                           fmt::format("embedding_backward {} into {} rows on {} threads", describe(grad), v, threads));
+    }
+  }
+}
+
 TEST_CASE("embedding_backward of ones counts positions exactly; padding_idx rows stay zero", "[embedding][exact]") {
   const std::vector<int64_t> idx{2, 0, 2, 3, 2, 0, 4};
   Tensor indices = Tensor::from_vector(idx);
