@@ -121,7 +121,6 @@ struct ProcessGroupGloo::Impl {
   void broadcast(Collective& c);
   void barrier(Collective& c);
   DistributedError failure(const Collective& c, std::exception_ptr error, Clock::time_point start);
-  void close_connections();
 };
 
 void ProcessGroupGloo::Impl::connect() {
@@ -206,7 +205,10 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
     item.second.finish();
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
-    close_connections();
+    // Closing every connection (the ring's abandon) makes the peers' collectives fail now
+    // rather than at their timeout (NCCL's abort, for Gloo), so they too report before the
+    // diagnosis ends.
+    ring->abandon();
     broken = failure(c, error, start);
     item.second.finish(std::make_exception_ptr(*broken));
   }
@@ -325,19 +327,6 @@ void ProcessGroupGloo::Impl::barrier(Collective& c) {
   opts.setTag(static_cast<uint32_t>(c.seq));
   opts.setTimeout(group.timeout());
   gloo::barrier(opts);
-}
-
-// After a failure: closing every connection makes the peers' collectives fail now rather
-// than at their timeout (NCCL's abort, for Gloo), so they too report before the diagnosis
-// ends. A pair that failed is closed already; closing it again may throw, harmlessly.
-void ProcessGroupGloo::Impl::close_connections() {
-  if (ring) ring->abandon();  // its credits are lost with the connections
-  for (int r = 0; r < group.size(); ++r) {
-    try {
-      if (auto& pair = context->getPair(r)) pair->close();
-    } catch (const std::exception&) {
-    }
-  }
 }
 
 DistributedError ProcessGroupGloo::Impl::failure(const Collective& c, std::exception_ptr error,

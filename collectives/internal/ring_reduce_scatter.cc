@@ -38,8 +38,7 @@ struct Layout {
 
   const std::vector<int64_t>& counts;
   std::vector<int64_t> offsets;
-  int64_t pieces;  // per block; piece k of every block has about counts[b] /
-                   // pieces elements
+  int64_t pieces;  // per block; piece k of block b has about counts[b] / pieces elements
 
   Piece piece(int block, int64_t k) const {
     const int64_t c = counts[block];
@@ -135,7 +134,7 @@ void Ring::abandon() {
   for (int r = 0; r < n_; ++r) {
     try {
       if (auto& pair = context_.getPair(r)) pair->close();
-    } catch (const std::exception&) {  // a pair that failed is closed already
+    } catch (const std::exception&) {  // a pair that failed is closed already; closing it again may throw
     }
   }
 }

@@ -80,7 +80,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
   const Tensor gc = grad.contiguous();
   Tensor out = Tensor::empty({num_weights, dim}, grad.dtype());
   // Mostly rows of zeros, a whole table of them: streamed past the caches (row_store.h).
-  const bool streaming = streams_rows(static_cast<int64_t>(out.nbytes()));
+  const bool streaming = streams_output(static_cast<int64_t>(out.nbytes()));
   dispatch_floating(grad.dtype(), "embedding_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
     const T* pg = gc.data_ptr<T>();

@@ -61,7 +61,7 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
     T* py = out.y.data_ptr<T>();
     Acc* pmean = out.mean.data_ptr<Acc>();
     Acc* prstd = out.rstd.data_ptr<Acc>();
-    const bool streams = streams_rows(static_cast<int64_t>(out.y.nbytes()));
+    const bool streams = streams_output(static_cast<int64_t>(out.y.nbytes()));
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
       std::vector<Acc> x_buffer, y_buffer, w_buffer, b_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
@@ -131,7 +131,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     std::fill_n(partials.data_ptr<Acc>(), partials.numel(), Acc(0));
     Acc* partial_w = partials.data_ptr<Acc>();
     Acc* partial_b = partial_w + blocks * n;
-    const bool streams = streams_rows(static_cast<int64_t>(grads.grad_x.nbytes()));
+    const bool streams = streams_output(static_cast<int64_t>(grads.grad_x.nbytes()));
     parallel_for(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
       std::vector<Acc> g_buffer, x_buffer, out_buffer, w_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;

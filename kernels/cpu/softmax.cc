@@ -58,7 +58,7 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
     const T* px = xc.data_ptr<T>();
     T* py = y.data_ptr<T>();
     // Rows of a large output are streamed out (row_store.h).
-    const bool streams = s.inner == 1 && streams_rows(static_cast<int64_t>(y.nbytes()));
+    const bool streams = s.inner == 1 && streams_output(static_cast<int64_t>(y.nbytes()));
     const int64_t total = x.numel();
     for_each_slice<Acc>(s, [&](int64_t base, auto stride, Acc* e) {
       const T* xs = px + base;

@@ -15,9 +15,6 @@
 
 namespace dtr::cpu {
 
-// Whether rows of an output of `bytes` bytes are streamed.
-inline bool streams_rows(int64_t bytes) { return bytes >= kStreamFrom; }
-
 // Bytes of a converted row staged at a time (a multiple of a cache line).
 inline constexpr int64_t kStageBytes = 2048;
 

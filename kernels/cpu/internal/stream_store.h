@@ -20,6 +20,9 @@ namespace dtr::cpu {
 // machine's L2 several times over, so they would leave the caches before being read again.
 inline constexpr int64_t kStreamFrom = int64_t{8} << 20;
 
+// Whether an output of `bytes` bytes is streamed.
+inline bool streams_output(int64_t bytes) { return bytes >= kStreamFrom; }
+
 // dst[0, bytes) = src[0, bytes): streaming stores for the 64-byte-aligned lines of dst,
 // plain ones for the partial lines at either end.
 [[gnu::always_inline]] inline void stream_store(void* dst, const void* src, int64_t bytes) {
