@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kernels/cpu/internal/gather_rows.h"
 #include "kernels/cpu/internal/row_store.h"
 #include "kernels/parallel.h"
 
@@ -50,14 +51,16 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
     T* po = static_cast<T*>(out.data());
     parallel_for(static_cast<int64_t>(idx.size()), std::max<int64_t>(1, 16384 / std::max<int64_t>(dim, 1)),
                  [&](int64_t begin, int64_t end) {
+                   if (col_stride == 1) {
+                     const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(T));
+                     gather_rows(
+                         reinterpret_cast<char*>(po + begin * dim), row_bytes, end - begin, row_bytes,
+                         [&](int64_t k) { return reinterpret_cast<const char*>(pw + idx[begin + k] * row_stride); });
+                     return;
+                   }
                    for (int64_t p = begin; p < end; ++p) {
                      const T* row = pw + idx[p] * row_stride;
-                     T* dst = po + p * dim;
-                     if (col_stride == 1) {
-                       std::copy(row, row + dim, dst);
-                     } else {
-                       for (int64_t i = 0; i < dim; ++i) dst[i] = row[i * col_stride];
-                     }
+                     for (int64_t i = 0; i < dim; ++i) po[p * dim + i] = row[i * col_stride];
                    }
                  });
   });

@@ -3,8 +3,7 @@
 
 #include <omp.h>
 
-#include <cstring>
-
+#include "kernels/cpu/internal/gather_rows.h"
 #include "kernels/cpu/internal/strided_loop.h"
 
 namespace dtr::cpu {
@@ -37,13 +36,13 @@ void index_loop(const Tensor& a, const Tensor& b, int64_t dim, const Tensor& ind
   for_each_run<3>(slice, base, strides, [&](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
     auto run = [&](int64_t lo, int64_t hi) {
       if (s[0] == sz && s[1] == sz && s[2] == 0) {  // one index per k for the whole run: rows
-        for (int64_t k = 0; k < k_count; ++k) {
-          const int64_t j = *reinterpret_cast<const I*>(p[2] + k * i_k);
-          T* av = reinterpret_cast<T*>(p[0] + k * a_k) + lo;
-          T* bv = reinterpret_cast<T*>(p[1] + j * b_k) + lo;
-          if constexpr (mode == IndexMode::kGather) {
-            std::memcpy(av, bv, static_cast<size_t>(hi - lo) * sizeof(T));
-          } else {
+        auto b_row = [&](int64_t k) { return p[1] + *reinterpret_cast<const I*>(p[2] + k * i_k) * b_k + lo * sz; };
+        if constexpr (mode == IndexMode::kGather) {
+          gather_rows(p[0] + lo * sz, a_k, k_count, (hi - lo) * sz, b_row);
+        } else {
+          for (int64_t k = 0; k < k_count; ++k) {
+            const T* av = reinterpret_cast<const T*>(p[0] + k * a_k) + lo;
+            T* bv = reinterpret_cast<T*>(b_row(k));
             for (int64_t e = 0; e < hi - lo; ++e) {
               bv[e] = convert<T>(convert<acc_t<T>>(bv[e]) + convert<acc_t<T>>(av[e]));
             }

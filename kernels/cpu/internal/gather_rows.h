@@ -1,0 +1,68 @@
+// gather_rows: copying rows that lie scattered in memory (an embedding's or index_select's
+// table) into consecutive places.
+//
+// A row copied on its own from beyond the caches starts a stream of its own: its first
+// lines wait for memory's full latency while the hardware prefetcher finds the stream
+// again, row after row. Copying kRowsAtOnce rows side by side, a cache line of each in
+// turn, keeps that many streams in flight, and the next group's lines are asked for as the
+// current group's are copied, so a group's first lines do not wait either. kernel_bench,
+// 2048 rows of a [50000, 1024] table on one thread, A/B against one row at a time by
+// memcpy: index_select float32 0.79-0.95 -> 1.23-1.31 of memcpy, bfloat16 (rows of 2 KiB)
+// 0.54-0.65 -> 0.67-0.73; embedding the same. (A standalone loop gained at every row size
+// from 256 B to 64 KiB; 2 or 8 rows at once, or a whole row prefetched ahead, gained less.)
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace dtr::cpu {
+
+inline constexpr int64_t kRowsAtOnce = 4;
+
+// dst[0, 64) = src[0, 64), in two 32-byte moves (GCC's tuning for this CPU splits a
+// 64-byte memcpy into four 16-byte ones).
+[[gnu::always_inline]] inline void copy_line(char* dst, const char* src) {
+#if defined(__AVX__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
+                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)));
+#else
+  std::memcpy(dst, src, 64);
+#endif
+}
+
+// For k in [0, count): dst + k * dst_stride gets the row_bytes at row_at(k).
+template <class RowAt>
+void gather_rows(char* dst, int64_t dst_stride, int64_t count, int64_t row_bytes, RowAt&& row_at) {
+  constexpr int64_t kLine = 64, g = kRowsAtOnce;
+  int64_t k = 0;
+  for (; k + g <= count; k += g) {
+    const char* src[g];
+    const char* next[g];  // the next group's rows (the last row again at the end)
+#pragma GCC unroll 4  // kRowsAtOnce
+    for (int64_t q = 0; q < g; ++q) {
+      src[q] = row_at(k + q);
+      next[q] = row_at(std::min(k + g + q, count - 1));
+    }
+    char* out = dst + k * dst_stride;
+    int64_t b = 0;
+    for (; b + kLine <= row_bytes; b += kLine) {
+#pragma GCC unroll 4  // kRowsAtOnce
+      for (int64_t q = 0; q < g; ++q) {
+        __builtin_prefetch(next[q] + b, 0, 3);
+        copy_line(out + q * dst_stride + b, src[q] + b);
+      }
+    }
+    for (int64_t q = 0; q < g; ++q) {
+      std::memcpy(out + q * dst_stride + b, src[q] + b, static_cast<size_t>(row_bytes - b));
+    }
+  }
+  for (; k < count; ++k) std::memcpy(dst + k * dst_stride, row_at(k), static_cast<size_t>(row_bytes));
+}
+
+}  // namespace dtr::cpu
