@@ -70,13 +70,26 @@ void batched_gemm(const Tensor& a, MatrixLayout la, const Tensor& b, MatrixLayou
   }
 }
 
+// t in float32 with t's layout kept: a transposed view (column-major) converts through its
+// contiguous transpose, so that the conversion reads and writes in order and the GEMM packs
+// the operand as it would the float32 tensor (Eigen packs the two storage orders at
+// different speeds).
+Tensor to_float32(const Tensor& t) {
+  const std::optional<MatrixLayout> l = matrix_layout(t);
+  if (l && l->col_major && t.size(-2) > 1) {
+    const Tensor tt = t.transpose(-2, -1);
+    if (tt.is_contiguous()) return tt.to(kFloat32).transpose(-2, -1);
+  }
+  return t.to(kFloat32);
+}
+
 }  // namespace
 
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   if (a.dtype() == kBFloat16 || a.dtype() == kFloat16) {
     Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
-    bmm(a.to(kFloat32), b.to(kFloat32), out_f32);
+    bmm(to_float32(a), to_float32(b), out_f32);
     copy(out, out_f32);  // rounds once
     return;
   }
