@@ -9,7 +9,6 @@
 #include <cstring>
 #include <memory>
 #include <ostream>
-#include <tuple>
 
 #include "kernels/parallel.h"
 
@@ -78,8 +77,7 @@ Timing time_it(const std::function<void()>& fn, const TimingOptions& options) {
   return summarise(samples);
 }
 
-std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
-                                    const TimingOptions& options) {
+PairTiming time_pair(const std::function<void()>& fn, const std::function<void()>& ref, const TimingOptions& options) {
   const int64_t fn_calls = calls_per_sample(fn, options), ref_calls = calls_per_sample(ref, options);
   std::vector<double> fn_samples, ref_samples;
   // Each takes min_seconds' worth, as if timed alone.
@@ -89,7 +87,9 @@ std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::
     fn_samples.push_back(sample_us(fn, fn_calls));
     ref_samples.push_back(sample_us(ref, ref_calls));
   }
-  return {summarise(fn_samples), summarise(ref_samples)};
+  std::vector<double> ratios;
+  for (size_t i = 0; i < fn_samples.size(); ++i) ratios.push_back(ref_samples[i] / fn_samples[i]);
+  return {summarise(fn_samples), summarise(ref_samples), median(ratios)};
 }
 
 Reference memcpy_reference(double bytes_moved) {
@@ -146,20 +146,20 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
     const Row& row = rows_[i];
     if (fmt::format("{} {} {}", row.op, row.dtype, row.shape).find(filter) == std::string::npos) continue;
     std::string verdict, problem;
-    Timing t, ref;
+    PairTiming timed;
     Case c;
     try {
       c = row.make();
       c.run();
       problem = c.check();
       verdict = problem.empty() ? "ok" : "WRONG";
-      std::tie(t, ref) = time_pair(c.run, c.reference.run, timing);
+      timed = time_pair(c.run, c.reference.run, timing);
     } catch (const std::exception& e) {
       verdict = "WRONG";
       problem = fmt::format("threw: {}", e.what());
     }
     InCache cached;
-    if (t.samples > 0 && c.flops == 0) {
+    if (timed.fn.samples > 0 && c.flops == 0) {
       std::vector<const Row*> twins;
       for (const Suite* suite : in_cache) twins.push_back(&suite->rows_[i]);
       cached = in_cache_time(twins, c, timing);
@@ -169,18 +169,18 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
       }
     }
     if (verdict != "ok") ++wrong;
-    if (t.samples == 0) {
+    if (timed.fn.samples == 0) {
       os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, "-", "-", "-", "-", c.reference.name, "-",
                         "-");
     } else {
       const std::string bound = cached.us == 0 ? "-"
-                                : cached.us > ref.median_us
-                                    ? fmt::format("compute ({:.0f}%)", 100.0 * cached.us / t.median_us)
+                                : cached.us > timed.ref.median_us
+                                    ? fmt::format("compute ({:.0f}%)", 100.0 * cached.us / timed.fn.median_us)
                                     : "memory";
-      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", t.median_us),
-                        fmt::format("{:.1f}-{:.1f}", t.min_us, t.max_us), throughput(c, t.median_us),
-                        fmt::format("{:.0f}%", 100.0 * ref.median_us / t.median_us),
-                        fmt::format("{} ({:.1f} us)", c.reference.name, ref.median_us),
+      os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", timed.fn.median_us),
+                        fmt::format("{:.1f}-{:.1f}", timed.fn.min_us, timed.fn.max_us), throughput(c, timed.fn.median_us),
+                        fmt::format("{:.0f}%", 100.0 * timed.ratio),
+                        fmt::format("{} ({:.1f} us)", c.reference.name, timed.ref.median_us),
                         cached.us == 0 ? "-" : fmt::format("{:.1f}", cached.us), bound);
     }
     if (!problem.empty()) os << "    " << problem << "\n";

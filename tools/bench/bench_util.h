@@ -44,11 +44,18 @@ double median(std::vector<double> samples);
 // Returns the per-call median and range over the samples.
 Timing time_it(const std::function<void()>& fn, const TimingOptions& options = {});
 
+// fn's and ref's timings from alternating samples, and ratio: the median over the pairs of
+// adjacent samples of ref's per-call time over fn's.
+struct PairTiming {
+  Timing fn, ref;
+  double ratio = 0;
+};
+
 // Times fn and ref as time_it does, alternating their samples, so that both see the same
-// machine (other work on it comes and goes): the ratio of the medians is then far steadier
-// than that of two separate timings.
-std::pair<Timing, Timing> time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
-                                    const TimingOptions& options = {});
+// machine (other work on it comes and goes). Each pair's ratio cancels the drifts slower
+// than a pair, so the median ratio is steadier than the ratio of the two medians.
+PairTiming time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
+                     const TimingOptions& options = {});
 
 // The same work done by a trusted implementation, timed beside the row.
 struct Reference {

@@ -6,6 +6,9 @@
 // is one add_*_rows function below: to add a kernel, write one that builds its inputs,
 // its run, an independent check and its bytes (or flops) and reference, and call it
 // from main. Rows are checked before they are timed; any WRONG row makes the exit code 1.
+// A row and its reference are timed in alternating samples; "% of ref" is the median over
+// adjacent pairs of reference time / row time. A row that allocates its result releases the
+// previous one first (remake), so that, like its memcpy, it writes the same memory each call.
 // Each row also runs at 64 (or 4) tokens, where its data sit in the caches: that twin's
 // time, scaled to the row's bytes, is the row's in-cache time, and a row whose in-cache
 // time exceeds its memcpy is compute-bound (the "bound" column, with the row's speed as a
@@ -80,6 +83,16 @@ Tensor random_indices(int64_t count, int64_t hi, uint64_t seed) {
 }
 
 std::string shape_str(const Shape& s) { return fmt::format("{}", s); }
+
+// out = make(), the previous result released first: the allocator hands its block back,
+// so each call of a row writes the same memory, as its memcpy reference writes the same
+// destination. (Holding the previous result while making the next doubles the memory a
+// row writes to, and with it the row's footprint in the caches.)
+template <class T, class Make>
+void remake(T& out, Make&& make) {
+  out = T{};
+  out = make();
+}
 
 // A case whose reference is a memcpy moving the same bytes.
 Case memcpy_case(double bytes, std::function<void()> run, std::function<std::string()> check) {
@@ -187,7 +200,7 @@ void add_index_rows(Suite& suite, const Shapes& s) {
                  Tensor out = index_select(table, 0, index);
                  return memcpy_case(
                      2.0 * static_cast<double>(out.nbytes()) + static_cast<double>(index.nbytes()),
-                     [table, index, out]() mutable { out = index_select(table, 0, index); },
+                     [table, index, out]() mutable { remake(out, [&] { return index_select(table, 0, index); }); },
                      [table, index, out] {
                        return check_sampled(out, [&](std::span<const int64_t> c) {
                          const int64_t row = index.data_ptr<int64_t>()[c[0]];
@@ -263,7 +276,7 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
                    auto out = std::make_shared<Tensor>(v.run(a, b));
                    const size_t b_bytes = b.defined() ? b.nbytes() : 0;
                    const double bytes = static_cast<double>(a.nbytes() + b_bytes + out->nbytes());
-                   return memcpy_case(bytes, [v, a, b, out] { *out = v.run(a, b); }, [v, a, b, out, dtype] {
+                   return memcpy_case(bytes, [v, a, b, out] { remake(*out, [&] { return v.run(a, b); }); }, [v, a, b, out, dtype] {
                      return check_sampled(*out, [&](std::span<const int64_t> c) {
                        const double y = !b.defined() ? 0.0 : v.bias ? element_at(b, std::vector<int64_t>{c[1]})
                                                                     : element_at(b, c);
@@ -295,7 +308,7 @@ void add_reduction_rows(Suite& suite, const Shapes& s) {
                    };
                    auto out = std::make_shared<Tensor>(reduce(x));
                    const double bytes = static_cast<double>(x.nbytes() + out->nbytes());
-                   return memcpy_case(bytes, [reduce, x, out] { *out = reduce(x); }, [v, x, out, dtype] {
+                   return memcpy_case(bytes, [reduce, x, out] { remake(*out, [&] { return reduce(x); }); }, [v, x, out, dtype] {
                      // Every output's float64 sum, from one pass over x.
                      const Tensor x64 = x.to(kFloat64);
                      const double* p = x64.data_ptr<double>();
@@ -378,7 +391,7 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                                  const RowMajor c = *ea * *eb;  // constructed from the product: no temporary
                                }};
                return Case{.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
-                           .run = [out, a, b] { *out = matmul(a, b); },
+                           .run = [out, a, b] { remake(*out, [&] { return matmul(a, b); }); },
                            .check = [out, a, b, k] {
                              return check_sampled(*out, [&](std::span<const int64_t> c) {
                                double acc = 0;
@@ -410,7 +423,7 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                                }};
                const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
                return Case{.flops = flops,
-                           .run = [out, q, kt] { *out = bmm(q, kt); },
+                           .run = [out, q, kt] { remake(*out, [&] { return bmm(q, kt); }); },
                            .check = [out, q, kt, k] {
                              return check_sampled(*out, [&](std::span<const int64_t> c) {
                                double acc = 0;
@@ -432,7 +445,7 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
     suite.add({"softmax", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
                  Tensor x = pattern(scores, dtype, 11);
                  Tensor y = softmax(x, -1);
-                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), [x, y]() mutable { y = softmax(x, -1); },
+                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), [x, y]() mutable { remake(y, [&] { return softmax(x, -1); }); },
                                     [x, y, dtype] {
                                       return check_sampled(y, [&](std::span<const int64_t> c) {
                                         double sum = 0;
@@ -448,7 +461,7 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
                  Tensor x = pattern(act, dtype, 12), w = pattern({act[1]}, dtype, 13), b = pattern({act[1]}, dtype, 14);
                  Tensor y = layer_norm(x, {act[1]}, w, b).y;
                  return memcpy_case(2.0 * static_cast<double>(x.nbytes()),
-                                    [x, w, b, y, n = act[1]]() mutable { y = layer_norm(x, {n}, w, b).y; },
+                                    [x, w, b, y, n = act[1]]() mutable { remake(y, [&] { return layer_norm(x, {n}, w, b).y; }); },
                                     [x, w, b, y, dtype] {
                                       return check_sampled(y, [&](std::span<const int64_t> c) {
                                         const int64_t n = x.size(1);
@@ -510,7 +523,7 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
                  auto grads = std::make_shared<LayerNormGrads>(layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w));
                  const double bytes = 3.0 * static_cast<double>(x.nbytes());
                  return memcpy_case(
-                     bytes, [gy, x, fwd, w, grads] { *grads = layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w); },
+                     bytes, [gy, x, fwd, w, grads] { remake(*grads, [&] { return layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w); }); },
                      [x, w, gy, grads, dtype] {
                        // Per row, in float64: xhat = (x - mean) rstd, h = w gy,
                        // grad_x = rstd (h - mean(h) - xhat mean(h xhat)).
@@ -539,7 +552,7 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
     suite.add({"softmax_backward", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
                  Tensor y = softmax(pattern(scores, dtype, 34), -1), gy = pattern(scores, dtype, 35);
                  auto gx = std::make_shared<Tensor>(softmax_backward(gy, y, -1));
-                 auto run = [gy, y, gx] { *gx = softmax_backward(gy, y, -1); };
+                 auto run = [gy, y, gx] { remake(*gx, [&] { return softmax_backward(gy, y, -1); }); };
                  return memcpy_case(3.0 * static_cast<double>(y.nbytes()), run,
                                     [y, gy, gx, dtype] {
                                       // grad_x = y (grad_y - sum_j grad_y_j y_j), per row.
@@ -567,7 +580,7 @@ void add_embedding_rows(Suite& suite, const Shapes& s) {
                  auto out = std::make_shared<Tensor>(embedding(table, index));
                  return memcpy_case(
                      2.0 * static_cast<double>(out->nbytes()) + static_cast<double>(index.nbytes()),
-                     [table, index, out] { *out = embedding(table, index); },
+                     [table, index, out] { remake(*out, [&] { return embedding(table, index); }); },
                      [table, index, out] {
                        return check_sampled(*out, [&](std::span<const int64_t> c) {
                          return element_at(table, at2(index.data_ptr<int64_t>()[c[0]], c[1]));
@@ -584,7 +597,7 @@ void add_embedding_rows(Suite& suite, const Shapes& s) {
                for (int64_t k = 0; k < tokens; ++k) (*tokens_of)[index.data_ptr<int64_t>()[k]].push_back(k);
                const double bytes = static_cast<double>(out->nbytes() + grad.nbytes() + index.nbytes());
                return memcpy_case(
-                   bytes, [grad, index, out, n = table_shape[0]] { *out = embedding_backward(grad, index, n); },
+                   bytes, [grad, index, out, n = table_shape[0]] { remake(*out, [&] { return embedding_backward(grad, index, n); }); },
                    [grad, out, tokens_of] {
                      return check_sampled(*out, [&](std::span<const int64_t> c) {
                        double sum = 0;
@@ -604,7 +617,7 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
                Tensor x = pattern(shape, kFloat32, 51);
                auto out = std::make_shared<DropoutOutput>(dropout(x, p, 52));
                const double bytes = static_cast<double>(2 * x.nbytes() + out->mask.nbytes());
-               return memcpy_case(bytes, [x, out] { *out = dropout(x, p, 52); }, [x, out] {
+               return memcpy_case(bytes, [x, out] { remake(*out, [&] { return dropout(x, p, 52); }); }, [x, out] {
                  // y is x / (1 - p) where the mask keeps it, else 0; about 1 - p of it is kept.
                  const Tensor kept = sum(out->mask);
                  const double fraction = kept.item() / static_cast<double>(x.numel());
@@ -619,7 +632,7 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
                const Tensor mask = dropout(gy, p, 54).mask;
                auto gx = std::make_shared<Tensor>(dropout_backward(gy, mask, p));
                const double bytes = static_cast<double>(2 * gy.nbytes() + mask.nbytes());
-               return memcpy_case(bytes, [gy, mask, gx] { *gx = dropout_backward(gy, mask, p); }, [gy, mask, gx] {
+               return memcpy_case(bytes, [gy, mask, gx] { remake(*gx, [&] { return dropout_backward(gy, mask, p); }); }, [gy, mask, gx] {
                  return check_sampled(*gx, [&](std::span<const int64_t> c) {
                    return element_at(mask, c) != 0 ? element_at(gy, c) / (1 - p) : 0.0;
                  }, 1e-7, 1e-6);
