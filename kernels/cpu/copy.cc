@@ -1,7 +1,6 @@
 #include "kernels/cpu/copy.h"
 
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #if defined(__AVX__)
@@ -9,6 +8,7 @@
 #endif
 
 #include "kernels/cpu/internal/convert_block.h"
+#include "kernels/cpu/internal/copy_bytes.h"
 #include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/stream_store.h"
 #include "kernels/cpu/internal/strided_loop.h"
@@ -171,7 +171,7 @@ void copy(const Tensor& dst, const Tensor& src) {
       auto run = [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
         if constexpr (std::is_same_v<To, From>) {
           if (s[0] == sizeof(To) && s[1] == sizeof(From)) {
-            std::memcpy(p[0], p[1], static_cast<size_t>(n) * sizeof(To));
+            copy_bytes(p[0], p[1], n * static_cast<int64_t>(sizeof(To)));
             return;
           }
         }

@@ -2,9 +2,9 @@
 #include "kernels/parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/cpu/copy.h"
+#include "kernels/cpu/internal/copy_bytes.h"
 
 namespace dtr::cpu {
 
@@ -50,7 +50,7 @@ void cat(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
       if (contiguous[i]) {
         const int64_t block_bytes = row_offset[i + 1] - row_offset[i];
         const char* src = static_cast<const char*>(inputs[i].data()) + row * block_bytes + (in_row - row_offset[i]);
-        std::memcpy(dst + p, src, static_cast<size_t>(segment_end - p));
+        copy_bytes(dst + p, src, segment_end - p);
       }
       p = segment_end;
     }

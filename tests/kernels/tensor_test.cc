@@ -110,6 +110,29 @@ TEST_CASE("transposing copies into outputs beyond the caches (streamed) write ev
   }
 }
 
+TEST_CASE("copies of narrowed rows write every element, whatever the run's length", "[tensor][copy]") {
+  // Runs of 4 B to 8 KiB + 4 B, around the lengths where copy_bytes changes method (256 B,
+  // 8 KiB) and 64-byte lines, starting at, just past and just short of a line.
+  uint64_t seed = 1;
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    const int64_t size = static_cast<int64_t>(itemsize(dtype));
+    for (int64_t run_bytes : {4, 64, 256, 260, 320, 2046, 2048, 2050, 4096, 8188, 8192, 8196}) {
+      const int64_t run = std::max<int64_t>(1, run_bytes / size), width = run + 64;
+      const Tensor src = testing::random_tensor({5, width}, dtype, seed++);
+      const std::vector<double> values = to_f64(src);
+      for (int64_t start : {int64_t{0}, int64_t{1}, 64 / size - 1}) {
+        const std::vector<double> got = to_f64(src.narrow(1, start, run).contiguous());
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < 5; ++i) {
+          for (int64_t j = 0; j < run; ++j) wrong += got[i * run + j] != values[i * width + start + j];
+        }
+        INFO(fmt::format("{} runs of {} elements from column {}", dtype, run, start));
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("copies and fills large enough to split across threads write every element once", "[tensor][copy]") {
   testing::ThreadCountGuard guard;
   // 301 x 517 = 155617 elements: above the split threshold, with ranges that start and end

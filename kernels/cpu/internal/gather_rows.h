@@ -16,25 +16,11 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
+#include "kernels/cpu/internal/copy_bytes.h"
 
 namespace dtr::cpu {
 
 inline constexpr int64_t kRowsAtOnce = 4;
-
-// dst[0, 64) = src[0, 64), in two 32-byte moves (GCC's tuning for this CPU splits a
-// 64-byte memcpy into four 16-byte ones).
-[[gnu::always_inline]] inline void copy_line(char* dst, const char* src) {
-#if defined(__AVX__)
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 32),
-                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32)));
-#else
-  std::memcpy(dst, src, 64);
-#endif
-}
 
 // For k in [0, count): dst + k * dst_stride gets the row_bytes at row_at(k).
 template <class RowAt>
@@ -62,7 +48,7 @@ void gather_rows(char* dst, int64_t dst_stride, int64_t count, int64_t row_bytes
       std::memcpy(out + q * dst_stride + b, src[q] + b, static_cast<size_t>(row_bytes - b));
     }
   }
-  for (; k < count; ++k) std::memcpy(dst + k * dst_stride, row_at(k), static_cast<size_t>(row_bytes));
+  for (; k < count; ++k) copy_bytes(dst + k * dst_stride, row_at(k), row_bytes);
 }
 
 }  // namespace dtr::cpu
