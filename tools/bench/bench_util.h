@@ -32,7 +32,7 @@ struct Timing {
 
 struct TimingOptions {
   double min_seconds = 0.3;   // sample until this much time has passed...
-  int64_t min_samples = 5;    // ...and at least this many samples are taken,
+  int64_t min_samples = 9;    // ...and at least this many samples are taken,
   int64_t max_samples = 200;  // or this many are.
   int64_t warmup = 2;
 };
