@@ -22,10 +22,45 @@ using reduce_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
 // unrolls, and then max/min stay scalar).
 constexpr int64_t kLanes = 64;
 
+// Rows of x folded into one row of accumulators four at a time, when x is contiguous with
+// the reduced dims leading (x is [rows, cols] in memory: a Linear layer's bias gradient):
+// acc[j] = combine(acc[j], combine(combine(x0[j], x1[j]), combine(x2[j], x3[j]))). A row of
+// accumulators is twice x's row for float32 (float64 sums) and at 4096 columns fills L1,
+// so touching it once per four rows instead of once per row took sum (dim 0) of a
+// [2048, 4096] from 0.77-0.91 to 1.18-1.33 of memcpy in float32, 0.81-0.95 to 1.05-1.12 in
+// bfloat16 (kernel_bench A/B, one thread). The order depends on the shape alone.
+// Returns false, doing nothing, for any other layout.
+template <class T, class A, class Load, class Combine>
+bool fold_leading_rows(const Tensor& acc, const Tensor& x, const Load& load, const Combine& combine) {
+  const int64_t nd = x.dim();
+  int64_t k = 0;  // x's dims [0, k) are reduced, [k, nd) kept
+  while (k < nd && acc.size(k) == 1) ++k;
+  for (int64_t d = k; d < nd; ++d) {
+    if (acc.size(d) != x.size(d)) return false;
+  }
+  if (k == 0 || k == nd || !x.is_contiguous() || !acc.is_contiguous()) return false;
+  const int64_t cols = acc.numel(), rows = x.numel() / std::max<int64_t>(cols, 1);
+  A* a = acc.data_ptr<A>();
+  const T* v = x.data_ptr<T>();
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const T* r = v + i * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      a[j] = combine(a[j], combine(combine(load(r[j]), load(r[cols + j])),
+                                   combine(load(r[2 * cols + j]), load(r[3 * cols + j]))));
+    }
+  }
+  for (; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) a[j] = combine(a[j], load(v[i * cols + j]));
+  }
+  return true;
+}
+
 // acc[j] = combine(acc[j], load(x[i])) for every element i of x, where j is i's position
 // in acc (x's shape with size 1 on the reduced dims; element type A).
 template <class T, class A, class Load, class Combine>
 void accumulate(const Tensor& acc, const Tensor& x, A identity, const Load& load, const Combine& combine) {
+  if (fold_leading_rows<T, A>(acc, x, load, combine)) return;
   // Walk x in memory order: dims sorted by x's stride, outermost (largest) first.
   const int64_t nd = x.dim();
   std::vector<int64_t> order(nd);
