@@ -18,6 +18,10 @@ namespace {
 // (never of the thread count), with at most 256 partials so their buffer stays small.
 int64_t rows_per_block(int64_t rows) { return std::max<int64_t>(32, (rows + 255) / 256); }
 
+// Elements of a row per piece of layer_norm_backward's last pass, before which the next
+// row's lines at the same place are asked for.
+constexpr int64_t kPrefetchChunk = 256;
+
 // n elements of T as Acc values: row itself when T is Acc, else row converted into buffer
 // (one vectorised pass, where converting at every use would cost each pass over the row).
 template <class Acc, class T>
@@ -139,10 +143,6 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
         Acc* dw = partial_w + k * n;
         Acc* db = partial_b + k * n;
         for (int64_t r = k * block; r < std::min(rows, (k + 1) * block); ++r) {
-          if (r + 1 < rows) {
-            prefetch_to_l2(pg + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
-            prefetch_to_l2(px + (r + 1) * n, n * static_cast<int64_t>(sizeof(T)));
-          }
           const Acc* gr = as_acc(pg + r * n, n, g_buffer);
           const Acc* xr = as_acc(px + r * n, n, x_buffer);
           Acc* gxr = acc_out(pgx + r * n, out_buffer, n, streams);
@@ -163,7 +163,15 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           }
           const Acc mean_g = lane_sum<Acc>(n, g) / static_cast<Acc>(n);
           const Acc mean_g_xhat = lane_sum<Acc>(n, [&](int64_t i) { return g(i) * xhat(i); }) / static_cast<Acc>(n);
-          for (int64_t i = 0; i < n; ++i) gxr[i] = rs * (g(i) - mean_g - xhat(i) * mean_g_xhat);
+          // The last pass works from L1; the next row's lines are asked for along it, a few
+          // at a time (all at once, they overflow the queue of misses).
+          const int64_t next = std::min(r + 1, rows - 1) * n;
+          for (int64_t i0 = 0; i0 < n; i0 += kPrefetchChunk) {
+            const int64_t i1 = std::min(n, i0 + kPrefetchChunk);
+            prefetch_to_l2(pg + next + i0, (i1 - i0) * static_cast<int64_t>(sizeof(T)));
+            prefetch_to_l2(px + next + i0, (i1 - i0) * static_cast<int64_t>(sizeof(T)));
+            for (int64_t i = i0; i < i1; ++i) gxr[i] = rs * (g(i) - mean_g - xhat(i) * mean_g_xhat);
+          }
           store_row(gxr, pgx + r * n, n, streams);
         }
       }
