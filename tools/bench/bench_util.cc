@@ -178,7 +178,8 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
                                     ? fmt::format("compute ({:.0f}%)", 100.0 * cached.us / timed.fn.median_us)
                                     : "memory";
       os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", timed.fn.median_us),
-                        fmt::format("{:.1f}-{:.1f}", timed.fn.min_us, timed.fn.max_us), throughput(c, timed.fn.median_us),
+                        fmt::format("{:.1f}-{:.1f}", timed.fn.min_us, timed.fn.max_us),
+                        throughput(c, timed.fn.median_us),
                         fmt::format("{:.0f}%", 100.0 * timed.ratio),
                         fmt::format("{} ({:.1f} us)", c.reference.name, timed.ref.median_us),
                         cached.us == 0 ? "-" : fmt::format("{:.1f}", cached.us), bound);

@@ -4,11 +4,11 @@
 // Per collective and size (4 KiB to 64 MiB of float32 by default): one checked call (the
 // #wrong column counts elements off the closed form of a rank-dependent fill), warm-up,
 // then rounds of one batch of back-to-back calls per implementation, each batch starting
-// after a barrier, the order within a round rotating (none always runs first). A call's time is its batch's time over its calls, the slowest
-// rank's; the table shows the median batch with the range, and the best batch, which
-// best/raw compares (on a shared machine other processes only ever add time), and the
-// median over batch pairs of raw time over dtr time, dtr/raw, which cancels load that
-// comes and goes between pairs. size is
+// after a barrier, the order within a round rotating (none always runs first). A call's
+// time is its batch's time over its calls, the slowest rank's; the table shows the median
+// batch with the range, and the best batch, which best/raw compares (on a shared machine
+// other processes only ever add time), and the median over batch pairs of raw time over dtr
+// time, dtr/raw, which cancels load that comes and goes between pairs. size is
 // nccl-tests' (all_gather: the output, reduce_scatter: the input); algbw = size / time;
 // busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1
 // for broadcast. raw is the same collective through Gloo directly: all_reduce, the faster
@@ -100,8 +100,8 @@ class Bench {
     }
     std::vector<std::vector<double>> per_call(fns.size());
     for (int b = 0; b < options_.batches; ++b) {
-      for (size_t i = 0; i < fns.size(); ++i) {
-        const size_t f = (i + b) % fns.size();  // each fn leads in turn: no order bias in a pair
+      for (size_t turn = 0; turn < fns.size(); ++turn) {
+        const size_t f = (turn + b) % fns.size();  // each fn leads in turn: no order bias in a pair
         pg_->barrier().wait();
         const auto start = Clock::now();
         for (int i = 0; i < calls; ++i) fns[f]();

@@ -276,7 +276,8 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
                    auto out = std::make_shared<Tensor>(v.run(a, b));
                    const size_t b_bytes = b.defined() ? b.nbytes() : 0;
                    const double bytes = static_cast<double>(a.nbytes() + b_bytes + out->nbytes());
-                   return memcpy_case(bytes, [v, a, b, out] { remake(*out, [&] { return v.run(a, b); }); }, [v, a, b, out, dtype] {
+                   auto run = [v, a, b, out] { remake(*out, [&] { return v.run(a, b); }); };
+                   return memcpy_case(bytes, run, [v, a, b, out, dtype] {
                      return check_sampled(*out, [&](std::span<const int64_t> c) {
                        const double y = !b.defined() ? 0.0 : v.bias ? element_at(b, std::vector<int64_t>{c[1]})
                                                                     : element_at(b, c);
@@ -308,7 +309,8 @@ void add_reduction_rows(Suite& suite, const Shapes& s) {
                    };
                    auto out = std::make_shared<Tensor>(reduce(x));
                    const double bytes = static_cast<double>(x.nbytes() + out->nbytes());
-                   return memcpy_case(bytes, [reduce, x, out] { remake(*out, [&] { return reduce(x); }); }, [v, x, out, dtype] {
+                   auto run = [reduce, x, out] { remake(*out, [&] { return reduce(x); }); };
+                   return memcpy_case(bytes, run, [v, x, out, dtype] {
                      // Every output's float64 sum, from one pass over x.
                      const Tensor x64 = x.to(kFloat64);
                      const double* p = x64.data_ptr<double>();
@@ -445,7 +447,8 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
     suite.add({"softmax", std::string(dtype_name(dtype)), shape_str(scores), [scores, dtype] {
                  Tensor x = pattern(scores, dtype, 11);
                  Tensor y = softmax(x, -1);
-                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), [x, y]() mutable { remake(y, [&] { return softmax(x, -1); }); },
+                 auto run = [x, y]() mutable { remake(y, [&] { return softmax(x, -1); }); };
+                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), run,
                                     [x, y, dtype] {
                                       return check_sampled(y, [&](std::span<const int64_t> c) {
                                         double sum = 0;
@@ -461,7 +464,9 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
                  Tensor x = pattern(act, dtype, 12), w = pattern({act[1]}, dtype, 13), b = pattern({act[1]}, dtype, 14);
                  Tensor y = layer_norm(x, {act[1]}, w, b).y;
                  return memcpy_case(2.0 * static_cast<double>(x.nbytes()),
-                                    [x, w, b, y, n = act[1]]() mutable { remake(y, [&] { return layer_norm(x, {n}, w, b).y; }); },
+                                    [x, w, b, y, n = act[1]]() mutable {
+                                      remake(y, [&] { return layer_norm(x, {n}, w, b).y; });
+                                    },
                                     [x, w, b, y, dtype] {
                                       return check_sampled(y, [&](std::span<const int64_t> c) {
                                         const int64_t n = x.size(1);
@@ -523,7 +528,10 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
                  auto grads = std::make_shared<LayerNormGrads>(layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w));
                  const double bytes = 3.0 * static_cast<double>(x.nbytes());
                  return memcpy_case(
-                     bytes, [gy, x, fwd, w, grads] { remake(*grads, [&] { return layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w); }); },
+                     bytes,
+                     [gy, x, fwd, w, grads] {
+                       remake(*grads, [&] { return layer_norm_backward(gy, x, fwd.mean, fwd.rstd, w); });
+                     },
                      [x, w, gy, grads, dtype] {
                        // Per row, in float64: xhat = (x - mean) rstd, h = w gy,
                        // grad_x = rstd (h - mean(h) - xhat mean(h xhat)).
@@ -597,7 +605,10 @@ void add_embedding_rows(Suite& suite, const Shapes& s) {
                for (int64_t k = 0; k < tokens; ++k) (*tokens_of)[index.data_ptr<int64_t>()[k]].push_back(k);
                const double bytes = static_cast<double>(out->nbytes() + grad.nbytes() + index.nbytes());
                return memcpy_case(
-                   bytes, [grad, index, out, n = table_shape[0]] { remake(*out, [&] { return embedding_backward(grad, index, n); }); },
+                   bytes,
+                   [grad, index, out, n = table_shape[0]] {
+                     remake(*out, [&] { return embedding_backward(grad, index, n); });
+                   },
                    [grad, out, tokens_of] {
                      return check_sampled(*out, [&](std::span<const int64_t> c) {
                        double sum = 0;
@@ -632,7 +643,8 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
                const Tensor mask = dropout(gy, p, 54).mask;
                auto gx = std::make_shared<Tensor>(dropout_backward(gy, mask, p));
                const double bytes = static_cast<double>(2 * gy.nbytes() + mask.nbytes());
-               return memcpy_case(bytes, [gy, mask, gx] { remake(*gx, [&] { return dropout_backward(gy, mask, p); }); }, [gy, mask, gx] {
+               auto run = [gy, mask, gx] { remake(*gx, [&] { return dropout_backward(gy, mask, p); }); };
+               return memcpy_case(bytes, run, [gy, mask, gx] {
                  return check_sampled(*gx, [&](std::span<const int64_t> c) {
                    return element_at(mask, c) != 0 ? element_at(gy, c) / (1 - p) : 0.0;
                  }, 1e-7, 1e-6);
