@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/cpu/copy.h"
+#include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/strided_loop.h"
 #include "kernels/cpu/internal/vec_math.h"
 
@@ -98,6 +99,7 @@ void accumulate(const Tensor& acc, const Tensor& x, A identity, const Load& load
     if (s[1] == sizeof(T)) {
       const T* v = reinterpret_cast<const T*>(p[1]);
       for (; i + kLanes <= n; i += kLanes) {
+        read_ahead(v + i, kLanes * static_cast<int64_t>(sizeof(T)));
         for (int64_t j = 0; j < kLanes; ++j) part[j] = combine(part[j], load(v[i + j]));
       }
     } else {

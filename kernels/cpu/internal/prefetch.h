@@ -1,4 +1,4 @@
-// prefetch_to_l2: asking for memory before a kernel reads it.
+// prefetch_to_l2 and read_ahead: asking for memory before a kernel reads it.
 //
 // A row kernel whose passes over a row are compute-bound (softmax's exponentials) leaves
 // the memory bus idle while it computes, then stalls on the next row's first pass; the
@@ -20,6 +20,24 @@ inline void prefetch_to_l2(const void* p, int64_t bytes) {
   const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{kCacheLine - 1}; line < end; line += kCacheLine) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+  }
+}
+
+// How far ahead of a sequential read read_ahead asks for lines. On this machine kind
+// (Zen 3, one thread) the hardware prefetcher alone keeps a single read stream at about
+// 10 GB/s; asking 4 KiB ahead besides took a bfloat16 row sum over [2048, 4096] from
+// 1.5-2.1 ms to 0.65-0.70 ms in a standalone loop (1 KiB ahead: 0.85 ms, 8 KiB: the same
+// as 4 KiB).
+inline constexpr int64_t kReadAhead = 4096;
+
+// Asks for the lines kReadAhead bytes past [p, p + bytes): called once per step of a
+// loop reading forward through memory, bytes being the step. Past the end of the data
+// it asks for lines nobody reads, which costs a little bandwidth and no fault.
+inline void read_ahead(const void* p, int64_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(kReadAhead);
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
+  for (uintptr_t line = begin & ~uintptr_t{kCacheLine - 1}; line < end; line += kCacheLine) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
   }
 }
 
