@@ -46,6 +46,47 @@ Acc* acc_out(T* out, std::vector<Acc>& buffer, int64_t n, bool streaming) {
   return buffer.data();
 }
 
+// sum(g) and sum(g * xhat) over a row, from layer_norm_backward's first pass.
+template <class Acc>
+struct RowSums {
+  Acc g, g_xhat;
+};
+
+// layer_norm_backward's first pass over a row, with g = grad_y * weight (grad_y when
+// unweighted) and xhat = (x - mean) * rstd: stores g in g_out (when weighted), adds
+// grad_y * xhat and grad_y to the block's partial grad_weight and grad_bias, and sums g and
+// g * xhat in lanes as lane_sum does (the same order). One pass where four (g, the
+// gradients, each sum) cost the kernel a fifth of its time; the restrict pointers let GCC
+// vectorise a loop with three outputs and five inputs without runtime alias checks.
+template <bool kWeighted, class Acc>
+RowSums<Acc> first_pass(const Acc* __restrict grad_y, const Acc* __restrict x, const Acc* __restrict w, Acc mean,
+                        Acc rstd, int64_t n, Acc* __restrict g_out, Acc* __restrict dw, Acc* __restrict db) {
+  constexpr int kLanes = kFoldBytes / static_cast<int>(sizeof(Acc));
+  Acc sum_g[kLanes], sum_g_xhat[kLanes];
+  std::fill_n(sum_g, kLanes, Acc(0));
+  std::fill_n(sum_g_xhat, kLanes, Acc(0));
+  auto step = [&](int64_t i, int l) {
+    const Acc xhat = (x[i] - mean) * rstd;
+    Acc g = grad_y[i];
+    if constexpr (kWeighted) {
+      g *= w[i];
+      g_out[i] = g;
+    }
+    sum_g[l] += g;
+    sum_g_xhat[l] += g * xhat;
+    dw[i] += grad_y[i] * xhat;
+    db[i] += grad_y[i];
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) step(i + l, l);
+  }
+  for (int l = 0; i < n; ++i, ++l) step(i, l);
+  auto plus = [](Acc a, Acc b) { return a + b; };
+  return {fold_lanes<Acc, kLanes>(sum_g, plus), fold_lanes<Acc, kLanes>(sum_g_xhat, plus)};
+}
+
 }  // namespace
 
 LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tensor& weight, const Tensor& bias,
@@ -146,23 +187,17 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
           const Acc* gr = as_acc(pg + r * n, n, g_buffer);
           const Acc* xr = as_acc(px + r * n, n, x_buffer);
           Acc* gxr = acc_out(pgx + r * n, out_buffer, n, streams);
-          // g = grad_y * weight, staged in the output row (overwritten last).
-          const Acc* gw = gr;
-          if (w) {
-            for (int64_t i = 0; i < n; ++i) gxr[i] = gr[i] * w[i];
-            gw = gxr;
-          }
           const Acc mu = pmean[r], rs = prstd[r];
           // With xhat = (x - mean) * rstd and g = grad_y * weight (both [n]):
           //   grad_x = rstd * (g - mean(g) - xhat * mean(g * xhat))      [n]
+          // The first pass stages g in the output row (overwritten last).
+          const RowSums<Acc> sums = w ? first_pass<true>(gr, xr, w, mu, rs, n, gxr, dw, db)
+                                      : first_pass<false>(gr, xr, w, mu, rs, n, gxr, dw, db);
+          const Acc* gw = w ? gxr : gr;
           auto xhat = [&](int64_t i) { return (xr[i] - mu) * rs; };
           auto g = [&](int64_t i) { return gw[i]; };
-          for (int64_t i = 0; i < n; ++i) {
-            dw[i] += gr[i] * xhat(i);  // grad_weight += grad_y * xhat   [n]
-            db[i] += gr[i];            // grad_bias += grad_y            [n]
-          }
-          const Acc mean_g = lane_sum<Acc>(n, g) / static_cast<Acc>(n);
-          const Acc mean_g_xhat = lane_sum<Acc>(n, [&](int64_t i) { return g(i) * xhat(i); }) / static_cast<Acc>(n);
+          const Acc mean_g = sums.g / static_cast<Acc>(n);
+          const Acc mean_g_xhat = sums.g_xhat / static_cast<Acc>(n);
           // The last pass works from L1; the next row's lines are asked for along it, a few
           // at a time (all at once, they overflow the queue of misses).
           const int64_t next = std::min(r + 1, rows - 1) * n;
