@@ -84,8 +84,13 @@ PairTiming time_pair(const std::function<void()>& fn, const std::function<void()
   const TimingOptions both{.min_seconds = 2 * options.min_seconds, .min_samples = options.min_samples,
                            .max_samples = options.max_samples, .warmup = options.warmup};
   for (const Clock::time_point start = Clock::now(); more_samples(fn_samples.size(), start, both);) {
-    fn_samples.push_back(sample_us(fn, fn_calls));
-    ref_samples.push_back(sample_us(ref, ref_calls));
+    if (fn_samples.size() % 2 == 0) {
+      fn_samples.push_back(sample_us(fn, fn_calls));
+      ref_samples.push_back(sample_us(ref, ref_calls));
+    } else {
+      ref_samples.push_back(sample_us(ref, ref_calls));
+      fn_samples.push_back(sample_us(fn, fn_calls));
+    }
   }
   std::vector<double> ratios;
   for (size_t i = 0; i < fn_samples.size(); ++i) ratios.push_back(ref_samples[i] / fn_samples[i]);

@@ -32,7 +32,7 @@ struct Timing {
 
 struct TimingOptions {
   double min_seconds = 0.3;   // sample until this much time has passed...
-  int64_t min_samples = 9;    // ...and at least this many samples are taken,
+  int64_t min_samples = 15;   // ...and at least this many samples are taken,
   int64_t max_samples = 200;  // or this many are.
   int64_t warmup = 2;
 };
@@ -53,7 +53,9 @@ struct PairTiming {
 
 // Times fn and ref as time_it does, alternating their samples, so that both see the same
 // machine (other work on it comes and goes). Each pair's ratio cancels the drifts slower
-// than a pair, so the median ratio is steadier than the ratio of the two medians.
+// than a pair, so the median ratio is steadier than the ratio of the two medians. Pairs
+// alternate which of the two goes first (fn then ref, ref then fn, ...), so that neither
+// always finds the caches and clocks the other left.
 PairTiming time_pair(const std::function<void()>& fn, const std::function<void()>& ref,
                      const TimingOptions& options = {});
 
