@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cpu/internal/copy_bytes.h"
+#include "kernels/cpu/internal/stream_store.h"
 
 namespace dtr::cpu {
 
@@ -38,22 +39,33 @@ void cat(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
   if (total == 0) return;
   char* dst = static_cast<char*>(out.data());
   const int64_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
-#pragma omp parallel for schedule(static) num_threads(num_threads()) if (total >= kParallelBytes)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t end = std::min(total, (c + 1) * kChunkBytes);
-    for (int64_t p = c * kChunkBytes; p < end;) {
-      const int64_t row = p / row_bytes, in_row = p % row_bytes;
-      // The input whose block holds in_row (upper_bound skips empty blocks).
-      const size_t i = static_cast<size_t>(
-          std::upper_bound(row_offset.begin(), row_offset.end(), in_row) - row_offset.begin() - 1);
-      const int64_t segment_end = std::min(end, row * row_bytes + row_offset[i + 1]);
-      if (contiguous[i]) {
-        const int64_t block_bytes = row_offset[i + 1] - row_offset[i];
-        const char* src = static_cast<const char*>(inputs[i].data()) + row * block_bytes + (in_row - row_offset[i]);
-        copy_bytes(dst + p, src, segment_end - p);
+  // An output larger than the caches is streamed (stream_store.h): it would leave them before
+  // being read, and its lines are then not read for ownership first.
+  const bool streams = streams_output(total);
+#pragma omp parallel num_threads(num_threads()) if (total >= kParallelBytes)
+  {
+#pragma omp for schedule(static) nowait
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t end = std::min(total, (c + 1) * kChunkBytes);
+      for (int64_t p = c * kChunkBytes; p < end;) {
+        const int64_t row = p / row_bytes, in_row = p % row_bytes;
+        // The input whose block holds in_row (upper_bound skips empty blocks).
+        const size_t i = static_cast<size_t>(
+            std::upper_bound(row_offset.begin(), row_offset.end(), in_row) - row_offset.begin() - 1);
+        const int64_t segment_end = std::min(end, row * row_bytes + row_offset[i + 1]);
+        if (contiguous[i]) {
+          const int64_t block_bytes = row_offset[i + 1] - row_offset[i];
+          const char* src = static_cast<const char*>(inputs[i].data()) + row * block_bytes + (in_row - row_offset[i]);
+          if (streams) {
+            stream_store(dst + p, src, segment_end - p);
+          } else {
+            copy_bytes(dst + p, src, segment_end - p);
+          }
+        }
+        p = segment_end;
       }
-      p = segment_end;
     }
+    if (streams) stream_fence();
   }
 }
 

@@ -93,6 +93,23 @@ TEST_CASE("cat is the same on one thread and on many, across the parallel thresh
   check_equal(cat(tall, 0), cat_reference(tall, 0), "cat dim 0, 5 MiB");
 }
 
+TEST_CASE("cat of an output larger than the caches (streamed) writes every byte, on any thread count", "[cat]") {
+  // Rows of 256 elements (1 KiB of float32, 512 B of bfloat16) cut into pieces of 33, 1 and
+  // 222 elements: most pieces start and end inside a cache line, where the streamed copy
+  // stores plainly. 8193 x 256 float32 and 16385 x 256 bfloat16 are just over 8 MiB.
+  for (const auto& [dtype, rows] : {std::pair{kFloat32, int64_t{8193}}, std::pair{kBFloat16, int64_t{16385}}}) {
+    std::vector<Tensor> parts = {random_tensor({rows, 33}, dtype, 30), random_tensor({rows, 1}, dtype, 31),
+                                 strided_copy(random_tensor({rows, 222}, dtype, 32))};
+    const std::vector<double> expected = cat_reference(parts, 1);
+    const int threads = omp_get_max_threads();
+    for (int t : {1, 2}) {
+      omp_set_num_threads(t);
+      check_equal(cat(parts, 1), expected, fmt::format("{} cat of {} rows with {} threads", dtype, rows, t));
+    }
+    omp_set_num_threads(threads);
+  }
+}
+
 TEST_CASE("cat of the pieces of arange gives arange back, bit for bit", "[cat]") {
   Tensor x = arange(0.0, 60.0, 1.0, kFloat32).view({3, 4, 5});
   for (int64_t dim = 0; dim < 3; ++dim) {
