@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "kernels/cpu/internal/copy_bytes.h"
+#include "kernels/cpu/internal/prefetch.h"
 
 namespace dtr::cpu {
 
@@ -25,7 +26,7 @@ inline constexpr int64_t kRowsAtOnce = 4;
 // For k in [0, count): dst + k * dst_stride gets the row_bytes at row_at(k).
 template <class RowAt>
 void gather_rows(char* dst, int64_t dst_stride, int64_t count, int64_t row_bytes, RowAt&& row_at) {
-  constexpr int64_t kLine = 64, g = kRowsAtOnce;
+  constexpr int64_t g = kRowsAtOnce;
   int64_t k = 0;
   for (; k + g <= count; k += g) {
     const char* src[g];
@@ -37,7 +38,7 @@ void gather_rows(char* dst, int64_t dst_stride, int64_t count, int64_t row_bytes
     }
     char* out = dst + k * dst_stride;
     int64_t b = 0;
-    for (; b + kLine <= row_bytes; b += kLine) {
+    for (; b + kCacheLine <= row_bytes; b += kCacheLine) {
 #pragma GCC unroll 4  // kRowsAtOnce
       for (int64_t q = 0; q < g; ++q) {
         __builtin_prefetch(next[q] + b, 0, 3);

@@ -14,14 +14,19 @@ namespace dtr::cpu {
 
 inline constexpr int64_t kCacheLine = 64;
 
-// Asks for every cache line that [p, p + bytes) touches.
-inline void prefetch_to_l2(const void* p, int64_t bytes) {
+// Asks for every cache line that [p, p + bytes) touches, with __builtin_prefetch's
+// locality kLocality (3: into L1, 2: into L2).
+template <int kLocality>
+inline void prefetch_lines(const void* p, int64_t bytes) {
   const auto begin = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{kCacheLine - 1}; line < end; line += kCacheLine) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, kLocality);
   }
 }
+
+// Asks for every cache line that [p, p + bytes) touches, into L2.
+inline void prefetch_to_l2(const void* p, int64_t bytes) { prefetch_lines<2>(p, bytes); }
 
 // How far ahead of a sequential read read_ahead asks for lines. On this machine kind
 // (Zen 3, one thread) the hardware prefetcher alone keeps a single read stream at about
@@ -34,11 +39,7 @@ inline constexpr int64_t kReadAhead = 4096;
 // loop reading forward through memory, bytes being the step. Past the end of the data
 // it asks for lines nobody reads, which costs a little bandwidth and no fault.
 inline void read_ahead(const void* p, int64_t bytes) {
-  const auto begin = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(kReadAhead);
-  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
-  for (uintptr_t line = begin & ~uintptr_t{kCacheLine - 1}; line < end; line += kCacheLine) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-  }
+  prefetch_lines<3>(static_cast<const char*>(p) + kReadAhead, bytes);
 }
 
 }  // namespace dtr::cpu
