@@ -26,8 +26,10 @@ void check_logits_target(const Tensor& logits, const Tensor& target, std::string
 CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                  Reduction reduction) {
   check_logits_target(logits, target, "cross_entropy");
+  CrossEntropyOutput out{.loss = Tensor::empty({}, logits.dtype(), logits.device()),
+                         .logsumexp = Tensor::empty({logits.size(0)}, acc_dtype(logits.dtype()), logits.device())};
   switch (logits.device().type) {
-    case kCPU: return cpu::cross_entropy(logits, target, ignore_index, reduction);
+    case kCPU: cpu::cross_entropy(out.loss, out.logsumexp, logits, target, ignore_index, reduction); return out;
     case kCUDA:
       throw_device_not_implemented("cross_entropy", logits.device(),
                                    fmt::format("{} and {}", describe(logits), describe(target)));
@@ -42,14 +44,16 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   DTR_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), ValueError,
             "{}: grad_loss {} must be a one-element floating tensor (the gradient of the loss)", op,
             describe(grad_loss));
-  const DType lse_dtype = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const DType lse_dtype = acc_dtype(logits.dtype());
   DTR_CHECK(logsumexp.shape() == Shape{logits.size(0)} && logsumexp.dtype() == lse_dtype &&
                 logsumexp.device() == logits.device(),
             ValueError, "{}: logsumexp {} must be the forward's saved {}[{}] for logits {}", op, describe(logsumexp),
             dtype_name(lse_dtype), logits.size(0), describe(logits));
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   switch (logits.device().type) {
     case kCPU:
-      return cpu::cross_entropy_backward(grad_loss.item(), logits, target, logsumexp, ignore_index, reduction);
+      cpu::cross_entropy_backward(grad, logits, target, logsumexp, grad_loss.item(), ignore_index, reduction);
+      return grad;
     case kCUDA:
       throw_device_not_implemented(op, logits.device(), fmt::format("{} and {}", describe(logits), describe(target)));
   }

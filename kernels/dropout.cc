@@ -28,7 +28,9 @@ DropoutOutput dropout(const Tensor& x, double p, uint64_t seed, const std::optio
       if (p == 0.0) return {x, ones(x.shape(), kBool)};
       if (p == 1.0) return {zeros(x.shape(), x.dtype()), zeros(x.shape(), kBool)};
       Tensor mask = bernoulli(x.shape(), 1.0 - p, seed, kBool, layout);
-      return {cpu::masked_scale(x, mask, keep_scale(p)), mask};
+      Tensor y = Tensor::empty(x.shape(), x.dtype());
+      cpu::masked_scale(y, x, mask, keep_scale(p));
+      return {y, mask};
     }
     case kCUDA: throw_device_not_implemented("dropout", x.device(), describe(x));
   }
@@ -44,8 +46,9 @@ Tensor dropout_backward(const Tensor& grad_y, const Tensor& mask, double p) {
             "dropout_backward: grad_y {} is not floating; it takes float32, float64, bfloat16 or float16",
             describe(grad_y));
   if (p == 0.0) return grad_y;
+  Tensor grad_x = Tensor::empty(grad_y.shape(), grad_y.dtype(), grad_y.device());
   switch (grad_y.device().type) {
-    case kCPU: return cpu::masked_scale(grad_y, mask, keep_scale(p));
+    case kCPU: cpu::masked_scale(grad_x, grad_y, mask, keep_scale(p)); return grad_x;
     case kCUDA:
       throw_device_not_implemented("dropout_backward", grad_y.device(),
                                    fmt::format("{} and {}", describe(grad_y), describe(mask)));

@@ -186,6 +186,18 @@ template <> constexpr DType dtype_of<int32_t>() { return kInt32; }
 template <> constexpr DType dtype_of<int64_t>() { return kInt64; }
 template <> constexpr DType dtype_of<bool>() { return kBool; }
 
+// The dtype of acc_t: what a kernel's saved statistics (layer_norm's mean, cross_entropy's
+// logsumexp) are stored in.
+constexpr DType acc_dtype(DType d) {
+  switch (d) {
+    case kBFloat16:
+    case kFloat16: return kFloat32;
+    case kInt32:
+    case kBool: return kInt64;
+    default: return d;
+  }
+}
+
 // Converts between any two element types through the accumulation type.
 template <class To, class From>
 DTR_HOST_DEVICE inline To convert(From v) {

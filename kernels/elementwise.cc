@@ -132,14 +132,14 @@ Tensor binary(std::string_view op, const Tensor& a, const Tensor& b,
 }
 
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, const Tensor& b) {
-  return binary(cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(cmp, out, a, b); });
+  return binary(cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(out, a, b, cmp); });
 }
 
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
   const std::string_view op = cpu::compare_op_name(cmp);
   check_defined(op, a);
   check_scalar(op, a, s);
-  return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(cmp, out, a, s); });
+  return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(out, a, s, cmp); });
 }
 
 }  // namespace

@@ -19,8 +19,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   DTR_CHECK(weight.dim() == 2, ValueError, "embedding: weight {} must be 2-D [num_embeddings, embedding_dim]",
             describe(weight));
   check_indices(indices, weight, "embedding");
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.size(1));
+  Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
   switch (weight.device().type) {
-    case kCPU: return cpu::embedding(weight, indices);
+    case kCPU: cpu::embedding(out, weight, indices); return out;
     case kCUDA:
       throw_device_not_implemented("embedding", weight.device(),
                                    fmt::format("{} and {}", describe(weight), describe(indices)));
@@ -46,8 +49,9 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
               -num_weights, num_weights);
     if (*padding_idx < 0) *padding_idx += num_weights;
   }
+  Tensor out = Tensor::empty({num_weights, grad.size(-1)}, grad.dtype(), grad.device());
   switch (grad.device().type) {
-    case kCPU: return cpu::embedding_backward(grad, indices, num_weights, padding_idx);
+    case kCPU: cpu::embedding_backward(out, grad, indices, padding_idx); return out;
     case kCUDA:
       throw_device_not_implemented(op, grad.device(), fmt::format("{} and {}", describe(grad), describe(indices)));
   }

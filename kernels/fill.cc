@@ -15,7 +15,7 @@ Tensor& fill_(Tensor& t, double value) {
     case kCUDA:
       DTR_CHECK(t.is_contiguous(), NotImplementedError, "fill_: {} is a strided CUDA view; fill a contiguous tensor",
                 describe(t));
-      cuda::fill(t.device().index, t.data(), t.dtype(), t.numel(), value);
+      cuda::fill(t.data(), t.dtype(), t.numel(), value, t.device().index);
       return t;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");

@@ -76,7 +76,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   switch (x.device().type) {
     case kCPU:
       check_index_range("index_select", index, dim, x);
-      if (out.numel() > 0) cpu::gather(out, x, dim, expand_along(index, dim, out.shape()));
+      if (out.numel() > 0) cpu::gather(out, x, expand_along(index, dim, out.shape()), dim);
       return out;
     case kCUDA:
       throw_device_not_implemented("index_select", x.device(), describe(x));
@@ -97,7 +97,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   switch (x.device().type) {
     case kCPU:
       check_index_range("gather", index, dim, x);
-      if (out.numel() > 0) cpu::gather(out, x, dim, index);
+      if (out.numel() > 0) cpu::gather(out, x, index, dim);
       return out;
     case kCUDA:
       throw_device_not_implemented("gather", x.device(), describe(x));
@@ -118,7 +118,7 @@ Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& so
   switch (x.device().type) {
     case kCPU:
       check_index_range("index_add_", index, dim, x);
-      if (source.numel() > 0) cpu::scatter_add(x, dim, expand_along(index, dim, expected), source);
+      if (source.numel() > 0) cpu::scatter_add(x, expand_along(index, dim, expected), source, dim);
       return x;
     case kCUDA:
       throw_device_not_implemented("index_add_", x.device(), describe(x));
@@ -142,7 +142,7 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
   switch (x.device().type) {
     case kCPU:
       check_index_range("scatter_add_", index, dim, x);
-      if (index.numel() > 0) cpu::scatter_add(x, dim, index, src);
+      if (index.numel() > 0) cpu::scatter_add(x, index, src, dim);
       return x;
     case kCUDA:
       throw_device_not_implemented("scatter_add_", x.device(), describe(x));

@@ -34,17 +34,16 @@ LayerNormOutput layer_norm(const Tensor& x, const Shape& normalized_shape, const
   DTR_CHECK(eps >= 0.0 && std::isfinite(eps), ValueError, "layer_norm: eps {} must be finite and >= 0", eps);
   check_affine(weight, x, normalized_shape, "weight", "layer_norm");
   check_affine(bias, x, normalized_shape, "bias", "layer_norm");
-  LayerNormOutput out;
+  LayerNormOutput out{.y = Tensor::empty(x.shape(), x.dtype(), x.device()),
+                      .mean = Tensor::empty(row_shape(x, k), acc_dtype(x.dtype()), x.device()),
+                      .rstd = Tensor::empty(row_shape(x, k), acc_dtype(x.dtype()), x.device())};
   switch (x.device().type) {
     case kCPU:
-      out = cpu::layer_norm(x, shape_numel(row_shape(x, k)), shape_numel(normalized_shape), weight.value_or(Tensor()),
-                            bias.value_or(Tensor()), eps);
-      break;
+      cpu::layer_norm(out.y, out.mean, out.rstd, x, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
+      return out;
     case kCUDA: throw_device_not_implemented("layer_norm", x.device(), describe(x));
   }
-  out.mean = out.mean.view(row_shape(x, k));
-  out.rstd = out.rstd.view(row_shape(x, k));
-  return out;
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
@@ -55,7 +54,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   DTR_CHECK(grad_y.shape() == x.shape() && grad_y.dtype() == x.dtype() && grad_y.device() == x.device(), ValueError,
             "{}: grad_y {} must have the shape, dtype and device of the input {}", op, describe(grad_y), describe(x));
   const int64_t k = x.dim() - mean.dim();
-  const DType stats_dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const DType stats_dtype = acc_dtype(x.dtype());
   DTR_CHECK(k >= 1 && mean.shape() == row_shape(x, k) && rstd.shape() == mean.shape() &&
                 mean.dtype() == stats_dtype && rstd.dtype() == stats_dtype && mean.device() == x.device() &&
                 rstd.device() == x.device(),
@@ -65,17 +64,17 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
             op, describe(mean), describe(rstd), describe(x), dtype_name(stats_dtype));
   const Shape normalized_shape(x.shape().end() - k, x.shape().end());
   check_affine(weight, x, normalized_shape, "weight", op);
-  LayerNormGrads grads;
+  LayerNormGrads grads{.grad_x = Tensor::empty(x.shape(), x.dtype(), x.device()),
+                       .grad_weight = Tensor::empty(normalized_shape, x.dtype(), x.device()),
+                       .grad_bias = Tensor::empty(normalized_shape, x.dtype(), x.device())};
   switch (x.device().type) {
     case kCPU:
-      grads = cpu::layer_norm_backward(grad_y, x, mean, rstd, weight.value_or(Tensor()), mean.numel(),
-                                       shape_numel(normalized_shape));
-      break;
+      cpu::layer_norm_backward(grads.grad_x, grads.grad_weight, grads.grad_bias, grad_y, x, mean, rstd,
+                               weight.value_or(Tensor()));
+      return grads;
     case kCUDA: throw_device_not_implemented(op, x.device(), fmt::format("{} and {}", describe(grad_y), describe(x)));
   }
-  grads.grad_weight = grads.grad_weight.view(normalized_shape);
-  grads.grad_bias = grads.grad_bias.view(normalized_shape);
-  return grads;
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 }  // namespace dtr

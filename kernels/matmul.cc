@@ -51,7 +51,7 @@ void check_out(const Tensor& out, const Tensor& a, const Tensor& b, const Shape&
 // out [B, M, N] = a [B, M, K] b [B, K, N], on the operands' device.
 void dispatch_bmm(const Tensor& out, const Tensor& a, const Tensor& b, std::string_view op) {
   switch (a.device().type) {
-    case kCPU: cpu::bmm(a, b, out); return;
+    case kCPU: cpu::bmm(out, a, b); return;
     case kCUDA: throw_device_not_implemented(op, a.device(), fmt::format("{} and {}", describe(a), describe(b)));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");

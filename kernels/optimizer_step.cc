@@ -68,7 +68,7 @@ void adam_family_step(std::string_view op, const Tensor& param, const Tensor& gr
   check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   switch (param.device().type) {
     case kCPU:
-      cpu::adam_step(param, grad, exp_avg, exp_avg_sq, step, options, decay);
+      cpu::adam_step(param, exp_avg, exp_avg_sq, grad, step, options, decay);
       return;
     case kCUDA:
       throw_device_not_implemented(op, param.device(), describe(param));
@@ -97,7 +97,7 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
   }
   switch (param.device().type) {
     case kCPU:
-      cpu::sgd_step(param, grad, momentum_buffer, step, options);
+      cpu::sgd_step(param, momentum_buffer, grad, step, options);
       return;
     case kCUDA:
       throw_device_not_implemented(op, param.device(), describe(param));

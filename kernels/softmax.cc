@@ -12,8 +12,9 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, SoftmaxKind kind, std::stri
   DTR_CHECK(is_floating(x.dtype()), TypeError,
             "{}: input {} is not floating; {} takes float32, float64, bfloat16 or float16", op, describe(x), op);
   const int64_t d = wrap_dim(dim, x.dim(), op);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   switch (x.device().type) {
-    case kCPU: return cpu::softmax(x, d, kind);
+    case kCPU: cpu::softmax(y, x, d, kind); return y;
     case kCUDA: throw_device_not_implemented(op, x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
@@ -25,8 +26,9 @@ Tensor backward(const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind 
   DTR_CHECK(is_floating(y.dtype()), TypeError,
             "{}: y {} is not floating; {} takes float32, float64, bfloat16 or float16", op, describe(y), op);
   const int64_t d = wrap_dim(dim, y.dim(), op);
+  Tensor grad_x = Tensor::empty(y.shape(), y.dtype(), y.device());
   switch (y.device().type) {
-    case kCPU: return cpu::softmax_backward(grad_y, y, d, kind);
+    case kCPU: cpu::softmax_backward(grad_x, grad_y, y, d, kind); return grad_x;
     case kCUDA: throw_device_not_implemented(op, y.device(), fmt::format("{} and {}", describe(grad_y), describe(y)));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");

@@ -338,7 +338,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   DTR_CHECK(src.device() == device() && src.is_contiguous() && src.shape() == shape_, NotImplementedError,
             "copy_: {} <- {}: device copies need a contiguous source of the same shape on the same device",
             describe(*this), describe(src));
-  cuda::cast(dev, data(), dtype_, src.data(), src.dtype(), numel());
+  cuda::cast(data(), dtype_, src.data(), src.dtype(), numel(), dev);
   return *this;
 }
 

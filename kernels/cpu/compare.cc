@@ -36,13 +36,13 @@ void with_comparison(CompareOp op, const F& f) {
 
 }  // namespace
 
-void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b) {
+void compare(const Tensor& out, const Tensor& a, const Tensor& b, CompareOp op) {
   dispatch_all(a.dtype(), compare_op_name(op), [&]<class T>(TypeTag<T>) {
     with_comparison(op, [&](auto cmp) { map<bool, T, T>(out, cmp, a, b); });
   });
 }
 
-void compare_scalar(CompareOp op, const Tensor& out, const Tensor& a, double s) {
+void compare_scalar(const Tensor& out, const Tensor& a, double s, CompareOp op) {
   dispatch_all(a.dtype(), compare_op_name(op), [&]<class T>(TypeTag<T>) {
     const auto k = static_cast<opmath_t<T>>(convert<T>(s));
     with_comparison(op, [&](auto cmp) { map<bool, T>(out, [k, cmp](auto x) { return cmp(x, k); }, a); });

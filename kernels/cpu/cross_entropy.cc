@@ -37,18 +37,16 @@ int64_t row_grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::ma
 
 }  // namespace
 
-CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                 Reduction reduction) {
+void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& logits, const Tensor& target,
+                   int64_t ignore_index, Reduction reduction) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy");
   const Tensor lc = logits.contiguous();
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  CrossEntropyOutput out;
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
   dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
-    out.logsumexp = Tensor::empty({rows}, dtype_of<Acc>());
     const T* pl = lc.data_ptr<T>();
-    Acc* plse = out.logsumexp.data_ptr<Acc>();
+    Acc* plse = logsumexp.data_ptr<Acc>();
     parallel_for(rows, row_grain(classes), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* row = pl + n * classes;
@@ -65,22 +63,19 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
   if (reduction == Reduction::kMean) {
     total = targets.count == 0 ? std::numeric_limits<double>::quiet_NaN() : total / targets.count;
   }
-  out.loss = Tensor::empty({}, logits.dtype());
   dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>(TypeTag<T>) {
-    *out.loss.data_ptr<T>() = convert<T>(total);
+    *loss.data_ptr<T>() = convert<T>(total);
   });
-  return out;
 }
 
-Tensor cross_entropy_backward(double grad_loss, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
-                              int64_t ignore_index, Reduction reduction) {
+void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
+                            double grad_loss, int64_t ignore_index, Reduction reduction) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy_backward");
   const Tensor lc = logits.contiguous();
   const Tensor lsec = logsumexp.contiguous();
   const int64_t rows = logits.size(0), classes = logits.size(1);
   // With no row counted, kMean has no row to scale: every row is ignored and gets zeros.
   const double scale = reduction == Reduction::kMean && targets.count > 0 ? grad_loss / targets.count : grad_loss;
-  Tensor grad = Tensor::empty(logits.shape(), logits.dtype());
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
     const T* pl = lc.data_ptr<T>();
@@ -104,7 +99,6 @@ Tensor cross_entropy_backward(double grad_loss, const Tensor& logits, const Tens
       }
     });
   });
-  return grad;
 }
 
 }  // namespace dtr::cpu

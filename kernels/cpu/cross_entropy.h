@@ -1,15 +1,17 @@
 // CPU kernels of cross_entropy and its backward (kernels/cross_entropy.h). The caller has
-// checked shapes and dtypes; targets are read here, and one outside [0, C) that is not
-// ignore_index throws IndexError before anything is computed.
+// checked shapes and dtypes and allocated the outputs, which are overwritten: loss (0-d, the
+// logits' dtype), logsumexp ([N], acc_t of the logits' dtype) and grad (the logits' shape).
+// Targets are read here, and one outside [0, C) that is not ignore_index throws IndexError
+// before anything is computed.
 #pragma once
 
 #include "kernels/cross_entropy.h"
 
 namespace dtr::cpu {
 
-CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                 Reduction reduction);
-Tensor cross_entropy_backward(double grad_loss, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
-                              int64_t ignore_index, Reduction reduction);
+void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& logits, const Tensor& target,
+                   int64_t ignore_index, Reduction reduction);
+void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
+                            double grad_loss, int64_t ignore_index, Reduction reduction);
 
 }  // namespace dtr::cpu

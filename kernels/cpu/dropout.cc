@@ -4,13 +4,11 @@
 
 namespace dtr::cpu {
 
-Tensor masked_scale(const Tensor& x, const Tensor& mask, double scale) {
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
+void masked_scale(const Tensor& out, const Tensor& x, const Tensor& mask, double scale) {
   dispatch_floating(x.dtype(), "dropout", [&]<class T>(TypeTag<T>) {
     const auto s = static_cast<opmath_t<T>>(scale);
     map<T, T, bool>(out, [s](auto v, bool keep) { return keep ? v * s : decltype(v)(0); }, x, mask);
   });
-  return out;
 }
 
 }  // namespace dtr::cpu

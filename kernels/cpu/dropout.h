@@ -1,12 +1,12 @@
 // CPU kernel of dropout and its backward (kernels/dropout.h): out = x * mask * scale, the
-// product in float (double for float64), into a new contiguous tensor. x may be strided;
-// mask is a bool tensor of x's shape.
+// product in float (double for float64). out has x's shape and dtype and is overwritten;
+// x may be strided; mask is a bool tensor of x's shape.
 #pragma once
 
 #include "kernels/tensor.h"
 
 namespace dtr::cpu {
 
-Tensor masked_scale(const Tensor& x, const Tensor& mask, double scale);
+void masked_scale(const Tensor& out, const Tensor& x, const Tensor& mask, double scale);
 
 }  // namespace dtr::cpu

@@ -58,9 +58,9 @@ enum class CompareOp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 // "eq", "ne", ...: the op's name in messages.
 std::string_view compare_op_name(CompareOp op);
 // out (bool) = a op b, every dtype.
-void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+void compare(const Tensor& out, const Tensor& a, const Tensor& b, CompareOp op);
 // out (bool) = a op s, with s rounded to a's dtype first.
-void compare_scalar(CompareOp op, const Tensor& out, const Tensor& a, double s);
+void compare_scalar(const Tensor& out, const Tensor& a, double s, CompareOp op);
 
 void logical_not(const Tensor& out, const Tensor& x);
 void where(const Tensor& out, const Tensor& condition, const Tensor& a, const Tensor& b);

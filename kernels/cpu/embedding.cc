@@ -39,12 +39,9 @@ std::vector<int64_t> read_indices(const Tensor& indices, int64_t rows, std::stri
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) {
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
   const int64_t dim = weight.size(1);
   const std::vector<int64_t> idx = read_indices(indices, weight.size(0), "embedding", "weight " + describe(weight));
-  Shape out_shape = indices.shape();
-  out_shape.push_back(dim);
-  Tensor out = Tensor::empty(out_shape, weight.dtype());
   const int64_t row_stride = weight.stride(0), col_stride = weight.stride(1);
   dispatch_all(weight.dtype(), "embedding", [&]<class T>(TypeTag<T>) {
     const T* pw = static_cast<const T*>(weight.data());
@@ -64,11 +61,11 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
                    }
                  });
   });
-  return out;
 }
 
-Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num_weights,
-                          std::optional<int64_t> padding_idx) {
+void embedding_backward(const Tensor& out, const Tensor& grad, const Tensor& indices,
+                        std::optional<int64_t> padding_idx) {
+  const int64_t num_weights = out.size(0);
   const int64_t dim = grad.size(-1);
   const std::vector<int64_t> idx = read_indices(indices, num_weights, "embedding_backward", "num_weights");
   // Counting sort of positions by index, stable: row v's positions in increasing order
@@ -81,7 +78,6 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
   for (size_t p = 0; p < idx.size(); ++p) order[next[idx[p]]++] = static_cast<int64_t>(p);
 
   const Tensor gc = grad.contiguous();
-  Tensor out = Tensor::empty({num_weights, dim}, grad.dtype());
   // Mostly rows of zeros, a whole table of them: streamed past the caches (row_store.h).
   const bool streaming = streams_output(static_cast<int64_t>(out.nbytes()));
   dispatch_floating(grad.dtype(), "embedding_backward", [&]<class T>(TypeTag<T>) {
@@ -103,7 +99,6 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
       if (streaming) stream_fence();
     });
   });
-  return out;
 }
 
 }  // namespace dtr::cpu

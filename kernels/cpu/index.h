@@ -15,8 +15,8 @@
 namespace dtr::cpu {
 
 // out[.., k, ..] = x[.., index[.., k, ..], ..] along dim; out has index's shape.
-void gather(const Tensor& out, const Tensor& x, int64_t dim, const Tensor& index);
+void gather(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim);
 // x[.., index[.., k, ..], ..] += src[.., k, ..] along dim, over index's shape.
-void scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+void scatter_add(const Tensor& x, const Tensor& index, const Tensor& src, int64_t dim);
 
 }  // namespace dtr::cpu

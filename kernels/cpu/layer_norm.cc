@@ -90,24 +90,22 @@ RowSums<Acc> first_pass(const Acc* __restrict grad_y, const Acc* __restrict x, c
 
 }  // namespace
 
-LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tensor& weight, const Tensor& bias,
-                           double eps) {
+void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  const int64_t rows = mean.numel();
+  const int64_t n = rows == 0 ? 0 : x.numel() / rows;
   const Tensor xc = x.contiguous();
   const Tensor wc = weight.defined() ? weight.contiguous() : weight;
   const Tensor bc = bias.defined() ? bias.contiguous() : bias;
-  LayerNormOutput out;
-  out.y = Tensor::empty(x.shape(), x.dtype());
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
-    out.mean = Tensor::empty({rows}, dtype_of<Acc>());
-    out.rstd = Tensor::empty({rows}, dtype_of<Acc>());
     const T* px = xc.data_ptr<T>();
     const T* pw = wc.defined() ? wc.data_ptr<T>() : nullptr;
     const T* pb = bc.defined() ? bc.data_ptr<T>() : nullptr;
-    T* py = out.y.data_ptr<T>();
-    Acc* pmean = out.mean.data_ptr<Acc>();
-    Acc* prstd = out.rstd.data_ptr<Acc>();
-    const bool streams = streams_output(static_cast<int64_t>(out.y.nbytes()));
+    T* py = y.data_ptr<T>();
+    Acc* pmean = mean.data_ptr<Acc>();
+    Acc* prstd = rstd.data_ptr<Acc>();
+    const bool streams = streams_output(static_cast<int64_t>(y.nbytes()));
     parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
       std::vector<Acc> x_buffer, y_buffer, w_buffer, b_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
@@ -147,20 +145,18 @@ LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tenso
       if (streams) stream_fence();
     });
   });
-  return out;
 }
 
-LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& weight, int64_t rows, int64_t n) {
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight) {
+  const int64_t rows = mean.numel();
+  const int64_t n = grad_weight.numel();
   const Tensor gc = grad_y.contiguous();
   const Tensor xc = x.contiguous();
   const Tensor mc = mean.contiguous();
   const Tensor rc = rstd.contiguous();
   const Tensor wc = weight.defined() ? weight.contiguous() : weight;
-  LayerNormGrads grads;
-  grads.grad_x = Tensor::empty(x.shape(), x.dtype());
-  grads.grad_weight = Tensor::empty({n}, x.dtype());
-  grads.grad_bias = Tensor::empty({n}, x.dtype());
   dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
     const T* pg = gc.data_ptr<T>();
@@ -168,7 +164,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     const Acc* pmean = mc.data_ptr<Acc>();
     const Acc* prstd = rc.data_ptr<Acc>();
     const T* pw = wc.defined() ? wc.data_ptr<T>() : nullptr;
-    T* pgx = grads.grad_x.data_ptr<T>();
+    T* pgx = grad_x.data_ptr<T>();
     // Partial sums of grad_weight and grad_bias, one pair of rows-of-n per block of rows.
     const int64_t block = rows_per_block(rows);
     const int64_t blocks = (rows + block - 1) / block;
@@ -177,7 +173,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
     std::fill_n(partials.data_ptr<Acc>(), partials.numel(), Acc(0));
     Acc* partial_w = partials.data_ptr<Acc>();
     Acc* partial_b = partial_w + blocks * n;
-    const bool streams = streams_output(static_cast<int64_t>(grads.grad_x.nbytes()));
+    const bool streams = streams_output(static_cast<int64_t>(grad_x.nbytes()));
     parallel_for(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
       std::vector<Acc> g_buffer, x_buffer, out_buffer, w_buffer;
       const Acc* w = pw ? as_acc(pw, n, w_buffer) : nullptr;
@@ -214,8 +210,8 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
       if (streams) stream_fence();
     });
     // Blocks are summed in block order for every column.
-    T* pdw = grads.grad_weight.data_ptr<T>();
-    T* pdb = grads.grad_bias.data_ptr<T>();
+    T* pdw = grad_weight.data_ptr<T>();
+    T* pdb = grad_bias.data_ptr<T>();
     parallel_for(n, 1024, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         Acc w = 0, b = 0;
@@ -228,7 +224,6 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
       }
     });
   });
-  return grads;
 }
 
 }  // namespace dtr::cpu

@@ -1,16 +1,18 @@
 // CPU kernels of layer_norm and its backward (kernels/layer_norm.h). The caller has checked
-// the arguments: x floating, `rows` rows of n elements, weight and bias (undefined when
-// absent) of n elements in x's dtype, mean and rstd [rows] in acc_t of x's dtype. Results
-// hold mean and rstd as [rows] and grad_weight, grad_bias as [n]; the caller reshapes them.
+// the arguments: x floating, seen as rows of n elements; weight and bias (undefined when
+// absent) of n elements in x's dtype; mean and rstd hold one acc_t value per row (rows =
+// mean.numel()). Every output is contiguous and overwritten: y and grad_x of x's shape,
+// grad_weight and grad_bias of n elements in x's dtype (n = grad_weight.numel()).
 #pragma once
 
-#include "kernels/layer_norm.h"
+#include "kernels/tensor.h"
 
 namespace dtr::cpu {
 
-LayerNormOutput layer_norm(const Tensor& x, int64_t rows, int64_t n, const Tensor& weight, const Tensor& bias,
-                           double eps);
-LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                                   const Tensor& weight, int64_t rows, int64_t n);
+void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps);
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
+                         const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& weight);
 
 }  // namespace dtr::cpu

@@ -85,11 +85,11 @@ Tensor to_float32(const Tensor& t) {
 
 }  // namespace
 
-void bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
+void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   if (a.dtype() == kBFloat16 || a.dtype() == kFloat16) {
     Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
-    bmm(to_float32(a), to_float32(b), out_f32);
+    bmm(out_f32, to_float32(a), to_float32(b));
     copy(out, out_f32);  // rounds once
     return;
   }

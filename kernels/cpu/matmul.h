@@ -8,6 +8,6 @@
 namespace dtr::cpu {
 
 // out [B, M, N] (contiguous, a's dtype) = a [B, M, K] times b [B, K, N].
-void bmm(const Tensor& a, const Tensor& b, const Tensor& out);
+void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 
 }  // namespace dtr::cpu

@@ -70,7 +70,7 @@ void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, int64_t n, const Adam
 
 }  // namespace
 
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, int64_t step,
+void sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad, int64_t step,
               const SgdOptions& options) {
   dispatch_param(param.dtype(), "sgd_step_", [&]<class T>(TypeTag<T>) {
     using C = acc_t<T>;
@@ -103,7 +103,7 @@ void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_bu
   });
 }
 
-void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t step,
+void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad, int64_t step,
                const AdamOptions& options, WeightDecay decay) {
   const char* op = decay == WeightDecay::kL2 ? "adam_step_" : "adamw_step_";
   dispatch_param(param.dtype(), op, [&]<class T>(TypeTag<T>) {

@@ -14,9 +14,10 @@ namespace dtr::cpu {
 // scales param by 1 - lr * wd before the update (AdamW).
 enum class WeightDecay { kL2, kDecoupled };
 
-void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer, int64_t step,
+// param and the state tensors are updated in place (the outputs, first); grad is read.
+void sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad, int64_t step,
               const SgdOptions& options);
-void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t step,
+void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad, int64_t step,
                const AdamOptions& options, WeightDecay decay);
 
 }  // namespace dtr::cpu

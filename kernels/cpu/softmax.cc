@@ -49,9 +49,8 @@ void for_each_slice(const Slices& s, Slice&& slice) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
+void softmax(const Tensor& y, const Tensor& x, int64_t dim, SoftmaxKind kind) {
   const Tensor xc = x.contiguous();
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
   const Slices s = slices_of(x.shape(), dim);
   dispatch_floating(x.dtype(), "softmax", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
@@ -83,13 +82,11 @@ Tensor softmax(const Tensor& x, int64_t dim, SoftmaxKind kind) {
       }
     });
   });
-  return y;
 }
 
-Tensor softmax_backward(const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind kind) {
+void softmax_backward(const Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind kind) {
   const Tensor gc = grad_y.contiguous();
   const Tensor yc = y.contiguous();
-  Tensor grad_x = Tensor::empty(y.shape(), y.dtype());
   const Slices s = slices_of(y.shape(), dim);
   dispatch_floating(y.dtype(), "softmax_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
@@ -117,7 +114,6 @@ Tensor softmax_backward(const Tensor& grad_y, const Tensor& y, int64_t dim, Soft
       }
     });
   });
-  return grad_x;
 }
 
 }  // namespace dtr::cpu

@@ -30,7 +30,7 @@ __global__ void cast_kernel(To* dst, const From* src, int64_t n) {
 
 }  // namespace
 
-void fill(int device, void* dst, DType dtype, int64_t n, double value) {
+void fill(void* dst, DType dtype, int64_t n, double value, int device) {
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dtype, "cuda fill", [&]<class T>(TypeTag<T>) {
@@ -39,7 +39,7 @@ void fill(int device, void* dst, DType dtype, int64_t n, double value) {
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
 
-void cast(int device, void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) {
+void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, int device) {
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dst_dtype, "cuda cast", [&]<class To>(TypeTag<To>) {

@@ -11,7 +11,9 @@
 
 namespace dtr::cuda {
 
-void fill(int device, void* dst, DType dtype, int64_t n, double value);
-void cast(int device, void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n);
+// dst[i] = value for i in [0, n), on `device`.
+void fill(void* dst, DType dtype, int64_t n, double value, int device);
+// dst[i] = convert(src[i]) for i in [0, n); dst and src on `device`.
+void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, int device);
 
 }  // namespace dtr::cuda
