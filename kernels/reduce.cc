@@ -41,8 +41,8 @@ std::vector<bool> reduced_dims(std::string_view op, const Tensor& x, const std::
   return reduced;
 }
 
-Tensor reduction(cpu::ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  const std::string_view name = cpu::reduce_op_name(op);
+Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  const std::string_view name = cpu::reduce_kind_name(op);
   check_defined(name, x);
   const std::vector<bool> reduced = reduced_dims(name, x, dims);
   Shape kept = x.shape(), squeezed;
@@ -51,14 +51,14 @@ Tensor reduction(cpu::ReduceOp op, const Tensor& x, const std::vector<int64_t>& 
       squeezed.push_back(x.size(d));
       continue;
     }
-    if (op == cpu::ReduceOp::kMax || op == cpu::ReduceOp::kMin) check_nonempty(name, x, d);
+    if (op == cpu::ReduceKind::kMax || op == cpu::ReduceKind::kMin) check_nonempty(name, x, d);
     kept[d] = 1;
   }
-  const bool integer_sum = op == cpu::ReduceOp::kSum && !is_floating(x.dtype());
+  const bool integer_sum = op == cpu::ReduceKind::kSum && !is_floating(x.dtype());
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
   switch (x.device().type) {
     case kCPU:
-      cpu::reduce(op, out, x);
+      cpu::reduce(out, x, op);
       return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
     case kCUDA: throw_device_not_implemented(name, x.device(), describe(x));
   }
@@ -68,19 +68,19 @@ Tensor reduction(cpu::ReduceOp op, const Tensor& x, const std::vector<int64_t>& 
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceOp::kSum, x, dims, keepdim);
+  return reduction(cpu::ReduceKind::kSum, x, dims, keepdim);
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceOp::kMean, x, dims, keepdim);
+  return reduction(cpu::ReduceKind::kMean, x, dims, keepdim);
 }
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceOp::kMax, x, dims, keepdim);
+  return reduction(cpu::ReduceKind::kMax, x, dims, keepdim);
 }
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceOp::kMin, x, dims, keepdim);
+  return reduction(cpu::ReduceKind::kMin, x, dims, keepdim);
 }
 Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceOp::kSumOfSquares, x, dims, keepdim);
+  return reduction(cpu::ReduceKind::kSumOfSquares, x, dims, keepdim);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {

@@ -255,50 +255,50 @@ void argmax_by_slices(const Tensor& out, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-std::string_view reduce_op_name(ReduceOp op) {
+std::string_view reduce_kind_name(ReduceKind op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMean: return "mean";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kSumOfSquares: return "sum_of_squares";
+    case ReduceKind::kSum: return "sum";
+    case ReduceKind::kMean: return "mean";
+    case ReduceKind::kMax: return "max";
+    case ReduceKind::kMin: return "min";
+    case ReduceKind::kSumOfSquares: return "sum_of_squares";
   }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
+  DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
 }
 
-void reduce(ReduceOp op, const Tensor& out, const Tensor& x) {
-  const std::string_view name = reduce_op_name(op);
+void reduce(const Tensor& out, const Tensor& x, ReduceKind op) {
+  const std::string_view name = reduce_kind_name(op);
   auto plus = [](auto a, auto b) { return a + b; };
   // A NaN on either side wins, so max and min propagate NaN (`|`, not `||`: no branch
   // in the vectorised loop).
   auto larger = [](auto a, auto b) { return (b > a) | is_nan(b) ? b : a; };
   auto smaller = [](auto a, auto b) { return (b < a) | is_nan(b) ? b : a; };
   switch (op) {
-    case ReduceOp::kSum:
+    case ReduceKind::kSum:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
         fold<T>(out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kNo);
       });
-    case ReduceOp::kMean:
+    case ReduceKind::kMean:
       return dispatch_floating(x.dtype(), name, [&]<class T>(TypeTag<T>) {
         fold<T>(out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kByCount);
       });
-    case ReduceOp::kSumOfSquares:
+    case ReduceKind::kSumOfSquares:
       return dispatch_floating(x.dtype(), name, [&]<class T>(TypeTag<T>) {
         fold<T>(out, x, 0, [](T v) {
           const auto a = static_cast<reduce_acc_t<T>>(v);
           return a * a;
         }, plus, Divide::kNo);
       });
-    case ReduceOp::kMax:
+    case ReduceKind::kMax:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
         fold<T>(out, x, lowest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, larger, Divide::kNo);
       });
-    case ReduceOp::kMin:
+    case ReduceKind::kMin:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
         fold<T>(out, x, highest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, smaller, Divide::kNo);
       });
   }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
+  DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
 }
 
 void argmax(const Tensor& out, const Tensor& x, int64_t dim) {

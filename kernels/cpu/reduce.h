@@ -16,12 +16,12 @@
 
 namespace dtr::cpu {
 
-enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kSumOfSquares };
+enum class ReduceKind : uint8_t { kSum, kMean, kMax, kMin, kSumOfSquares };
 // "sum", "mean", ...: the op's name in messages.
-std::string_view reduce_op_name(ReduceOp op);
+std::string_view reduce_kind_name(ReduceKind op);
 
 // out = op over the dims where out has size 1 and x does not.
-void reduce(ReduceOp op, const Tensor& out, const Tensor& x);
+void reduce(const Tensor& out, const Tensor& x, ReduceKind op);
 // out (int64, keepdim shape) = index along dim of the first maximum of x.
 void argmax(const Tensor& out, const Tensor& x, int64_t dim);
 
