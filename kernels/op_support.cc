@@ -1,0 +1,131 @@
+#include "kernels/op_support.h"
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/error.h"
+
+namespace dtr {
+namespace {
+
+constexpr DTypeSet kNone;
+constexpr DTypeSet kFloating{kFloat32, kFloat64, kBFloat16, kFloat16};
+constexpr DTypeSet kNumeric{kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};
+constexpr DTypeSet kAll{kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+// The optimizers keep float32 state for 16-bit parameters, which float16 cannot use well.
+constexpr DTypeSet kOptimizerParams{kFloat32, kFloat64, kBFloat16};
+
+constexpr std::array kOps = {
+    // tensor.h, fill.h: the two ops every device has.
+    OpSupport{"copy_", kAll, kAll},
+    OpSupport{"fill_", kAll, kAll},
+    OpSupport{"arange", kNumeric, kNone},
+    // elementwise.h
+    OpSupport{"add", kNumeric, kNone},
+    OpSupport{"sub", kNumeric, kNone},
+    OpSupport{"mul", kNumeric, kNone},
+    OpSupport{"div", kFloating, kNone},
+    OpSupport{"maximum", kNumeric, kNone},
+    OpSupport{"minimum", kNumeric, kNone},
+    OpSupport{"rsub", kNumeric, kNone},
+    OpSupport{"pow", kFloating, kNone},
+    OpSupport{"add_", kNumeric, kNone},
+    OpSupport{"mul_", kNumeric, kNone},
+    OpSupport{"neg", kNumeric, kNone},
+    OpSupport{"abs", kNumeric, kNone},
+    OpSupport{"relu", kNumeric, kNone},
+    OpSupport{"exp", kFloating, kNone},
+    OpSupport{"log", kFloating, kNone},
+    OpSupport{"sqrt", kFloating, kNone},
+    OpSupport{"rsqrt", kFloating, kNone},
+    OpSupport{"tanh", kFloating, kNone},
+    OpSupport{"sigmoid", kFloating, kNone},
+    OpSupport{"gelu", kFloating, kNone},
+    OpSupport{"silu", kFloating, kNone},
+    OpSupport{"clamp", kNumeric, kNone},
+    OpSupport{"relu_backward", kFloating, kNone},
+    OpSupport{"gelu_backward", kFloating, kNone},
+    OpSupport{"silu_backward", kFloating, kNone},
+    OpSupport{"sigmoid_backward", kFloating, kNone},
+    OpSupport{"tanh_backward", kFloating, kNone},
+    OpSupport{"eq", kAll, kNone},
+    OpSupport{"ne", kAll, kNone},
+    OpSupport{"lt", kAll, kNone},
+    OpSupport{"le", kAll, kNone},
+    OpSupport{"gt", kAll, kNone},
+    OpSupport{"ge", kAll, kNone},
+    OpSupport{"logical_not", kAll, kNone},
+    OpSupport{"where", kAll, kNone},
+    OpSupport{"masked_fill", kAll, kNone},
+    // reduce.h
+    OpSupport{"sum", kAll, kNone},
+    OpSupport{"mean", kFloating, kNone},
+    OpSupport{"max", kAll, kNone},
+    OpSupport{"min", kAll, kNone},
+    OpSupport{"sum_of_squares", kFloating, kNone},
+    OpSupport{"argmax", kNumeric, kNone},
+    // shape_ops.h, index.h
+    OpSupport{"cat", kAll, kNone},
+    OpSupport{"index_select", kAll, kNone},
+    OpSupport{"gather", kAll, kNone},
+    OpSupport{"index_add_", kNumeric, kNone},
+    OpSupport{"scatter_add_", kNumeric, kNone},
+    // matmul.h
+    OpSupport{"matmul", kFloating, kNone},
+    OpSupport{"bmm", kFloating, kNone},
+    // random.h, dropout.h
+    OpSupport{"uniform_", kFloating, kNone},
+    OpSupport{"normal_", kFloating, kNone},
+    OpSupport{"bernoulli", kAll, kNone},
+    OpSupport{"dropout", kFloating, kNone},
+    OpSupport{"dropout_backward", kFloating, kNone},
+    // softmax.h, layer_norm.h, embedding.h, cross_entropy.h
+    OpSupport{"softmax", kFloating, kNone},
+    OpSupport{"log_softmax", kFloating, kNone},
+    OpSupport{"softmax_backward", kFloating, kNone},
+    OpSupport{"log_softmax_backward", kFloating, kNone},
+    OpSupport{"layer_norm", kFloating, kNone},
+    OpSupport{"layer_norm_backward", kFloating, kNone},
+    OpSupport{"embedding", kAll, kNone},
+    OpSupport{"embedding_backward", kFloating, kNone},
+    OpSupport{"cross_entropy", kFloating, kNone},
+    OpSupport{"cross_entropy_backward", kFloating, kNone},
+    // optimizer_step.h
+    OpSupport{"sgd_step_", kOptimizerParams, kNone},
+    OpSupport{"adam_step_", kOptimizerParams, kNone},
+    OpSupport{"adamw_step_", kOptimizerParams, kNone},
+};
+
+constexpr std::array kAllDTypes = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+
+}  // namespace
+
+std::vector<DType> DTypeSet::dtypes() const {
+  std::vector<DType> out;
+  for (DType d : kAllDTypes) {
+    if (contains(d)) out.push_back(d);
+  }
+  return out;
+}
+
+std::string DTypeSet::str() const {
+  std::vector<std::string_view> names;
+  for (DType d : dtypes()) names.push_back(dtype_name(d));
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::span<const OpSupport> supported_ops() { return kOps; }
+
+bool supports(std::string_view op, DeviceType device, DType dtype) {
+  const auto row = std::find_if(kOps.begin(), kOps.end(), [&](const OpSupport& s) { return s.op == op; });
+  DTR_CHECK(row != kOps.end(), ValueError, "supports: '{}' is not an op of kernels/ (see supported_ops())", op);
+  return row->on(device).contains(dtype);
+}
+
+std::string op_support_markdown() {
+  std::string out = "| op | cpu | cuda |\n|---|---|---|\n";
+  for (const OpSupport& s : kOps) out += fmt::format("| `{}` | {} | {} |\n", s.op, s.cpu.str(), s.cuda.str());
+  return out;
+}
+
+}  // namespace dtr

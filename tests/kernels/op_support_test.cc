@@ -1,0 +1,192 @@
+// The op coverage table (kernels/op_support.h) against the kernels: every op runs on every
+// dtype its CPU column lists, and raises a typed error (TypeError or NotImplementedError)
+// on every other dtype; the table and the runners below name the same ops.
+#include "kernels/op_support.h"
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/error.h"
+#include "kernels/fill.h"
+#include "kernels/index.h"
+#include "kernels/layer_norm.h"
+#include "kernels/matmul.h"
+#include "kernels/optimizer_step.h"
+#include "kernels/random.h"
+#include "kernels/reduce.h"
+#include "kernels/shape_ops.h"
+#include "kernels/softmax.h"
+
+namespace dtr {
+namespace {
+
+using Runner = std::function<void(DType)>;
+
+Tensor x_of(DType d) { return ones({2, 3}, d); }
+Tensor mask() { return ones({2, 3}, kBool); }
+Tensor rows() { return Tensor::from_vector<int64_t>({0, 1}); }
+
+Runner unary(Tensor (*op)(const Tensor&)) {
+  return [op](DType d) { op(x_of(d)); };
+}
+Runner binary(Tensor (*op)(const Tensor&, const Tensor&)) {
+  return [op](DType d) { op(x_of(d), x_of(d)); };
+}
+
+// One call of each op on small CPU tensors whose dispatching operand has dtype d.
+std::map<std::string_view, Runner> runners() {
+  using TT = Tensor (*)(const Tensor&, const Tensor&);
+  using TS = Tensor (*)(const Tensor&, double);
+  return {
+      {"copy_", [](DType d) { Tensor::empty({2, 3}, d).copy_(x_of(kFloat32)); }},
+      {"fill_", [](DType d) { Tensor t = Tensor::empty({2, 3}, d); fill_(t, 1.0); }},
+      {"arange", [](DType d) { arange(0, 4, 1, d); }},
+      {"add", [](DType d) { add(x_of(d), x_of(d)); static_cast<TS>(add)(x_of(d), 1.0); }},
+      {"sub", [](DType d) { sub(x_of(d), x_of(d)); static_cast<TS>(sub)(x_of(d), 1.0); }},
+      {"mul", [](DType d) { mul(x_of(d), x_of(d)); static_cast<TS>(mul)(x_of(d), 1.0); }},
+      {"div", [](DType d) { div(x_of(d), x_of(d)); static_cast<TS>(div)(x_of(d), 1.0); }},
+      {"maximum", binary(maximum)},
+      {"minimum", binary(minimum)},
+      {"rsub", [](DType d) { rsub(x_of(d), 1.0); }},
+      {"pow", [](DType d) { pow(x_of(d), 2.0); }},
+      {"add_", [](DType d) { Tensor y = x_of(d); add_(y, x_of(d), 1.0); }},
+      {"mul_", [](DType d) { Tensor y = x_of(d); mul_(y, 1.0); }},
+      {"neg", unary(neg)},
+      {"abs", unary(abs)},
+      {"relu", unary(relu)},
+      {"exp", unary(exp)},
+      {"log", unary(log)},
+      {"sqrt", unary(sqrt)},
+      {"rsqrt", unary(rsqrt)},
+      {"tanh", unary(tanh)},
+      {"sigmoid", unary(sigmoid)},
+      {"gelu", [](DType d) { gelu(x_of(d), GeluApproximation::kNone); }},
+      {"silu", unary(silu)},
+      {"clamp", [](DType d) { clamp(x_of(d), 0.0, 1.0); }},
+      {"relu_backward", binary(relu_backward)},
+      {"gelu_backward", [](DType d) { gelu_backward(x_of(d), x_of(d), GeluApproximation::kNone); }},
+      {"silu_backward", binary(silu_backward)},
+      {"sigmoid_backward", binary(sigmoid_backward)},
+      {"tanh_backward", binary(tanh_backward)},
+      {"eq", [](DType d) { static_cast<TT>(eq)(x_of(d), x_of(d)); static_cast<TS>(eq)(x_of(d), 1.0); }},
+      {"ne", [](DType d) { static_cast<TT>(ne)(x_of(d), x_of(d)); static_cast<TS>(ne)(x_of(d), 1.0); }},
+      {"lt", [](DType d) { static_cast<TT>(lt)(x_of(d), x_of(d)); static_cast<TS>(lt)(x_of(d), 1.0); }},
+      {"le", [](DType d) { static_cast<TT>(le)(x_of(d), x_of(d)); static_cast<TS>(le)(x_of(d), 1.0); }},
+      {"gt", [](DType d) { static_cast<TT>(gt)(x_of(d), x_of(d)); static_cast<TS>(gt)(x_of(d), 1.0); }},
+      {"ge", [](DType d) { static_cast<TT>(ge)(x_of(d), x_of(d)); static_cast<TS>(ge)(x_of(d), 1.0); }},
+      {"logical_not", unary(logical_not)},
+      {"where", [](DType d) { where(mask(), x_of(d), x_of(d)); }},
+      {"masked_fill", [](DType d) { masked_fill(x_of(d), mask(), 0.0); }},
+      {"sum", [](DType d) { sum(x_of(d)); }},
+      {"mean", [](DType d) { mean(x_of(d)); }},
+      {"max", [](DType d) { max(x_of(d)); }},
+      {"min", [](DType d) { min(x_of(d)); }},
+      {"sum_of_squares", [](DType d) { sum_of_squares(x_of(d)); }},
+      {"argmax", [](DType d) { argmax(x_of(d), 1); }},
+      {"cat", [](DType d) { cat({x_of(d), x_of(d)}, 0); }},
+      {"index_select", [](DType d) { index_select(x_of(d), 0, rows()); }},
+      {"gather", [](DType d) { gather(x_of(d), 0, zeros({2, 3}, kInt64)); }},
+      {"index_add_", [](DType d) { Tensor y = x_of(d); index_add_(y, 0, rows(), x_of(d)); }},
+      {"scatter_add_", [](DType d) { Tensor y = x_of(d); scatter_add_(y, 0, zeros({2, 3}, kInt64), x_of(d)); }},
+      {"matmul", [](DType d) { matmul(x_of(d), ones({3, 2}, d)); }},
+      {"bmm", [](DType d) { bmm(ones({1, 2, 3}, d), ones({1, 3, 2}, d)); }},
+      {"uniform_", [](DType d) { Tensor t = x_of(d); uniform_(t, 0.0, 1.0, 1); }},
+      {"normal_", [](DType d) { Tensor t = x_of(d); normal_(t, 0.0, 1.0, 1); }},
+      {"bernoulli", [](DType d) { bernoulli({2, 3}, 0.5, 1, d); }},
+      {"dropout", [](DType d) { dropout(x_of(d), 0.5, 1); }},
+      {"dropout_backward", [](DType d) { dropout_backward(x_of(d), mask(), 0.5); }},
+      {"softmax", [](DType d) { softmax(x_of(d), 1); }},
+      {"log_softmax", [](DType d) { log_softmax(x_of(d), 1); }},
+      {"softmax_backward", [](DType d) { softmax_backward(x_of(d), x_of(d), 1); }},
+      {"log_softmax_backward", [](DType d) { log_softmax_backward(x_of(d), x_of(d), 1); }},
+      {"layer_norm", [](DType d) { layer_norm(x_of(d), {3}, std::nullopt, std::nullopt); }},
+      {"layer_norm_backward",
+       [](DType d) {
+         const Tensor stats = ones({2}, acc_dtype(d));
+         layer_norm_backward(x_of(d), x_of(d), stats, stats, std::nullopt);
+       }},
+      {"embedding", [](DType d) { embedding(x_of(d), rows()); }},
+      {"embedding_backward", [](DType d) { embedding_backward(x_of(d), rows(), 2); }},
+      {"cross_entropy", [](DType d) { cross_entropy(x_of(d), rows()); }},
+      {"cross_entropy_backward",
+       [](DType d) { cross_entropy_backward(ones({}, kFloat32), x_of(d), rows(), zeros({2}, acc_dtype(d))); }},
+      {"sgd_step_",
+       [](DType d) {
+         Tensor p = x_of(d), buffer;
+         sgd_step_(p, x_of(d), buffer, 1, {});
+       }},
+      {"adam_step_",
+       [](DType d) {
+         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d)), v = zeros({2, 3}, optimizer_state_dtype(d));
+         adam_step_(p, x_of(d), m, v, 1, {});
+       }},
+      {"adamw_step_",
+       [](DType d) {
+         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d)), v = zeros({2, 3}, optimizer_state_dtype(d));
+         adamw_step_(p, x_of(d), m, v, 1, {});
+       }},
+  };
+}
+
+constexpr DType kDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+
+}  // namespace
+
+TEST_CASE("the op table and the runners name the same ops, each once") {
+  const auto all = runners();
+  std::set<std::string_view> listed;
+  for (const OpSupport& s : supported_ops()) {
+    INFO("op " << s.op);
+    CHECK(listed.insert(s.op).second);
+    CHECK(all.count(s.op) == 1);
+  }
+  CHECK(listed.size() == all.size());
+}
+
+TEST_CASE("every op runs on exactly the CPU dtypes the table lists") {
+  const auto all = runners();
+  for (const OpSupport& s : supported_ops()) {
+    const Runner& run = all.at(s.op);
+    for (DType d : kDTypes) {
+      INFO("op " << s.op << " on cpu " << dtype_name(d) << " (table: " << s.cpu.str() << ")");
+      if (s.cpu.contains(d)) {
+        CHECK_NOTHROW(run(d));
+        continue;
+      }
+      try {
+        run(d);
+        FAIL_CHECK("ran on a dtype the table does not list");
+      } catch (const TypeError&) {
+      } catch (const NotImplementedError&) {
+      }
+    }
+  }
+}
+
+TEST_CASE("supports() answers from the table and rejects unknown ops") {
+  CHECK(supports("softmax", kCPU, kBFloat16));
+  CHECK_FALSE(supports("softmax", kCPU, kInt64));
+  CHECK_FALSE(supports("softmax", kCUDA, kFloat32));
+  CHECK(supports("fill_", kCUDA, kBool));
+  CHECK_THROWS_AS(supports("no_such_op", kCPU, kFloat32), ValueError);
+  CHECK_THAT(op_support_markdown(), Catch::Contains("| `softmax` | float32, float64, bfloat16, float16 | none |"));
+}
+
+TEST_CASE("docs/op_support.md holds the table") {
+  std::ifstream in("docs/op_support.md");
+  REQUIRE(in.good());
+  std::stringstream doc;
+  doc << in.rdbuf();
+  INFO("docs/op_support.md must contain this table (paste it in):\n" << op_support_markdown());
+  CHECK_THAT(doc.str(), Catch::Contains(op_support_markdown()));
+}
+
+}  // namespace dtr
