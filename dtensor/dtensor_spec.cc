@@ -22,36 +22,68 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
   return box;
 }
 
-DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype)
-    : mesh_(std::move(mesh)), placements_(std::move(placements)), shape_(std::move(shape)), dtype_(dtype) {
-  DTR_CHECK(static_cast<int64_t>(placements_.size()) == mesh_.ndim(), ValueError,
-            "DTensorSpec: {} placements {} for the {}-d mesh {} of a {}{} tensor; give one placement per mesh dim",
-            placements_.size(), placements_str(placements_), mesh_.ndim(), mesh_.to_string(), dtype_, shape_);
-  DTR_CHECK(std::all_of(shape_.begin(), shape_.end(), [](int64_t s) { return s >= 0; }), ValueError,
-            "DTensorSpec: negative size in the global shape {}", shape_);
-  const int64_t n = ndim();
-  for (size_t i = 0; i < placements_.size(); ++i) {
-    if (!placements_[i].is_shard()) continue;
-    const int64_t d = placements_[i].shard_dim();
-    DTR_CHECK(d >= -n && d < n, IndexError,
-              "DTensorSpec: {} on mesh dim {} of placements {} is out of range for the {}-d tensor {}{}; a "
-              "Shard dim must be in [{}, {}]",
-              placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), n,
-              dtype_, shape_, -n, n - 1);
-    if (d < 0) placements_[i] = Shard(d + n);
+namespace {
+
+// What keeps (mesh, placements, shape) from being a spec.
+enum class SpecDefect : uint8_t { kNone, kPlacementCount, kNegativeSize, kShardDim, kMixedPartials };
+
+// The first defect; for kShardDim, *mesh_dim is the mesh dim of the offending Shard.
+SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, const Shape& shape, size_t* mesh_dim) {
+  if (static_cast<int64_t>(placements.size()) != mesh.ndim()) return SpecDefect::kPlacementCount;
+  if (!std::all_of(shape.begin(), shape.end(), [](int64_t s) { return s >= 0; })) return SpecDefect::kNegativeSize;
+  const int64_t n = static_cast<int64_t>(shape.size());
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (!placements[i].is_shard()) continue;
+    const int64_t d = placements[i].shard_dim();
+    if (d < -n || d >= n) {
+      *mesh_dim = i;
+      return SpecDefect::kShardDim;
+    }
   }
   // Partial ops on different mesh dims must commute: all linear, or all the same op.
   std::vector<ReduceOp> ops;
-  for (const Placement& p : placements_) {
+  for (const Placement& p : placements) {
     if (p.is_partial()) ops.push_back(p.reduce_op());
   }
   const bool all_linear = std::all_of(ops.begin(), ops.end(), is_linear);
   const bool all_same = std::all_of(ops.begin(), ops.end(), [&](ReduceOp op) { return op == ops.front(); });
-  DTR_CHECK(all_linear || all_same, ValueError,
-            "DTensorSpec: placements {} on {} mix Partial reduce ops that do not commute, so the tensor's value "
-            "would depend on the order of reduction; legal: any mix of P(sum) and P(avg), or a single one of "
-            "P(max), P(min) (reduce one of them to Replicate first)",
-            placements_str(placements_), mesh_.to_string());
+  return all_linear || all_same ? SpecDefect::kNone : SpecDefect::kMixedPartials;
+}
+
+}  // namespace
+
+bool DTensorSpec::is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape) {
+  size_t mesh_dim = 0;
+  return find_defect(mesh, placements, shape, &mesh_dim) == SpecDefect::kNone;
+}
+
+DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype)
+    : mesh_(std::move(mesh)), placements_(std::move(placements)), shape_(std::move(shape)), dtype_(dtype) {
+  size_t i = 0;
+  switch (find_defect(mesh_, placements_, shape_, &i)) {
+    case SpecDefect::kNone: break;
+    case SpecDefect::kPlacementCount:
+      throw ValueError(fmt::format(
+          "DTensorSpec: {} placements {} for the {}-d mesh {} of a {}{} tensor; give one placement per mesh dim",
+          placements_.size(), placements_str(placements_), mesh_.ndim(), mesh_.to_string(), dtype_, shape_));
+    case SpecDefect::kNegativeSize:
+      throw ValueError(fmt::format("DTensorSpec: negative size in the global shape {}", shape_));
+    case SpecDefect::kShardDim:
+      throw IndexError(fmt::format(
+          "DTensorSpec: {} on mesh dim {} of placements {} is out of range for the {}-d tensor {}{}; a Shard dim "
+          "must be in [{}, {}]",
+          placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), ndim(),
+          dtype_, shape_, -ndim(), ndim() - 1));
+    case SpecDefect::kMixedPartials:
+      throw ValueError(fmt::format(
+          "DTensorSpec: placements {} on {} mix Partial reduce ops that do not commute, so the tensor's value "
+          "would depend on the order of reduction; legal: any mix of P(sum) and P(avg), or a single one of "
+          "P(max), P(min) (reduce one of them to Replicate first)",
+          placements_str(placements_), mesh_.to_string()));
+  }
+  for (Placement& p : placements_) {
+    if (p.is_shard() && p.shard_dim() < 0) p = Shard(p.shard_dim() + ndim());
+  }
 }
 
 DTensorSpec DTensorSpec::with_placements(Placements placements) const {

@@ -42,6 +42,8 @@ class DTensorSpec {
   // Checks one placement per mesh dim, Shard dims within the tensor's ndim (negative
   // dims are wrapped), non-negative sizes and commuting Partial ops.
   DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype);
+  // Whether the constructor would accept these (a query: it builds no message).
+  static bool is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape);
 
   const DeviceMesh& mesh() const { return mesh_; }
   const Placements& placements() const { return placements_; }

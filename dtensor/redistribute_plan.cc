@@ -153,6 +153,11 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   }
 }
 
+// A Partial cannot change its reduce op in place: P(op1) -> P(op2) goes through Replicate.
+bool changes_partial_op(const Placement& from, const Placement& to) {
+  return from.is_partial() && to.is_partial() && from != to;
+}
+
 // The target checked against `spec` (length, Shard dims; negative dims wrapped), with
 // errors that say they come from redistribute.
 Placements checked_target(const DTensorSpec& spec, const Placements& target) {
@@ -254,6 +259,14 @@ RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& 
   return plan_redistribute_coalesced(std::span(&source, 1), target);
 }
 
+bool can_redistribute(const DTensorSpec& source, const Placements& target) {
+  if (!DTensorSpec::is_valid(source.mesh(), target, source.shape())) return false;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (changes_partial_op(source.placements()[i], target[i])) return false;
+  }
+  return true;
+}
+
 RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {
   DTR_CHECK(!sources.empty(), ValueError, "redistribute (coalesced) to {}: no tensors given", placements_str(target));
   const DTensorSpec& first = sources.front();
@@ -272,7 +285,7 @@ RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> source
   }
   const Placements& src = first.placements();
   for (size_t i = 0; i < src.size(); ++i) {
-    DTR_CHECK(!(src[i].is_partial() && dst[i].is_partial() && src[i] != dst[i]), ValueError,
+    DTR_CHECK(!changes_partial_op(src[i], dst[i]), ValueError,
               "redistribute {} to {}: mesh dim {} would go from {} to {}, but a Partial cannot change its reduce "
               "op; legal: reduce it first ({} -> Replicate), then redistribute Replicate -> {}",
               first.to_string(), placements_str(dst), first.mesh().dim_label(static_cast<int64_t>(i)),

@@ -96,6 +96,10 @@ class RedistributePlan {
 // P(op1) -> P(op2) (legal: P(op1) -> R -> P(op2), as two redistributes).
 RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& target);
 
+// Whether plan_redistribute(source, target) has a plan: the query form of its checks, for
+// callers weighing candidate placements (it builds no message and throws nothing).
+bool can_redistribute(const DTensorSpec& source, const Placements& target);
+
 // One plan for several tensors making the same move (same mesh, same source placements):
 // the steps of plan_redistribute, bytes summed over the tensors. ValueError naming the
 // tensors, shapes, meshes and placements when they differ.

@@ -10,17 +10,14 @@ namespace {
 thread_local int64_t t_promised_collectives = 0;
 
 // Bytes all ranks receive to move `spec` to `target`, or -1 if the move is not legal.
+// Legality is asked, not caught: an error from planning a legal move is a bug and propagates.
 int64_t move_cost(const DTensorSpec& spec, const Placements& target, int64_t* collectives) {
-  try {
-    spec.with_placements(target);
-    RedistributePlan plan = plan_redistribute(spec, target);
-    int64_t bytes = 0;
-    for (int64_t b : plan.total_recv_bytes()) bytes += b;
-    *collectives += plan.num_collectives();
-    return bytes;
-  } catch (const Error&) {
-    return -1;
-  }
+  if (!can_redistribute(spec, target)) return -1;
+  const RedistributePlan plan = plan_redistribute(spec, target);
+  int64_t bytes = 0;
+  for (int64_t b : plan.total_recv_bytes()) bytes += b;
+  *collectives += plan.num_collectives();
+  return bytes;
 }
 
 }  // namespace

@@ -390,6 +390,41 @@ TEST_CASE("planner errors name the tensors, meshes and placements and say what i
   CHECK_THROWS_MATCHES(plan_redistribute_coalesced({}, {Replicate()}), ValueError, MessageContains("no tensors"));
 }
 
+TEST_CASE("can_redistribute says exactly when plan_redistribute has a plan", "[redistribute][errors]") {
+  const DeviceMesh mesh = testing::make_mesh({2, 2}, {"dp", "tp"});
+  const std::vector<Placement> each = {Replicate(), Shard(0), Shard(1), Shard(2), Shard(-1), Partial(),
+                                       Partial(ReduceOp::kAvg), Partial(ReduceOp::kMax)};
+  int legal = 0, illegal = 0;
+  for (const Placement& a : each) {
+    for (const Placement& b : each) {
+      if (!DTensorSpec::is_valid(mesh, {a, b}, {8, 6})) continue;
+      const DTensorSpec spec(mesh, {a, b}, {8, 6}, kFloat32);
+      for (const Placements& target : std::vector<Placements>{{Replicate()}, {Replicate(), Replicate(), Replicate()}}) {
+        CHECK_FALSE(can_redistribute(spec, target));
+        CHECK_THROWS_AS(plan_redistribute(spec, target), Error);
+      }
+      for (const Placement& c : each) {
+        for (const Placement& d : each) {
+          INFO(spec.to_string() << " -> " << placements_str({c, d}));
+          bool planned = true;
+          try {
+            plan_redistribute(spec, {c, d});
+          } catch (const ValueError&) {
+            planned = false;
+          } catch (const IndexError&) {
+            planned = false;
+          }
+          CHECK(can_redistribute(spec, {c, d}) == planned);
+          (planned ? legal : illegal) += 1;
+        }
+      }
+    }
+  }
+  // The sweep holds both kinds: Shard(2) of a 2-d tensor, P(sum) -> P(max), mixed P(max) and P(sum).
+  CHECK(legal > 0);
+  CHECK(illegal > 0);
+}
+
 TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redistribute][explain]") {
   const DTensorSpec spec(testing::make_mesh({2, 2}, {"dp", "tp"}), {Shard(0), Replicate()}, {8, 6}, kFloat32);
   const std::string text = plan_redistribute(spec, {Replicate(), Shard(1)}).explain();
