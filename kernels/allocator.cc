@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <new>
 
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/error.h"
@@ -16,6 +15,12 @@ namespace dtr {
 void* Allocator::allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   void* p = raw_allocate(nbytes);
+  if (p == nullptr) {
+    throw OutOfMemoryError(fmt::format(
+        "allocator: out of memory on {}: asked for {} bytes with {} in use and {} cached (freed blocks kept for "
+        "reuse); free tensors or call empty_cache()",
+        device_, nbytes, bytes_in_use_.load(), cached_bytes()));
+  }
   int64_t now = bytes_in_use_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = peak_bytes_.load();
   while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
@@ -25,7 +30,7 @@ void* Allocator::allocate(size_t nbytes) {
   return p;
 }
 
-void Allocator::deallocate(void* ptr, size_t nbytes) {
+void Allocator::deallocate(void* ptr, size_t nbytes) noexcept {
   if (ptr == nullptr) return;
   raw_deallocate(ptr, nbytes);
   bytes_in_use_.fetch_sub(static_cast<int64_t>(nbytes));
@@ -62,7 +67,7 @@ void* map_block(size_t size) {
 
 }  // namespace
 
-CpuAllocator::CpuAllocator(size_t cache_limit) : cache_limit_(cache_limit) {}
+CpuAllocator::CpuAllocator(size_t cache_limit) : Allocator(kCPU), cache_limit_(cache_limit) {}
 
 CpuAllocator::~CpuAllocator() { empty_cache(); }
 
@@ -74,9 +79,7 @@ size_t CpuAllocator::default_cache_limit() {
 
 void* CpuAllocator::raw_allocate(size_t nbytes) {
   if (nbytes < kCachedFrom) {
-    void* p = std::aligned_alloc(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
+    return std::aligned_alloc(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
   }
   const size_t size = block_size(nbytes);
   {
@@ -95,11 +98,10 @@ void* CpuAllocator::raw_allocate(size_t nbytes) {
     empty_cache();
     p = map_block(size);
   }
-  if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
-void CpuAllocator::raw_deallocate(void* ptr, size_t nbytes) {
+void CpuAllocator::raw_deallocate(void* ptr, size_t nbytes) noexcept {
   if (nbytes < kCachedFrom) {
     std::free(ptr);
     return;
@@ -142,11 +144,11 @@ namespace {
 
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(int index) : index_(index) {}
+  explicit CudaAllocator(int index) : Allocator(Device(kCUDA, index)), index_(index) {}
 
  private:
   void* raw_allocate(size_t nbytes) override { return cuda::device_malloc(index_, nbytes); }
-  void raw_deallocate(void* ptr, size_t) override { cuda::device_free(index_, ptr); }
+  void raw_deallocate(void* ptr, size_t) noexcept override { cuda::device_free(index_, ptr); }
   int index_;
 };
 

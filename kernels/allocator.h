@@ -35,22 +35,27 @@ struct MemoryStats {
 
 class Allocator {
  public:
+  explicit Allocator(Device device) : device_(device) {}
   virtual ~Allocator() = default;
-  // Returns memory for nbytes (nullptr for 0 bytes); throws on exhaustion.
+  // Returns memory for nbytes (nullptr for 0 bytes); throws OutOfMemoryError naming the
+  // device, the bytes asked for, in use and cached when the device has none left.
   void* allocate(size_t nbytes);
-  // Frees what allocate(nbytes) returned (nbytes as passed to allocate).
-  void deallocate(void* ptr, size_t nbytes);
+  // Frees what allocate(nbytes) returned (nbytes as passed to allocate). Never throws: it
+  // runs in destructors (a device that cannot free logs and goes on).
+  void deallocate(void* ptr, size_t nbytes) noexcept;
   MemoryStats stats() const;
   void reset_peak();
   // Returns every cached block to the system; an allocator without a cache has none.
   virtual void empty_cache() {}
 
  protected:
+  // nullptr when the device has no memory left.
   virtual void* raw_allocate(size_t nbytes) = 0;
-  virtual void raw_deallocate(void* ptr, size_t nbytes) = 0;
+  virtual void raw_deallocate(void* ptr, size_t nbytes) noexcept = 0;
   virtual int64_t cached_bytes() const { return 0; }
 
  private:
+  const Device device_;
   std::atomic<int64_t> bytes_in_use_{0};
   std::atomic<int64_t> peak_bytes_{0};
   std::atomic<int64_t> live_allocs_{0};
@@ -83,7 +88,7 @@ class CpuAllocator final : public Allocator {
 
  private:
   void* raw_allocate(size_t nbytes) override;
-  void raw_deallocate(void* ptr, size_t nbytes) override;
+  void raw_deallocate(void* ptr, size_t nbytes) noexcept override;
   int64_t cached_bytes() const override;
   void evict_oldest();  // with mutex_ held
 

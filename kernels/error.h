@@ -40,6 +40,11 @@ class CudaError : public Error {
  public:
   using Error::Error;
 };
+// An allocation failed (names the device, the bytes asked for, in use and cached): torch.OutOfMemoryError.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
 // Thrown only by DTR_INTERNAL_ASSERT: an invariant dtr relies on did not hold.
 class InternalError : public Error {
  public:

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
+
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/error.h"
 
@@ -27,13 +29,26 @@ int device_count() {
 void* device_malloc(int device, size_t nbytes) {
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   void* p = nullptr;
-  DTR_CUDA_CHECK(cudaMalloc(&p, nbytes), device);
+  const cudaError_t status = cudaMalloc(&p, nbytes);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it so that later calls do not report it
+    return nullptr;
+  }
+  DTR_CUDA_CHECK(status, device);
   return p;
 }
 
-void device_free(int device, void* ptr) {
-  DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  DTR_CUDA_CHECK(cudaFree(ptr), device);
+void device_free(int device, void* ptr) noexcept {
+  cudaError_t status = cudaSetDevice(device);
+  const char* call = "cudaSetDevice";
+  if (status == cudaSuccess) {
+    status = cudaFree(ptr);
+    call = "cudaFree";
+  }
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "dtr: %s failed on cuda:%d while freeing %p: %s (%d); the memory is not returned\n", call,
+                 device, ptr, cudaGetErrorString(status), static_cast<int>(status));
+  }
 }
 
 void copy_bytes(int device, void* dst, const void* src, size_t nbytes, CopyKind kind) {

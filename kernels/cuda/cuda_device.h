@@ -10,8 +10,11 @@
 namespace dtr::cuda {
 
 int device_count();
+// nullptr when the device is out of memory; any other failure throws CudaError.
 void* device_malloc(int device, size_t nbytes);
-void device_free(int device, void* ptr);
+// Never throws (it runs in destructors): a failure, such as a sticky error left by an earlier
+// kernel, is logged to stderr with the call, device and CUDA's message, and the memory is lost.
+void device_free(int device, void* ptr) noexcept;
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 // Blocking copy of nbytes on the given device (the device's legacy stream).

@@ -330,6 +330,31 @@ TEST_CASE("allocator statistics follow allocations, release and refill", "[tenso
 
 constexpr size_t kMiB = size_t{1} << 20;
 
+TEST_CASE("an allocation the system cannot serve is an OutOfMemoryError naming the device and bytes",
+          "[tensor][memory]") {
+  CpuAllocator a(16 * kMiB);
+  void* held = a.allocate(3 * kMiB);
+  a.deallocate(a.allocate(2 * kMiB), 2 * kMiB);  // leaves a 2 MiB block cached
+  REQUIRE(a.stats().bytes_cached == int64_t{2 * kMiB});
+  const size_t huge = size_t{1} << 60;            // beyond any address space
+  try {
+    a.allocate(huge);
+    FAIL("allocate(2^60 bytes) returned");
+  } catch (const OutOfMemoryError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("out of memory on cpu") &&
+                                          Catch::Contains(std::to_string(huge) + " bytes") &&
+                                          Catch::Contains(std::to_string(3 * kMiB) + " in use") &&
+                                          Catch::Contains("0 cached"));
+  }
+  // The allocator returned its cached blocks to the system before giving up.
+  CHECK(a.stats().bytes_cached == 0);
+  // The failed request changed no statistic, and the allocator still serves requests.
+  CHECK(a.stats().bytes_in_use == int64_t{3 * kMiB});
+  CHECK(a.stats().live_allocs == 1);
+  a.deallocate(held, 3 * kMiB);
+  CHECK_THROWS_AS(Tensor::empty({int64_t{1} << 58}, kFloat32), OutOfMemoryError);
+}
+
 TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as cached, not in use",
           "[tensor][memory]") {
   CpuAllocator a(16 * kMiB);
