@@ -8,7 +8,7 @@
 // is the step being taken (torch's t): Adam's bias corrections use it, and SGD's momentum
 // buffer is set to the gradient at step 1 rather than accumulated (torch's "buffer is None").
 // Adam's weight_decay is L2 (added to the gradient); AdamW's is decoupled (param *= 1 - lr * wd).
-// optim/ owns the state and the step counts; these only update tensors in place.
+// The caller owns the state and the step counts; these only update tensors in place.
 #pragma once
 
 #include <cstdint>
