@@ -7,7 +7,7 @@
 // --execute the tables and the plan come from the specs alone; with it, the tool starts
 // itself as the mesh's ranks (launch_self, Gloo over loopback), runs the redistribute and
 // prints the collectives measured next to the planned ones (execute_plan.h). Exit code: 0
-// when everything matched; 1 for a bad input, a mismatch or a failed check; else a rank's.
+// when all matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
