@@ -6,7 +6,7 @@
 // in redistribute (and in distribute_tensor / from_local's check), one collective per plan
 // step; an asynchronous redistribute returns a pending DTensor at once, and the first
 // to_local() waits. A DTensor is a handle: copies share one tensor (data, grad, grad_fn), as
-// torch Tensors do. dtr never writes into a local tensor after creating it: treat locals as values.
+// torch Tensors do. dtr never writes into a local tensor after creating it: locals are values.
 #pragma once
 
 #include <functional>

@@ -6,7 +6,7 @@
 // block whose counter is {lo(i / w), hi(i / w), 0, 0} under key = seed, w elements sharing
 // one block, so a value depends only on (seed, global row-major index): never on threads,
 // ranks or sharding. The philox_* draws below are that contract; kernels build their values
-// from the same helpers, the CPU ones on blocks computed in batches (cpu/internal/philox_batch.h).
+// from the same helpers, the CPU ones on batches of blocks (cpu/internal/philox_batch.h).
 #pragma once
 
 #include <math.h>

@@ -1,5 +1,6 @@
 // kernel_bench: times dtr's CPU kernels at transformer shapes against a memcpy of the same
-// bytes (matmul: Eigen's GEMM), measured in the same run. `bazel run //tools/bench:kernel_bench`.
+// bytes (matmul: Eigen's GEMM), measured in the same run.
+//   bazel run //tools/bench:kernel_bench -- --threads 1
 //
 // Each row is one add_*_rows function below: to add a kernel, write one that builds its
 // inputs, its run, an independent check and its bytes (or flops) and reference, and call it
