@@ -1,16 +1,13 @@
-// Collective: one ProcessGroup call, checked and normalised for a backend.
-//
-// Whatever the user passed (any shape, strided views, lists of tensors), a backend sees
-// two flat contiguous buffers of one dtype and per-rank element counts. The layout, for a
-// group of n ranks where rank r owns counts[r] elements at offset sum(counts[0..r)):
+// Collective: one ProcessGroup call, checked and normalised for a backend: whatever the
+// user passed (any shape, strided views, lists), two flat contiguous buffers of one dtype
+// and per-rank counts; rank r owns counts[r] elements at offset sum(counts[0..r)).
 //   all_reduce, broadcast : input and output are the same buffer
-//   all_gather            : input = this rank's counts[rank] elements; output = all of them
-//                           (in place when input already sits at this rank's offset)
+//   all_gather            : input = this rank's block; output = all blocks (in place when
+//                           input already sits at this rank's offset)
 //   reduce_scatter        : input = all ranks' blocks; output = this rank's reduced block
 //                           (in place when output sits at this rank's offset in input)
-//   all_to_all           : input block j goes to rank j; output block j comes from rank j
-// pack() fills input from the user's tensors before the transfer, unpack() copies output
-// back after it; either may be empty when the user's tensors are already flat.
+//   all_to_all            : input block j goes to rank j; output block j comes from rank j
+// pack() fills input from the user's tensors first, unpack() copies output back after.
 #pragma once
 
 #include <cstdint>

@@ -3,12 +3,9 @@
 //
 // Every function here is collective over the group it starts from: every rank calls it,
 // in the same order (a rank that does not come makes the others fail with a
-// DistributedError naming it). From the environment, like torchrun: RANK, WORLD_SIZE,
-// MASTER_ADDR (default 127.0.0.1) and MASTER_PORT; rank 0 serves the TCP store at
-// MASTER_ADDR:MASTER_PORT unless TORCHELASTIC_USE_AGENT_STORE=True says the launcher
-// serves it. Each group gets its own prefix of the store (the world's is renewed by every
-// init), so groups never see each other's keys. Timeouts: every new group takes the
-// global default (10 minutes, as in PyTorch) unless set_default_timeout changed it.
+// DistributedError naming it). Each group gets its own prefix of the store (the world's is
+// renewed by every init), so groups never see each other's keys. Every new group takes the
+// default timeout (10 minutes, as in PyTorch) unless set_default_timeout changed it.
 #pragma once
 
 #include <chrono>
@@ -33,7 +30,9 @@ std::shared_ptr<ProcessGroup> make_process_group(Backend backend, std::shared_pt
 // The default group of every rank, through a store they share.
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend, std::shared_ptr<Store> store, int rank,
                                                  int world_size);
-// The default group from torchrun's environment variables (see above).
+// The default group from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR (default
+// 127.0.0.1) and MASTER_PORT. Rank 0 serves the TCP store at MASTER_ADDR:MASTER_PORT unless
+// TORCHELASTIC_USE_AGENT_STORE=True says the launcher serves it.
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend);
 bool is_initialized();
 // The default group; throws ValueError before init_process_group.

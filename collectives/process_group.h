@@ -4,11 +4,10 @@
 // the shapes, dtypes and what would be legal), then returns a Work while the collective
 // runs in issue order on the group's communication thread (Gloo) or stream (NCCL). The
 // caller must leave its tensors alone until wait(). Counts of the "_v" forms are sizes of
-// dimension 0 per rank (PyTorch's split sizes), so Shard(0) with torch.chunk's uneven
-// pieces maps onto them directly; rows are whatever the other dimensions hold. A call on
-// a non-contiguous tensor or a list of tensors moves one flat buffer (coalesced): one
-// collective, one entry in the CollectiveCounter. dtypes: float32, float64, bfloat16,
-// float16, int32, int64. Ranks are group-local (0..size-1); global_ranks() maps them.
+// dimension 0 per rank (PyTorch's split sizes), so Shard(0)'s uneven torch.chunk pieces
+// map onto them directly. A non-contiguous tensor or a list of tensors moves as one flat
+// buffer: one collective, one CollectiveCounter entry. dtypes: float32, float64, bfloat16,
+// float16, int32, int64.
 #pragma once
 
 #include <atomic>
@@ -45,6 +44,7 @@ class ProcessGroup {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
+  // Ranks are group-local (0..size-1); global_ranks() maps them to world ranks.
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return options_.name; }

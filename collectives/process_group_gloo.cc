@@ -94,9 +94,9 @@ struct ProcessGroupGloo::Impl {
   std::deque<std::pair<Collective, Work>> queue;
   bool running = false;  // a thread (the group's, or one waiting on the collective) runs the head
   // Whether issuing wakes the group's thread. Cleared when a waiting caller runs a collective
-  // itself (a thread woken per collective would only compete for the cores with the Gloo
-  // threads doing the work, see ../shared/notes/cpu-limits.md 4.2); set again when the group's
-  // thread finds a collective nobody came for (the caller is computing meanwhile).
+  // itself (a thread woken per collective would only compete for the cores with Gloo's TCP
+  // loop thread, which spins while a collective holds a pair's lock); set again when the
+  // group's thread finds a collective nobody came for (the caller is computing meanwhile).
   bool wake_on_issue = true;
   std::optional<gloo_ring::Ring> ring;  // dtr's ring on the context (destroyed before it)
   bool stopping = false;
@@ -225,9 +225,9 @@ void ProcessGroupGloo::Impl::run(Collective& c) {
   }
 }
 
-// Not Gloo's allreduce: its bcube and ring each collapse at some sizes on loopback (see
-// ../shared/notes/gloo.md). Small tensors are gathered whole and reduced here in rank order
-// (one round of messages, the same bits on every rank); larger ones take dtr's ring
+// Not Gloo's allreduce: its bcube and ring each collapse at some sizes on loopback
+// (docs/ring_reduce_scatter.md). Small tensors are gathered whole and reduced here in rank
+// order (one round of messages, the same bits on every rank); larger ones take dtr's ring
 // all-reduce (ring_reduce_scatter.h: reduce-scatter with each reduced piece gathered as it
 // is done), so each rank sends 2(n-1)/n of the tensor, the least an all-reduce can, and
 // avg divides once, in the reduce-scatter.
@@ -249,7 +249,9 @@ void ProcessGroupGloo::Impl::all_reduce(Collective& c) {
       if (c.op == ReduceOp::kAvg) divide_by(out, count, n);
     });
   } else {
-    std::vector<int64_t> blocks(n, count / n);  // torch.chunk-like: the first count % n get one more
+    // count / n each and one more for the first count % n (10 over 4: 3, 3, 2, 2, as
+    // torch.tensor_split; not torch.chunk's 3, 3, 3, 1): the blocks differ by one at most.
+    std::vector<int64_t> blocks(n, count / n);
     for (int r = 0; r < count % n; ++r) ++blocks[r];
     ring->all_reduce(wire.dtype(), c.op, wire.data(), blocks, tag);
   }

@@ -1,20 +1,13 @@
 // ProcessGroupGloo: collectives on CPU tensors over Gloo's TCP transport.
 //
-// Construction is collective: every rank of the group builds it, and it returns once all
-// have met through the store and connected a full mesh (or throws a DistributedError
-// naming the ranks that never came). One communication thread per group runs the
-// collectives in issue order, so the caller computes while they move; a Work::wait() on
-// the next collective while that thread is idle runs it on the waiting thread instead
-// (same order, one at a time, no handoff). A failed collective
-// (timeout, lost peer) fails its Work with a DistributedError naming the group, the call,
-// its sizes and the ranks that did not report the failure; the group is unusable after
-// that, like c10d's aborted communicators. Algorithms: Gloo's allgather(v), alltoallv,
-// broadcast and barrier; dtr's ring reduce_scatter (internal/ring_reduce_scatter.h);
-// all_reduce = that reduce_scatter + Gloo's all-gather (small tensors: gather all, reduce
-// locally). Gloo's own allreduce is not used. bfloat16 and float16 reduce in
-// float32 (one rounding at the end: exact whenever the float32 sum is), at twice the bytes.
-// The first group makes the process ignore SIGPIPE (Gloo's sockets would raise it when a
-// peer dies), as Python, and so PyTorch, does.
+// One thread per group runs the collectives in issue order, so the caller computes while
+// they move; a Work::wait() on the next one while that thread is idle runs it on the waiting
+// thread instead (same order, no handoff). A failed collective (timeout, lost peer) fails its
+// Work with a DistributedError naming the group, the call, its sizes and the silent ranks;
+// the group is unusable after that, like c10d's aborted communicators. reduce_scatter and
+// all_reduce are dtr's ring (internal/ring_reduce_scatter.h), except that an all_reduce whose
+// ranks' tensors total at most 64 KiB is gathered whole and reduced locally; the other calls
+// are Gloo's. bfloat16 and float16 reduce in float32 and are rounded once at the end.
 #pragma once
 
 #include <memory>
@@ -26,6 +19,10 @@ namespace dtr {
 
 class ProcessGroupGloo : public ProcessGroup {
  public:
+  // Collective: returns once every rank has met through the store and connected a full
+  // mesh (else a DistributedError naming the ranks that never came). The first group makes
+  // the process ignore SIGPIPE (Gloo's sockets would raise it when a peer dies), as Python,
+  // and so PyTorch, does.
   ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GroupOptions options);
   // Finishes the collectives already issued (each is bounded by the timeout), then stops.
   ~ProcessGroupGloo() override;

@@ -1,16 +1,12 @@
 // ProcessGroupNCCL: collectives on CUDA tensors through NCCL.
 //
-// One communicator per group, from a unique id that group rank 0 publishes in the group's
-// store. Collectives run in issue order on the group's own stream: each first waits (an
-// event) for the work already queued on the device's default stream, where dtr's kernels
-// run, and records an event when it is done. A watchdog thread polls those events and
-// NCCL's asynchronous error: it finishes each Work (after copying staged outputs back);
-// on an error, or a collective still running past the timeout, it aborts the communicator
-// (ncclCommAbort) and fails every pending Work with a DistributedError naming the peers
-// that did not report the failure. Work::wait() blocks the calling thread until the
-// collective is done. The uneven forms are grouped calls, as in PyTorch: all_gather_v is
-// one ncclBroadcast per rank, reduce_scatter_v one ncclReduce per rank, all_to_all
-// ncclSend/ncclRecv pairs. avg is ncclAvg. Compiled in every build; run where a GPU is.
+// One communicator per group, from a unique id that group rank 0 publishes in the store.
+// Collectives run in issue order on the group's own stream, each first waiting (an event)
+// for the work queued on the device's default stream, where dtr's kernels run. A watchdog
+// thread polls their completion events and NCCL's asynchronous error; on an error, or a
+// collective running past the timeout, it aborts the communicator (ncclCommAbort) and
+// fails every pending Work with a DistributedError naming the silent peers. The uneven
+// forms are grouped calls, as in PyTorch. Compiled in every build; run where a GPU is.
 #pragma once
 
 #include <memory>
@@ -30,6 +26,10 @@ class ProcessGroupNCCL : public ProcessGroup {
   std::string_view backend_name() const override { return "nccl"; }
 
  protected:
+  // Queues c on the group's stream. Uneven forms: all_gather_v is one ncclBroadcast per
+  // rank, reduce_scatter_v one ncclReduce per rank, all_to_all ncclSend/ncclRecv pairs;
+  // avg is ncclAvg. The watchdog finishes the Work (after copying staged outputs back), and
+  // Work::wait() blocks the calling thread until then.
   Work enqueue(Collective c) override;
   bool accepts(Device device) const override;
   std::string_view accepted_devices() const override { return "CUDA (this rank's device)"; }

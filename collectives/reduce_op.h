@@ -1,9 +1,8 @@
 // ReduceOp: how all_reduce and reduce_scatter combine the ranks' values.
 //
-// avg is a true average, the sum divided by the group size (never a bare sum: PyTorch's
-// CPU path once summed FSDP gradients instead of averaging them). avg needs a floating
-// dtype; sum, max and min work on every dtype a collective accepts. bfloat16 and float16
-// reduce in float32 on every backend path dtr owns, with one rounding at the end.
+// avg is a true average, the sum divided by the group size, on every backend; it needs a
+// floating dtype. sum, max and min work on every dtype a collective accepts. bfloat16 and
+// float16 reduce in float32 on every backend path dtr owns, with one rounding at the end.
 #pragma once
 
 #include <cstdint>

@@ -1,15 +1,12 @@
 // Autograd over DTensors: graph nodes, grad mode and the backward engine (PyTorch's
 // torch.autograd, reduced to what training needs).
 //
-// Each differentiable op calls record(): when grad mode is on and an input requires grad,
-// its outputs get a Node whose BackwardFn maps the gradients of the outputs to those of
-// the inputs, written with DTensor ops so that gradients follow sharding rules too (the
-// weight gradient of S(0) x R is S(1) x S(0) = Partial(sum): data parallelism falls out).
-// The engine runs nodes in reverse creation order once all their gradients have arrived,
-// summing gradients that meet (+=). A node's BackwardFn, and so every tensor it saved, is
-// released as soon as it has run (memory falls during backward) unless RetainGraph::kYes.
-// Ops save their own outputs detached (detach()), so a graph never owns itself.
-// Gradients reaching a leaf are moved to its grad placements and accumulated (+=) there.
+// Each differentiable op calls record(): its outputs get a Node whose BackwardFn maps
+// output gradients to input gradients with DTensor ops, so gradients follow sharding rules
+// too (the weight gradient of S(0) x R is S(1) x S(0) = Partial(sum): data parallelism falls
+// out). Nodes run in reverse creation order once all their gradients have arrived; gradients
+// that meet are summed (+=), and a leaf's are moved to its grad placements and accumulated
+// (+=) there. A node's BackwardFn and what it saved are released as soon as it has run.
 #pragma once
 
 #include <cstdint>
@@ -88,10 +85,13 @@ class NoGradGuard {
 bool needs_grad(std::span<const DTensor> inputs);
 
 // Gives `outputs` a node running `backward`, linked to the inputs, if needs_grad(inputs).
+// Ops save their own outputs detached (detach()), so a graph never owns itself.
 void record(std::string name, std::span<const DTensor> inputs, std::span<DTensor> outputs, BackwardFn backward);
 
 // Backpropagates from roots with the given gradients (empty: each root holds one element
-// and gets a gradient of one; a Partial(avg) root's terms each get 1/n).
+// and gets a gradient of one; a Partial(avg) root's terms each get 1/n). Each node's saved
+// tensors are released once it has run (memory falls during backward) unless
+// RetainGraph::kYes.
 void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph);
 
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).

@@ -4,8 +4,8 @@
 // ceil(n/k) elements except the last non-empty one, which holds the rest; ranks
 // past the end hold nothing (offset clamped to n). Examples: n=10,k=4 -> 3,3,3,1;
 // n=9,k=4 -> 3,3,3,0; n=5,k=4 -> 2,2,1,0; n=2,k=4 -> 1,1,0,0. Local shapes, global
-// offsets, redistribute plans, checkpoints and FSDP all call chunk_range, nothing
-// else, so they cannot disagree (PyTorch's uneven-sharding bugs came from copies).
+// offsets and redistribute plans all call chunk_range, nothing else, so they cannot
+// disagree (PyTorch's uneven-sharding bugs came from copies of the rule).
 #pragma once
 
 #include <cstdint>

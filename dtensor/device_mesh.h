@@ -3,12 +3,11 @@
 //
 // The array is row-major: the last mesh dim varies fastest, so init over 8 ranks with
 // shape (2, 4) gives [[0, 1, 2, 3], [4, 5, 6, 7]]; the groups along "tp" (dim 1) are
-// {0..3} and {4..7}, along "dp" (dim 0) {0,4}, {1,5}, {2,6}, {3,7}. A mesh built over
-// the world holds a permutation of 0..world-1; sub-meshes (mesh["dp"]) hold the ranks
-// that share this process's coordinate on the other dims. The mesh stores the rank of
-// this process, so coordinate() needs no communication. init_device_mesh creates one
-// process group per mesh dim, once (the group of this process along that dim); copies
-// and sub-meshes share them. A mesh built from its constructor is a topology only.
+// {0..3} and {4..7}, along "dp" (dim 0) {0,4}, {1,5}, {2,6}, {3,7}. Sub-meshes (mesh["dp"])
+// hold the ranks that share this process's coordinate on the other dims. The mesh stores
+// this process's rank, so coordinate() needs no communication. init_device_mesh creates
+// one process group per mesh dim, once, shared by copies and sub-meshes; a mesh built from
+// its constructor is a topology only.
 #pragma once
 
 #include <fmt/format.h>

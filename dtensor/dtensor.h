@@ -1,14 +1,12 @@
 // DTensor: a global tensor on a device mesh = this rank's local Tensor + a DTensorSpec
 // (PyTorch's torch.distributed.tensor.DTensor), and its autograd state.
 //
-// The spec says what every rank holds (placements, global shape, dtype); the local
-// tensor holds this rank's part, of shape spec().local_box().shape. Data moves between
-// ranks only in redistribute (and in distribute_tensor / from_local's check), one
-// collective per plan step. An asynchronous redistribute returns at once with a pending
-// DTensor: its collective runs while the caller computes, and the first to_local() waits.
-// A DTensor is a handle: copies share one tensor (its data, grad and grad_fn), as torch
-// Tensors do; detach() gives a new handle on the same data. dtr never writes into a
-// local tensor after creating it: treat locals as values.
+// The spec says what every rank holds (placements, global shape, dtype); the local tensor
+// holds this rank's part, of shape spec().local_box().shape. Data moves between ranks only
+// in redistribute (and in distribute_tensor / from_local's check), one collective per plan
+// step; an asynchronous redistribute returns a pending DTensor at once, and the first
+// to_local() waits. A DTensor is a handle: copies share one tensor (data, grad, grad_fn), as
+// torch Tensors do. dtr never writes into a local tensor after creating it: locals are values.
 #pragma once
 
 #include <functional>
@@ -57,7 +55,8 @@ class DTensor {
   double item() const;
   // The same tensor under other placements on the same mesh (cross-mesh moves are not
   // supported: ValueError). Async::kYes returns a pending DTensor. Differentiable: the
-  // gradient moves back to the source placements (see dtensor/ops/redistribute_op.h).
+  // gradient moves back to the source placements, a Partial source's as Replicate (the
+  // backward recorded by redistribute_coalesced, below, in dtensor/dtensor.cc).
   DTensor redistribute(const Placements& placements, Async async = Async::kNo) const;
   DTensor redistribute(const DeviceMesh& mesh, const Placements& placements, Async async = Async::kNo) const;
 

@@ -1,17 +1,12 @@
-// DTensorSpec: what every rank knows about a DTensor without communicating: the mesh,
-// one placement per mesh dim, the global shape and the dtype (PyTorch's DTensorSpec).
-//
-// The local shape and global offset of every rank follow from the spec alone, through
-// chunk_range: mesh dims are applied left to right, so with nested sharding
-// [S(0), S(0)] mesh dim 0 chunks tensor dim 0 first and mesh dim 1 chunks each piece.
-// A [5, 6] tensor as (S(0), S(0)) on a 2x2 mesh:
+// DTensorSpec: what every rank knows about a DTensor without communicating: the mesh, one
+// placement per mesh dim, the global shape and the dtype (PyTorch's DTensorSpec). Every
+// rank's box follows from it alone (chunk_range), mesh dims applied left to right: with
+// [S(0), S(0)] mesh dim 0 chunks tensor dim 0, then mesh dim 1 each piece. [5, 6] on 2x2:
 //   rank | coord  | rows | local shape
 //   0    | (0, 0) | 0:2  | [2, 6]      (mesh dim 0 gives rows 0:3, mesh dim 1 splits 2+1)
 //   1    | (0, 1) | 2:3  | [1, 6]
 //   2    | (1, 0) | 3:4  | [1, 6]      (mesh dim 0 gives rows 3:5, mesh dim 1 splits 1+1)
 //   3    | (1, 1) | 4:5  | [1, 6]
-// Partial reduce ops on different mesh dims must commute: any mix of sum and avg, or
-// one of max/min alone; otherwise the value would depend on the reduction order.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +35,9 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
 class DTensorSpec {
  public:
   // Checks one placement per mesh dim, Shard dims within the tensor's ndim (negative
-  // dims are wrapped), non-negative sizes and commuting Partial ops.
+  // dims are wrapped), non-negative sizes and commuting Partial ops: Partial on several
+  // mesh dims takes any mix of sum and avg, or one of max/min alone (otherwise the value
+  // would depend on the reduction order).
   DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype);
   // Whether the constructor would accept these (a query: it builds no message).
   static bool is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape);

@@ -1,16 +1,12 @@
 // Placement: what one mesh dimension does to a DTensor: Shard(dim), Replicate or
 // Partial(op) (PyTorch's torch.distributed.tensor placement types).
 //
-// Shard(d) splits tensor dim d over the ranks of the mesh dim like torch.chunk: chunk
-// size ceil(n/k), trailing ranks may hold fewer rows or none (chunking.h). Replicate:
-// every rank holds the same values. Partial(op): every rank holds a term; the value is
-// op over the ranks. Placements are immutable values with ==, hash, a repr
-// ("Shard(dim=0)") and a short form ("S(0)", "R", "P(sum)").
-// Example, a [5, 6] tensor on a 1-D mesh of 4 ranks:
-//   rank | Shard(0)          | Replicate       | Partial(sum)
-//   0    | rows 0:2, [2, 6]  | rows 0:5, [5,6] | a [5, 6] term
-//   2    | rows 4:5, [1, 6]  | rows 0:5, [5,6] | a [5, 6] term
-//   3    | rows 5:5, [0, 6]  | rows 0:5, [5,6] | a [5, 6] term
+// Shard(d) splits tensor dim d over the mesh dim's ranks like torch.chunk: chunks of
+// ceil(n/k), trailing ranks may hold fewer rows or none (chunking.h). Replicate: every rank
+// holds the same values. Partial(op): every rank holds a term; the value is op over the
+// ranks. A [5, 6] tensor on a 1-D mesh of 4 ranks (Replicate: all of it; Partial: a term):
+//   rank | 0                 | 1                 | 2                 | 3
+//   S(0) | rows 0:2, [2, 6]  | rows 2:4, [2, 6]  | rows 4:5, [1, 6]  | rows 5:5, [0, 6]
 #pragma once
 
 #include <fmt/format.h>
@@ -26,6 +22,7 @@
 
 namespace dtr {
 
+// An immutable value with ==, hash, a repr ("Shard(dim=0)") and a short form ("S(0)").
 class Placement {
  public:
   enum class Kind : uint8_t { kShard, kReplicate, kPartial };

@@ -61,7 +61,7 @@ bool nesting_allows(const Placements& current, int64_t mesh_dim, const Placement
   return true;
 }
 
-// PyTorch's greedy order (see the header). Bytes are left at zero.
+// PyTorch's greedy order (docs/redistribute_planner.md). Bytes are left at zero.
 std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placements& source,
                                          const Placements& target) {
   std::vector<RedistributeStep> steps;
@@ -118,7 +118,7 @@ int64_t numel_without(const Shape& shape, std::initializer_list<int64_t> skip) {
 
 // Adds the bytes every rank sends and receives when `spec`'s tensor takes `step`.
 // Every rank of a group works on the same piece (its box with the step's mesh dim
-// replicated), chunked into n padded blocks: see the header for the counts.
+// replicated), chunked into n padded blocks (counts: docs/redistribute_planner.md).
 void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   if (!is_collective(step.op)) return;
   const DeviceMesh& mesh = spec.mesh();

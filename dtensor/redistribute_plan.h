@@ -2,25 +2,12 @@
 // on one mesh dim, with the bytes every rank sends and receives. Pure computation: an
 // executor runs the steps one by one and issues exactly the collectives listed.
 //
-// One mesh dim (DESIGN.md): S(i)->R all_gather; S(i)->S(j) all_to_all; P->R all_reduce;
-// P->S reduce_scatter; R->S chunk (local); R->P(sum) partition (local: coordinate 0
-// keeps the value, the others hold zeros: exact, where PyTorch divides by k);
-// R->P(avg|max|min) relabel (every rank keeps the value); S->P goes through R (two
-// steps); P(op1)->P(op2) is an error. Any move on a mesh dim of size 1 is a relabel.
-// N-D meshes, PyTorch's greedy order: if the source has a Shard, walk mesh dims inner ->
-// outer and move each to its target, but to Replicate instead when its target is
-// Shard(d) and the mesh dims before it shard d differently in source and target
-// (misaligned nesting). Then walk outer -> inner and finish, in three passes: moves to
-// Shard, then to Replicate (so all_reduces run on scattered data: HSDP's (P, P) ->
-// (R, S(0)) reduce_scatters first, where PyTorch all_reduces the whole tensor first),
-// then R -> Partial (so Partial terms are reduced before new ones appear, and no
-// intermediate spec mixes reduce ops that do not commute). (S(0), S(0)) -> (R, S(0)) on
-// 2x2 is: dim 1 all_gather, dim 0 all_gather, dim 1 chunk. Every step obeys the nesting
-// rule: a mesh dim drops or adds Shard(d) only as the innermost sharder of d.
-// Bytes assume the executor pads every chunk to chunk_capacity (PyTorch's padding, and
-// what NCCL's equal-count collectives need): per rank of a group of n, all_gather,
-// reduce_scatter and all_to_all send and receive (n-1) padded blocks; all_reduce sends
-// and receives 2(n-1) * ceil(numel/n) elements (reduce_scatter + all_gather).
+// One mesh dim: S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce, P->S
+// reduce_scatter, R->S chunk and R->P(sum) partition (both local), R->P(avg|max|min) and any
+// move on a mesh dim of size 1 relabel; S->P goes through R; P(op1)->P(op2) is an error.
+// N-D meshes take PyTorch's greedy order, in which a mesh dim adds or drops Shard(d) only as
+// the innermost sharder of d. Bytes assume chunks padded to chunk_capacity. The order, the
+// byte counts and worked examples: docs/redistribute_planner.md.
 #pragma once
 
 #include <cstdint>

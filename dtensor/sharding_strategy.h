@@ -4,12 +4,10 @@
 // An op lists, for ONE mesh dim, the legal combinations of input and output placements
 // (DimStrategy: e.g. matmul's (S(0), R -> S(0)), (R, S(1) -> S(1)), (S(1), S(0) -> P(sum)),
 // (R, R -> R)); expand_strategies takes their product over the mesh dims. apply_strategy
-// picks the candidate whose input redistributions move the fewest bytes (summed over every
-// rank, so every rank picks the same one; the first among equals, so listing the
-// no-communication strategies first prefers them), redistributes the inputs to it
-// (differentiably), and counts the collectives it promised so tests can compare them with
-// the collectives actually issued. No candidate fits: a ValueError naming the op, every
-// input's spec and the placements the op accepts.
+// picks the candidate whose input moves cost the fewest bytes, summed over every rank, so
+// every rank picks the same one (the first among equals: list the no-communication ones
+// first), redistributes the inputs to it (differentiably) and counts the collectives it
+// promised, for tests to compare with those issued.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +43,8 @@ struct AppliedStrategy {
 };
 
 // Checks that the inputs share a mesh (ValueError naming them otherwise), picks the
-// cheapest candidate and redistributes the inputs to it.
+// cheapest candidate and redistributes the inputs to it. No candidate fits: a ValueError
+// naming the op, every input's spec and the placements the op accepts.
 AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inputs,
                                std::span<const OpStrategy> candidates);
 

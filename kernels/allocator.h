@@ -1,17 +1,12 @@
 // Allocator: where tensor memory comes from, with per-device statistics.
 //
-// Every memory figure dtr reports (FSDP's memory per rank, the train program's table)
-// comes from these counters: bytes in use (handed to tensors, as requested), the peak
-// since the last reset, live and total allocations, and bytes cached (freed by tensors,
-// kept by the allocator for reuse, not in use). CPU memory is 64-byte aligned. CPU blocks
-// of 128 KiB or more are cached (as PyTorch's CUDA caching allocator does, for the reason
-// glibc gives: it serves them with fresh mmaps whose page faults cost more than the op
-// that writes them; a 256 KiB tensor allocated while its predecessor was alive cost
-// 110 us of faults per op): below 1 MiB they are runs of 64 KiB, from 1 MiB whole 2 MiB
-// huge-page granules mapped with MADV_HUGEPAGE; a block is reused for a request of the
-// same rounded size (the most recently freed first), and unmapped once the cache would
-// exceed its limit (least recently freed first) or on empty_cache(). CUDA memory comes from kernels/cuda (cudaMalloc, uncached for now).
-// Thread safe: the comm thread allocates too.
+// Every memory figure dtr reports comes from these counters: bytes in use (handed to
+// tensors, as requested), the peak since the last reset, live and total allocations, and
+// bytes cached (freed by tensors, kept for reuse, not in use). CPU memory is 64-byte
+// aligned. CPU blocks of 128 KiB or more are cached, as PyTorch's CUDA caching allocator
+// does: glibc serves them with fresh mmaps whose page faults can cost more than the op that
+// writes them (figures: docs/kernel_bench.md, "Allocator"). CUDA memory is cudaMalloc'd by
+// kernels/cuda, uncached. Thread safe: the comm thread allocates too.
 #pragma once
 
 #include <atomic>
@@ -62,9 +57,12 @@ class Allocator {
   std::atomic<int64_t> total_allocs_{0};
 };
 
-// The CPU allocator: aligned_alloc for small blocks, a cache of mmapped blocks (runs of
-// 64 KiB under 1 MiB, 2 MiB granules from there) for large ones (see the opening comment). allocator_for(kCPU) is one of these
-// with the default limit; tests build their own with a small one.
+// The CPU allocator: aligned_alloc for small blocks, a cache of mmapped blocks for large
+// ones: runs of 64 KiB under 1 MiB, whole 2 MiB huge-page granules (MADV_HUGEPAGE) from
+// there. A block is reused for a request of the same rounded size, the most recently freed
+// first, and unmapped, least recently freed first, once the cache would exceed its limit, or
+// on empty_cache(). allocator_for(kCPU) is one of these with the default limit; tests build
+// their own with a small one.
 class CpuAllocator final : public Allocator {
  public:
   static constexpr size_t kAlignment = 64;                // one AVX-512 vector, one cache line

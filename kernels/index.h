@@ -1,15 +1,11 @@
-// Indexing along one dim: index_select and gather, and their backwards index_add_ and
-// scatter_add_ (torch semantics). For dim 0 of a 2-D x:
-//
+// Indexing along one dim, with torch semantics (shown for dim 0 of a 2-D x):
 //   index_select  out[k][j] = x[index[k]][j]        index 1-D; out.size(0) = index.numel()
 //   gather        out[i][j] = x[index[i][j]][j]     index has x's rank; out.shape = index.shape
 //   index_add_    x[index[k]][j] += source[k][j]    backward of index_select
 //   scatter_add_  x[index[i][j]][j] += src[i][j]    backward of gather
-//
-// Indices are int64 or int32 in [0, x.size(dim)) (no negative wrap, as in torch); any
-// other raises IndexError naming the value, its position, the dim and the size. The adds
-// are deterministic: repeated indices accumulate in index order whatever the thread
-// count, so the bits never depend on the machine.
+// Indices are int64 or int32 in [0, x.size(dim)) (no negative wrap, as in torch), else
+// IndexError naming the value, its position, the dim and the size. Repeated indices add in
+// index order whatever the thread count, so the bits never depend on the machine.
 #pragma once
 
 #include <cstdint>

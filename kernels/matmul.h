@@ -2,13 +2,11 @@
 //
 // matmul: [M, K] x [K, N] -> [M, N]; bmm: [B, M, K] x [B, K, N] -> [B, M, N], into a new
 // contiguous tensor, or into the caller's with the _out forms (ATen's mm_out), which run
-// at Eigen's own speed: a fresh large result costs page faults (~9% of a [2048, 1024] x
-// [1024, 4096] float32 product here). Operands may be row-major or transposed views
-// (x.t(), x.transpose(-1, -2)): both map into Eigen's GEMM without a copy, with any
-// leading dimension; other strides are copied to contiguous first. float32 and float64
-// multiply natively; bfloat16 and float16 go through float32 (float32 accumulation, one
-// rounding). Threads: num_threads() (kernels/parallel.h). (torch.mm and torch.bmm, over
-// Eigen's `C.noalias() = A * B`.)
+// at Eigen's own speed: a fresh large result costs its page faults. Row-major or transposed
+// operand views (x.t(), x.transpose(-1, -2)) map into Eigen's GEMM without a copy, with any
+// leading dimension; other strides are copied first. float32 and float64 multiply
+// natively; bfloat16 and float16 go through float32 (one rounding). Threads: num_threads().
+// (torch.mm and torch.bmm, over Eigen's `C.noalias() = A * B`.)
 #pragma once
 
 #include "kernels/tensor.h"

@@ -3,12 +3,10 @@
 //
 // Invariants: param, grad and every state tensor are contiguous, on one device and of one
 // shape; grad has param's dtype. Parameters are float32, float64 or bfloat16; the state
-// is in optimizer_state_dtype(param) (float32 for bfloat16 parameters) and so is the
-// arithmetic, so a bfloat16 parameter is rounded once per step. `step` counts from 1 and
-// is the step being taken (torch's t): Adam's bias corrections use it, and SGD's momentum
-// buffer is set to the gradient at step 1 rather than accumulated (torch's "buffer is None").
-// Adam's weight_decay is L2 (added to the gradient); AdamW's is decoupled (param *= 1 - lr * wd).
-// optim/ owns the state and the step counts; these only update tensors in place.
+// and the arithmetic are in optimizer_state_dtype(param) (float32 for bfloat16), so a
+// bfloat16 parameter is rounded once per step. `step` counts from 1 and is the step being
+// taken (torch's t). The caller owns the state and the step counts; these only update
+// tensors in place.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +47,11 @@ struct AdamWOptions {
 DType optimizer_state_dtype(DType param_dtype);
 
 // One SGD step. momentum_buffer is read and written when momentum != 0 (set to the
-// decayed gradient at step 1) and may be undefined otherwise.
+// decayed gradient at step 1 rather than accumulated: torch's "buffer is None") and may be
+// undefined otherwise.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64_t step, const SgdOptions& options);
-// One Adam step: exp_avg and exp_avg_sq are the first and second moments (zeros before step 1).
+// One Adam step: exp_avg and exp_avg_sq are the first and second moments (zeros before step 1),
+// bias-corrected with `step`; weight_decay is L2 (added to the gradient).
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                 const AdamOptions& options);
 // One AdamW step: Adam with the weight decay applied to param directly.

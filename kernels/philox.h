@@ -1,14 +1,12 @@
 // Philox4x32-10, the counter-based generator under every random op in dtr, and the
 // per-element draws built on it (usable on host and device).
 //
-// philox4x32_10(counter, key) is a keyed bijection of 128-bit counters (Salmon, Moraes,
-// Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011; cuRAND's and
-// PyTorch's Philox). Element i of a global tensor is drawn from the block whose counter is
-// {lo(i / w), hi(i / w), 0, 0} under key = seed, w elements sharing one block, so a value
-// depends only on (seed, global row-major index): never on threads, ranks or sharding.
-// The philox_* draws below are that contract; kernels build their values from the same
-// helpers (philox_unit_double, philox_box_muller, philox_word_below), the CPU ones on
-// blocks computed in batches (kernels/cpu/internal/philox_batch.h).
+// philox4x32_10(counter, key) is a keyed bijection of 128-bit counters (Salmon et al.,
+// SC 2011; cuRAND's and PyTorch's Philox). Element i of a global tensor is drawn from the
+// block whose counter is {lo(i / w), hi(i / w), 0, 0} under key = seed, w elements sharing
+// one block, so a value depends only on (seed, global row-major index): never on threads,
+// ranks or sharding. The philox_* draws below are that contract; kernels build their values
+// from the same helpers, the CPU ones on batches of blocks (cpu/internal/philox_batch.h).
 #pragma once
 
 #include <math.h>

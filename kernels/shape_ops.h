@@ -1,17 +1,12 @@
 // Shape ops that join and cut tensors along one dim: cat, split, chunk (torch's names).
 //
-// cat copies into a new contiguous tensor; split and chunk return views (narrow) that
-// share the input's storage. Chunking follows torch.chunk: chunk size ceil(n / k), so
-// n = 6, k = 4 gives sizes 2, 2, 2. torch.chunk then returns only 3 chunks; DTensor's
-// Shard(d) needs one chunk per rank, so chunk_padded returns exactly k (2, 2, 2, 0):
-//
+// cat copies into a new contiguous tensor, whole contiguous blocks by memcpy (collectives
+// pack and unpack their buffers with it); split and chunk return views (narrow). Chunks
+// have torch.chunk's size ceil(n / k), but chunk_padded returns exactly k, since DTensor's
+// Shard(d) needs one per rank:
 //   n, k    chunk_sizes      chunk           chunk_padded
 //   5, 2    3 2              3 2             3 2
 //   6, 4    2 2 2 0          2 2 2           2 2 2 0
-//   0, 3    0 0 0            0 0 0 (torch)   0 0 0
-//
-// Collectives pack and unpack their buffers with these: cat copies whole contiguous
-// blocks with memcpy, never element by element.
 #pragma once
 
 #include <cstdint>

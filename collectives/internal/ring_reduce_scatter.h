@@ -1,29 +1,12 @@
-// Ring reduce-scatter and all-reduce on Gloo's pair-level transport, for every group size
-// and uneven blocks.
+// Ring reduce-scatter and all-reduce on Gloo's pair-level transport, for every group size,
+// uneven blocks and avg, which Gloo's own reduce-scatter lacks.
 //
-// Why not Gloo's own: this Gloo has only ReduceScatterHalvingDoubling, whose constructor is
-// collective and binds one buffer (so it would be rebuilt per call), which was tested only
-// at power-of-two sizes and which cannot do uneven blocks or avg. The ring moves the least
-// data possible: in each of n-1 steps every rank sends one block (1/n of the input when
-// blocks are even) to rank+1 and receives one from rank-1, so a rank sends (n-1)/n of its
-// input in all, like NCCL's ring. Step s (0..n-2) on rank r receives block (r-s-2) mod n,
-// adds its own input's copy of it, and forwards the sum; after the last step it holds the
-// total of block r. Types: float32, float64, int32, int64 (bfloat16 and float16 are widened
-// to float32 by the caller).
-//
-// Transport: the reduce-scatter's pieces land in a pool of slots that each rank registers
-// once with Gloo (bound buffers), so a piece goes out the moment it is ready: Gloo's
-// unbound buffers first wait for the receiver's ready notice, one round trip per call that
-// cost a quarter of a 1 MiB reduce-scatter on loopback (measured with collective_bench). A
-// sender holds one credit per free slot of its successor's pool and the successor returns a
-// credit (a one-byte ack) when a slot's piece has been reduced and sent on. Blocks go in
-// pieces of at most one slot, a window of slots-1 pieces per block at a time, so a piece is
-// reduced and forwarded while the next one arrives. Credits cannot deadlock the ring: a
-// rank about to wait for piece j from rank-1 has returned every slot up to piece j-slots
-// (Ring::receive), so rank-1 never lacks the credit for piece j; a rank about to wait for a
-// credit has returned every slot it holds (Ring::send), and within a window it has sent at
-// most slots-2 pieces more than it received, so a chain of ranks waiting for credits can
-// neither close round the ring nor end at a rank waiting to receive.
+// In each of n-1 steps every rank sends one block to rank+1 and receives one from rank-1:
+// step s on rank r receives block (r-s-2) mod n, adds its own copy and forwards the sum, so
+// after the last step it holds the total of block r, having sent (n-1)/n of its input (even
+// blocks), like NCCL's ring. Pieces land in a pool of slots registered once with Gloo, sent
+// against one credit per free slot. Types: float32, float64, int32, int64 (the caller widens
+// 16-bit floats). Schedule, transport, no-deadlock argument: docs/ring_reduce_scatter.md.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +29,7 @@ namespace dtr::gloo_ring {
 
 // Bytes per piece (and per pool slot): big enough to amortise a message, small enough to
 // overlap reduction with transfer (and, in an all-reduce, the gather of a piece with the
-// reduction of the next; 256 KiB pieces were slower at 4-16 MiB).
+// reduction of the next; docs/ring_reduce_scatter.md).
 inline constexpr int64_t kPieceBytes = int64_t{1} << 20;
 // Slots per pool: a window of 8 pieces per block streams before the ring waits for it.
 inline constexpr int kSlots = 9;

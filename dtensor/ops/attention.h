@@ -1,20 +1,13 @@
-// Scaled dot-product attention on DTensors, composed of the differentiable ops below it
-// (matmul, a scalar multiply, a causal mask, softmax), so its sharding and its gradient
-// follow from their rules (PyTorch's math backend of scaled_dot_product_attention).
+// Scaled dot-product attention on DTensors, composed of differentiable ops (matmul, a scalar
+// multiply, causal_mask_fill, softmax), so its sharding and gradient follow their rules.
 //
 // With q [*, Tq, E], k [*, Tk, E], v [*, Tk, Ev] sharing leading dims * (e.g. [B, H]):
 //   q, k, v S(i) on a leading dim  -> out S(i)    batch or head parallel, no communication
 //   q S(-2), k and v R             -> out S(-2)   query rows apart; keys whole on every rank
 //   k or v sharded on Tk           -> gathered before softmax (it needs whole key rows)
 //   q and k sharded on E           -> scores P(sum), reduced before the mask and softmax
-// causal_mask_fill is an op of its own: element [..., i, j] becomes `value` where j > i, by
-// global index (top-left aligned, like torch's is_causal), so each rank masks its own
-// block and every Shard is legal:
-//   x      -> out       why it is exact
-//   S(d)   -> S(d)      the mask of a block follows from its global offsets
-//   R      -> R
-//   P(op)  -> P(op)     only for value 0 (zeroing is linear), op in {sum, avg}
-// Its backward is causal_mask_fill(grad, 0).
+// causal_mask_fill masks by global index, so every Shard and R stay and P(op) does for a
+// value of 0 (docs/sharding_rules.md, "attention").
 #pragma once
 
 #include <cstdint>
@@ -30,7 +23,8 @@ enum class Causal : uint8_t { kNo, kYes };
 // x [..., Tq, Tk] with element [..., i, j] set to value where j > i (global indices).
 DTensor causal_mask_fill(const DTensor& x, double value);
 
-// softmax(q k^T * scale, masked if causal) v -> [*, Tq, Ev]; scale defaults to 1/sqrt(E).
+// softmax(q k^T * scale, masked if causal) v -> [*, Tq, Ev]; scale defaults to 1/sqrt(E)
+// (PyTorch's math backend of scaled_dot_product_attention).
 // q, k, v share a floating dtype and their leading dims; ValueError naming all three otherwise.
 DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal = Causal::kNo,
                                      std::optional<double> scale = std::nullopt);

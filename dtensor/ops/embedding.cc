@@ -30,7 +30,7 @@ Tensor masked_lookup(const Tensor& weight, const Tensor& indices, int64_t row0, 
   return masked_fill(embedding(weight, clamped), ne(shifted, clamped).unsqueeze(-1), 0.0);
 }
 
-// grad_weight [V, D] from grad [*, D] (rules in embedding.h). Not differentiable.
+// grad_weight [V, D] from grad [*, D] (rules: docs/sharding_rules.md). Not differentiable.
 DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t num_weights) {
   const int64_t nd = indices.dim();
   std::vector<DimStrategy> per_dim;

@@ -9,8 +9,8 @@
 namespace dtr {
 namespace {
 
-// {grad_x, grad_weight, grad_bias} from the saved x, mean, rstd and weight (rules in
-// layer_norm.h). Not differentiable.
+// {grad_x, grad_weight, grad_bias} from the saved x, mean, rstd and weight (rules:
+// docs/sharding_rules.md, "layer_norm"). Not differentiable.
 std::array<DTensor, 3> layer_norm_backward(const DTensor& grad_y, const DTensor& x, const DTensor& mean,
                                            const DTensor& rstd, const std::optional<DTensor>& weight) {
   std::vector<DTensor> inputs{grad_y, x, mean, rstd};

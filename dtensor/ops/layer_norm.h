@@ -6,11 +6,8 @@
 //   S(k)    R       R     -> S(k)    k < lead: every normalised row lies whole on one rank
 //   R       R       R     -> R
 // Sharded normalised dims are gathered, Partial inputs reduced (the op is not linear), and
-// weight and bias are always Replicate. Backward is a DTensor op of its own over the fused
-// layer_norm_backward: grad_y, x, mean, rstd S(k) (k < lead), weight R -> grad_x S(k),
-// grad_weight and grad_bias P(sum) (each rank sums over its own rows: data parallelism
-// gives Partial parameter gradients); all R -> R; grad_y P(op), the rest R -> every
-// gradient P(op) for op in {sum, avg}, since all three are linear in grad_y.
+// weight and bias are always Replicate. Under row sharding the backward's grad_weight and
+// grad_bias are P(sum): each rank sums its own rows (docs/sharding_rules.md, "layer_norm").
 #pragma once
 
 #include <optional>

@@ -8,8 +8,8 @@
 namespace dtr {
 namespace {
 
-// grad_logits from the loss's gradient, scaled by `scale` (1 / count for kMean); rules in
-// loss.h. Not differentiable.
+// grad_logits from the loss's gradient, scaled by `scale` (1 / count for kMean); rules:
+// docs/sharding_rules.md, "loss". Not differentiable.
 DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, const DTensor& target,
                                const DTensor& logsumexp, int64_t ignore_index, double scale) {
   std::vector<DimStrategy> per_dim{{{Replicate(), Shard(0), Shard(0), Shard(0)}, {Shard(0)}}, replicate_all(4)};

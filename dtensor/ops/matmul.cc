@@ -41,7 +41,8 @@ Tensor local_matmul(const Tensor& a, const Tensor& b) {
 }
 
 // a [*, K]^T g [*, N] summed over every leading index -> [K, N]: the weight gradient of a
-// product with a 2-D right operand (rules in matmul.h). Not differentiable (backward only).
+// product with a 2-D right operand (rules: docs/sharding_rules.md, "matmul"). Not
+// differentiable (backward only).
 DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   const int64_t nd = a.dim();
   std::vector<DimStrategy> per_dim;

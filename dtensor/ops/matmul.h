@@ -2,19 +2,12 @@
 // sharding rule (PyTorch's mm/bmm strategies, generated there from the einsum mk,kn->mn).
 //
 // Rules per mesh dim for a [*, M, K] @ b (b [K, N], or [*, K, N] with a's leading dims):
-//   a        b        -> out     why it is exact
-//   S(i)     R|S(i)   -> S(i)    a batch dim i (b sharded with it when b has batch dims)
-//   S(-2)    R        -> S(-2)   rows of a give rows of out (data parallel)
-//   R        S(-1)    -> S(-1)   columns of b give columns of out (column-wise TP)
-//   S(-1)    S(-2)    -> P(sum)  each rank multiplies its slice of K: the sum is the product
-//   R        R        -> R
-//   P(op)    R        -> P(op)   op in {sum, avg}: the product is linear in each operand
-//   R        P(op)    -> P(op)
-// Other Partial inputs are reduced first (P x P is never kept). The weight gradient of a
-// 2-D b is a^T g over every leading index, an op of its own (contract_leading_dims in
-// matmul.cc): a S(i), g S(i) -> P(sum) for any leading dim i (data parallel gives a Partial
-// weight gradient), S(-1), R -> S(0), R, S(-1) -> S(1). linear(x, w, b) is
-// matmul(x, w^T) + b, so w S(0) gives out S(-1) and w S(1) with x S(-1) gives P(sum).
+//   S(i), R|S(i) -> S(i)     a batch dim i (b sharded with it when b has batch dims)
+//   S(-2), R     -> S(-2)    rows of a give rows of out (data parallel)
+//   R, S(-1)     -> S(-1)    columns of b give columns of out (column-wise TP)
+//   S(-1), S(-2) -> P(sum)   each rank multiplies its slice of K: the sum is the product
+//   R, R -> R; P(op), R and R, P(op) -> P(op) for op in {sum, avg}; other Partials reduced
+// linear and the weight gradient's rules: docs/sharding_rules.md, "matmul".
 #pragma once
 
 #include <optional>

@@ -1,22 +1,13 @@
-// Pointwise ops on DTensors, with numpy broadcasting: arithmetic, activations and their
-// fused backward kernels, dtype casts; differentiable, each with its sharding rule
-// (PyTorch's _pointwise_ops).
+// Pointwise ops on DTensors, with numpy broadcasting: arithmetic, activations, their fused
+// backward kernels and dtype casts, each with its sharding rule (PyTorch's _pointwise_ops).
 //
 // Rules, per mesh dim: Shard along any output dim (inputs sharded on their matching dim,
-// Replicate where broadcast), Replicate, and the Partial cases that are exact:
-//   op                          | Partial in -> out                  | why exact
-//   add/sub(a, b)               | P(op), P(op) -> P(op), op sum|avg  | the terms add up
-//   mul(a, b) / div(a, b)       | P(op), R -> P(op) (mul: also R, P) | a term times a constant
-//   x + scalar                  | P(avg) -> P(avg) only              | P(sum) would add it k times
-//   x * scalar, x / scalar, neg | P(op) -> P(op), op sum|avg         | linear
-//   exp log sqrt rsqrt pow tanh | none: P is reduced first           | not linear
-//   sigmoid relu gelu silu      | none: P is reduced first           | not linear
-//   *_backward(grad, saved)     | P(op), R -> P(op), op sum|avg      | linear in grad
-//   to(x, dtype)                | P(op) -> P(op) floating->floating  | each term rounds once
-// A Partial input reduced first goes to the cheaper of Replicate (all_reduce) and a Shard
-// of some dim (reduce_scatter), whichever moves fewer bytes. Backward: the gradient summed
-// over broadcast dims; activations use the fused backward kernels, which are DTensor ops of
-// their own (not differentiable: there is no double backward).
+// Replicate where broadcast), Replicate, and these Partial cases (P(lin): sum or avg):
+//   add/sub P(lin), P(lin);  mul/div P(lin), R (mul: also R, P(lin));  x + scalar P(avg) only
+//   x * scalar, x / scalar, neg, *_backward(grad P(lin), saved R), to(x, floating): P kept
+// Other ops are not linear: a Partial input is first reduced to Replicate or a Shard,
+// whichever moves fewer bytes. The fused backward ops are not differentiable (no double
+// backward). Why each rule is exact: docs/sharding_rules.md, "pointwise".
 #pragma once
 
 #include "dtensor/dtensor.h"

@@ -61,7 +61,7 @@ DTensor with_reduced_dims(DTensor t, const std::vector<int64_t>& dims, KeepDim k
   return t;
 }
 
-// max or min (op kMax / kMin): see the header.
+// max or min (op kMax / kMin), as reduction.h and docs/sharding_rules.md describe.
 DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std::vector<int64_t>& dims_given,
                  KeepDim keepdim) {
   const std::vector<int64_t> dims = reduced_dims(x, dims_given, name);

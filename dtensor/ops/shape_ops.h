@@ -7,9 +7,7 @@
 //   R                          -> R                       |
 //   P(op) (every one)          -> P(op), any op           | moving elements commutes with op
 //   S(dim)                     -> replicated first        | pieces cross shard boundaries
-// split and chunk return several outputs recorded as one autograd node; outputs that get no
-// gradient count as zeros (the engine fills them). Backward: split's is cat of the output
-// gradients, cat's is split of the gradient, narrow's is the gradient with zeros around it.
+// split and chunk record one autograd node for all their outputs (docs/sharding_rules.md).
 #pragma once
 
 #include <cstdint>

@@ -14,7 +14,8 @@ struct NormaliseKernels {
   Tensor (*backward)(const Tensor& grad_y, const Tensor& y, int64_t dim);
 };
 
-// grad_x from grad_y and the forward's output y (rules in softmax.h). Not differentiable.
+// grad_x from grad_y and the forward's output y (rules: docs/sharding_rules.md, "softmax").
+// Not differentiable.
 DTensor normalise_backward(const NormaliseKernels& k, const DTensor& grad_y, const DTensor& y, int64_t dim) {
   std::vector<DimStrategy> per_dim;
   for (int64_t d = 0; d < y.dim(); ++d) {

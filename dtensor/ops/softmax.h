@@ -6,9 +6,7 @@
 //   S(k)     -> S(k)     k != dim: slices along dim lie whole on one rank
 //   R        -> R
 // S(dim) is gathered first (all-gather); Partial inputs are reduced first (the op is not
-// linear). Backward is a DTensor op of its own over the fused kernels (softmax.h): grad_y
-// and the saved output y both S(k) (k != dim) -> S(k); R, R -> R; and P(op), R -> P(op)
-// for op in {sum, avg}, since grad_x is linear in grad_y for a fixed y.
+// linear). The backward's rules: docs/sharding_rules.md, "softmax".
 #pragma once
 
 #include "dtensor/dtensor.h"

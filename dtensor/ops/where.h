@@ -3,14 +3,11 @@
 //
 // Rules, per mesh dim: Shard along any output dim (each operand sharded on its matching
 // dim, Replicate where broadcast), Replicate, and the Partial cases that are exact:
-//   op                        | Partial in -> out                  | why exact
-//   where(cond, a, b)         | R, P(op), P(op) -> P(op), any op   | picks term by term
-//   masked_fill(x, mask, v)   | P(op), R -> P(op): avg, max, min;  | every term holds v where
-//                             |   sum only when v == 0             |   masked (k v sums to k v)
-//   comparisons, logical_not  | none: P is reduced first           | need the real value
-// Conditions and masks are bool (TypeError otherwise), so never Partial. Comparisons and
-// logical_not return bool tensors and are not differentiable; where is differentiable in a
-// and b, masked_fill in x (the gradient is zero where the value was replaced).
+//   where(cond, a, b)         R, P(op), P(op) -> P(op), any op (it picks term by term)
+//   masked_fill(x, mask, v)   P(op), R -> P(op) for avg, max, min; for sum only when v == 0
+//   comparisons, logical_not  none: P is reduced first (they need the real value)
+// Conditions and masks are bool (TypeError otherwise), never Partial. where is
+// differentiable in a and b, masked_fill in x; comparisons and logical_not are not.
 #pragma once
 
 #include "dtensor/dtensor.h"

@@ -134,9 +134,8 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
         // rows) at a time, stream_rows of its rows at a time. That block is transposed into a
         // buffer in L2 reading 8 src rows side by side along their length (few streams for
         // the prefetchers), then streamed out to dst in runs of kStreamCols elements (long
-        // runs for the memory's pages) with no read for ownership. Against kTile x kTile
-        // tiles streamed from L1 (32 src rows side by side, runs of 32): reads 5.7 -> 3.2 ms
-        // and writes 4.3 -> 1.8 ms for a [2048, 4096] float32 .t() in a standalone loop.
+        // runs for the memory's pages) with no read for ownership. It reads and writes about
+        // twice as fast as kTile x kTile tiles streamed from L1 (docs/kernel_bench.md).
         const int64_t buf_row = kStreamCols * static_cast<int64_t>(sizeof(To));
         const int64_t stream_rows = kStreamBufferBytes / buf_row;
         // A tensor, not new[]: the CPU allocator's cache serves it again without page faults.

@@ -55,10 +55,9 @@ struct RowSums {
 // layer_norm_backward's first pass over a row, with g = grad_y * weight (grad_y when
 // unweighted) and xhat = (x - mean) * rstd: stores g in g_out (when weighted), adds
 // grad_y * xhat and grad_y to the block's partial grad_weight and grad_bias, and sums g and
-// g * xhat in lanes as lane_sum does (the same order). One pass instead of four (g, the
-// two gradients, each sum) took float32 [2048, 1024] from 0.85-0.93 to 0.95-1.21 of memcpy;
-// the restrict pointers let GCC vectorise a loop with three outputs and five inputs
-// without runtime alias checks.
+// g * xhat in lanes as lane_sum does (the same order). One pass instead of four reads the
+// row once (figures: docs/kernel_bench.md); the restrict pointers let GCC vectorise a loop
+// with three outputs and five inputs without runtime alias checks.
 template <bool kWeighted, class Acc>
 RowSums<Acc> first_pass(const Acc* __restrict grad_y, const Acc* __restrict x, const Acc* __restrict w, Acc mean,
                         Acc rstd, int64_t n, Acc* __restrict g_out, Acc* __restrict dw, Acc* __restrict db) {

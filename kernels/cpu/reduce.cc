@@ -27,9 +27,8 @@ constexpr int64_t kLanes = 64;
 // the reduced dims leading (x is [rows, cols] in memory: a Linear layer's bias gradient):
 // acc[j] = combine(acc[j], combine(combine(x0[j], x1[j]), combine(x2[j], x3[j]))). A row of
 // accumulators is twice x's row for float32 (float64 sums) and at 4096 columns fills L1,
-// so touching it once per four rows instead of once per row took sum (dim 0) of a
-// [2048, 4096] from 0.77-0.91 to 1.18-1.33 of memcpy in float32, 0.81-0.95 to 1.05-1.12 in
-// bfloat16 (kernel_bench A/B, one thread). The order depends on the shape alone.
+// so it is touched once per four rows, not once per row (figures: docs/kernel_bench.md).
+// The order depends on the shape alone.
 // Returns false, doing nothing, for any other layout.
 template <class T, class A, class Load, class Combine>
 bool fold_leading_rows(const Tensor& acc, const Tensor& x, const Load& load, const Combine& combine) {

@@ -4,9 +4,10 @@
 // contiguous; the Tensor-level op has checked dims, emptiness and devices. Values
 // accumulate in a buffer of the accumulation type (float64 for float32, float for
 // bfloat16/float16, int64 for integers) and are converted into out once at the end.
-// Iteration follows x's memory order, so reducing the first dim of a row-major matrix
-// adds whole contiguous rows into a row of accumulators (ATen's outer reduction) and
-// reducing the last dim sums contiguous runs with 16 independent partial sums.
+// Iteration follows x's memory order. Reducing the leading dims of a contiguous x adds
+// four contiguous rows at a time into a row of accumulators (ATen's outer reduction); a run
+// that folds into one accumulator (the last dim) keeps 64 partial results, element i in
+// lane i % 64 and the tail in lane 0, folded into the accumulator in lane order at the end.
 #pragma once
 
 #include <cstdint>

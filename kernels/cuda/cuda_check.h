@@ -1,7 +1,7 @@
 // DTR_CUDA_CHECK(call, device): one check for every CUDA runtime call.
 //
 // On failure it throws dtr::CudaError naming the call, the device and CUDA's own
-// error string (cudaGetErrorString), as STYLE.md asks of every library failure.
+// error string (cudaGetErrorString), as every library failure in dtr is reported.
 // Usable from .cu files: the message is built in cuda_device.cc, not here.
 #pragma once
 

@@ -1,7 +1,7 @@
 // CUDA launchers for the two kernels every tensor needs: fill and a dtype-converting copy.
 //
 // Both take raw pointers to contiguous memory on one device and run on that device's
-// default stream (streams arrive with the CUDA issue). Conversions round like the CPU
+// default stream, the only one dtr's CUDA kernels use. Conversions round like the CPU
 // kernels (bf16/f16 round-to-nearest-even), so the CPU implementation is their reference.
 #pragma once
 

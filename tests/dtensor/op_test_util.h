@@ -1,15 +1,11 @@
 // check_op: the test every differentiable DTensor op gets (PyTorch's DTensor _test_op,
 // plus autograd's gradcheck).
 //
-// 1. gradcheck: on a one-rank mesh in float64, the gradient autograd computes for every
-//    differentiable input against central finite differences of sum(op(x) * w).
-// 2. check_distributed: on real ranks, for every combination of input placements (R,
-//    S(d) for every dim, P(sum) where allowed; a seeded sample when there are too many),
-//    the output's full_tensor() and every input gradient's full_tensor() equal the
-//    one-rank run, and the forward issues exactly the collectives its sharding rule
-//    promised (collective_counter() against promised_collectives()). It runs in float64
-//    (tolerance: the case's, summation order only) and again with the floating inputs in
-//    float32 (tolerance 1e-4 absolute and relative, against a float32 one-rank run).
+// 1. gradcheck: on a one-rank mesh in float64, autograd's gradient of every differentiable
+//    input against central finite differences of sum(op(x) * w).
+// 2. check_distributed: on real ranks, for every combination of input placements, the
+//    output's and every input gradient's full_tensor() equal the one-rank run, and the
+//    forward issues exactly the collectives its sharding rule promised.
 // for_each_test_mesh runs a body on 1-D meshes of 2, 3 and 4 ranks and on a 2x2 mesh.
 #pragma once
 
@@ -174,6 +170,11 @@ inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int ma
   }
 }
 
+// Every combination of input placements (R, S(d) for every dim, P(sum) where allowed; a
+// seeded sample of max_cases when there are more), collectives compared as
+// collective_counter() against promised_collectives(). In float64 (tolerance: the case's,
+// summation order only) and again with the floating inputs in float32 (1e-4 absolute and
+// relative, against a float32 one-rank run).
 inline void check_distributed(const OpCase& c, const DeviceMesh& mesh, int max_cases = 48) {
   check_distributed_in(c, mesh, max_cases);
   OpCase f32 = c;

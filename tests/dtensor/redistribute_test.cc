@@ -113,7 +113,7 @@ TEST_CASE("random redistributes on 4 ranks: 1-D, 2x2, 1x4 and 4x1 meshes", "[dte
       std::mt19937_64 gen(7 + shape[0]);
       for (uint64_t c = 0; c < 70; ++c) ran += run_random_case(mesh, gen, c);
     }
-    CHECK(ran >= 200);  // the issue asks for at least 200 random cases on 4 ranks per run
+    CHECK(ran >= 200);  // at least 200 random cases on 4 ranks per run
   });
 }
 

@@ -153,7 +153,7 @@ TEST_CASE("optimizer steps are exact when every quantity is a power of two", "[o
     INFO("param dtype " << dtype_name(dtype));
     const DType state = optimizer_state_dtype(dtype);
     // SGD, two steps: b = g = 0.5, p = 1 - 0.5 * 0.5 = 0.75; then b = 0.5 * 0.5 + 0.5 = 0.75,
-    // p = 0.75 - 0.5 * 0.75 = 0.375.
+    // and p loses lr * b = 0.5 * 0.75, leaving 0.375.
     Tensor p = ones({3}, dtype), buffer = zeros({3}, state), g = full({3}, 0.5, dtype);
     const SgdOptions sgd{.lr = 0.5, .momentum = 0.5};
     sgd_step_(p, g, buffer, 1, sgd);

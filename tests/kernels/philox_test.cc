@@ -1,15 +1,7 @@
 // Philox4x32-10: the known-answer vectors of Random123 (Salmon et al., SC 2011) and the
-// per-element draws' documented mapping from blocks to elements.
-//
-// The three vectors were recomputed independently of this code by this Python script:
-//   M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
-//   def philox(c, k):
-//       for _ in range(10):
-//           p0, p1 = M0 * c[0], M1 * c[2]
-//           c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xffffffff, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xffffffff]
-//           k = [(k[0] + W0) & 0xffffffff, (k[1] + W1) & 0xffffffff]
-//       return c
-// and they match Random123's kat_vectors file.
+// per-element draws' documented mapping from blocks to elements. The vectors were
+// recomputed independently of this code (the script above the first test) and match
+// Random123's kat_vectors file.
 #include "kernels/philox.h"
 
 #include <catch2/catch.hpp>
@@ -27,6 +19,14 @@ void check_kat(Uint32x4 counter, Uint32x2 key, Uint32x4 expected) {
   }
 }
 
+// The known-answer vectors, recomputed by this Python script:
+//   M0, M1, W0, W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
+//   def philox(c, k):
+//       for _ in range(10):
+//           p0, p1 = M0 * c[0], M1 * c[2]
+//           c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xffffffff, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xffffffff]
+//           k = [(k[0] + W0) & 0xffffffff, (k[1] + W1) & 0xffffffff]
+//       return c
 TEST_CASE("philox4x32_10 reproduces Random123's known-answer vectors", "[philox]") {
   check_kat({{0, 0, 0, 0}}, {{0, 0}}, {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}});
   check_kat({{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}}, {{0xffffffffu, 0xffffffffu}},

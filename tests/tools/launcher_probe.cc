@@ -1,21 +1,8 @@
 // launcher_probe: the program launcher_test starts as ranks under dtrrun.
 //
-// Its arguments are a script of actions run in order, each reading RANK and
-// DTR_RESTART_COUNT from the environment dtrrun gave it:
-//   env                        print "env NAME=value ..." for torchrun's variables (stdout)
-//   stderr TEXT                print TEXT and a newline to stderr
-//   partial TEXT               print TEXT to stdout with no newline
-//   pieces TEXT                print "TEXT from rank R\n" one byte per write(), 1 ms apart
-//   exit-if-rank R CODE        exit with CODE if this is rank R
-//   kill-if-rank R SIGNAL      raise SIGNAL if this is rank R
-//   fail-before-restart N CODE exit with CODE while DTR_RESTART_COUNT < N
-//   on-signal DIR              on SIGTERM or SIGINT: create DIR/signal.RANK holding the
-//                              signal number (two digits), then die of that signal
-//   ignore-sigterm             ignore SIGTERM (only SIGKILL stops it)
-//   ready DIR                  create DIR/ready.RANK holding this process's pid
-//   wait-for PATH              wait until PATH exists (another rank's ready file)
-//   sleep SECONDS              sleep
-// and exits 0 at the end of the script.
+// Its arguments are a script of actions run in order (listed above main), each reading
+// RANK and DTR_RESTART_COUNT from the environment dtrrun gave it; it exits 0 at the end of
+// the script.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -72,6 +59,20 @@ void print_env() {
 
 }  // namespace
 
+// The actions:
+//   env                        print "env NAME=value ..." for torchrun's variables (stdout)
+//   stderr TEXT                print TEXT and a newline to stderr
+//   partial TEXT               print TEXT to stdout with no newline
+//   pieces TEXT                print "TEXT from rank R\n" one byte per write(), 1 ms apart
+//   exit-if-rank R CODE        exit with CODE if this is rank R
+//   kill-if-rank R SIGNAL      raise SIGNAL if this is rank R
+//   fail-before-restart N CODE exit with CODE while DTR_RESTART_COUNT < N
+//   on-signal DIR              on SIGTERM or SIGINT: create DIR/signal.RANK holding the
+//                              signal number (two digits), then die of that signal
+//   ignore-sigterm             ignore SIGTERM (only SIGKILL stops it)
+//   ready DIR                  create DIR/ready.RANK holding this process's pid
+//   wait-for PATH              wait until PATH exists (another rank's ready file)
+//   sleep SECONDS              sleep
 int main(int argc, char** argv) {
   const int rank = env_int("RANK");
   for (int i = 1; i < argc; ++i) {

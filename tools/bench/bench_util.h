@@ -1,14 +1,12 @@
 // Kernel benchmark harness: a timer with warm-up and median-of-samples, and a suite of
-// registered rows printed as one aligned table (STYLE.md, "Benchmarks").
+// registered rows printed as one aligned table (the layout of nccl-tests and llm.c's).
 //
 // Every row is checked before it is timed: the case runs once, its check compares the
 // result with an independent computation, and the row says "ok" or "WRONG" (a WRONG row is
 // still timed and printed; the program exits non-zero). Each row is timed against a
 // reference doing the same work in the same run (a memcpy of the same bytes moved, a
 // library GEMM), their samples interleaved, so "% of ref" compares with the machine as it
-// is now, not a datasheet.
-// A row's inputs are built only when the row runs and are freed after it, so rows of
-// gigabytes can sit side by side. The layout follows nccl-tests and llm.c's benchmarks.
+// is, not a datasheet. A row's inputs are built only when it runs and freed after it.
 #pragma once
 
 #include <cstdint>

@@ -1,20 +1,12 @@
 // collective_bench: dtr's collectives against the same operations through raw Gloo calls,
-// in one run, as nccl-tests prints them.
+// in one run, as nccl-tests prints them (size, algbw, busbw).
 //
-// Per collective and size (4 KiB to 64 MiB of float32 by default): one checked call (the
-// #wrong column counts elements off the closed form of a rank-dependent fill), warm-up,
-// then rounds of one batch of back-to-back calls per implementation, each batch starting
-// after a barrier, the order within a round rotating (none always runs first). A call's
-// time is its batch's time over its calls, the slowest rank's; the table shows the median
-// batch with the range, and the best batch, which best/raw compares (on a shared machine
-// other processes only ever add time), and the median over batch pairs of raw time over dtr
-// time, dtr/raw, which cancels load that comes and goes between pairs. size is
-// nccl-tests' (all_gather: the output, reduce_scatter: the input); algbw = size / time;
-// busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1
-// for broadcast. raw is the same collective through Gloo directly: all_reduce, the faster
-// of Gloo's ring and bcube; reduce_scatter, ReduceScatterHalvingDoubling (built once per
-// buffer, outside the timing). Launches its own ranks (fork and exec of itself, a TCP
-// store served here) unless RANK and WORLD_SIZE are set, as a launcher sets them.
+// Per collective and size: one checked call, warm-up, then rounds of one batch of
+// back-to-back calls per implementation, each batch after a barrier, the order within a
+// round rotating. A call's time is its batch's over its calls, on the slowest rank; dtr/raw
+// is the median over batch pairs of raw time over dtr time, which cancels load that comes
+// and goes. Launches its own ranks unless RANK and WORLD_SIZE are set. Method, columns and
+// the latest tables: docs/collective_bench.md.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>

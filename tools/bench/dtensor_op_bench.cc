@@ -1,13 +1,13 @@
-// dtensor_op_bench: what a DTensor op costs beyond its local kernel — choosing placements
-// (the sharding rule) and recording autograd — in microseconds beside the kernel's own
-// time, at a small shape and at transformer shapes. `bazel run //tools/bench:dtensor_op_bench`.
+// dtensor_op_bench: what a DTensor op costs beyond its local kernel (choosing placements
+// by the sharding rule, recording autograd), in microseconds beside the kernel's own time,
+// at a small shape and at transformer shapes. `bazel run //tools/bench:dtensor_op_bench`.
 //
-// Inputs are placed the way data parallelism places them (activations Shard(0) on the
-// batch rows, weights Replicate) on rank 0's view of a 2-rank mesh, so no op moves data:
-// the time beyond the kernel is pure dispatch. (cross_entropy's mean needs the global
-// target count, a collective, so its rows use Replicate inputs.) Every input requires grad,
-// so each call also records its autograd node. Goal (issue 5): overhead < 5% of the kernel
-// at transformer shapes. Each row checks the DTensor op's local result against the kernel's.
+// Inputs are placed as data parallelism places them (activations Shard(0), weights
+// Replicate; cross_entropy's Replicate, since its mean's global count is a collective) on
+// rank 0's view of a 2-rank mesh, so no op moves data and the time beyond the kernel is
+// pure dispatch. Every input requires grad, so each call records its autograd node too.
+// Each row checks the op's local result against the kernel's. Goal: overhead < 5% of the
+// kernel at transformer shapes.
 #include <CLI/CLI.hpp>
 
 #include <functional>

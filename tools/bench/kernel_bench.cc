@@ -1,18 +1,13 @@
 // kernel_bench: times dtr's CPU kernels at transformer shapes against a memcpy of the same
-// bytes, measured in the same run. `bazel run //tools/bench:kernel_bench -- --quick`.
+// bytes (matmul: Eigen's GEMM), measured in the same run.
+//   bazel run //tools/bench:kernel_bench -- --threads 1
 //
-// Shapes are the seed model's: 2048 tokens, hidden 1024, FFN 4096, vocab 50000, and a
-// 64 Mi-element parameter for the optimizer steps (--quick shrinks them all). Each row
-// is one add_*_rows function below: to add a kernel, write one that builds its inputs,
-// its run, an independent check and its bytes (or flops) and reference, and call it
+// Each row is one add_*_rows function below: to add a kernel, write one that builds its
+// inputs, its run, an independent check and its bytes (or flops) and reference, and call it
 // from main. Rows are checked before they are timed; any WRONG row makes the exit code 1.
-// A row and its reference are timed in alternating samples; "% of ref" is the median over
-// adjacent pairs of reference time / row time. A row that allocates its result releases the
-// previous one first (remake), so that, like its memcpy, it writes the same memory each call.
-// Each row also runs at 64 (or 4) tokens, where its data sit in the caches: that twin's
-// time, scaled to the row's bytes, is the row's in-cache time, and a row whose in-cache
-// time exceeds its memcpy is compute-bound (the "bound" column, with the row's speed as a
-// share of its in-cache speed).
+// A row and its reference are timed in alternating samples; each row also runs as an
+// in-cache twin, which says whether memory or arithmetic bounds it. Shapes (--quick shrinks
+// them), method, machine and the latest table: docs/kernel_bench.md.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>

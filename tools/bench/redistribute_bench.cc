@@ -1,27 +1,12 @@
 // redistribute_bench: DTensor::redistribute against the raw ProcessGroup collective that
-// moves the same bytes, on a 1-D CPU mesh (Gloo over loopback). Issue 4's bar: raw/dtr
-// >= 0.95 from 1 MiB up.
+// moves the same bytes, on a 1-D CPU mesh (Gloo over loopback).
 //
 //   bazel run //tools/bench:redistribute_bench -- --ranks 2     (and --ranks 4)
 //
-// Rows: Shard(0) -> Replicate vs all_gather_into_tensor, Partial(sum) -> Shard(0) vs
-// reduce_scatter_tensor, Partial(sum) -> Replicate vs all_reduce (in place), for float32
-// [rows, 1024] tensors whose nccl-tests size (the global tensor) is 64 KiB .. 64 MiB. The
-// dtr side is `x.redistribute(target).to_local()`, blocking, plan included; the raw side
-// runs on buffers allocated once. Each redistribute result is checked once (integer
-// values, so sums are exact) before timing. Then 2 warm-up calls of each, and `--batches`
-// batches of `count` calls, dtr and raw interleaved, each batch after a barrier; per-call
-// time = batch time / count, max over ranks; the table shows the median batch and the
-// spread (min-max). raw/dtr is the median over batches of the ratio of each dtr batch and
-// the raw batch right after it, which cancels most of the load that other processes put
-// on a shared machine. algbw = size / time; busbw as nccl-tests (x (n-1)/n for all_gather
-// and reduce_scatter, x 2(n-1)/n for all_reduce). "plan us" is plan_redistribute alone on
-// the same spec (median of single calls): a part of the dtr time.
-//
-// The program starts its own ranks (launch_self) unless it runs under dtrrun. 4 ranks on
-// the 2-core machines of this project are oversubscribed: two processes and two Gloo
-// threads per core, so 4-rank times are scheduler-bound and noisy (shared/notes/
-// cpu-limits.md section 4); the ratio, measured in the same batches, still compares.
+// Rows: Shard(0) -> Replicate, Partial(sum) -> Shard(0) and Partial(sum) -> Replicate, each
+// against all_gather, reduce_scatter or all_reduce, 64 KiB to 64 MiB. Checked first, then
+// timed in batches, dtr and raw interleaved; raw/dtr is the median over batch pairs. Starts
+// its own ranks unless it runs under dtrrun. Method and goal: docs/redistribute_bench.md.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>

@@ -1,14 +1,12 @@
 // execute_plan: the explainer's --execute mode, run on every rank of a real job: it
 // redistributes a known tensor and puts the collectives measured next to the planned ones.
 //
-// Each rank builds the mesh (init_device_mesh), wraps its part of a deterministic global
-// tensor (integers in [-8, 8], so every sum is exact in every dtype) under the source
-// placements, Partial ones split into terms that reduce to it, resets the
-// CollectiveCounter, redistributes, and checks the result: full_tensor() equals the global
-// tensor, and for a target without Partial the local tensor equals the rank's target box.
-// Rank 0 gathers every rank's counts and checks and prints one row per collective step
-// and rank: planned send/recv bytes, the planned and measured calls and nccl-tests size
-// (the counter's bytes), and "ok" or "MISMATCH".
+// Each rank wraps its part of a deterministic global tensor (integers in [-8, 8], so every
+// sum is exact in every dtype) under the source placements, Partial ones split into terms
+// that reduce to it, resets the CollectiveCounter, redistributes, and checks the result:
+// full_tensor() equals the global tensor, and for a target without Partial the local tensor
+// equals the rank's target box. Rank 0 prints one row per collective step and rank: planned
+// send/recv bytes, planned and measured calls and nccl-tests size, and "ok" or "MISMATCH".
 #pragma once
 
 #include <ostream>

@@ -1,15 +1,13 @@
 // explain_sharding: shows which global indices every rank holds before and after a
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
-//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1
-//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 --execute
+//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--execute]
 //
 // The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Without
-// --execute nothing runs: the tables and the plan come from the specs alone. With it, the
-// tool then starts itself as the mesh's ranks (launch_self: processes on this machine,
-// Gloo over loopback), runs the redistribute and prints, from rank 0, the collectives
-// measured next to the planned ones (execute_plan.h). Exit code: 0 when everything
-// matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own code.
+// --execute the tables and the plan come from the specs alone; with it, the tool starts
+// itself as the mesh's ranks (launch_self, Gloo over loopback), runs the redistribute and
+// prints the collectives measured next to the planned ones (execute_plan.h). Exit code: 0
+// when all matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own.
 #include <CLI/CLI.hpp>
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // dtrrun: dtr's torchrun. Starts a program as the ranks of a distributed job on this node.
 //
-//   dtrrun --nproc-per-node 4 bazel-bin/tools/train/train --steps 100
+//   dtrrun --nproc-per-node 4 <program> [args...]
 //
 // It parses torchrun's flags (launch_config.h), resolves the program, picks MASTER_PORT
 // and DTR_RUN_ID when they are not given, and runs the local worker group

@@ -1,17 +1,13 @@
-// WorkerGroup: one attempt of this node's ranks, from their start to the last one's exit.
+// WorkerGroup: one attempt of this node's ranks, from their start to the last one's exit
+// (torchrun's LocalElasticAgent with its worker group is the model).
 //
-// It starts nproc_per_node ranks with torchrun's environment, relays each rank's stdout and
-// stderr line by line with a "[rank<RANK>]: " prefix, and watches for exits and signals in
-// one poll() loop. The first rank that exits non-zero or is killed is the failure: the
-// others get SIGTERM, then SIGKILL after the grace period. SIGINT/SIGTERM sent to the
-// launcher is forwarded to every rank, with the same grace period (a second one kills at
-// once). wait() returns only when every rank has been reaped and its output relayed; a
-// WorkerGroup destroyed early (an exception) kills and reaps whatever it started.
-// torchrun's LocalElasticAgent with its worker group is the model.
-//
-// Ranks of node n are RANK = n * nproc_per_node + LOCAL_RANK, for LOCAL_RANK 0 .. nproc-1:
-//
-//   --nnodes 2 --nproc-per-node 2:   node 0 -> RANK 0, 1     node 1 -> RANK 2, 3
+// It starts nproc_per_node ranks with torchrun's environment (node n's ranks are RANK =
+// n * nproc_per_node + LOCAL_RANK), relays each rank's stdout and stderr line by line with a
+// "[rank<RANK>]: " prefix, and watches exits and signals in one poll() loop. The first rank
+// that exits non-zero or is killed is the failure: the others get SIGTERM, then SIGKILL after
+// the grace period. SIGINT/SIGTERM sent to the launcher is forwarded to every rank, with the
+// same grace period (a second one kills at once). A WorkerGroup destroyed early (an
+// exception) kills and reaps whatever it started.
 #pragma once
 
 #include <sys/types.h>
@@ -53,11 +49,13 @@ class WorkerGroup {
  public:
   // Starts the ranks of `config` (its master_port and run_id already chosen), running
   // `program_path`, as attempt `restart_count` (DTR_RESTART_COUNT). Ranks get the launcher's
-  // environment with torchrun's variables set.
+  // environment with torchrun's variables set (--nnodes 2 --nproc-per-node 2: node 0 runs
+  // RANK 0 and 1, node 1 RANK 2 and 3).
   WorkerGroup(const LaunchConfig& config, const std::string& program_path, int restart_count,
               LauncherSignals& signals);
 
-  // Relays output and handles exits and signals until every rank has ended.
+  // Relays output and handles exits and signals until every rank has ended; returns only
+  // once every rank has been reaped and its output relayed.
   GroupOutcome wait();
 
  private:

@@ -1,12 +1,11 @@
 // copy_bytes: memcpy for the pieces kernels copy out of memory beyond the caches (rows of a
 // cat, runs of a narrowed view, gathered rows).
 //
-// Debian 12's glibc (2.36) copies pieces of 257 B to 2 KiB with its own vector loop, and
-// where the pieces stream from memory that loop runs at 0.56-0.62 of the speed of plain
-// 32-byte moves in order (measured on this machine kind: a cat of three [2048, n] inputs
-// row by row against a memcpy of the whole; pieces of 512 B, 1, 1.5 and 2 KiB). From about
-// 3 KiB its other paths match the moves, and from 16 KiB they win; pieces of up to 256 B it
-// copies in a few overlapping moves as fast. So pieces in between go through copy_line.
+// Debian 12's glibc (2.36) copies pieces of 257 B to 2 KiB with its own vector loop, which
+// is slower than plain 32-byte moves in order where the pieces stream from memory; up to
+// 256 B its few overlapping moves are as fast, and from about 3 KiB its other paths match
+// the moves. So pieces of 257 B to 8 KiB go through copy_line (figures:
+// docs/kernel_bench.md, "Pieces of 257 B to 8 KiB").
 #pragma once
 
 #include <cstdint>

@@ -6,9 +6,8 @@
 // take a plain indexed loop that the compiler vectorises (16-bit floats go through float
 // blocks: convert_block.h); out may equal an input exactly (in-place ops) but must not
 // partially overlap one. Large maps are split across threads by element ranges, and
-// outputs larger than the caches are written with streaming stores (stream_store.h). The
-// helpers below pair map with the dtype dispatch of same-dtype unary, binary and
-// tensor-scalar ops. (ATen's cpu_kernel, reduced.)
+// outputs larger than the caches are written with streaming stores (stream_store.h).
+// (ATen's cpu_kernel, reduced.)
 #pragma once
 
 #include <algorithm>
@@ -139,7 +138,8 @@ void map(const Tensor& out, const F& f, TensorRef<In>... in) {
   });
 }
 
-// Same-dtype unary and binary maps over the floating or the numeric dtypes.
+// Same-dtype unary and binary maps over the floating or the numeric dtypes: map with the
+// dtype dispatch.
 template <class F>
 void floating_unary(std::string_view op, const Tensor& out, const Tensor& x, const F& f) {
   dispatch_floating(x.dtype(), op, [&]<class T>(TypeTag<T>) { map<T, T>(out, f, x); });

@@ -5,11 +5,9 @@
 // lines wait for memory's full latency while the hardware prefetcher finds the stream
 // again, row after row. Copying kRowsAtOnce rows side by side, a cache line of each in
 // turn, keeps that many streams in flight, and the next group's lines are asked for as the
-// current group's are copied, so a group's first lines do not wait either. kernel_bench,
-// 2048 rows of a [50000, 1024] table on one thread, A/B against one row at a time by
-// memcpy: index_select float32 0.79-0.95 -> 1.23-1.31 of memcpy, bfloat16 (rows of 2 KiB)
-// 0.54-0.65 -> 0.67-0.73; embedding the same. (A standalone loop gained at every row size
-// from 256 B to 64 KiB; 2 or 8 rows at once, or a whole row prefetched ahead, gained less.)
+// current group's are copied, so a group's first lines do not wait either. Four rows at
+// once gain over one at every row size from 256 B to 64 KiB, and more than two or eight
+// (figures: docs/kernel_bench.md, "Gathered rows").
 #pragma once
 
 #include <algorithm>

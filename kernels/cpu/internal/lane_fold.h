@@ -4,10 +4,10 @@
 // result, and GCC keeps IEEE order. These keep kFoldBytes / sizeof(Acc) partial results
 // (32 floats, 16 doubles) in lanes: element i goes to lane i % lanes, and the lanes are
 // combined at the end in a fixed pairwise tree. Four vector accumulators (two on AVX-512)
-// hide the adds' latency, which one accumulator did not (a sum over a row cost 2x). The
-// order of the additions depends on n alone: never on the thread count, the data or the
-// vector width, so kernels built on them are bitwise reproducible run to run, on any
-// number of threads, and on AVX2 and AVX-512 builds alike.
+// hide the adds' latency, which a single accumulator's sum waits on. The order of the
+// additions depends on n alone: never on the thread count, the data or the vector width,
+// so kernels built on them are bitwise reproducible run to run, on any number of threads,
+// and on AVX2 and AVX-512 builds alike.
 #pragma once
 
 #include <algorithm>

@@ -28,11 +28,9 @@ inline void prefetch_lines(const void* p, int64_t bytes) {
 // Asks for every cache line that [p, p + bytes) touches, into L2.
 inline void prefetch_to_l2(const void* p, int64_t bytes) { prefetch_lines<2>(p, bytes); }
 
-// How far ahead of a sequential read read_ahead asks for lines. On this machine kind
-// (Zen 3, one thread) the hardware prefetcher alone keeps a single read stream at about
-// 10 GB/s; asking 4 KiB ahead besides took a bfloat16 row sum over [2048, 4096] from
-// 1.5-2.1 ms to 0.65-0.70 ms in a standalone loop (1 KiB ahead: 0.85 ms, 8 KiB: the same
-// as 4 KiB).
+// How far ahead of a sequential read read_ahead asks for lines. On Zen 3 the hardware
+// prefetcher alone holds a single read stream well below what the memory delivers; 4 KiB
+// ahead gains more than 1 KiB, and 8 KiB no more than 4 (docs/kernel_bench.md, "Reductions").
 inline constexpr int64_t kReadAhead = 4096;
 
 // Asks for the lines kReadAhead bytes past [p, p + bytes): called once per step of a

@@ -2,14 +2,8 @@
 //
 // is_nan(v) is v != v (false for integers). exp_of(x) is fast_exp for float and std::exp
 // for double; exp_nonpositive_of(x), for arguments <= 0, is the cheaper
-// fast_exp_nonpositive for float. fast_exp(x) is exp for float without glibc's call per element:
-// exp(x) = 2^n exp(r) with n = round(x / ln 2), r = x - n ln 2 in
-// [-ln2/2, ln2/2] (ln 2 split in a short high part, so n * hi is exact, and a low part);
-// exp(r) is its Taylor polynomial to degree 7 (truncation below 0.1 ulp) and 2^n is built
-// from exponent bits as two factors. Against exp in double (tests/kernels/vec_math_test,
-// every 61st float bit pattern, and the boundary values): within 0.94 ulp for normal
-// results, within one subnormal step below them, exactly 0 and inf beyond, NaN stays NaN.
-// (The classic Cephes/SLEEF scheme.)
+// fast_exp_nonpositive for float. fast_exp is exp for float without glibc's call per
+// element, within 0.94 ulp of exp for normal results (the classic Cephes/SLEEF scheme).
 #pragma once
 
 #include <algorithm>
@@ -26,8 +20,10 @@ bool is_nan(M v) {
   return v != v;  // true only for NaN
 }
 
-// exp(x) = 2^n p, for x in [-104, 89] or NaN: n = round(x / ln 2) and p = exp(r), the
-// Taylor polynomial at r = x - n ln 2 (see the file comment). The callers scale by 2^n.
+// exp(x) = 2^n p, for x in [-104, 89] or NaN: n = round(x / ln 2) and p = exp(r) for
+// r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in a short high part, so n * hi is exact,
+// and a low part), p being exp's Taylor polynomial to degree 7 (truncation below 0.1 ulp).
+// The callers scale by 2^n, built from exponent bits.
 struct ExpParts {
   float p;
   int32_t n;
@@ -52,7 +48,9 @@ struct ExpParts {
   return {p, ni};
 }
 
-// exp(x) for float; see the file comment for its accuracy.
+// exp(x) for float, 2^n as two factors. Against exp in double (tests/kernels/vec_math_test,
+// every 61st float bit pattern, and the boundary values): within 0.94 ulp for normal
+// results, within one subnormal step below them, exactly 0 and inf beyond, NaN stays NaN.
 [[gnu::always_inline]] inline float fast_exp(float x) {
   // Beyond [-104, 89] exp is 0 or inf in float; clamping keeps 2^n's factors normal (NaN passes).
   const auto [p, n] = exp_parts(std::clamp(x, -104.0f, 89.0f));
