@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "tools/launcher/file_descriptor.h"
+#include "collectives/file_descriptor.h"
 
 namespace dtr::launcher {
 
