@@ -7,7 +7,7 @@
 //    S(d) for every dim, P(sum) where allowed; a seeded sample when there are too many),
 //    the output's full_tensor() and every input gradient's full_tensor() equal the
 //    one-rank run, and the forward issues exactly the collectives its sharding rule
-//    promised (collective_counter() against promised_collectives()). It runs in float64
+//    promised (issued_collectives() against promised_collectives()). It runs in float64
 //    (tolerance: the case's, summation order only) and again with the floating inputs in
 //    float32 (tolerance 1e-4 absolute and relative, against a float32 one-rank run).
 // for_each_test_mesh runs a body on 1-D meshes of 2, 3 and 4 ranks and on a 2x2 mesh.
@@ -156,9 +156,7 @@ inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int ma
     collective_counter().reset();
     reset_promised_collectives();
     DTensor y = c.fn(inputs);
-    int64_t issued = 0;
-    for (const CollectiveCount& row : collective_counter().snapshot()) issued += row.calls;
-    CHECK(issued == promised_collectives());
+    CHECK(issued_collectives() == promised_collectives());
     y = DTensor();
     for (const DTensor& x : inputs) {
       if (x.requires_grad()) x.set_grad({});
