@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <system_error>
 #include <utility>
 
 #include "collectives/file_descriptor.h"
+#include "kernels/error.h"
 
 namespace dtr::launcher {
 namespace {
@@ -55,13 +55,17 @@ RankProcess::RankProcess(const std::string& path, const std::vector<std::string>
   const std::vector<char*> env_pointers = null_terminated(env);
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) {
-    throw std::system_error(errno, std::generic_category(), "pipe2()");
+    const int error = errno;
+    throw OSError(error, "pipe2()");
   }
   FileDescriptor report_read(report[0]);
   FileDescriptor report_write(report[1]);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork()");
+  if (pid < 0) {
+    const int error = errno;
+    throw OSError(error, "fork()");
+  }
   if (pid == 0) {
     exec_child(parent, path.c_str(), argv_pointers.data(), env_pointers.data(), mask, stdout_fd,
                stderr_fd, report_write.get());
@@ -79,7 +83,7 @@ RankProcess::RankProcess(const std::string& path, const std::vector<std::string>
     int status;
     ::waitpid(pid, &status, 0);
     pid_ = -1;
-    throw std::system_error(error, std::generic_category(), "cannot start '" + path + "'");
+    throw OSError(error, "cannot start '" + path + "'");
   }
 }
 

@@ -23,7 +23,7 @@ class RankProcess {
  public:
   // Starts `path` with `argv` (argv[0] included) and the environment `env` ("NAME=value"
   // entries), signal mask `mask` and default signal actions, with stdout and stderr on
-  // `stdout_fd` and `stderr_fd`. Throws std::system_error, naming `path`, if it cannot start.
+  // `stdout_fd` and `stderr_fd`. Throws OSError, naming `path`, if it cannot start.
   RankProcess(const std::string& path, const std::vector<std::string>& argv,
               const std::vector<std::string>& env, const sigset_t& mask, int stdout_fd,
               int stderr_fd);

@@ -27,7 +27,7 @@ struct SelfLaunchResult {
 };
 
 // Runs this program with `argv` (argv[0] included) as `nproc` ranks (>= 1) and waits for
-// all of them. Throws std::system_error when the ranks cannot be started.
+// all of them. Throws OSError when the ranks cannot be started.
 SelfLaunchResult launch_self(int nproc, std::span<char* const> argv);
 
 }  // namespace dtr::launcher
