@@ -14,8 +14,8 @@
 #include "collectives/init.h"
 #include "kernels/cuda/cuda_device.h"
 #include "tests/collectives/collective_sweep.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/collectives/rank_data.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {

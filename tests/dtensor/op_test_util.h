@@ -24,9 +24,9 @@
 #include "collectives/init.h"
 #include "dtensor/autograd.h"
 #include "dtensor/sharding_strategy.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/dtensor/distributed_data.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr::testing {
 

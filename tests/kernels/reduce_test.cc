@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/fill.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/collectives/multi_rank.h"
+#include "tests/testing/multi_rank.h"
 
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <fcntl.h>
@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>

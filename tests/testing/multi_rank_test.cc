@@ -1,6 +1,6 @@
 // The multi-rank harness itself: ranks are real processes with torchrun's environment;
 // a rank's failed check, exception, crash or hang fails the test naming that rank.
-#include "tests/collectives/multi_rank.h"
+#include "tests/testing/multi_rank.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
-// Test helpers shared by kernel tests: float64 views of tensors, seeded random inputs,
-// strided (non-contiguous) copies, per-dtype tolerances, and a comparison that reports
-// the op, dtype, shape, the first mismatching indices and the mismatch count.
+// Test helpers shared by the kernel and dtensor tests: float64 views of tensors, seeded
+// random inputs, strided (non-contiguous) copies, per-dtype tolerances, and a comparison
+// that reports the op, dtype, shape, the first mismatching indices and the mismatch count.
 #pragma once
 
 #include <catch2/catch.hpp>
