@@ -13,8 +13,9 @@
 // busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1
 // for broadcast. raw is the same collective through Gloo directly: all_reduce, the faster
 // of Gloo's ring and bcube; reduce_scatter, ReduceScatterHalvingDoubling (built once per
-// buffer, outside the timing). Launches its own ranks (fork and exec of itself, a TCP
-// store served here) unless RANK and WORLD_SIZE are set, as a launcher sets them.
+// buffer, outside the timing). Launches its own ranks (launch_self: dtrrun's worker group
+// over this binary, lines prefixed "[rank<k>]: ", the first failing rank stopping the
+// others) unless it runs as a rank already (RANK and WORLD_SIZE set, as dtrrun sets them).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -23,8 +24,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -32,15 +31,16 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "collectives/gloo_store.h"
 #include "collectives/init.h"
 #include "collectives/prefix_store.h"
-#include "collectives/tcp_store.h"
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
+#include "tools/launcher/self_launch.h"
 
 namespace dtr {
 namespace {
@@ -268,35 +268,6 @@ class Bench {
   int64_t wrong_total_ = 0;
 };
 
-// Starts `ranks` copies of this program with torchrun's environment; returns the exit code.
-int launch(int ranks, char** argv) {
-  TCPStoreServer server("127.0.0.1", 0);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(server.port()).c_str(), 1);
-      setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
-      ::execv("/proc/self/exe", argv);
-      std::perror("collective_bench: execv");
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  int code = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) code = 1;
-  }
-  return code;
-}
-
 }  // namespace
 }  // namespace dtr
 
@@ -311,16 +282,21 @@ int main(int argc, char** argv) {
   app.add_option("--ops", options.ops, "collectives to run")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
   CLI11_PARSE(app, argc, argv);
-  if (std::getenv("RANK") == nullptr || std::getenv("WORLD_SIZE") == nullptr) return dtr::launch(options.ranks, argv);
-  const char* rank = std::getenv("RANK");
   try {
+    if (!dtr::launcher::is_rank_process()) {
+      const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(options.ranks, std::span(argv, argc));
+      if (result.exit_code != 0) std::cerr << "collective_bench: " << result.failure << "\n";
+      return result.exit_code;
+    }
     dtr::Bench bench(dtr::init_process_group(dtr::Backend::kGloo), options);
     bench.run();
     const bool ok = bench.wrong_total() == 0;
     dtr::destroy_process_group();
     return ok ? 0 : 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %s] collective_bench: %s\n", rank, e.what());
+    const char* rank = std::getenv("RANK");
+    std::fprintf(stderr, "%scollective_bench: %s\n", rank != nullptr ? fmt::format("[rank {}] ", rank).c_str() : "",
+                 e.what());
     return 1;
   }
 }

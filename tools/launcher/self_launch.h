@@ -1,6 +1,6 @@
 // launch_self: starts this very program as the ranks of a one-node job, for tools that
-// launch their own ranks (`explain_sharding --execute`, `redistribute_bench`) instead of
-// being started by dtrrun.
+// launch their own ranks (`explain_sharding --execute`, `redistribute_bench`,
+// `collective_bench`) instead of being started by dtrrun.
 //
 // The calling process becomes the launcher: it re-executes its own binary with the same
 // arguments as `nproc` ranks through dtrrun's WorkerGroup, so every rank gets torchrun's
