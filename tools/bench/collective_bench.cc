@@ -28,7 +28,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <span>
@@ -41,6 +40,7 @@
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
 #include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
 
 namespace dtr {
 namespace {
@@ -282,7 +282,7 @@ int main(int argc, char** argv) {
   app.add_option("--ops", options.ops, "collectives to run")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
   CLI11_PARSE(app, argc, argv);
-  try {
+  return dtr::tool_main("collective_bench", [&] {
     if (!dtr::launcher::is_rank_process()) {
       const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(options.ranks, std::span(argv, argc));
       if (result.exit_code != 0) std::cerr << "collective_bench: " << result.failure << "\n";
@@ -293,10 +293,5 @@ int main(int argc, char** argv) {
     const bool ok = bench.wrong_total() == 0;
     dtr::destroy_process_group();
     return ok ? 0 : 1;
-  } catch (const std::exception& e) {
-    const char* rank = std::getenv("RANK");
-    std::fprintf(stderr, "%scollective_bench: %s\n", rank != nullptr ? fmt::format("[rank {}] ", rank).c_str() : "",
-                 e.what());
-    return 1;
-  }
+  });
 }
