@@ -90,6 +90,7 @@ inline void check_equal(const Tensor& actual, const std::vector<double>& expecte
 }
 
 inline constexpr DType kAllDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+inline constexpr DType kNumericDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};  // all but bool
 inline constexpr DType kFloatDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16};
 inline constexpr int64_t kAwkwardSizes[] = {0, 1, 7, 1023, 4097};
 
