@@ -42,4 +42,10 @@ CollectiveCounter& collective_counter() {
   return counter;
 }
 
+int64_t issued_collectives() {
+  int64_t total = 0;
+  for (const CollectiveCount& row : collective_counter().snapshot()) total += row.calls;
+  return total;
+}
+
 }  // namespace dtr

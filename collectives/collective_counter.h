@@ -57,4 +57,7 @@ class CollectiveCounter {
 // The process-wide counter every ProcessGroup records into.
 CollectiveCounter& collective_counter();
 
+// The collectives collective_counter() saw issued since its last reset: every kind, every group.
+int64_t issued_collectives();
+
 }  // namespace dtr

@@ -116,7 +116,7 @@ std::string quoted_keys(const std::vector<std::string>& keys) {
 
 struct TCPStoreServer::State {
   struct Connection {
-    net::UniqueFd fd;
+    FileDescriptor fd;
     std::string peer;
     std::string in;        // bytes received, not yet parsed
     std::string out;       // bytes to send
@@ -130,8 +130,8 @@ struct TCPStoreServer::State {
     Clock::time_point deadline;
   };
 
-  net::UniqueFd listen_fd;
-  net::UniqueFd wake_read, wake_write;
+  FileDescriptor listen_fd;
+  FileDescriptor wake_read, wake_write;
   std::map<int, Connection> connections;
   std::unordered_map<std::string, std::string> data;
   std::vector<Waiter> waiters;
@@ -198,7 +198,7 @@ void TCPStoreServer::State::accept_all() {
     const int fd = ::accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN: none left (other errors: the client is gone already)
     Connection c;
-    c.fd = net::UniqueFd(fd);
+    c.fd = FileDescriptor(fd);
     c.peer = net::peer_name(fd);
     connections.emplace(fd, std::move(c));
   }
@@ -408,8 +408,8 @@ TCPStoreServer::TCPStoreServer(const std::string& host, uint16_t port) : state_(
     throw DistributedError(DistributedErrorKind::kStore,
                            fmt::format("TCPStore server: pipe2 failed: {}", std::strerror(errno)));
   }
-  state_->wake_read = net::UniqueFd(pipe_fds[0]);
-  state_->wake_write = net::UniqueFd(pipe_fds[1]);
+  state_->wake_read = FileDescriptor(pipe_fds[0]);
+  state_->wake_write = FileDescriptor(pipe_fds[1]);
   thread_ = std::thread([s = state_.get()] { s->run(); });
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "collectives/file_descriptor.h"
 #include "collectives/internal/socket.h"
 #include "collectives/store.h"
 
@@ -79,7 +80,7 @@ class TCPStore : public Store {
   uint16_t port_;
   std::unique_ptr<TCPStoreServer> server_;
   std::mutex mutex_;
-  net::UniqueFd fd_;
+  FileDescriptor fd_;
 };
 
 }  // namespace dtr

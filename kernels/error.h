@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +45,17 @@ class CudaError : public Error {
 class OutOfMemoryError : public Error {
  public:
   using Error::Error;
+};
+// An operating-system call failed (Python's OSError): the message names the call and ends
+// with strerror(error_number()), as in "pipe2(): Too many open files".
+class OSError : public Error {
+ public:
+  OSError(int error_number, const std::string& call)
+      : Error(call + ": " + std::strerror(error_number)), error_number_(error_number) {}
+  int error_number() const { return error_number_; }
+
+ private:
+  int error_number_;
 };
 // Thrown only by DTR_INTERNAL_ASSERT: an invariant dtr relies on did not hold.
 class InternalError : public Error {

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Runs the whole dtr test suite: sets up the machine if needed, builds everything
-# (CUDA sources included), runs every test not tagged gpu, and ends with the line
-# "N passed, N failed" counting Catch2 test cases (a target that fails to build or
-# run without reporting counts as one failure). Extra arguments go to `bazel test`;
-# `tools/test.sh --gpu` also runs the tests tagged gpu (on a machine with a GPU).
+# (CUDA sources included), runs every test tagged neither gpu nor multi_gpu, and ends
+# with the line "N passed, N failed" counting Catch2 test cases (a target that fails to
+# build or run without reporting counts as one failure). Extra arguments go to `bazel
+# test`. `tools/test.sh --gpu` also runs the tests tagged gpu (a machine with a GPU);
+# `tools/test.sh --multi-gpu` runs those and the ones tagged multi_gpu too (two or more
+# GPUs: a multi_gpu test fails, never passes, on a machine with fewer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
 
-filter=(--test_tag_filters=-gpu)
-if [[ ${1:-} == --gpu ]]; then filter=(); shift; fi
+filter=(--test_tag_filters=-gpu,-multi_gpu)
+case ${1:-} in
+  --gpu) filter=(--test_tag_filters=-multi_gpu); shift ;;
+  --multi-gpu) filter=(); shift ;;
+esac
 
 log=$(mktemp)
 bazel test //... "${filter[@]}" "$@" 2>&1 | tee "$log"

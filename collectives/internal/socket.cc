@@ -66,24 +66,11 @@ int remaining_ms(Clock::time_point deadline) {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-void UniqueFd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
-UniqueFd listen_tcp(const std::string& host, uint16_t port) {
+FileDescriptor listen_tcp(const std::string& host, uint16_t port) {
   AddrInfo info = resolve(host, port, AI_PASSIVE);
   int last_errno = 0;
   for (addrinfo* a = info.get(); a != nullptr; a = a->ai_next) {
-    UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+    FileDescriptor fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
     if (!fd.valid()) {
       last_errno = errno;
       continue;
@@ -116,12 +103,12 @@ std::string peer_name(int fd) {
   return address_string(ss);
 }
 
-UniqueFd connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
+FileDescriptor connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
   int last_errno = 0;
   while (true) {
     AddrInfo info = resolve(host, port, 0);
     for (addrinfo* a = info.get(); a != nullptr; a = a->ai_next) {
-      UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
+      FileDescriptor fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
       if (!fd.valid()) {
         last_errno = errno;
         continue;

@@ -10,7 +10,7 @@
 #include "collectives/distributed_error.h"
 #include "collectives/init.h"
 #include "kernels/fill.h"
-#include "tests/collectives/multi_rank.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {

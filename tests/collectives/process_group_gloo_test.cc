@@ -8,8 +8,8 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "tests/collectives/collective_sweep.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/collectives/rank_data.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {

@@ -1,7 +1,9 @@
 // NCCL process groups on real rank processes, one CUDA device each: the collective sweeps
 // of collective_sweep.h (out-of-place and in-place), coalesced forms, the device check,
-// and a rank absent from a collective (the watchdog aborts the communicator). Tagged gpu:
-// left out of CPU runs, and failing, not passing, where no GPU is present.
+// and a rank absent from a collective (the watchdog aborts the communicator). Every case
+// is tagged gpu (Bazel and Catch2); those that need two or more devices are also tagged
+// multi_gpu and run from their own target (tools/test.sh --multi-gpu). A case that finds
+// fewer devices than it needs fails: none passes where it did not run.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,8 +16,8 @@
 #include "collectives/init.h"
 #include "kernels/cuda/cuda_device.h"
 #include "tests/collectives/collective_sweep.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/collectives/rank_data.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {
@@ -33,27 +35,31 @@ int cuda_devices() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
-TEST_CASE("nccl: every collective, dtype, size, even/uneven and layout", "[collectives][nccl][gpu]") {
+// The devices a case needs, or the case fails (it never passes where it could not run).
+int require_devices(int needed) {
   const int devices = cuda_devices();
-  REQUIRE(devices >= 1);
-  for (int world = 1; world <= std::min(devices, 4); ++world) {
-    run_ranks(world, [](int rank, int) {
-      auto pg = init_process_group(Backend::kNccl);
-      const Device device(kCUDA, rank);
-      sweep_all_reduce(*pg, device, kCudaLayouts);
-      sweep_all_gather(*pg, device, kCudaLayouts);
-      sweep_reduce_scatter(*pg, device, kCudaLayouts);
-      sweep_all_to_all(*pg, device, kCudaLayouts);
-      sweep_broadcast(*pg, device, kCudaLayouts);
-      pg->barrier().wait();
-    });
-  }
+  INFO("NCCL puts one rank on each CUDA device; this machine has " << devices);
+  REQUIRE(devices >= needed);
+  return devices;
 }
 
-TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused", "[collectives][nccl][gpu]") {
-  const int devices = cuda_devices();
-  REQUIRE(devices >= 1);
-  run_ranks(std::min(devices, 2), [](int rank, int n) {
+// Every collective's sweep on `world` ranks, one device each.
+void sweep_on(int world) {
+  run_ranks(world, [](int rank, int) {
+    auto pg = init_process_group(Backend::kNccl);
+    const Device device(kCUDA, rank);
+    sweep_all_reduce(*pg, device, kCudaLayouts);
+    sweep_all_gather(*pg, device, kCudaLayouts);
+    sweep_reduce_scatter(*pg, device, kCudaLayouts);
+    sweep_all_to_all(*pg, device, kCudaLayouts);
+    sweep_broadcast(*pg, device, kCudaLayouts);
+    pg->barrier().wait();
+  });
+}
+
+// The coalesced forms and the device check on `world` ranks.
+void coalesced_on(int world) {
+  run_ranks(world, [](int rank, int n) {
     auto pg = init_process_group(Backend::kNccl);
     const Device device(kCUDA, rank);
     collective_counter().reset();
@@ -85,13 +91,32 @@ TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused", "
   });
 }
 
-TEST_CASE("nccl: a rank absent from a collective times out; the communicator is aborted", "[collectives][nccl][gpu]") {
-  const int devices = cuda_devices();
-  REQUIRE(devices >= 1);
-  if (devices < 2) {
-    WARN("needs 2 CUDA devices (NCCL puts one rank on each); this machine has " << devices);
-    return;
-  }
+TEST_CASE("nccl: every collective, dtype, size, even/uneven and layout, on one rank", "[collectives][nccl][gpu]") {
+  require_devices(1);
+  sweep_on(1);
+}
+
+TEST_CASE("nccl: every collective, dtype, size, even/uneven and layout, on 2 to 4 ranks",
+          "[collectives][nccl][gpu][multi_gpu]") {
+  const int devices = require_devices(2);
+  for (int world = 2; world <= std::min(devices, 4); ++world) sweep_on(world);
+}
+
+TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused; on one rank",
+          "[collectives][nccl][gpu]") {
+  require_devices(1);
+  coalesced_on(1);
+}
+
+TEST_CASE("nccl: coalesced forms are one collective; CPU tensors are refused; on 2 ranks",
+          "[collectives][nccl][gpu][multi_gpu]") {
+  require_devices(2);
+  coalesced_on(2);
+}
+
+TEST_CASE("nccl: a rank absent from a collective times out; the communicator is aborted",
+          "[collectives][nccl][gpu][multi_gpu]") {
+  require_devices(2);
   RanksOptions options;
   options.group_timeout = 3000ms;
   run_ranks(

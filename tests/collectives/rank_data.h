@@ -12,11 +12,12 @@
 
 #include "kernels/fill.h"
 #include "kernels/tensor.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr::testing {
 
-inline constexpr DType kCollectiveDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};
-inline constexpr int64_t kCollectiveSizes[] = {0, 1, 7, 1023, 4097};
+inline constexpr auto& kCollectiveDTypes = kNumericDTypes;  // collectives move every dtype but bool
+inline constexpr auto& kCollectiveSizes = kAwkwardSizes;  // 0, 1, 7, 1023, 4097
 
 // A [rows, cols] tensor (1-D when cols == 0) holding f(flat index), in dtype.
 inline Tensor make_tensor(int64_t rows, int64_t cols, DType dtype, const std::function<double(int64_t)>& f) {
@@ -25,13 +26,6 @@ inline Tensor make_tensor(int64_t rows, int64_t cols, DType dtype, const std::fu
   for (int64_t i = 0; i < n; ++i) v[i] = f(i);
   Shape shape = cols == 0 ? Shape{rows} : Shape{rows, cols};
   return Tensor::from_vector(v, shape).to(dtype);
-}
-
-// All elements in row-major order, as double (copied to the CPU first).
-inline std::vector<double> values_of(const Tensor& t) {
-  Tensor c = t.to(kCPU).to(kFloat64).contiguous();
-  const double* p = c.numel() > 0 ? c.data_ptr<double>() : nullptr;
-  return std::vector<double>(p, p + c.numel());
 }
 
 // t's values in a non-contiguous view: every other element of a buffer twice as wide.
@@ -46,7 +40,7 @@ inline Tensor strided_copy_of(const Tensor& t) {
 
 // Bit-exact comparison with the first five mismatches and their count.
 inline void check_exact(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
-  const std::vector<double> a = values_of(actual);
+  const std::vector<double> a = to_f64(actual);
   REQUIRE(a.size() == expected.size());
   int64_t mismatches = 0;
   std::string first;

@@ -16,8 +16,8 @@
 #include "collectives/prefix_store.h"
 #include "kernels/fill.h"
 #include "tests/collectives/collective_sweep.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/collectives/rank_data.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {

@@ -177,7 +177,7 @@ TEST_CASE("TCPStore: malformed and oversized messages close only that connection
   int64_t rejected = 0;
   for (const Case& c : cases) {
     INFO(c.what);
-    net::UniqueFd raw = net::connect_tcp("127.0.0.1", f.server.port(), net::Clock::now() + 5s);
+    FileDescriptor raw = net::connect_tcp("127.0.0.1", f.server.port(), net::Clock::now() + 5s);
     net::send_all(raw.get(), c.bytes.data(), c.bytes.size(), "raw");
     CHECK(closed_by_server(raw.get()));
     CHECK(f.server.rejected_connections() == ++rejected);
@@ -187,7 +187,7 @@ TEST_CASE("TCPStore: malformed and oversized messages close only that connection
   }
   // A client that connects and vanishes mid-frame harms nobody either.
   {
-    net::UniqueFd raw = net::connect_tcp("127.0.0.1", f.server.port(), net::Clock::now() + 5s);
+    FileDescriptor raw = net::connect_tcp("127.0.0.1", f.server.port(), net::Clock::now() + 5s);
     std::string partial;
     put_u32(partial, 1000);
     partial += "abc";

@@ -8,7 +8,7 @@
 #include "collectives/init.h"
 #include "collectives/tcp_store.h"
 #include "kernels/fill.h"
-#include "tests/collectives/multi_rank.h"
+#include "tests/testing/multi_rank.h"
 
 namespace dtr {
 namespace {

@@ -25,12 +25,6 @@ std::vector<OpCase> cases() {
   };
 }
 
-int64_t issued_collectives() {
-  int64_t n = 0;
-  for (const CollectiveCount& row : collective_counter().snapshot()) n += row.calls;
-  return n;
-}
-
 TEST_CASE("embedding: gradcheck on one rank", "[dtensor][ops]") {
   for (const OpCase& c : cases()) testing::gradcheck(c);
 }

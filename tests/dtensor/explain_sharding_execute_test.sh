@@ -61,5 +61,5 @@ if "$bin" --mesh 2 --shape 4 --from 'P(avg)' --to R --dtype int32 --execute >"$o
   echo "explain_sharding --execute passed an all_reduce(avg) of int32" >&2
   exit 1
 fi
-grep -q "^\[rank[01]\]: explain_sharding: all_reduce: ReduceOp avg needs a floating dtype" "$err"
+grep -q "^\[rank\([01]\)\]: \[rank \1\] explain_sharding: all_reduce: ReduceOp avg needs a floating dtype" "$err"
 grep -q "^explain_sharding: --execute failed: rank [01] (local rank [01], pid [0-9]*) exited with code 1$" "$err"

@@ -38,12 +38,6 @@ std::vector<double> reference_mm(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-int64_t issued_collectives() {
-  int64_t n = 0;
-  for (const CollectiveCount& row : collective_counter().snapshot()) n += row.calls;
-  return n;
-}
-
 TEST_CASE("matmul ops: gradcheck on one rank", "[dtensor][ops]") {
   for (const OpCase& c : cases()) testing::gradcheck(c);
 }

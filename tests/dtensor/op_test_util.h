@@ -20,9 +20,9 @@
 #include "collectives/init.h"
 #include "dtensor/autograd.h"
 #include "dtensor/sharding_strategy.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/dtensor/distributed_data.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr::testing {
 
@@ -152,9 +152,7 @@ inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int ma
     collective_counter().reset();
     reset_promised_collectives();
     DTensor y = c.fn(inputs);
-    int64_t issued = 0;
-    for (const CollectiveCount& row : collective_counter().snapshot()) issued += row.calls;
-    CHECK(issued == promised_collectives());
+    CHECK(issued_collectives() == promised_collectives());
     y = DTensor();
     for (const DTensor& x : inputs) {
       if (x.requires_grad()) x.set_grad({});

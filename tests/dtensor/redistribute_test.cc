@@ -9,9 +9,9 @@
 #include "collectives/init.h"
 #include "dtensor/dtensor.h"
 #include "kernels/fill.h"
-#include "tests/collectives/multi_rank.h"
 #include "tests/dtensor/distributed_data.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <random>
 
-#include "tests/kernels/test_util.h"
 #include "tests/kernels/thread_count_guard.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

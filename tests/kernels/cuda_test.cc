@@ -4,7 +4,7 @@
 #include "kernels/allocator.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/fill.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

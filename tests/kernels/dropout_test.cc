@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "kernels/random.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

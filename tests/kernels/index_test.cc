@@ -7,7 +7,7 @@
 
 #include "kernels/fill.h"
 #include "kernels/index.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "kernels/fill.h"
 #include "kernels/optimizer_step.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

@@ -11,18 +11,18 @@
 #include <vector>
 
 #include "kernels/fill.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {
 
 using testing::check_close;
 using testing::check_equal;
+using testing::kNumericDTypes;
 using testing::random_tensor;
 using testing::strided_copy;
 using testing::to_f64;
 
-constexpr DType kNumericDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};
 constexpr DType kIntDTypes[] = {kInt32, kInt64};
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();

@@ -4,7 +4,7 @@
 
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "tests/kernels/test_util.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {

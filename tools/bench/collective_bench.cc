@@ -5,8 +5,8 @@
 // back-to-back calls per implementation, each batch after a barrier, the order within a
 // round rotating. A call's time is its batch's over its calls, on the slowest rank; dtr/raw
 // is the median over batch pairs of raw time over dtr time, which cancels load that comes
-// and goes. Launches its own ranks unless RANK and WORLD_SIZE are set. Method, columns and
-// the latest tables: docs/collective_bench.md.
+// and goes. Launches its own ranks with launch_self (dtrrun's worker group) unless RANK and
+// WORLD_SIZE are set. Method, columns and the latest tables: docs/collective_bench.md.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -15,24 +15,23 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "collectives/gloo_store.h"
 #include "collectives/init.h"
 #include "collectives/prefix_store.h"
-#include "collectives/tcp_store.h"
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
+#include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
 
 namespace dtr {
 namespace {
@@ -260,35 +259,6 @@ class Bench {
   int64_t wrong_total_ = 0;
 };
 
-// Starts `ranks` copies of this program with torchrun's environment; returns the exit code.
-int launch(int ranks, char** argv) {
-  TCPStoreServer server("127.0.0.1", 0);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < ranks; ++r) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      setenv("RANK", std::to_string(r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(server.port()).c_str(), 1);
-      setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
-      ::execv("/proc/self/exe", argv);
-      std::perror("collective_bench: execv");
-      ::_exit(127);
-    }
-    pids.push_back(pid);
-  }
-  int code = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) code = 1;
-  }
-  return code;
-}
-
 }  // namespace
 }  // namespace dtr
 
@@ -303,16 +273,16 @@ int main(int argc, char** argv) {
   app.add_option("--ops", options.ops, "collectives to run")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
   CLI11_PARSE(app, argc, argv);
-  if (std::getenv("RANK") == nullptr || std::getenv("WORLD_SIZE") == nullptr) return dtr::launch(options.ranks, argv);
-  const char* rank = std::getenv("RANK");
-  try {
+  return dtr::tool_main("collective_bench", [&] {
+    if (!dtr::launcher::is_rank_process()) {
+      const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(options.ranks, std::span(argv, argc));
+      if (result.exit_code != 0) std::cerr << "collective_bench: " << result.failure << "\n";
+      return result.exit_code;
+    }
     dtr::Bench bench(dtr::init_process_group(dtr::Backend::kGloo), options);
     bench.run();
     const bool ok = bench.wrong_total() == 0;
     dtr::destroy_process_group();
     return ok ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[rank %s] collective_bench: %s\n", rank, e.what());
-    return 1;
-  }
+  });
 }

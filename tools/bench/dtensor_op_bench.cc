@@ -25,6 +25,7 @@
 #include "kernels/parallel.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
+#include "tools/tool_main.h"
 
 namespace dtr::bench {
 namespace {
@@ -119,10 +120,5 @@ int run_main(int argc, char** argv) {
 }  // namespace dtr::bench
 
 int main(int argc, char** argv) {
-  try {
-    return dtr::bench::run_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "dtensor_op_bench: " << e.what() << "\n";
-    return 1;
-  }
+  return dtr::tool_main("dtensor_op_bench", [&] { return dtr::bench::run_main(argc, argv); });
 }

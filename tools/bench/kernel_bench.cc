@@ -35,6 +35,7 @@
 #include "kernels/shape_ops.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
+#include "tools/tool_main.h"
 
 namespace dtr::bench {
 namespace {
@@ -787,10 +788,5 @@ int run_main(int argc, char** argv) {
 }  // namespace dtr::bench
 
 int main(int argc, char** argv) {
-  try {
-    return dtr::bench::run_main(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "kernel_bench: " << e.what() << "\n";
-    return 1;
-  }
+  return dtr::tool_main("kernel_bench", [&] { return dtr::bench::run_main(argc, argv); });
 }

@@ -26,6 +26,7 @@
 #include "kernels/error.h"
 #include "kernels/tensor.h"
 #include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
 
 namespace dtr::bench {
 namespace {
@@ -243,14 +244,11 @@ int main(int argc, char** argv) {
   app.add_option("--sizes-kib", sizes_kib, "global tensor sizes in KiB")->delimiter(',');
   app.add_option("--batches", batches, "timed batches per row")->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
-  try {
+  return dtr::tool_main("redistribute_bench", [&] {
     if (dtr::launcher::is_rank_process()) return dtr::bench::run_rank(sizes_kib, batches);
     dtr::bench::check_sizes(sizes_kib, ranks);
     const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(ranks, std::span(argv, argc));
     if (result.exit_code != 0) std::cerr << "redistribute_bench: " << result.failure << "\n";
     return result.exit_code;
-  } catch (const std::exception& e) {
-    std::cerr << "redistribute_bench: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -27,6 +27,7 @@
 #include "kernels/error.h"
 #include "tools/explain_sharding/execute_plan.h"
 #include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return dtr::tool_main("explain_sharding", [&] {
     const dtr::DType dtype = dtypes.at(dtype_name);
     if (execute && dtr::launcher::is_rank_process()) {
       dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten
@@ -82,12 +83,6 @@ int main(int argc, char** argv) {
       std::cerr << "explain_sharding: --execute failed: " << result.failure << "\n";
       return result.exit_code;
     }
-  } catch (const dtr::Error& e) {
-    std::cerr << "explain_sharding: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "explain_sharding: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -16,6 +16,8 @@
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
+#include "kernels/error.h"
+#include "tools/tool_main.h"
 
 namespace {
 
@@ -32,11 +34,8 @@ DeviceMesh mesh(Shape shape) { return DeviceMesh::row_major(kCPU, shape, {}, 0, 
 void run(const Case& c) {
   const RedistributePlan checked = plan_redistribute_coalesced(c.sources, c.target);
   const Placements& reached = checked.steps().empty() ? checked.source_placements() : checked.steps().back().after;
-  if (reached != checked.target_placements()) {
-    std::fprintf(stderr, "planner_bench: %s ends at %s, not %s\n", c.name, placements_str(reached).c_str(),
-                 placements_str(c.target).c_str());
-    std::exit(1);
-  }
+  DTR_INTERNAL_ASSERT(reached == checked.target_placements(), "the plan of '{}' ends at {}, not {}", c.name,
+                      placements_str(reached), placements_str(c.target));
   constexpr int kWarmup = 200, kSamples = 3000;
   size_t sink = 0;
   for (int i = 0; i < kWarmup; ++i) sink += plan_redistribute_coalesced(c.sources, c.target).steps().size();
@@ -56,9 +55,7 @@ void run(const Case& c) {
   if (sink == 0) std::printf("(no steps)\n");
 }
 
-}  // namespace
-
-int main() {
+int run_cases() {
   const DeviceMesh m8 = mesh({8}), m24 = mesh({2, 4}), m222 = mesh({2, 2, 2});
   std::vector<DTensorSpec> fsdp;
   for (int64_t k = 0; k < 64; ++k) fsdp.emplace_back(m8, Placements{Shard(0)}, Shape{1000 + k, 1023}, kBFloat16);
@@ -78,3 +75,7 @@ int main() {
   for (const Case& c : cases) run(c);
   return 0;
 }
+
+}  // namespace
+
+int main() { return dtr::tool_main("planner_bench", run_cases); }

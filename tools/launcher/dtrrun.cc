@@ -13,8 +13,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <random>
-#include <system_error>
 
+#include "kernels/error.h"
 #include "tools/launcher/exit_status.h"
 #include "tools/launcher/find_program.h"
 #include "tools/launcher/free_port.h"
@@ -39,7 +39,8 @@ int run(LaunchConfig config) {
   // they typed the command.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) {
-      throw std::system_error(errno, std::generic_category(), fmt::format("chdir('{}')", dir));
+      const int error = errno;
+      throw dtr::OSError(error, fmt::format("chdir('{}')", dir));
     }
   }
   const std::string program_path = find_program(config.command.front());
@@ -80,17 +81,12 @@ int main(int argc, char** argv) {
       "dtrrun: starts a program as the ranks of a distributed job (torchrun's flags "
       "and environment)",
       "dtrrun"};
-  LaunchConfig config;
   try {
-    config = parse_launch_config(app, argc, argv);
+    return run(parse_launch_config(app, argc, argv));
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
-    launcher_log("error: {}", e.what());
-    launcher_log("usage: dtrrun [flags] program [args...]; see dtrrun --help");
+    launcher_log("error: {} (usage: dtrrun [flags] program [args...]; see dtrrun --help)", e.what());
     return 2;
-  }
-  try {
-    return run(std::move(config));
   } catch (const std::exception& e) {
     launcher_log("error: {}", e.what());
     return 1;

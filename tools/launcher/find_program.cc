@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <stdexcept>
 #include <string_view>
+
+#include "kernels/error.h"
 
 namespace dtr::launcher {
 namespace {
@@ -21,10 +22,10 @@ bool is_executable_file(const std::string& path) {
 }  // namespace
 
 std::string find_program(const std::string& name) {
-  if (name.empty()) throw std::invalid_argument("the program to run is an empty string");
+  if (name.empty()) throw ValueError("the program to run is an empty string");
   if (name.find('/') != std::string::npos) {
     if (!is_executable_file(name)) {
-      throw std::invalid_argument(fmt::format("program '{}' is not an executable file", name));
+      throw ValueError(fmt::format("program '{}' is not an executable file", name));
     }
     return name;
   }
@@ -39,7 +40,7 @@ std::string find_program(const std::string& name) {
     if (is_executable_file(candidate)) return candidate;
     begin = end + 1;
   }
-  throw std::invalid_argument(fmt::format(
+  throw ValueError(fmt::format(
       "program '{}' was not found in PATH ({}); give a path such as ./{} if it is not installed",
       name, path, name));
 }

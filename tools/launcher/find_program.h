@@ -11,7 +11,7 @@
 
 namespace dtr::launcher {
 
-// The executable to run for `name`; throws std::invalid_argument naming `name` and the
+// The executable to run for `name`; throws ValueError naming `name` and the
 // directories searched when there is no executable regular file by that name.
 std::string find_program(const std::string& name);
 

@@ -8,10 +8,9 @@
 
 #include <cerrno>
 #include <memory>
-#include <stdexcept>
-#include <system_error>
 
-#include "tools/launcher/file_descriptor.h"
+#include "collectives/file_descriptor.h"
+#include "kernels/error.h"
 
 namespace dtr::launcher {
 
@@ -21,21 +20,25 @@ int find_free_port(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
-    throw std::invalid_argument(
+    throw ValueError(
         fmt::format("cannot resolve master address '{}': {}", host, ::gai_strerror(rc)));
   }
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
   const FileDescriptor socket(
       ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol));
-  if (!socket.valid()) throw std::system_error(errno, std::generic_category(), "socket()");
+  if (!socket.valid()) {
+    const int error = errno;
+    throw OSError(error, "socket()");
+  }
   if (::bind(socket.get(), found->ai_addr, found->ai_addrlen) != 0) {
-    throw std::system_error(errno, std::generic_category(),
-                            fmt::format("bind() to port 0 on '{}'", host));
+    const int error = errno;
+    throw OSError(error, fmt::format("bind() to port 0 on '{}'", host));
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   if (::getsockname(socket.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-    throw std::system_error(errno, std::generic_category(), "getsockname()");
+    const int error = errno;
+    throw OSError(error, "getsockname()");
   }
   const in_port_t port = bound.ss_family == AF_INET6
                              ? reinterpret_cast<const sockaddr_in6&>(bound).sin6_port

@@ -10,8 +10,8 @@
 
 namespace dtr::launcher {
 
-// A free TCP port on `host` (a numeric address or a host name). Throws
-// std::invalid_argument if `host` does not resolve, std::system_error if binding fails.
+// A free TCP port on `host` (a numeric address or a host name). Throws ValueError if
+// `host` does not resolve, OSError if binding fails.
 int find_free_port(const std::string& host);
 
 }  // namespace dtr::launcher

@@ -5,7 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <system_error>
+
+#include "kernels/error.h"
 
 namespace dtr::launcher {
 
@@ -16,13 +17,14 @@ LauncherSignals::LauncherSignals() {
   sigaddset(&handled, SIGINT);
   sigaddset(&handled, SIGTERM);
   if (::sigprocmask(SIG_BLOCK, &handled, &original_mask_) != 0) {
-    throw std::system_error(errno, std::generic_category(), "sigprocmask()");
+    const int error = errno;
+    throw OSError(error, "sigprocmask()");
   }
   fd_ = FileDescriptor(::signalfd(-1, &handled, SFD_NONBLOCK | SFD_CLOEXEC));
   if (!fd_.valid()) {
     const int error = errno;
     ::sigprocmask(SIG_SETMASK, &original_mask_, nullptr);
-    throw std::system_error(error, std::generic_category(), "signalfd()");
+    throw OSError(error, "signalfd()");
   }
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
@@ -41,7 +43,8 @@ int LauncherSignals::next() {
     if (n == static_cast<ssize_t>(sizeof(info))) return static_cast<int>(info.ssi_signo);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return 0;
-    throw std::system_error(errno, std::generic_category(), "read() from signalfd");
+    const int error = errno;
+    throw OSError(error, "read() from signalfd");
   }
 }
 

@@ -10,7 +10,7 @@
 
 #include <signal.h>
 
-#include "tools/launcher/file_descriptor.h"
+#include "collectives/file_descriptor.h"
 
 namespace dtr::launcher {
 

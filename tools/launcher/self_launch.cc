@@ -6,8 +6,8 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <system_error>
 
+#include "kernels/error.h"
 #include "tools/launcher/exit_status.h"
 #include "tools/launcher/free_port.h"
 #include "tools/launcher/launch_config.h"
@@ -21,7 +21,10 @@ namespace {
 std::string own_binary() {
   std::string path(4096, '\0');
   const ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
-  if (n < 0) throw std::system_error(errno, std::generic_category(), "readlink(/proc/self/exe)");
+  if (n < 0) {
+    const int error = errno;
+    throw OSError(error, "readlink(/proc/self/exe)");
+  }
   path.resize(static_cast<size_t>(n));
   return path;
 }

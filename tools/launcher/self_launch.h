@@ -1,6 +1,6 @@
 // launch_self: starts this very program as the ranks of a one-node job, for tools that
-// launch their own ranks (`explain_sharding --execute`, `redistribute_bench`) instead of
-// being started by dtrrun.
+// launch their own ranks (`explain_sharding --execute`, `redistribute_bench`,
+// `collective_bench`) instead of being started by dtrrun.
 //
 // The calling process becomes the launcher: it re-executes its own binary with the same
 // arguments as `nproc` ranks through dtrrun's WorkerGroup, so every rank gets torchrun's
@@ -27,7 +27,7 @@ struct SelfLaunchResult {
 };
 
 // Runs this program with `argv` (argv[0] included) as `nproc` ranks (>= 1) and waits for
-// all of them. Throws std::system_error when the ranks cannot be started.
+// all of them. Throws OSError when the ranks cannot be started.
 SelfLaunchResult launch_self(int nproc, std::span<char* const> argv);
 
 }  // namespace dtr::launcher

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <string_view>
-#include <system_error>
 
+#include "kernels/error.h"
 #include "tools/launcher/launcher_log.h"
 
 extern char** environ;
@@ -50,7 +50,8 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
 std::pair<FileDescriptor, FileDescriptor> make_pipe() {
   int ends[2];
   if (::pipe2(ends, O_CLOEXEC) != 0) {
-    throw std::system_error(errno, std::generic_category(), "pipe2()");
+    const int error = errno;
+    throw OSError(error, "pipe2()");
   }
   return {FileDescriptor(ends[0]), FileDescriptor(ends[1])};
 }
@@ -133,8 +134,9 @@ GroupOutcome WorkerGroup::wait() {
       timeout_ms = milliseconds_until(kill_deadline_);
     }
     if (::poll(polled.data(), polled.size(), timeout_ms) < 0) {
-      if (errno == EINTR) continue;
-      throw std::system_error(errno, std::generic_category(), "poll()");
+      const int error = errno;
+      if (error == EINTR) continue;
+      throw OSError(error, "poll()");
     }
     // Output first: a rank's last lines are relayed before the launcher reports its exit.
     for (size_t i = 1; i < polled.size(); ++i) {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/file_descriptor.h"
 #include "tools/launcher/exit_status.h"
-#include "tools/launcher/file_descriptor.h"
 #include "tools/launcher/launch_config.h"
 #include "tools/launcher/launcher_signals.h"
 #include "tools/launcher/line_prefixer.h"

@@ -1,21 +1,21 @@
-#include "tests/collectives/multi_rank.h"
+#include "tests/testing/multi_rank.h"
 
 #define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <thread>
+#include <optional>
 
+#include "collectives/file_descriptor.h"
 #include "collectives/init.h"
 #include "collectives/tcp_store.h"
+#include "tools/launcher/rank_process.h"
 
 namespace dtr::testing {
 namespace {
@@ -45,11 +45,13 @@ class RankFailureListener : public Catch::TestEventListenerBase {
 };
 CATCH_REGISTER_LISTENER(RankFailureListener)
 
-[[noreturn]] void run_child(int rank, int world, uint16_t port, int report_fd,
-                            const std::function<void(int, int)>& body, const RanksOptions& options) {
-  // A crashing rank dies by its signal, silently: Catch's fatal-signal handler would print a
-  // test-run summary from the child, which log readers would count as the parent's.
-  for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTERM}) ::signal(sig, SIG_DFL);
+// A rank process's main: runs the body with torchrun's environment and writes what failed
+// to `report_fd`. RankProcess has given it its own process group, the parent-death signal
+// and default signal actions (so a crash ends it by its signal, silently: Catch's
+// fatal-signal handler would print a test-run summary that log readers would count as the
+// parent's). It ends through _exit(): no static destructors, they belong to the parent.
+int run_child(int rank, int world, uint16_t port, int report_fd, const std::function<void(int, int)>& body,
+              const RanksOptions& options) {
   std::string failures;
   g_rank_failures = &failures;
   const std::string r = std::to_string(rank), w = std::to_string(world), p = std::to_string(port);
@@ -74,87 +76,88 @@ CATCH_REGISTER_LISTENER(RankFailureListener)
     failures += fmt::format("\n  destroy_process_group: {}", e.what());
   }
   std::cout.flush();
-  std::fflush(nullptr);
   size_t off = 0;
   while (off < failures.size()) {
     const ssize_t n = ::write(report_fd, failures.data() + off, failures.size() - off);
     if (n <= 0) break;
     off += static_cast<size_t>(n);
   }
-  ::_exit(failures.empty() ? 0 : 1);  // no static destructors: they belong to the parent
+  return failures.empty() ? 0 : 1;
 }
+
+// One rank as the parent sees it: its process, the pipe its failures come through, and how it ended.
+struct Child {
+  std::optional<launcher::RankProcess> process;
+  FileDescriptor report_pipe;
+  std::string report;
+  std::optional<launcher::ExitStatus> status;  // once reaped; none for a rank killed as hung
+  bool hung = false;
+
+  // Reads what the rank has written so far (the pipe is non-blocking).
+  void drain() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(report_pipe.get(), buf, sizeof buf)) > 0) report.append(buf, static_cast<size_t>(n));
+  }
+};
 
 }  // namespace
 
 std::vector<RankOutcome> run_ranks_outcomes(int world, const std::function<void(int, int)>& body,
                                             const RanksOptions& options) {
   TCPStoreServer server("127.0.0.1", 0);
-  struct Child {
-    pid_t pid = -1;
-    int fd = -1;
-    std::string report;
-    bool running = true;
-    int status = 0;
-  };
+  sigset_t mask;
+  ::sigprocmask(SIG_SETMASK, nullptr, &mask);
   std::vector<Child> children(world);
   std::cout.flush();
-  std::fflush(nullptr);
   for (int rank = 0; rank < world; ++rank) {
     int fds[2];
     REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      run_child(rank, world, server.port(), fds[1], body, options);
-    }
-    ::close(fds[1]);
-    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
-    children[rank].pid = pid;
-    children[rank].fd = fds[0];
+    children[rank].report_pipe = FileDescriptor(fds[0]);
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);  // the parent's end only: a rank's report is never cut short
+    const FileDescriptor report_write(fds[1]);  // the child's end; closed here once it has it
+    children[rank].process.emplace(
+        [&, rank] { return run_child(rank, world, server.port(), report_write.get(), body, options); }, mask,
+        STDOUT_FILENO, STDERR_FILENO);
   }
+  // Every rank runs to its end or the deadline, whatever the others do: a failure test
+  // reads what the surviving ranks report.
   const auto deadline = Clock::now() + options.deadline;
-  auto drain = [](Child& c) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::read(c.fd, buf, sizeof buf)) > 0) c.report.append(buf, static_cast<size_t>(n));
+  auto running = [&] {
+    return std::any_of(children.begin(), children.end(), [](const Child& c) { return c.process->running(); });
   };
-  while (std::any_of(children.begin(), children.end(), [](const Child& c) { return c.running; })) {
+  while (running()) {
     std::vector<pollfd> fds;
-    for (const Child& c : children) fds.push_back({c.fd, POLLIN, 0});
+    for (const Child& c : children) fds.push_back({c.report_pipe.get(), POLLIN, 0});
     ::poll(fds.data(), fds.size(), 20);
     for (Child& c : children) {
-      drain(c);
-      if (c.running && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) c.running = false;
+      c.drain();
+      if (c.process->running() && c.process->terminated()) c.status = c.process->reap();
     }
     if (Clock::now() > deadline) {
       for (Child& c : children) {
-        if (!c.running) continue;
-        ::kill(c.pid, SIGKILL);
-        ::waitpid(c.pid, &c.status, 0);
-        c.running = false;
+        if (!c.process->running()) continue;
+        c.process->reap();  // kills it first
+        c.hung = true;
         c.report += fmt::format("\n  still running after the harness deadline of {} s: killed (a hang?)",
                                 options.deadline.count());
-        c.status = -1;
       }
     }
   }
   std::vector<RankOutcome> outcomes;
   for (int rank = 0; rank < world; ++rank) {
     Child& c = children[rank];
-    drain(c);
-    ::close(c.fd);
+    c.drain();
     RankOutcome o{rank, false, c.report};
     const bool may_die = std::find(options.may_die.begin(), options.may_die.end(), rank) != options.may_die.end();
-    if (c.status == -1) {
+    if (c.hung) {
       o.ok = false;
-    } else if (WIFEXITED(c.status)) {
-      o.ok = WEXITSTATUS(c.status) == 0 && c.report.empty();
-      if (!o.ok && o.report.empty()) o.report = fmt::format("\n  exited with status {}", WEXITSTATUS(c.status));
-    } else if (WIFSIGNALED(c.status)) {
+    } else if (c.status->signal == 0) {
+      o.ok = c.status->code == 0 && c.report.empty();
+      if (!o.ok && o.report.empty()) o.report = "\n  " + c.status->describe();
+    } else {
       o.ok = may_die;
-      if (!may_die)
-        o.report += fmt::format("\n  killed by signal {} ({})", WTERMSIG(c.status), strsignal(WTERMSIG(c.status)));
+      if (!may_die) o.report += "\n  " + c.status->describe();
     }
     outcomes.push_back(std::move(o));
   }

@@ -1,6 +1,6 @@
-// Test helpers shared by kernel tests: float64 views of tensors, seeded random inputs,
-// strided (non-contiguous) copies, per-dtype tolerances, and a comparison that reports
-// the op, dtype, shape, the first mismatching indices and the mismatch count.
+// Test helpers shared by the kernel and dtensor tests: float64 views of tensors, seeded
+// random inputs, strided (non-contiguous) copies, per-dtype tolerances, and a comparison
+// that reports the op, dtype, shape, the first mismatching indices and the mismatch count.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -90,6 +90,7 @@ inline void check_equal(const Tensor& actual, const std::vector<double>& expecte
 }
 
 inline constexpr DType kAllDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+inline constexpr DType kNumericDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64};  // all but bool
 inline constexpr DType kFloatDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16};
 inline constexpr int64_t kAwkwardSizes[] = {0, 1, 7, 1023, 4097};
 

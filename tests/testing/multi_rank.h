@@ -1,12 +1,14 @@
 // run_ranks: a Catch2 test body run on N real processes that rendezvous over loopback.
 //
-// The test process serves a TCP store on a free port and forks one process per rank,
-// with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_USE_AGENT_STORE=True), so a body calls dtr::init_process_group(kGloo) as
-// a real program would. In a rank, failed CHECKs and REQUIREs and uncaught exceptions are
-// collected and sent to the parent, which fails the test naming the rank; a rank still
-// running at the deadline is killed and reported. Ranks never run in the parent, so no
-// test's state leaks between cases.
+// The test process serves a TCP store on a free port and forks one process per rank
+// through the launcher's RankProcess (its own process group, killed with the test binary,
+// stdin from /dev/null, default signal actions), with torchrun's environment (RANK,
+// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True), so
+// a body calls dtr::init_process_group(kGloo) as a real program would. In a rank, failed
+// CHECKs and REQUIREs and uncaught exceptions are collected and sent to the parent. Unlike
+// dtrrun, a failing rank does not stop the others: every rank runs to its end (or the
+// deadline, when it is killed and reported as hung), and the test fails naming each rank
+// that failed. Ranks never run in the parent, so no test's state leaks between cases.
 #pragma once
 
 #include <chrono>
