@@ -6,10 +6,9 @@
 // reads stdin from /dev/null, writes stdout/stderr to the descriptors it is given and
 // starts with default signal actions. It then either execs a program (dtrrun's ranks) or
 // runs a function in the forked child (the multi-rank test harness's ranks); both get the
-// same set-up. A RankProcess that is destroyed while its child
-// still runs kills the child's group and reaps it, so an exception on any path leaves no
-// rank behind. torchrun starts workers the same way (a new session per worker, pdeathsig
-// on Linux).
+// same set-up. A RankProcess that is destroyed while its child still runs kills the
+// child's group and reaps it, so an exception on any path leaves no rank behind. torchrun
+// starts workers the same way (a new session per worker, pdeathsig on Linux).
 #pragma once
 
 #include <signal.h>
