@@ -132,8 +132,8 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
 }
 
 void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
-  DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError,
-            "backward: {} gradients for {} roots", gradients.size(), roots.size());
+  DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError, "backward: {} gradients for {} roots",
+            gradients.size(), roots.size());
   // Seed the roots' gradients.
   struct Pending {
     std::vector<DTensor> grads;
@@ -161,8 +161,8 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
       for (size_t m = 0; m < p.size(); ++m) {
         if (!p[m].is_partial()) continue;
         DTR_CHECK(is_linear(p[m].reduce_op()), NotImplementedError,
-                  "backward: the root {} is Partial({}); reduce it first (redistribute to Replicate)",
-                  root.to_string(), reduce_op_name(p[m].reduce_op()));
+                  "backward: the root {} is Partial({}); reduce it first (redistribute to Replicate)", root.to_string(),
+                  reduce_op_name(p[m].reduce_op()));
         if (p[m].reduce_op() == ReduceOp::kAvg) seed /= static_cast<double>(root.mesh().size(static_cast<int64_t>(m)));
         p[m] = Replicate();
       }

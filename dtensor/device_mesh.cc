@@ -43,8 +43,7 @@ DeviceMesh::DeviceMesh(DeviceType device_type, Shape shape, std::vector<int64_t>
   for (size_t i = 0; i < dim_names.size(); ++i) {
     DTR_CHECK(!dim_names[i].empty(), ValueError, "DeviceMesh: mesh dim {} has an empty name in {}", i, dim_names);
     DTR_CHECK(std::count(dim_names.begin(), dim_names.end(), dim_names[i]) == 1, ValueError,
-              "DeviceMesh: the mesh dim name '{}' is repeated in {}; names must be unique", dim_names[i],
-              dim_names);
+              "DeviceMesh: the mesh dim name '{}' is repeated in {}; names must be unique", dim_names[i], dim_names);
   }
   DTR_CHECK(this_rank >= 0 && this_rank < world_size, ValueError,
             "DeviceMesh: this process's rank {} is outside the world of {} ranks", this_rank, world_size);
@@ -201,8 +200,8 @@ DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std
   DTR_CHECK(mesh_size == world->size(), ValueError,
             "init_device_mesh: a mesh of shape {} holds {} ranks but the world has {}; the mesh must hold every rank",
             shape, mesh_size, world->size());
-  DeviceMesh mesh = DeviceMesh::row_major(device_type, std::move(shape), std::move(dim_names), world->rank(),
-                                          world->size());
+  DeviceMesh mesh =
+      DeviceMesh::row_major(device_type, std::move(shape), std::move(dim_names), world->rank(), world->size());
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (mesh.ndim() == 1) {
       mesh.groups_.push_back(world);

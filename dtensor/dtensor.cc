@@ -61,9 +61,7 @@ const Tensor& DTensor::to_local() const {
   return i.local;
 }
 
-Tensor DTensor::full_tensor() const {
-  return redistribute(Placements(mesh().ndim(), Replicate())).to_local();
-}
+Tensor DTensor::full_tensor() const { return redistribute(Placements(mesh().ndim(), Replicate())).to_local(); }
 
 double DTensor::item() const {
   DTR_CHECK(numel() == 1, ValueError, "item: {} has {} elements; item() needs exactly one", to_string(), numel());
@@ -211,7 +209,8 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   // The source's dtype and shape first (padded to a fixed length), so that a mismatch is
   // an error rather than a broken broadcast.
   constexpr int64_t kMaxDims = 16;
-  DTR_CHECK(full.dim() <= kMaxDims, ValueError, "distribute_tensor: {} has more than {} dims", describe(full), kMaxDims);
+  DTR_CHECK(full.dim() <= kMaxDims, ValueError, "distribute_tensor: {} has more than {} dims", describe(full),
+            kMaxDims);
   std::vector<int64_t> header(kMaxDims + 2, -1);
   header[0] = static_cast<int64_t>(full.dtype());
   header[1] = full.dim();
@@ -255,8 +254,8 @@ DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements
       DTR_CHECK(all[r] == all[0], ValueError,
                 "from_local: ranks {} and {} of {} pass local tensors of different rank or dtype ({}-d {} vs {}-d "
                 "{})",
-                mesh.ranks()[0], mesh.ranks()[r], mesh.to_string(), all[0][0], dtype_name(static_cast<DType>(all[0][1])),
-                all[r][0], dtype_name(static_cast<DType>(all[r][1])));
+                mesh.ranks()[0], mesh.ranks()[r], mesh.to_string(), all[0][0],
+                dtype_name(static_cast<DType>(all[0][1])), all[r][0], dtype_name(static_cast<DType>(all[r][1])));
     }
     const auto shapes = all_gather_mesh(mesh, local.shape());
     for (int64_t r = 0; r < mesh.size(); ++r) {

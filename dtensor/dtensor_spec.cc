@@ -72,8 +72,8 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DT
       throw IndexError(fmt::format(
           "DTensorSpec: {} on mesh dim {} of placements {} is out of range for the {}-d tensor {}{}; a Shard dim "
           "must be in [{}, {}]",
-          placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), ndim(),
-          dtype_, shape_, -ndim(), ndim() - 1));
+          placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), ndim(), dtype_,
+          shape_, -ndim(), ndim() - 1));
     case SpecDefect::kMixedPartials:
       throw ValueError(fmt::format(
           "DTensorSpec: placements {} on {} mix Partial reduce ops that do not commute, so the tensor's value "

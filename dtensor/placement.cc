@@ -41,18 +41,18 @@ std::string Placement::str() const {
 }
 
 size_t Placement::hash() const {
-  const uint64_t bits = (static_cast<uint64_t>(kind_) << 56) ^ (static_cast<uint64_t>(op_) << 48) ^
-                        static_cast<uint64_t>(dim_);
+  const uint64_t bits =
+      (static_cast<uint64_t>(kind_) << 56) ^ (static_cast<uint64_t>(op_) << 48) ^ static_cast<uint64_t>(dim_);
   return std::hash<uint64_t>{}(bits);
 }
 
 namespace {
 
 [[noreturn]] void throw_parse_error(std::string_view text) {
-  throw ValueError(fmt::format(
-      "parse_placement: cannot read '{}' as a placement; expected one of S(0), S0, Shard(dim=0), R, "
-      "Replicate(), P, P(sum), Psum, Partial(sum) (reduce ops: sum, avg, max, min)",
-      text));
+  throw ValueError(
+      fmt::format("parse_placement: cannot read '{}' as a placement; expected one of S(0), S0, Shard(dim=0), R, "
+                  "Replicate(), P, P(sum), Psum, Partial(sum) (reduce ops: sum, avg, max, min)",
+                  text));
 }
 
 std::string_view trim(std::string_view s) {
@@ -122,8 +122,6 @@ Placements parse_placements(std::string_view text) {
   return result;
 }
 
-std::string placements_str(const Placements& placements) {
-  return fmt::format("({})", fmt::join(placements, ", "));
-}
+std::string placements_str(const Placements& placements) { return fmt::format("({})", fmt::join(placements, ", ")); }
 
 }  // namespace dtr

@@ -91,7 +91,9 @@ Exchange reduce_scatter_exchange(const Tensor& local, int64_t d, int64_t n, int6
   Shape out = front.shape();
   out[0] = c;
   e.recv = Tensor::empty(out, local.dtype(), local.device());
-  e.unpack = [recv = e.recv, own = chunk_range(length, n, j).length, d] { return move_back(recv.narrow(0, 0, own), {d}); };
+  e.unpack = [recv = e.recv, own = chunk_range(length, n, j).length, d] {
+    return move_back(recv.narrow(0, 0, own), {d});
+  };
   return e;
 }
 
@@ -110,7 +112,10 @@ Exchange all_to_all_exchange(const Tensor& local, const Shape& piece, int64_t a,
   e.send = zeros(buffer, local.dtype(), local.device());
   for (int64_t k = 0; k < n; ++k) {
     const ChunkRange rb = chunk_range(piece[b], n, k);
-    e.send.select(0, k).narrow(0, 0, rb.length).narrow(1, 0, front.size(1)).copy_(front.narrow(0, rb.offset, rb.length));
+    e.send.select(0, k)
+        .narrow(0, 0, rb.length)
+        .narrow(1, 0, front.size(1))
+        .copy_(front.narrow(0, rb.offset, rb.length));
   }
   e.recv = Tensor::empty(buffer, local.dtype(), local.device());
   e.unpack = [recv = e.recv, piece, a, b, n, j] {
@@ -132,12 +137,9 @@ Tensor local_step(const RedistributeStep& step, const Tensor& local, int64_t n, 
       const ChunkRange r = chunk_range(local.size(d), n, j);
       return local.narrow(d, r.offset, r.length).clone();
     }
-    case StepOp::kPartition:
-      return j == 0 ? local.clone() : zeros_like(local);
-    case StepOp::kRelabel:
-      return local;
-    default:
-      DTR_INTERNAL_ASSERT(false, "local_step called for {}", step_op_name(step.op));
+    case StepOp::kPartition: return j == 0 ? local.clone() : zeros_like(local);
+    case StepOp::kRelabel: return local;
+    default: DTR_INTERNAL_ASSERT(false, "local_step called for {}", step_op_name(step.op));
   }
 }
 
@@ -203,8 +205,7 @@ void PendingRedistribute::advance() {
           flight->exchanges.push_back({t, t, [t] { return t; }});
           break;
         }
-        default:
-          DTR_INTERNAL_ASSERT(false, "{} is not a collective", step_op_name(step.op));
+        default: DTR_INTERNAL_ASSERT(false, "{} is not a collective", step_op_name(step.op));
       }
     }
     std::vector<Tensor> sends, recvs;

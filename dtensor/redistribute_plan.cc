@@ -62,8 +62,7 @@ bool nesting_allows(const Placements& current, int64_t mesh_dim, const Placement
 }
 
 // PyTorch's greedy order (docs/redistribute_planner.md). Bytes are left at zero.
-std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placements& source,
-                                         const Placements& target) {
+std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placements& source, const Placements& target) {
   std::vector<RedistributeStep> steps;
   Placements current = source;
   const int64_t m = mesh.ndim();
@@ -82,14 +81,12 @@ std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placement
     if (to.is_partial() && !current[i].is_partial()) to = Replicate();  // the last pass makes it Partial
     if (current[i] != to) emit(i, to);
   };
-  const bool source_has_shard = std::any_of(source.begin(), source.end(), [](const Placement& p) {
-    return p.is_shard();
-  });
+  const bool source_has_shard =
+      std::any_of(source.begin(), source.end(), [](const Placement& p) { return p.is_shard(); });
   if (source_has_shard) {
     for (int64_t i = m - 1; i >= 0; --i) {
       Placement to = target[i];
-      if (to.is_shard() &&
-          sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
+      if (to.is_shard() && sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
         to = Replicate();
       }
       move(i, to);
@@ -142,8 +139,7 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
         block = chunk_capacity(piece[a], n) * chunk_capacity(piece[b], n) * numel_without(piece, {a, b});
         break;
       }
-      default:
-        break;
+      default: break;
     }
     const bool all_reduce = step.op == StepOp::kAllReduce;
     const int64_t moved = all_reduce ? 2 * (n - 1) * chunk_capacity(shape_numel(piece), n) : (n - 1) * block;
@@ -203,10 +199,9 @@ std::string RedistributePlan::explain() const {
   const DeviceMesh& m = mesh();
   std::vector<std::string> tensors;
   for (const DTensorSpec& s : sources_) tensors.push_back(fmt::format("{}{}", s.dtype(), s.shape()));
-  std::string out = fmt::format("redistribute {}{}: {} -> {} on {}\n",
-                                sources_.size() == 1 ? "" : fmt::format("{} tensors ", sources_.size()),
-                                fmt::join(tensors, ", "), placements_str(source_placements()),
-                                placements_str(target_), m.to_string());
+  std::string out = fmt::format(
+      "redistribute {}{}: {} -> {} on {}\n", sources_.size() == 1 ? "" : fmt::format("{} tensors ", sources_.size()),
+      fmt::join(tensors, ", "), placements_str(source_placements()), placements_str(target_), m.to_string());
   if (steps_.empty()) return out + "no steps: the placements already match\n";
   const int64_t collectives = num_collectives();
   out += fmt::format("{} step{}, {} collective{}:\n", steps_.size(), steps_.size() == 1 ? "" : "s", collectives,
@@ -220,8 +215,8 @@ std::string RedistributePlan::explain() const {
         what = fmt::format("{} over groups {}", step_op_name(s.op), m.group_ranks(s.mesh_dim));
         break;
       case StepOp::kAllReduce:
-        what = fmt::format("all_reduce({}) over groups {}", reduce_op_name(s.from.reduce_op()),
-                           m.group_ranks(s.mesh_dim));
+        what =
+            fmt::format("all_reduce({}) over groups {}", reduce_op_name(s.from.reduce_op()), m.group_ranks(s.mesh_dim));
         break;
       case StepOp::kReduceScatter:
         what = fmt::format("reduce_scatter({}) over groups {}", reduce_op_name(s.from.reduce_op()),
@@ -288,8 +283,8 @@ RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> source
     DTR_CHECK(!changes_partial_op(src[i], dst[i]), ValueError,
               "redistribute {} to {}: mesh dim {} would go from {} to {}, but a Partial cannot change its reduce "
               "op; legal: reduce it first ({} -> Replicate), then redistribute Replicate -> {}",
-              first.to_string(), placements_str(dst), first.mesh().dim_label(static_cast<int64_t>(i)),
-              src[i].repr(), dst[i].repr(), src[i].repr(), dst[i].repr());
+              first.to_string(), placements_str(dst), first.mesh().dim_label(static_cast<int64_t>(i)), src[i].repr(),
+              dst[i].repr(), src[i].repr(), dst[i].repr());
   }
   std::vector<RedistributeStep> steps = plan_steps(first.mesh(), src, dst);
   for (RedistributeStep& step : steps) {

@@ -86,8 +86,8 @@ AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inp
       for (const Placements& p : s.inputs) ins.push_back(placements_str(p));
       accepted.push_back(fmt::format("({})", fmt::join(ins, ", ")));
     }
-    throw ValueError(fmt::format("{}: no sharding strategy fits the inputs {}; the op accepts input placements {}",
-                                 op, described, accepted));
+    throw ValueError(fmt::format("{}: no sharding strategy fits the inputs {}; the op accepts input placements {}", op,
+                                 described, accepted));
   }
   AppliedStrategy applied{candidates[best], {}};
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -18,7 +18,8 @@ std::string visualize_sharding(const DTensorSpec& spec) {
     partial += fmt::format("{}partial({})", partial.empty() ? "" : "+", reduce_op_name(p.reduce_op()));
   }
   if (!partial.empty()) {
-    partial += fmt::format(" term over mesh dim{} {}", partial_dims.size() == 1 ? "" : "s", fmt::join(partial_dims, ", "));
+    partial +=
+        fmt::format(" term over mesh dim{} {}", partial_dims.size() == 1 ? "" : "s", fmt::join(partial_dims, ", "));
   }
 
   std::vector<std::vector<std::string>> rows;

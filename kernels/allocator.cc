@@ -23,8 +23,7 @@ void* Allocator::allocate(size_t nbytes) {
   }
   int64_t now = bytes_in_use_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = peak_bytes_.load();
-  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {
-  }
+  while (now > peak && !peak_bytes_.compare_exchange_weak(peak, now)) {}
   live_allocs_.fetch_add(1);
   total_allocs_.fetch_add(1);
   return p;
@@ -168,8 +167,7 @@ Allocator& allocator_for(Device device) {
       int n = cuda::device_count();
       DTR_CHECK(device.index >= 0 && device.index < n, ValueError,
                 "allocator: device {} does not exist ({} CUDA devices visible)", device, n);
-      std::call_once(once[device.index],
-                     [&] { cuda_allocators[device.index] = new CudaAllocator(device.index); });
+      std::call_once(once[device.index], [&] { cuda_allocators[device.index] = new CudaAllocator(device.index); });
       return *cuda_allocators[device.index];
     }
   }

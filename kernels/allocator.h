@@ -22,10 +22,10 @@ namespace dtr {
 
 struct MemoryStats {
   int64_t bytes_in_use = 0;
-  int64_t peak_bytes = 0;     // highest bytes_in_use since the last reset_peak
-  int64_t live_allocs = 0;    // allocations not yet freed
-  int64_t total_allocs = 0;   // allocations ever made
-  int64_t bytes_cached = 0;   // freed blocks held for reuse (not in use); empty_cache returns them
+  int64_t peak_bytes = 0;    // highest bytes_in_use since the last reset_peak
+  int64_t live_allocs = 0;   // allocations not yet freed
+  int64_t total_allocs = 0;  // allocations ever made
+  int64_t bytes_cached = 0;  // freed blocks held for reuse (not in use); empty_cache returns them
 };
 
 class Allocator {
@@ -65,11 +65,11 @@ class Allocator {
 // their own with a small one.
 class CpuAllocator final : public Allocator {
  public:
-  static constexpr size_t kAlignment = 64;                // one AVX-512 vector, one cache line
+  static constexpr size_t kAlignment = 64;                  // one AVX-512 vector, one cache line
   static constexpr size_t kCachedFrom = size_t{128} << 10;  // requests of this many bytes or more are cached
-  static constexpr size_t kRun = size_t{64} << 10;         // blocks for requests under kHugeFrom: multiples of this
-  static constexpr size_t kHugeFrom = size_t{1} << 20;     // from here blocks are whole granules
-  static constexpr size_t kGranule = size_t{2} << 20;      // a huge page
+  static constexpr size_t kRun = size_t{64} << 10;          // blocks for requests under kHugeFrom: multiples of this
+  static constexpr size_t kHugeFrom = size_t{1} << 20;      // from here blocks are whole granules
+  static constexpr size_t kGranule = size_t{2} << 20;       // a huge page
 
   // cache_limit: the most bytes the cache holds; a freed block that would push it past
   // this evicts older blocks first, and one larger than the limit is unmapped at once.

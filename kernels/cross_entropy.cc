@@ -10,15 +10,13 @@ namespace {
 void check_logits_target(const Tensor& logits, const Tensor& target, std::string_view op) {
   DTR_CHECK(logits.dim() == 2, ValueError, "{}: logits {} must be 2-D [N, C]", op, describe(logits));
   DTR_CHECK(is_floating(logits.dtype()), TypeError,
-            "{}: logits {} are not floating; {} takes float32, float64, bfloat16 or float16", op, describe(logits),
-            op);
-  DTR_CHECK(target.dtype() == kInt64, TypeError, "{}: target {} must be int64 class indices", op,
-            describe(target));
+            "{}: logits {} are not floating; {} takes float32, float64, bfloat16 or float16", op, describe(logits), op);
+  DTR_CHECK(target.dtype() == kInt64, TypeError, "{}: target {} must be int64 class indices", op, describe(target));
   DTR_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ValueError,
             "{}: target {} must be 1-D with one class index per row of logits {}", op, describe(target),
             describe(logits));
-  DTR_CHECK(target.device() == logits.device(), ValueError, "{}: logits {} and target {} are on different devices",
-            op, describe(logits), describe(target));
+  DTR_CHECK(target.device() == logits.device(), ValueError, "{}: logits {} and target {} are on different devices", op,
+            describe(logits), describe(target));
 }
 
 }  // namespace

@@ -41,9 +41,12 @@ inline constexpr DType kBool = DType::kBool;
 
 constexpr size_t itemsize(DType d) {
   switch (d) {
-    case kFloat64: case kInt64: return 8;
-    case kFloat32: case kInt32: return 4;
-    case kBFloat16: case kFloat16: return 2;
+    case kFloat64:
+    case kInt64: return 8;
+    case kFloat32:
+    case kInt32: return 4;
+    case kBFloat16:
+    case kFloat16: return 2;
     case kBool: return 1;
   }
   return 0;
@@ -62,9 +65,7 @@ constexpr std::string_view dtype_name(DType d) {
   return "?";
 }
 
-constexpr bool is_floating(DType d) {
-  return d == kFloat32 || d == kFloat64 || d == kBFloat16 || d == kFloat16;
-}
+constexpr bool is_floating(DType d) { return d == kFloat32 || d == kFloat64 || d == kBFloat16 || d == kFloat16; }
 
 // Bit casts usable on host and device (std::bit_cast is not available in device code).
 DTR_HOST_DEVICE inline uint32_t float_bits(float f) {
@@ -104,7 +105,7 @@ DTR_HOST_DEVICE inline uint16_t fp16_from_float_portable(float f) {
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return sign | 0x7e00u | static_cast<uint16_t>((a >> 13) & 0x3ffu);  // NaN
   if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: infinity
-  if (a < 0x38800000u) {  // below the smallest normal 2^-14: subnormal or zero
+  if (a < 0x38800000u) {                        // below the smallest normal 2^-14: subnormal or zero
     // Scale so the subnormal's integer mantissa sits in the low bits, then round.
     float scaled = bits_float(a) * 16777216.0f;  // * 2^24: one ulp of half subnormal = 1.0
     uint32_t m = static_cast<uint32_t>(scaled);
@@ -161,30 +162,90 @@ struct TypeTag {
 };
 
 // The C++ type of each dtype, and the type arithmetic on it accumulates in.
-template <DType D> struct CppType;
-template <> struct CppType<kFloat32> { using type = float; };
-template <> struct CppType<kFloat64> { using type = double; };
-template <> struct CppType<kBFloat16> { using type = BFloat16; };
-template <> struct CppType<kFloat16> { using type = Half; };
-template <> struct CppType<kInt32> { using type = int32_t; };
-template <> struct CppType<kInt64> { using type = int64_t; };
-template <> struct CppType<kBool> { using type = bool; };
+template <DType D>
+struct CppType;
+template <>
+struct CppType<kFloat32> {
+  using type = float;
+};
+template <>
+struct CppType<kFloat64> {
+  using type = double;
+};
+template <>
+struct CppType<kBFloat16> {
+  using type = BFloat16;
+};
+template <>
+struct CppType<kFloat16> {
+  using type = Half;
+};
+template <>
+struct CppType<kInt32> {
+  using type = int32_t;
+};
+template <>
+struct CppType<kInt64> {
+  using type = int64_t;
+};
+template <>
+struct CppType<kBool> {
+  using type = bool;
+};
 
-template <class T> struct AccType { using type = T; };
-template <> struct AccType<BFloat16> { using type = float; };
-template <> struct AccType<Half> { using type = float; };
-template <> struct AccType<int32_t> { using type = int64_t; };
-template <> struct AccType<bool> { using type = int64_t; };
-template <class T> using acc_t = typename AccType<T>::type;
+template <class T>
+struct AccType {
+  using type = T;
+};
+template <>
+struct AccType<BFloat16> {
+  using type = float;
+};
+template <>
+struct AccType<Half> {
+  using type = float;
+};
+template <>
+struct AccType<int32_t> {
+  using type = int64_t;
+};
+template <>
+struct AccType<bool> {
+  using type = int64_t;
+};
+template <class T>
+using acc_t = typename AccType<T>::type;
 
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return kFloat32; }
-template <> constexpr DType dtype_of<double>() { return kFloat64; }
-template <> constexpr DType dtype_of<BFloat16>() { return kBFloat16; }
-template <> constexpr DType dtype_of<Half>() { return kFloat16; }
-template <> constexpr DType dtype_of<int32_t>() { return kInt32; }
-template <> constexpr DType dtype_of<int64_t>() { return kInt64; }
-template <> constexpr DType dtype_of<bool>() { return kBool; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return kFloat64;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return kBFloat16;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return kFloat16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return kInt32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return kInt64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return kBool;
+}
 
 // The dtype of acc_t: what a kernel's saved statistics (layer_norm's mean, cross_entropy's
 // logsumexp) are stored in.

@@ -24,17 +24,19 @@ void check_operands(std::string_view op, const Tensor& a, const Tensor& b) {
   check_defined(op, b);
   DTR_CHECK(a.device() == b.device(), ValueError, "{}: operands on different devices: {} and {}; move one with .to()",
             op, describe(a), describe(b));
-  DTR_CHECK(a.dtype() == b.dtype(), TypeError, "{}: dtype mismatch: {} and {}; convert one with .to()", op,
-            describe(a), describe(b));
+  DTR_CHECK(a.dtype() == b.dtype(), TypeError, "{}: dtype mismatch: {} and {}; convert one with .to()", op, describe(a),
+            describe(b));
 }
 
 // A bool operand (a condition or a mask) on the device of t.
 void check_bool_operand(std::string_view op, std::string_view role, const Tensor& b, const Tensor& t) {
   check_defined(op, b);
-  DTR_CHECK(b.dtype() == kBool, TypeError, "{}: the {} must be a bool tensor, got {}; build it with a comparison such "
-            "as gt() or convert it with .to(kBool)", op, role, describe(b));
-  DTR_CHECK(b.device() == t.device(), ValueError, "{}: the {} {} and the operand {} are on different devices", op,
-            role, describe(b), describe(t));
+  DTR_CHECK(b.dtype() == kBool, TypeError,
+            "{}: the {} must be a bool tensor, got {}; build it with a comparison such "
+            "as gt() or convert it with .to(kBool)",
+            op, role, describe(b));
+  DTR_CHECK(b.device() == t.device(), ValueError, "{}: the {} {} and the operand {} are on different devices", op, role,
+            describe(b), describe(t));
 }
 
 // "float32[2, 3], bool[3]": the operands of an op, for its error messages.
@@ -79,7 +81,8 @@ void check_scalar(std::string_view op, const Tensor& t, double s) {
   }
   DTR_CHECK(s == std::trunc(s) && s >= lo && s < end, TypeError,
             "{}: scalar {} does not fit {} (an integer in [{}, {}) is needed); convert the tensor with .to(kFloat32) "
-            "for fractional values", op, s, describe(t), lo, end);
+            "for fractional values",
+            op, s, describe(t), lo, end);
 }
 
 // An in-place op reads b while it writes a: b may be a itself, or memory apart from it,

@@ -64,9 +64,8 @@ Tensor silu(const Tensor& x);  // x * sigmoid(x)
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 
 // --- fused backward kernels: grad_input from grad_output and the saved tensor ---
-Tensor relu_backward(const Tensor& grad, const Tensor& x);     // grad * (x > 0)
-Tensor gelu_backward(const Tensor& grad, const Tensor& x,
-                     GeluApproximation approximate = GeluApproximation::kNone);
+Tensor relu_backward(const Tensor& grad, const Tensor& x);  // grad * (x > 0)
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximation approximate = GeluApproximation::kNone);
 Tensor silu_backward(const Tensor& grad, const Tensor& x);     // grad * s (1 + x (1 - s)), s = sigmoid(x)
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& y);  // grad * (1 - y) * y, y = sigmoid(x)
 Tensor tanh_backward(const Tensor& grad, const Tensor& y);     // grad * (1 - y^2), y = tanh(x)

@@ -7,8 +7,8 @@ namespace dtr {
 namespace {
 
 void check_indices(const Tensor& indices, const Tensor& other, std::string_view op) {
-  DTR_CHECK(indices.dtype() == kInt32 || indices.dtype() == kInt64, TypeError,
-            "{}: indices {} must be int32 or int64", op, describe(indices));
+  DTR_CHECK(indices.dtype() == kInt32 || indices.dtype() == kInt64, TypeError, "{}: indices {} must be int32 or int64",
+            op, describe(indices));
   DTR_CHECK(indices.device() == other.device(), ValueError, "{}: indices {} and {} are on different devices", op,
             describe(indices), describe(other));
 }
@@ -38,8 +38,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
   Shape expected = indices.shape();
   expected.push_back(grad.dim() > 0 ? grad.size(-1) : 0);
   DTR_CHECK(grad.dim() == indices.dim() + 1 && grad.shape() == expected, ValueError,
-            "{}: grad {} must have the indices' shape {} plus one embedding dim", op, describe(grad),
-            indices.shape());
+            "{}: grad {} must have the indices' shape {} plus one embedding dim", op, describe(grad), indices.shape());
   DTR_CHECK(is_floating(grad.dtype()), TypeError,
             "{}: grad {} is not floating; it takes float32, float64, bfloat16 or float16", op, describe(grad));
   DTR_CHECK(num_weights >= 0, ValueError, "{}: num_weights {} must be >= 0", op, num_weights);

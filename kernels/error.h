@@ -65,18 +65,17 @@ class InternalError : public Error {
 
 }  // namespace dtr
 
-#define DTR_CHECK(cond, Kind, ...)                      \
-  do {                                                  \
-    if (!(cond)) [[unlikely]] {                         \
-      throw ::dtr::Kind(::fmt::format(__VA_ARGS__));    \
-    }                                                   \
+#define DTR_CHECK(cond, Kind, ...)                   \
+  do {                                               \
+    if (!(cond)) [[unlikely]] {                      \
+      throw ::dtr::Kind(::fmt::format(__VA_ARGS__)); \
+    }                                                \
   } while (0)
 
-#define DTR_INTERNAL_ASSERT(cond, ...)                                                  \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
-      throw ::dtr::InternalError(::fmt::format("dtr bug at {}:{}: {} ({}); please report", \
-                                               __FILE__, __LINE__, #cond,               \
-                                               ::fmt::format(__VA_ARGS__)));            \
-    }                                                                                   \
+#define DTR_INTERNAL_ASSERT(cond, ...)                                                                                \
+  do {                                                                                                                \
+    if (!(cond)) [[unlikely]] {                                                                                       \
+      throw ::dtr::InternalError(::fmt::format("dtr bug at {}:{}: {} ({}); please report", __FILE__, __LINE__, #cond, \
+                                               ::fmt::format(__VA_ARGS__)));                                          \
+    }                                                                                                                 \
   } while (0)

@@ -9,9 +9,7 @@ namespace dtr {
 
 Tensor& fill_(Tensor& t, double value) {
   switch (t.device().type) {
-    case kCPU:
-      cpu::fill(t, value);
-      return t;
+    case kCPU: cpu::fill(t, value); return t;
     case kCUDA:
       DTR_CHECK(t.is_contiguous(), NotImplementedError, "fill_: {} is a strided CUDA view; fill a contiguous tensor",
                 describe(t));

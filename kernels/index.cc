@@ -16,8 +16,8 @@ int64_t check_operands(std::string_view op, const Tensor& x, int64_t dim, const 
             describe(index));
   DTR_CHECK(x.dim() > 0, ValueError, "{}: x is 0-d ({}); it needs a dim to index along", op, describe(x));
   dim = wrap_dim(dim, x.dim(), op);
-  DTR_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, TypeError,
-            "{}: index is {}; it must be int64 or int32", op, describe(index));
+  DTR_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, TypeError, "{}: index is {}; it must be int64 or int32",
+            op, describe(index));
   DTR_CHECK(index.device() == x.device(), ValueError, "{}: index is on {} but x is on {}; both need the same device",
             op, index.device(), x.device());
   return dim;
@@ -52,9 +52,10 @@ void check_index_range(std::string_view op, const Tensor& index, int64_t dim, co
     position[d] = rest % index.size(d);
     rest /= index.size(d);
   }
-  throw IndexError(fmt::format("{}: index {} at position {} is out of range for dim {} of size {} (x is {}); "
-                               "indices must be in [0, {})",
-                               op, value, position, dim, size, describe(x), size));
+  throw IndexError(
+      fmt::format("{}: index {} at position {} is out of range for dim {} of size {} (x is {}); "
+                  "indices must be in [0, {})",
+                  op, value, position, dim, size, describe(x), size));
 }
 
 // index viewed with x's rank (1 everywhere but dim) and expanded to shape: the gather index
@@ -78,8 +79,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       check_index_range("index_select", index, dim, x);
       if (out.numel() > 0) cpu::gather(out, x, expand_along(index, dim, out.shape()), dim);
       return out;
-    case kCUDA:
-      throw_device_not_implemented("index_select", x.device(), describe(x));
+    case kCUDA: throw_device_not_implemented("index_select", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -99,8 +99,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
       check_index_range("gather", index, dim, x);
       if (out.numel() > 0) cpu::gather(out, x, index, dim);
       return out;
-    case kCUDA:
-      throw_device_not_implemented("gather", x.device(), describe(x));
+    case kCUDA: throw_device_not_implemented("gather", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -120,8 +119,7 @@ Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& so
       check_index_range("index_add_", index, dim, x);
       if (source.numel() > 0) cpu::scatter_add(x, expand_along(index, dim, expected), source, dim);
       return x;
-    case kCUDA:
-      throw_device_not_implemented("index_add_", x.device(), describe(x));
+    case kCUDA: throw_device_not_implemented("index_add_", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -144,8 +142,7 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
       check_index_range("scatter_add_", index, dim, x);
       if (index.numel() > 0) cpu::scatter_add(x, index, src, dim);
       return x;
-    case kCUDA:
-      throw_device_not_implemented("scatter_add_", x.device(), describe(x));
+    case kCUDA: throw_device_not_implemented("scatter_add_", x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

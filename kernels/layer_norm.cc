@@ -12,8 +12,8 @@ namespace {
 Shape row_shape(const Tensor& x, int64_t k) { return Shape(x.shape().begin(), x.shape().end() - k); }
 
 // weight or bias, if given, must be a normalized_shape tensor of x's dtype and device.
-void check_affine(const std::optional<Tensor>& t, const Tensor& x, const Shape& normalized_shape,
-                  std::string_view name, std::string_view op) {
+void check_affine(const std::optional<Tensor>& t, const Tensor& x, const Shape& normalized_shape, std::string_view name,
+                  std::string_view op) {
   if (!t) return;
   DTR_CHECK(t->shape() == normalized_shape && t->dtype() == x.dtype() && t->device() == x.device(), ValueError,
             "{}: {} {} must have shape {} and the dtype and device of the input {}", op, name, describe(*t),
@@ -55,9 +55,8 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
             "{}: grad_y {} must have the shape, dtype and device of the input {}", op, describe(grad_y), describe(x));
   const int64_t k = x.dim() - mean.dim();
   const DType stats_dtype = acc_dtype(x.dtype());
-  DTR_CHECK(k >= 1 && mean.shape() == row_shape(x, k) && rstd.shape() == mean.shape() &&
-                mean.dtype() == stats_dtype && rstd.dtype() == stats_dtype && mean.device() == x.device() &&
-                rstd.device() == x.device(),
+  DTR_CHECK(k >= 1 && mean.shape() == row_shape(x, k) && rstd.shape() == mean.shape() && mean.dtype() == stats_dtype &&
+                rstd.dtype() == stats_dtype && mean.device() == x.device() && rstd.device() == x.device(),
             ValueError,
             "{}: mean {} and rstd {} must be the forward's saved statistics of the input {} (one {} value per row "
             "over its last dims)",

@@ -11,19 +11,18 @@ void check_operands(const Tensor& a, const Tensor& b, std::string_view op) {
   DTR_CHECK(a.dtype() == b.dtype(), TypeError, "{}: operands {} and {} differ in dtype; convert one with .to()", op,
             describe(a), describe(b));
   DTR_CHECK(is_floating(a.dtype()), TypeError,
-            "{}: operands {} and {} are not floating; {} takes float32, float64, bfloat16 or float16", op,
-            describe(a), describe(b), op);
-  DTR_CHECK(a.device() == b.device(), ValueError, "{}: operands {} and {} are on different devices", op,
-            describe(a), describe(b));
+            "{}: operands {} and {} are not floating; {} takes float32, float64, bfloat16 or float16", op, describe(a),
+            describe(b), op);
+  DTR_CHECK(a.device() == b.device(), ValueError, "{}: operands {} and {} are on different devices", op, describe(a),
+            describe(b));
 }
 
 void check_matmul(const Tensor& a, const Tensor& b) {
   DTR_CHECK(a.dim() == 2 && b.dim() == 2, ValueError,
             "matmul: operands {} and {} must both be 2-D ([M, K] x [K, N]); use bmm for batches", describe(a),
             describe(b));
-  DTR_CHECK(a.size(1) == b.size(0), ValueError,
-            "matmul: shapes {} and {} cannot be multiplied ({} columns vs {} rows)", a.shape(), b.shape(),
-            a.size(1), b.size(0));
+  DTR_CHECK(a.size(1) == b.size(0), ValueError, "matmul: shapes {} and {} cannot be multiplied ({} columns vs {} rows)",
+            a.shape(), b.shape(), a.size(1), b.size(0));
   check_operands(a, b, "matmul");
 }
 
@@ -32,8 +31,8 @@ void check_bmm(const Tensor& a, const Tensor& b) {
             "bmm: operands {} and {} must both be 3-D ([B, M, K] x [B, K, N]); use matmul for 2-D", describe(a),
             describe(b));
   DTR_CHECK(a.size(0) == b.size(0) && a.size(2) == b.size(1), ValueError,
-            "bmm: shapes {} and {} cannot be multiplied (need equal batch sizes and {} columns == {} rows)",
-            a.shape(), b.shape(), a.size(2), b.size(1));
+            "bmm: shapes {} and {} cannot be multiplied (need equal batch sizes and {} columns == {} rows)", a.shape(),
+            b.shape(), a.size(2), b.size(1));
   check_operands(a, b, "bmm");
 }
 

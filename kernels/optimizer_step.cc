@@ -12,11 +12,14 @@ namespace {
 // The state dtype of a parameter dtype, or TypeError naming op.
 DType state_dtype_for(std::string_view op, DType param_dtype) {
   switch (param_dtype) {
-    case kFloat32: case kBFloat16: return kFloat32;
+    case kFloat32:
+    case kBFloat16: return kFloat32;
     case kFloat64: return kFloat64;
     default:
-      throw TypeError(fmt::format("{}: {} parameters are not supported; parameters must be float32, float64 or "
-                                  "bfloat16", op, param_dtype));
+      throw TypeError(
+          fmt::format("{}: {} parameters are not supported; parameters must be float32, float64 or "
+                      "bfloat16",
+                      op, param_dtype));
   }
 }
 
@@ -33,8 +36,10 @@ void check_step_tensors(std::string_view op, const Tensor& param, const Tensor& 
               name, describe(t), describe(param));
     DTR_CHECK(t.device() == param.device(), ValueError, "{}: {} is on {} but param is on {}; they need one device", op,
               name, t.device(), param.device());
-    DTR_CHECK(t.is_contiguous(), ValueError, "{}: {} ({}, strides {}) is not contiguous; fused steps need contiguous "
-              "tensors", op, name, describe(t), t.strides());
+    DTR_CHECK(t.is_contiguous(), ValueError,
+              "{}: {} ({}, strides {}) is not contiguous; fused steps need contiguous "
+              "tensors",
+              op, name, describe(t), t.strides());
   };
   check_like_param("param", param);
   check_like_param("grad", grad);
@@ -67,11 +72,8 @@ void adam_family_step(std::string_view op, const Tensor& param, const Tensor& gr
   check_step_count(op, step);
   check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   switch (param.device().type) {
-    case kCPU:
-      cpu::adam_step(param, exp_avg, exp_avg_sq, grad, step, options, decay);
-      return;
-    case kCUDA:
-      throw_device_not_implemented(op, param.device(), describe(param));
+    case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, grad, step, options, decay); return;
+    case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -96,11 +98,8 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
     check_step_tensors(op, param, grad, {});
   }
   switch (param.device().type) {
-    case kCPU:
-      cpu::sgd_step(param, momentum_buffer, grad, step, options);
-      return;
-    case kCUDA:
-      throw_device_not_implemented(op, param.device(), describe(param));
+    case kCPU: cpu::sgd_step(param, momentum_buffer, grad, step, options); return;
+    case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -112,7 +111,10 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
 
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                  const AdamWOptions& options) {
-  const AdamOptions adam{.lr = options.lr, .beta1 = options.beta1, .beta2 = options.beta2, .eps = options.eps,
+  const AdamOptions adam{.lr = options.lr,
+                         .beta1 = options.beta1,
+                         .beta2 = options.beta2,
+                         .eps = options.eps,
                          .weight_decay = options.weight_decay};
   adam_family_step("adamw_step_", param, grad, exp_avg, exp_avg_sq, step, adam, cpu::WeightDecay::kDecoupled);
 }

@@ -32,7 +32,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     return;
   }
   const int64_t chunk = (n + chunks - 1) / chunks;
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = c * chunk;
     const int64_t end = std::min(n, begin + chunk);

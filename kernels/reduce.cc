@@ -34,8 +34,7 @@ std::vector<bool> reduced_dims(std::string_view op, const Tensor& x, const std::
   std::vector<bool> reduced(std::max<int64_t>(x.dim(), 1), dims.empty());
   for (int64_t d : dims) {
     const int64_t w = wrap_dim_of(op, d, x);
-    DTR_CHECK(!reduced[w], ValueError, "{}: dim {} appears more than once in dims {} for {}", op, w, dims,
-              describe(x));
+    DTR_CHECK(!reduced[w], ValueError, "{}: dim {} appears more than once in dims {} for {}", op, w, dims, describe(x));
     reduced[w] = true;
   }
   return reduced;
@@ -57,9 +56,7 @@ Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>
   const bool integer_sum = op == cpu::ReduceKind::kSum && !is_floating(x.dtype());
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
   switch (x.device().type) {
-    case kCPU:
-      cpu::reduce(out, x, op);
-      return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
+    case kCPU: cpu::reduce(out, x, op); return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
     case kCUDA: throw_device_not_implemented(name, x.device(), describe(x));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");

@@ -77,11 +77,8 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
             out.defined() && !out.is_contiguous() ? " (not contiguous)" : "", tensors[0].dtype(), shape);
   if (out.numel() == 0) return out;
   switch (out.device().type) {
-    case kCPU:
-      cpu::cat(out, tensors, dim);
-      return out;
-    case kCUDA:
-      throw_device_not_implemented("cat", out.device(), describe(out));
+    case kCPU: cpu::cat(out, tensors, dim); return out;
+    case kCUDA: throw_device_not_implemented("cat", out.device(), describe(out));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

@@ -46,16 +46,19 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b, s
     const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     DTR_CHECK(da == db || da == 1 || db == 1, ValueError,
-              "{}: shapes {} and {} do not broadcast (dim {} has sizes {} and {}; sizes must match or be 1)",
-              op, a, b, i, da, db);
+              "{}: shapes {} and {} do not broadcast (dim {} has sizes {} and {}; sizes must match or be 1)", op, a, b,
+              i, da, db);
     out[i] = da == 1 ? db : da;
   }
   return out;
 }
 
 Tensor::Tensor(Storage storage, Shape shape, Shape strides, int64_t offset, DType dtype)
-    : storage_(std::move(storage)), shape_(std::move(shape)), strides_(std::move(strides)),
-      offset_(offset), dtype_(dtype) {
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      strides_(std::move(strides)),
+      offset_(offset),
+      dtype_(dtype) {
   DTR_INTERNAL_ASSERT(shape_.size() == strides_.size(), "shape {} vs strides {}", shape_, strides_);
 }
 
@@ -88,8 +91,8 @@ void* Tensor::data() const {
 }
 
 Tensor Tensor::as_strided(Shape shape, Shape strides, int64_t offset) const {
-  DTR_CHECK(shape.size() == strides.size(), ValueError, "as_strided: shape {} and strides {} differ in length",
-            shape, strides);
+  DTR_CHECK(shape.size() == strides.size(), ValueError, "as_strided: shape {} and strides {} differ in length", shape,
+            strides);
   return Tensor(storage_, std::move(shape), std::move(strides), offset, dtype_);
 }
 
@@ -145,8 +148,8 @@ Tensor Tensor::t() const {
 
 Tensor Tensor::permute(std::span<const int64_t> dims) const {
   DTR_CHECK(static_cast<int64_t>(dims.size()) == dim(), ValueError,
-            "permute: {} dims given for {}; a permutation of all {} dims is needed", dims.size(),
-            describe(*this), dim());
+            "permute: {} dims given for {}; a permutation of all {} dims is needed", dims.size(), describe(*this),
+            dim());
   Shape shape(dims.size()), strides(dims.size());
   std::vector<bool> seen(dims.size(), false);
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -171,12 +174,12 @@ Shape infer_shape(Shape shape, int64_t numel, std::string_view op) {
     }
   }
   if (infer >= 0) {
-    DTR_CHECK(known != 0 && numel % known == 0, ValueError, "{}: shape {} is invalid for a tensor of {} elements",
-              op, shape, numel);
+    DTR_CHECK(known != 0 && numel % known == 0, ValueError, "{}: shape {} is invalid for a tensor of {} elements", op,
+              shape, numel);
     shape[infer] = numel / known;
   }
-  DTR_CHECK(shape_numel(shape) == numel, ValueError, "{}: shape {} is invalid for a tensor of {} elements", op,
-            shape, numel);
+  DTR_CHECK(shape_numel(shape) == numel, ValueError, "{}: shape {} is invalid for a tensor of {} elements", op, shape,
+            numel);
   return shape;
 }
 
@@ -260,8 +263,8 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::expand(Shape shape) const {
-  DTR_CHECK(static_cast<int64_t>(shape.size()) >= dim(), ValueError,
-            "expand: target shape {} has fewer dims than {}", shape, describe(*this));
+  DTR_CHECK(static_cast<int64_t>(shape.size()) >= dim(), ValueError, "expand: target shape {} has fewer dims than {}",
+            shape, describe(*this));
   const int64_t lead = static_cast<int64_t>(shape.size()) - dim();
   Shape strides(shape.size(), 0);
   for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
@@ -272,8 +275,8 @@ Tensor Tensor::expand(Shape shape) const {
     const int64_t own = shape_[i - lead];
     if (shape[i] == -1) shape[i] = own;
     DTR_CHECK(own == shape[i] || own == 1, ValueError,
-              "expand: {} cannot expand to {} (dim {} has size {}; only size-1 dims expand)", describe(*this),
-              shape, i, own);
+              "expand: {} cannot expand to {} (dim {} has size {}; only size-1 dims expand)", describe(*this), shape, i,
+              own);
     strides[i] = own == shape[i] ? strides_[i - lead] : 0;
   }
   return Tensor(storage_, std::move(shape), std::move(strides), offset_, dtype_);
@@ -305,8 +308,8 @@ Tensor Tensor::to(Device device) const {
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  DTR_CHECK(defined() && src.defined(), ValueError, "copy_: {} <- {}: both tensors must be defined",
-            describe(*this), describe(src));
+  DTR_CHECK(defined() && src.defined(), ValueError, "copy_: {} <- {}: both tensors must be defined", describe(*this),
+            describe(src));
   Shape b = broadcast_shapes(shape_, src.shape(), "copy_");
   DTR_CHECK(b == shape_, ValueError, "copy_: source {} does not broadcast to destination {}", describe(src),
             describe(*this));
@@ -343,8 +346,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 double Tensor::item() const {
-  DTR_CHECK(numel() == 1, ValueError, "item: {} has {} elements; item() needs exactly one", describe(*this),
-            numel());
+  DTR_CHECK(numel() == 1, ValueError, "item: {} has {} elements; item() needs exactly one", describe(*this), numel());
   Tensor host = to(kCPU).to(kFloat64).contiguous();
   return *host.data_ptr<double>();
 }

@@ -7,8 +7,8 @@
 // Meshes, placements and autograd live above this layer (dtensor/).
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
 #include <span>
@@ -111,8 +111,8 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b, s
 
 template <class T>
 T* Tensor::data_ptr() const {
-  DTR_CHECK(dtype_of<T>() == dtype_, TypeError, "data_ptr<{}>() on a {} tensor",
-            dtype_name(dtype_of<T>()), describe(*this));
+  DTR_CHECK(dtype_of<T>() == dtype_, TypeError, "data_ptr<{}>() on a {} tensor", dtype_name(dtype_of<T>()),
+            describe(*this));
   return static_cast<T*>(data());
 }
 

@@ -43,8 +43,8 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
             "v [*, Tk, Ev] with the same leading dims *",
             describe(q), describe(k), describe(v));
   DTR_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && is_floating(q.dtype()), TypeError,
-            "scaled_dot_product_attention: q {}, k {}, v {} must share one floating dtype", describe(q),
-            describe(k), describe(v));
+            "scaled_dot_product_attention: q {}, k {}, v {} must share one floating dtype", describe(q), describe(k),
+            describe(v));
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
   DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);

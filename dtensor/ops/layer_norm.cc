@@ -43,8 +43,8 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape, const std::o
   const int64_t lead = x.dim() - static_cast<int64_t>(normalized_shape.size());
   DTR_CHECK(is_floating(x.dtype()), TypeError,
             "layer_norm: input {} is not floating; it takes float32, float64, bfloat16 or float16", describe(x));
-  const bool fits = !normalized_shape.empty() && lead >= 0 &&
-                    Shape(x.shape().begin() + lead, x.shape().end()) == normalized_shape;
+  const bool fits =
+      !normalized_shape.empty() && lead >= 0 && Shape(x.shape().begin() + lead, x.shape().end()) == normalized_shape;
   DTR_CHECK(fits, ValueError,
             "layer_norm: input {} does not end in normalized_shape {}; legal: a non-empty shape that the input's "
             "last dims equal",
@@ -78,8 +78,8 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape, const std::o
   std::optional<DTensor> saved_weight;
   if (weight) saved_weight = s.inputs[1].detach();
   record("layer_norm", s.inputs, std::span(&y, 1),
-         [xd = s.inputs[0].detach(), mean, rstd, saved_weight, has_bias = bias.has_value()](
-             const std::vector<DTensor>& g) {
+         [xd = s.inputs[0].detach(), mean, rstd, saved_weight,
+          has_bias = bias.has_value()](const std::vector<DTensor>& g) {
            std::array<DTensor, 3> grads = layer_norm_backward(g[0], xd, mean, rstd, saved_weight);
            std::vector<DTensor> out{grads[0]};
            if (saved_weight) out.push_back(grads[1]);

@@ -47,8 +47,7 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
   const std::vector<DimStrategy> per_dim{{{Shard(0), Shard(0)}, {Partial(), Shard(0)}}, replicate_all(2, 2)};
   const DTensor inputs[] = {logits, target};
   AppliedStrategy s = apply_strategy("cross_entropy", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
-  CrossEntropyOutput out =
-      cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, Reduction::kSum);
+  CrossEntropyOutput out = cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, Reduction::kSum);
   const bool mean = reduction == Reduction::kMean;
   const double count = mean ? static_cast<double>(count_targets(s.inputs[1], ignore_index)) : 1.0;
   const Tensor local_loss = mean ? div(out.loss, count) : out.loss;

@@ -77,8 +77,8 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) 
   add_product_partials(per_dim);
   const DTensor inputs[] = {a, b};
   AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
-  DTensor y = make_output(local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(),
-                          s.strategy.outputs[0], out_shape);
+  DTensor y = make_output(local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(), s.strategy.outputs[0],
+                          out_shape);
   record(std::string(op), s.inputs, std::span(&y, 1),
          [xa = s.inputs[0].detach(), xb = s.inputs[1].detach(), need_a = s.inputs[0].requires_grad(),
           need_b = s.inputs[1].requires_grad(), batched](const std::vector<DTensor>& g) {
@@ -115,7 +115,8 @@ DTensor bmm(const DTensor& a, const DTensor& b) {
 DTensor linear(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias) {
   DTR_CHECK(x.dim() >= 2 && weight.dim() == 2 && x.size(-1) == weight.size(1) &&
                 (!bias || (bias->dim() == 1 && bias->size(0) == weight.size(0))),
-            ValueError, "linear: input {}, weight {} and bias {} do not fit; legal: input [*, in] (at least 2-D), "
+            ValueError,
+            "linear: input {}, weight {} and bias {} do not fit; legal: input [*, in] (at least 2-D), "
             "weight [out, in], bias [out]",
             describe(x), describe(weight), bias ? describe(*bias) : "none");
   check_floating_pair("linear", x, weight);

@@ -17,8 +17,8 @@ enum class BinaryPartials : uint8_t {
 
 AppliedStrategy choose_binary(std::string_view op, const DTensor& a, const DTensor& b, const Shape& out,
                               BinaryPartials partials) {
-  std::vector<DimStrategy> per_dim =
-      pointwise_strategies({a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{});
+  std::vector<DimStrategy> per_dim = pointwise_strategies(
+      {a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{});
   if (partials != BinaryPartials::kBoth) {
     for (ReduceOp r : kLinearReduceOps) {
       per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
@@ -38,9 +38,8 @@ DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPa
   AppliedStrategy s = choose_binary(op, a, b, out, partials);
   DTensor y = make_output(kernel(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(), s.strategy.outputs[0], out);
   record(std::string(op), s.inputs, std::span(&y, 1),
-         [x0 = s.inputs[0].detach(), x1 = s.inputs[1].detach(), yd = y.detach(), backward](const std::vector<DTensor>& g) {
-           return backward(g[0], x0, x1, yd);
-         });
+         [x0 = s.inputs[0].detach(), x1 = s.inputs[1].detach(), yd = y.detach(),
+          backward](const std::vector<DTensor>& g) { return backward(g[0], x0, x1, yd); });
   return y;
 }
 
@@ -97,105 +96,122 @@ DTensor sum_to_shape(const DTensor& g, const Shape& shape) {
 }
 
 DTensor add(const DTensor& a, const DTensor& b) {
-  return binary("add", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return add(x, y); },
-                [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
-                  return std::vector<DTensor>{sum_to_shape(g, x.shape()), sum_to_shape(g, y.shape())};
-                });
+  return binary(
+      "add", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return add(x, y); },
+      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
+        return std::vector<DTensor>{sum_to_shape(g, x.shape()), sum_to_shape(g, y.shape())};
+      });
 }
 
 DTensor sub(const DTensor& a, const DTensor& b) {
-  return binary("sub", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return sub(x, y); },
-                [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
-                  return std::vector<DTensor>{sum_to_shape(g, x.shape()), neg(sum_to_shape(g, y.shape()))};
-                });
+  return binary(
+      "sub", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return sub(x, y); },
+      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
+        return std::vector<DTensor>{sum_to_shape(g, x.shape()), neg(sum_to_shape(g, y.shape()))};
+      });
 }
 
 DTensor mul(const DTensor& a, const DTensor& b) {
-  return binary("mul", a, b, BinaryPartials::kEither, [](const Tensor& x, const Tensor& y) { return mul(x, y); },
-                [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
-                  // d(x*y)/dx = y, d(x*y)/dy = x; each summed over what it was broadcast along.
-                  return std::vector<DTensor>{sum_to_shape(mul(g, y), x.shape()), sum_to_shape(mul(g, x), y.shape())};
-                });
+  return binary(
+      "mul", a, b, BinaryPartials::kEither, [](const Tensor& x, const Tensor& y) { return mul(x, y); },
+      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
+        // d(x*y)/dx = y, d(x*y)/dy = x; each summed over what it was broadcast along.
+        return std::vector<DTensor>{sum_to_shape(mul(g, y), x.shape()), sum_to_shape(mul(g, x), y.shape())};
+      });
 }
 
 DTensor div(const DTensor& a, const DTensor& b) {
-  return binary("div", a, b, BinaryPartials::kLeft, [](const Tensor& x, const Tensor& y) { return div(x, y); },
-                [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor& out) {
-                  // d(x/y)/dx = 1/y; d(x/y)/dy = -x/y^2 = -out/y.
-                  return std::vector<DTensor>{sum_to_shape(div(g, y), x.shape()),
-                                              neg(sum_to_shape(div(mul(g, out), y), y.shape()))};
-                });
+  return binary(
+      "div", a, b, BinaryPartials::kLeft, [](const Tensor& x, const Tensor& y) { return div(x, y); },
+      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor& out) {
+        // d(x/y)/dx = 1/y; d(x/y)/dy = -x/y^2 = -out/y.
+        return std::vector<DTensor>{sum_to_shape(div(g, y), x.shape()),
+                                    neg(sum_to_shape(div(mul(g, out), y), y.shape()))};
+      });
 }
 
 DTensor add(const DTensor& a, double b) {
   constexpr ReduceOp kAvgOnly[] = {ReduceOp::kAvg};
-  return unary("add", a, kAvgOnly, Saves::kNothing, [b](const Tensor& x) { return add(x, b); },
-               [](const DTensor& g, const DTensor&) { return g; });
+  return unary(
+      "add", a, kAvgOnly, Saves::kNothing, [b](const Tensor& x) { return add(x, b); },
+      [](const DTensor& g, const DTensor&) { return g; });
 }
 
 DTensor mul(const DTensor& a, double b) {
-  return unary("mul", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return mul(x, b); },
-               [b](const DTensor& g, const DTensor&) { return mul(g, b); });
+  return unary(
+      "mul", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return mul(x, b); },
+      [b](const DTensor& g, const DTensor&) { return mul(g, b); });
 }
 
 DTensor div(const DTensor& a, double b) {
-  return unary("div", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return div(x, b); },
-               [b](const DTensor& g, const DTensor&) { return div(g, b); });
+  return unary(
+      "div", a, kLinearReduceOps, Saves::kNothing, [b](const Tensor& x) { return div(x, b); },
+      [b](const DTensor& g, const DTensor&) { return div(g, b); });
 }
 
 DTensor neg(const DTensor& a) { return mul(a, -1.0); }
 
 DTensor exp(const DTensor& x) {
-  return unary("exp", x, {}, Saves::kOutput, [](const Tensor& t) { return exp(t); },
-               [](const DTensor& g, const DTensor& y) { return mul(g, y); });
+  return unary(
+      "exp", x, {}, Saves::kOutput, [](const Tensor& t) { return exp(t); },
+      [](const DTensor& g, const DTensor& y) { return mul(g, y); });
 }
 
 DTensor log(const DTensor& x) {
-  return unary("log", x, {}, Saves::kInput, [](const Tensor& t) { return log(t); },
-               [](const DTensor& g, const DTensor& in) { return div(g, in); });
+  return unary(
+      "log", x, {}, Saves::kInput, [](const Tensor& t) { return log(t); },
+      [](const DTensor& g, const DTensor& in) { return div(g, in); });
 }
 
 DTensor sqrt(const DTensor& x) {
-  return unary("sqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return sqrt(t); },
-               [](const DTensor& g, const DTensor& y) { return div(mul(g, 0.5), y); });  // 1 / (2 sqrt(x))
+  return unary(
+      "sqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return sqrt(t); },
+      [](const DTensor& g, const DTensor& y) { return div(mul(g, 0.5), y); });  // 1 / (2 sqrt(x))
 }
 
 DTensor rsqrt(const DTensor& x) {
-  return unary("rsqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return rsqrt(t); },
-               [](const DTensor& g, const DTensor& y) { return mul(g, mul(pow(y, 3.0), -0.5)); });  // -x^(-3/2) / 2
+  return unary(
+      "rsqrt", x, {}, Saves::kOutput, [](const Tensor& t) { return rsqrt(t); },
+      [](const DTensor& g, const DTensor& y) { return mul(g, mul(pow(y, 3.0), -0.5)); });  // -x^(-3/2) / 2
 }
 
 DTensor pow(const DTensor& x, double exponent) {
-  return unary("pow", x, {}, Saves::kInput, [exponent](const Tensor& t) { return pow(t, exponent); },
-               [exponent](const DTensor& g, const DTensor& in) {
-                 // p x^(p-1); x^0 is constant (torch's pow_backward), even where x^(-1) is infinite.
-                 return exponent == 0.0 ? mul(g, 0.0) : mul(g, mul(pow(in, exponent - 1.0), exponent));
-               });
+  return unary(
+      "pow", x, {}, Saves::kInput, [exponent](const Tensor& t) { return pow(t, exponent); },
+      [exponent](const DTensor& g, const DTensor& in) {
+        // p x^(p-1); x^0 is constant (torch's pow_backward), even where x^(-1) is infinite.
+        return exponent == 0.0 ? mul(g, 0.0) : mul(g, mul(pow(in, exponent - 1.0), exponent));
+      });
 }
 
 DTensor tanh(const DTensor& x) {
-  return unary("tanh", x, {}, Saves::kOutput, [](const Tensor& t) { return tanh(t); },
-               [](const DTensor& g, const DTensor& y) { return tanh_backward(g, y); });
+  return unary(
+      "tanh", x, {}, Saves::kOutput, [](const Tensor& t) { return tanh(t); },
+      [](const DTensor& g, const DTensor& y) { return tanh_backward(g, y); });
 }
 
 DTensor sigmoid(const DTensor& x) {
-  return unary("sigmoid", x, {}, Saves::kOutput, [](const Tensor& t) { return sigmoid(t); },
-               [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
+  return unary(
+      "sigmoid", x, {}, Saves::kOutput, [](const Tensor& t) { return sigmoid(t); },
+      [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
 }
 
 DTensor relu(const DTensor& x) {
-  return unary("relu", x, {}, Saves::kInput, [](const Tensor& t) { return relu(t); },
-               [](const DTensor& g, const DTensor& in) { return relu_backward(g, in); });
+  return unary(
+      "relu", x, {}, Saves::kInput, [](const Tensor& t) { return relu(t); },
+      [](const DTensor& g, const DTensor& in) { return relu_backward(g, in); });
 }
 
 DTensor gelu(const DTensor& x, GeluApproximation approximate) {
-  return unary("gelu", x, {}, Saves::kInput, [approximate](const Tensor& t) { return gelu(t, approximate); },
-               [approximate](const DTensor& g, const DTensor& in) { return gelu_backward(g, in, approximate); });
+  return unary(
+      "gelu", x, {}, Saves::kInput, [approximate](const Tensor& t) { return gelu(t, approximate); },
+      [approximate](const DTensor& g, const DTensor& in) { return gelu_backward(g, in, approximate); });
 }
 
 DTensor silu(const DTensor& x) {
-  return unary("silu", x, {}, Saves::kInput, [](const Tensor& t) { return silu(t); },
-               [](const DTensor& g, const DTensor& in) { return silu_backward(g, in); });
+  return unary(
+      "silu", x, {}, Saves::kInput, [](const Tensor& t) { return silu(t); },
+      [](const DTensor& g, const DTensor& in) { return silu_backward(g, in); });
 }
 
 DTensor relu_backward(const DTensor& grad, const DTensor& x) {

@@ -89,7 +89,8 @@ DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std
   if (needs_grad(s.inputs) && y.spec().has_partial()) {
     // Reduce now, as a move the rule promises, so that later ops never differentiate through it.
     Placements reduced = y.placements();
-    std::replace_if(reduced.begin(), reduced.end(), [](const Placement& p) { return p.is_partial(); }, Replicate());
+    std::replace_if(
+        reduced.begin(), reduced.end(), [](const Placement& p) { return p.is_partial(); }, Replicate());
     const DTensor partial[] = {y};
     const OpStrategy to_reduced{{reduced}, {reduced}};
     y = apply_strategy(name, partial, std::span(&to_reduced, 1)).inputs[0];
@@ -142,8 +143,8 @@ DTensor sum_of_squares(const DTensor& x, const std::vector<int64_t>& dims_given,
   const Reduction r = plan_reduction(x, dims, keepdim, Partial(), {});
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("sum_of_squares", inputs, expand_strategies(r.per_dim, x.mesh().ndim()));
-  DTensor y = make_output(sum_of_squares(s.inputs[0].to_local(), dims, keepdim), x.mesh(), s.strategy.outputs[0],
-                          r.out_shape);
+  DTensor y =
+      make_output(sum_of_squares(s.inputs[0].to_local(), dims, keepdim), x.mesh(), s.strategy.outputs[0], r.out_shape);
   record("sum_of_squares", s.inputs, std::span(&y, 1),
          [in = s.inputs[0].detach(), dims, keepdim](const std::vector<DTensor>& g) {
            // [out] -> [in]: 2 x g, g broadcast back over the reduced dims.

@@ -26,8 +26,8 @@ DTensor normalise_backward(const NormaliseKernels& k, const DTensor& grad_y, con
   const DTensor inputs[] = {grad_y, y};
   AppliedStrategy s =
       apply_strategy(fmt::format("{} backward", k.op), inputs, expand_strategies(per_dim, y.mesh().ndim()));
-  return make_output(k.backward(s.inputs[0].to_local(), s.inputs[1].to_local(), dim), y.mesh(),
-                     s.strategy.outputs[0], y.shape());
+  return make_output(k.backward(s.inputs[0].to_local(), s.inputs[1].to_local(), dim), y.mesh(), s.strategy.outputs[0],
+                     y.shape());
 }
 
 DTensor normalise(const NormaliseKernels& k, const DTensor& x, int64_t dim) {

@@ -72,7 +72,8 @@ std::vector<Run> merged_runs(const Shape& shape, const LocalBox& box) {
 // tensor under `out`. Partial placements chunk nothing, so they count as Replicate.
 bool same_elements(const DTensor& x, const Placements& in, const Shape& shape, const Placements& out) {
   auto boxes_of = [](Placements p) {
-    std::replace_if(p.begin(), p.end(), [](const Placement& q) { return q.is_partial(); }, Replicate());
+    std::replace_if(
+        p.begin(), p.end(), [](const Placement& q) { return q.is_partial(); }, Replicate());
     return p;
   };
   const DTensorSpec in_spec(x.mesh(), boxes_of(in), x.shape(), x.dtype());
@@ -131,9 +132,8 @@ DTensor unsqueeze(const DTensor& x, int64_t dim) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("unsqueeze", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().unsqueeze(dim), x.mesh(), s.strategy.outputs[0], out_shape);
-  record("unsqueeze", s.inputs, std::span(&y, 1), [dim](const std::vector<DTensor>& g) {
-    return std::vector<DTensor>{sum(g[0], {dim}, KeepDim::kNo)};
-  });
+  record("unsqueeze", s.inputs, std::span(&y, 1),
+         [dim](const std::vector<DTensor>& g) { return std::vector<DTensor>{sum(g[0], {dim}, KeepDim::kNo)}; });
   return y;
 }
 
@@ -164,9 +164,8 @@ DTensor transpose(const DTensor& x, int64_t dim0, int64_t dim1) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("transpose", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().transpose(dim0, dim1), x.mesh(), s.strategy.outputs[0], out_shape);
-  record("transpose", s.inputs, std::span(&y, 1), [dim0, dim1](const std::vector<DTensor>& g) {
-    return std::vector<DTensor>{transpose(g[0], dim0, dim1)};
-  });
+  record("transpose", s.inputs, std::span(&y, 1),
+         [dim0, dim1](const std::vector<DTensor>& g) { return std::vector<DTensor>{transpose(g[0], dim0, dim1)}; });
   return y;
 }
 
@@ -183,12 +182,10 @@ DTensor broadcast_to(const DTensor& x, const Shape& shape) {
   AppliedStrategy s = apply_strategy("broadcast_to", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], shape, x.dtype());
   DTensor y(s.inputs[0].to_local().expand(out_spec.local_box().shape), out_spec);
-  record("broadcast_to", s.inputs, std::span(&y, 1), [xs = x.shape()](const std::vector<DTensor>& g) {
-    return std::vector<DTensor>{sum_to_shape(g[0], xs)};
-  });
+  record("broadcast_to", s.inputs, std::span(&y, 1),
+         [xs = x.shape()](const std::vector<DTensor>& g) { return std::vector<DTensor>{sum_to_shape(g[0], xs)}; });
   return y;
 }
-
 
 DTensor permute(const DTensor& x, const std::vector<int64_t>& dims_given) {
   std::vector<int64_t> dims;
@@ -211,9 +208,8 @@ DTensor permute(const DTensor& x, const std::vector<int64_t>& dims_given) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("permute", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().permute(dims), x.mesh(), s.strategy.outputs[0], out_shape);
-  record("permute", s.inputs, std::span(&y, 1), [inverse](const std::vector<DTensor>& g) {
-    return std::vector<DTensor>{permute(g[0], inverse)};
-  });
+  record("permute", s.inputs, std::span(&y, 1),
+         [inverse](const std::vector<DTensor>& g) { return std::vector<DTensor>{permute(g[0], inverse)}; });
   return y;
 }
 

@@ -108,8 +108,7 @@ void silu_backward(const Tensor& out, const Tensor& grad, const Tensor& x) {
 }
 
 void sigmoid_backward(const Tensor& out, const Tensor& grad, const Tensor& y) {
-  floating_binary("sigmoid_backward", out, grad, y,
-                  [](auto g, auto v) { return g * (decltype(v)(1) - v) * v; });
+  floating_binary("sigmoid_backward", out, grad, y, [](auto g, auto v) { return g * (decltype(v)(1) - v) * v; });
 }
 
 void tanh_backward(const Tensor& out, const Tensor& grad, const Tensor& y) {

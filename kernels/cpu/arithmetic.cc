@@ -12,7 +12,8 @@ namespace dtr::cpu {
 void add(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
   dispatch_numeric(a.dtype(), "add", [&]<class T>(TypeTag<T>) {
     const auto k = static_cast<opmath_t<T>>(alpha);
-    map<T, T, T>(out, [k](auto x, auto y) { return x + k * y; }, a, b);
+    map<T, T, T>(
+        out, [k](auto x, auto y) { return x + k * y; }, a, b);
   });
 }
 
@@ -59,11 +60,13 @@ void rsub_scalar(const Tensor& out, const Tensor& a, double s) {
 void pow_scalar(const Tensor& out, const Tensor& a, double exponent) {
   dispatch_floating(a.dtype(), "pow", [&]<class T>(TypeTag<T>) {
     if (exponent == 2.0) {  // the common square, kept vectorisable
-      map<T, T>(out, [](auto x) { return x * x; }, a);
+      map<T, T>(
+          out, [](auto x) { return x * x; }, a);
       return;
     }
     const auto e = static_cast<opmath_t<T>>(exponent);
-    map<T, T>(out, [e](auto x) { return std::pow(x, e); }, a);
+    map<T, T>(
+        out, [e](auto x) { return std::pow(x, e); }, a);
   });
 }
 
@@ -82,10 +85,13 @@ void clamp(const Tensor& out, const Tensor& x, std::optional<double> min, std::o
     const M lo = min ? static_cast<M>(*min) : Limits::has_infinity ? -Limits::infinity() : Limits::lowest();
     const M hi = max ? static_cast<M>(*max) : Limits::has_infinity ? Limits::infinity() : Limits::max();
     // min(max(v, lo), hi), so lo > hi gives hi as in torch; NaN compares false and passes.
-    map<T, T>(out, [lo, hi](M v) {
-      const M r = v < lo ? lo : v;
-      return r > hi ? hi : r;
-    }, x);
+    map<T, T>(
+        out,
+        [lo, hi](M v) {
+          const M r = v < lo ? lo : v;
+          return r > hi ? hi : r;
+        },
+        x);
   });
 }
 

@@ -37,34 +37,39 @@ void with_comparison(CompareOp op, const F& f) {
 }  // namespace
 
 void compare(const Tensor& out, const Tensor& a, const Tensor& b, CompareOp op) {
-  dispatch_all(a.dtype(), compare_op_name(op), [&]<class T>(TypeTag<T>) {
-    with_comparison(op, [&](auto cmp) { map<bool, T, T>(out, cmp, a, b); });
-  });
+  dispatch_all(a.dtype(), compare_op_name(op),
+               [&]<class T>(TypeTag<T>) { with_comparison(op, [&](auto cmp) { map<bool, T, T>(out, cmp, a, b); }); });
 }
 
 void compare_scalar(const Tensor& out, const Tensor& a, double s, CompareOp op) {
   dispatch_all(a.dtype(), compare_op_name(op), [&]<class T>(TypeTag<T>) {
     const auto k = static_cast<opmath_t<T>>(convert<T>(s));
-    with_comparison(op, [&](auto cmp) { map<bool, T>(out, [k, cmp](auto x) { return cmp(x, k); }, a); });
+    with_comparison(op, [&](auto cmp) {
+      map<bool, T>(
+          out, [k, cmp](auto x) { return cmp(x, k); }, a);
+    });
   });
 }
 
 void logical_not(const Tensor& out, const Tensor& x) {
   dispatch_all(x.dtype(), "logical_not", [&]<class T>(TypeTag<T>) {
-    map<bool, T>(out, [](auto v) { return v == decltype(v)(0); }, x);
+    map<bool, T>(
+        out, [](auto v) { return v == decltype(v)(0); }, x);
   });
 }
 
 void where(const Tensor& out, const Tensor& condition, const Tensor& a, const Tensor& b) {
   dispatch_all(a.dtype(), "where", [&]<class T>(TypeTag<T>) {
-    map<T, bool, T, T>(out, [](bool c, auto x, auto y) { return c ? x : y; }, condition, a, b);
+    map<T, bool, T, T>(
+        out, [](bool c, auto x, auto y) { return c ? x : y; }, condition, a, b);
   });
 }
 
 void masked_fill(const Tensor& out, const Tensor& x, const Tensor& mask, double value) {
   dispatch_all(x.dtype(), "masked_fill", [&]<class T>(TypeTag<T>) {
     const auto v = static_cast<opmath_t<T>>(value);
-    map<T, T, bool>(out, [v](auto e, bool m) { return m ? v : e; }, x, mask);
+    map<T, T, bool>(
+        out, [v](auto e, bool m) { return m ? v : e; }, x, mask);
   });
 }
 

@@ -163,8 +163,7 @@ void copy_tiles(const Tensor& dst, const Tensor& src, std::array<char*, 2> base,
 }  // namespace
 
 void copy(const Tensor& dst, const Tensor& src) {
-  std::array<char*, 2> base{static_cast<char*>(dst.data()),
-                            static_cast<char*>(const_cast<void*>(src.data()))};
+  std::array<char*, 2> base{static_cast<char*>(dst.data()), static_cast<char*>(const_cast<void*>(src.data()))};
   std::array<std::vector<int64_t>, 2> strides{broadcast_byte_strides(dst, dst.shape()),
                                               broadcast_byte_strides(src, dst.shape())};
   const int64_t tiled = transposed_dim(dst, src, strides[1]);
@@ -189,9 +188,8 @@ void copy(const Tensor& dst, const Tensor& src) {
           }
         }
       };
-      parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
-        for_each_run<2>(dst.shape(), base, strides, begin, end, run);
-      });
+      parallel_for(dst.numel(), kGrain,
+                   [&](int64_t begin, int64_t end) { for_each_run<2>(dst.shape(), base, strides, begin, end, run); });
     });
   });
 }
@@ -208,9 +206,8 @@ void fill(const Tensor& dst, double value) {
         for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
       }
     };
-    parallel_for(dst.numel(), kGrain, [&](int64_t begin, int64_t end) {
-      for_each_run<1>(dst.shape(), base, strides, begin, end, run);
-    });
+    parallel_for(dst.numel(), kGrain,
+                 [&](int64_t begin, int64_t end) { for_each_run<1>(dst.shape(), base, strides, begin, end, run); });
   });
 }
 

@@ -63,9 +63,8 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
   if (reduction == Reduction::kMean) {
     total = targets.count == 0 ? std::numeric_limits<double>::quiet_NaN() : total / targets.count;
   }
-  dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>(TypeTag<T>) {
-    *loss.data_ptr<T>() = convert<T>(total);
-  });
+  dispatch_floating(logits.dtype(), "cross_entropy",
+                    [&]<class T>(TypeTag<T>) { *loss.data_ptr<T>() = convert<T>(total); });
 }
 
 void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,

@@ -30,9 +30,10 @@ std::vector<int64_t> read_indices(const Tensor& indices, int64_t rows, std::stri
       position[d] = rest % indices.size(d);
       rest /= indices.size(d);
     }
-    throw IndexError(fmt::format("{}: index {} at position {} of the indices {} is out of range for {} rows ({}); "
-                                 "indices must lie in [0, {})",
-                                 op, out[p], position, describe(indices), rows, table, rows));
+    throw IndexError(
+        fmt::format("{}: index {} at position {} of the indices {} is out of range for {} rows ({}); "
+                    "indices must lie in [0, {})",
+                    op, out[p], position, describe(indices), rows, table, rows));
   }
   return out;
 }

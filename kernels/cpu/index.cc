@@ -90,17 +90,15 @@ void dispatch_index(DType d, F&& f) {
 
 void gather(const Tensor& out, const Tensor& x, const Tensor& index, int64_t dim) {
   dispatch_all(x.dtype(), "gather", [&]<class T>(TypeTag<T>) {
-    dispatch_index(index.dtype(), [&]<class I>(TypeTag<I>) {
-      index_loop<IndexMode::kGather, T, I>(out, x, dim, index);
-    });
+    dispatch_index(index.dtype(),
+                   [&]<class I>(TypeTag<I>) { index_loop<IndexMode::kGather, T, I>(out, x, dim, index); });
   });
 }
 
 void scatter_add(const Tensor& x, const Tensor& index, const Tensor& src, int64_t dim) {
   dispatch_numeric(x.dtype(), "scatter_add_", [&]<class T>(TypeTag<T>) {
-    dispatch_index(index.dtype(), [&]<class I>(TypeTag<I>) {
-      index_loop<IndexMode::kScatterAdd, T, I>(src, x, dim, index);
-    });
+    dispatch_index(index.dtype(),
+                   [&]<class I>(TypeTag<I>) { index_loop<IndexMode::kScatterAdd, T, I>(src, x, dim, index); });
   });
 }
 

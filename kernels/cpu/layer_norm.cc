@@ -146,9 +146,8 @@ void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const T
   });
 }
 
-void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                         const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight) {
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_y,
+                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
   const int64_t rows = mean.numel();
   const int64_t n = grad_weight.numel();
   const Tensor gc = grad_y.contiguous();

@@ -11,8 +11,7 @@ namespace dtr::cpu {
 
 void layer_norm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps);
-void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                         const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                         const Tensor& weight);
+void layer_norm_backward(const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias, const Tensor& grad_y,
+                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight);
 
 }  // namespace dtr::cpu

@@ -15,8 +15,8 @@ namespace {
 // The accumulation type: float64 for float32 and float64 (a sum accurate at any length),
 // float for the 16-bit floats, int64 for integers and bool.
 template <class T>
-using reduce_acc_t = std::conditional_t<std::is_floating_point_v<T>, double,
-                                        std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
+using reduce_acc_t =
+    std::conditional_t<std::is_floating_point_v<T>, double, std::conditional_t<std::is_integral_v<T>, int64_t, float>>;
 
 // Partial results when a run folds into one accumulator: independent chains, and an
 // inner loop long enough that g++ vectorises it rather than unrolling it (at 16 it
@@ -46,8 +46,8 @@ bool fold_leading_rows(const Tensor& acc, const Tensor& x, const Load& load, con
   for (; i + 4 <= rows; i += 4) {
     const T* r = v + i * cols;
     for (int64_t j = 0; j < cols; ++j) {
-      a[j] = combine(a[j], combine(combine(load(r[j]), load(r[cols + j])),
-                                   combine(load(r[2 * cols + j]), load(r[3 * cols + j]))));
+      a[j] = combine(
+          a[j], combine(combine(load(r[j]), load(r[cols + j])), combine(load(r[2 * cols + j]), load(r[3 * cols + j]))));
     }
   }
   for (; i < rows; ++i) {
@@ -207,9 +207,8 @@ void argmax_by_runs(const Tensor& out, const Tensor& x, int64_t dim) {
         const T* v = reinterpret_cast<const T*>(first);
         index = first_argmax<A>(n, [v](int64_t k) { return static_cast<A>(v[k]); });
       } else {
-        index = first_argmax<A>(n, [first, step](int64_t k) {
-          return static_cast<A>(*reinterpret_cast<const T*>(first + k * step));
-        });
+        index = first_argmax<A>(
+            n, [first, step](int64_t k) { return static_cast<A>(*reinterpret_cast<const T*>(first + k * step)); });
       }
     }
   });
@@ -275,26 +274,33 @@ void reduce(const Tensor& out, const Tensor& x, ReduceKind op) {
   switch (op) {
     case ReduceKind::kSum:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
-        fold<T>(out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kNo);
+        fold<T>(
+            out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kNo);
       });
     case ReduceKind::kMean:
       return dispatch_floating(x.dtype(), name, [&]<class T>(TypeTag<T>) {
-        fold<T>(out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kByCount);
+        fold<T>(
+            out, x, 0, [](T v) { return static_cast<reduce_acc_t<T>>(v); }, plus, Divide::kByCount);
       });
     case ReduceKind::kSumOfSquares:
       return dispatch_floating(x.dtype(), name, [&]<class T>(TypeTag<T>) {
-        fold<T>(out, x, 0, [](T v) {
-          const auto a = static_cast<reduce_acc_t<T>>(v);
-          return a * a;
-        }, plus, Divide::kNo);
+        fold<T>(
+            out, x, 0,
+            [](T v) {
+              const auto a = static_cast<reduce_acc_t<T>>(v);
+              return a * a;
+            },
+            plus, Divide::kNo);
       });
     case ReduceKind::kMax:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
-        fold<T>(out, x, lowest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, larger, Divide::kNo);
+        fold<T>(
+            out, x, lowest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, larger, Divide::kNo);
       });
     case ReduceKind::kMin:
       return dispatch_all(x.dtype(), name, [&]<class T>(TypeTag<T>) {
-        fold<T>(out, x, highest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, smaller, Divide::kNo);
+        fold<T>(
+            out, x, highest<T>(), [](T v) { return static_cast<reduce_acc_t<T>>(v); }, smaller, Divide::kNo);
       });
   }
   DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));

@@ -50,8 +50,8 @@ void cat(const Tensor& out, const std::vector<Tensor>& inputs, int64_t dim) {
       for (int64_t p = c * kChunkBytes; p < end;) {
         const int64_t row = p / row_bytes, in_row = p % row_bytes;
         // The input whose block holds in_row (upper_bound skips empty blocks).
-        const size_t i = static_cast<size_t>(
-            std::upper_bound(row_offset.begin(), row_offset.end(), in_row) - row_offset.begin() - 1);
+        const size_t i = static_cast<size_t>(std::upper_bound(row_offset.begin(), row_offset.end(), in_row) -
+                                             row_offset.begin() - 1);
         const int64_t segment_end = std::min(end, row * row_bytes + row_offset[i + 1]);
         if (contiguous[i]) {
           const int64_t block_bytes = row_offset[i + 1] - row_offset[i];

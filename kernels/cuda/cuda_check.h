@@ -13,10 +13,10 @@ namespace dtr::cuda {
 
 }  // namespace dtr::cuda
 
-#define DTR_CUDA_CHECK(call, device)                                           \
-  do {                                                                         \
-    cudaError_t dtr_cuda_status_ = (call);                                     \
-    if (dtr_cuda_status_ != cudaSuccess) [[unlikely]] {                        \
-      ::dtr::cuda::throw_cuda_error(#call, (device), dtr_cuda_status_);        \
-    }                                                                          \
+#define DTR_CUDA_CHECK(call, device)                                    \
+  do {                                                                  \
+    cudaError_t dtr_cuda_status_ = (call);                              \
+    if (dtr_cuda_status_ != cudaSuccess) [[unlikely]] {                 \
+      ::dtr::cuda::throw_cuda_error(#call, (device), dtr_cuda_status_); \
+    }                                                                   \
   } while (0)

@@ -10,8 +10,8 @@
 namespace dtr::cuda {
 
 void throw_cuda_error(const char* call, int device, cudaError_t status) {
-  throw CudaError(fmt::format("{} failed on cuda:{}: {} ({})", call, device, cudaGetErrorString(status),
-                              static_cast<int>(status)));
+  throw CudaError(
+      fmt::format("{} failed on cuda:{}: {} ({})", call, device, cudaGetErrorString(status), static_cast<int>(status)));
 }
 
 int device_count() {

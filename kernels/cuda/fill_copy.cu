@@ -14,16 +14,14 @@ int blocks_for(int64_t n) {
 
 template <class T>
 __global__ void fill_kernel(T* dst, int64_t n, T value) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = value;
   }
 }
 
 template <class To, class From>
 __global__ void cast_kernel(To* dst, const From* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = convert<To>(src[i]);
   }
 }
@@ -44,8 +42,7 @@ void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t 
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dst_dtype, "cuda cast", [&]<class To>(TypeTag<To>) {
     dispatch_all(src_dtype, "cuda cast", [&]<class From>(TypeTag<From>) {
-      cast_kernel<To, From><<<blocks_for(n), kThreads>>>(static_cast<To*>(dst),
-                                                         static_cast<const From*>(src), n);
+      cast_kernel<To, From><<<blocks_for(n), kThreads>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
     });
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);

@@ -17,7 +17,7 @@
 namespace dtr::testing {
 
 inline constexpr auto& kCollectiveDTypes = kNumericDTypes;  // collectives move every dtype but bool
-inline constexpr auto& kCollectiveSizes = kAwkwardSizes;  // 0, 1, 7, 1023, 4097
+inline constexpr auto& kCollectiveSizes = kAwkwardSizes;    // 0, 1, 7, 1023, 4097
 
 // A [rows, cols] tensor (1-D when cols == 0) holding f(flat index), in dtype.
 inline Tensor make_tensor(int64_t rows, int64_t cols, DType dtype, const std::function<double(int64_t)>& f) {

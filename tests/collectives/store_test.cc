@@ -36,8 +36,7 @@ bool closed_by_server(int fd) {
   char c;
   const auto deadline = net::Clock::now() + 10s;
   try {
-    while (net::recv_exact(fd, &c, 1, deadline, "raw")) {
-    }
+    while (net::recv_exact(fd, &c, 1, deadline, "raw")) {}
   } catch (const DistributedError&) {
     return true;  // "connection closed by peer" (or reset)
   }

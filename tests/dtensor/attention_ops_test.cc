@@ -24,9 +24,11 @@ std::vector<OpCase> cases() {
   return {
       {"causal_mask_fill [2,5,4] with -3", {{scores}}, [](const auto& x) { return causal_mask_fill(x[0], -3.0); }},
       {"causal_mask_fill [2,5,4] with 0", {{scores}}, [](const auto& x) { return causal_mask_fill(x[0], 0.0); }},
-      {"causal attention [2,5,3]", {{q}, {k}, {v}},
+      {"causal attention [2,5,3]",
+       {{q}, {k}, {v}},
        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], Causal::kYes); }},
-      {"attention [2,2,3,2] x [2,2,4,2], scale 0.7", {{q4}, {k4}, {v4}},
+      {"attention [2,2,3,2] x [2,2,4,2], scale 0.7",
+       {{q4}, {k4}, {v4}},
        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], Causal::kNo, 0.7); }},
   };
 }

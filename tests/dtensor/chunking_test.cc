@@ -2,8 +2,8 @@
 // sharding offsets on 2x2 and 2x3 meshes.
 #include "dtensor/chunking.h"
 
-#include <catch2/catch.hpp>
 #include <fmt/ranges.h>
+#include <catch2/catch.hpp>
 
 #include "dtensor/dtensor_spec.h"
 #include "tests/dtensor/dtensor_test_util.h"

@@ -83,7 +83,8 @@ TEST_CASE("mesh construction rejects meshes that do not cover the world exactly"
   CHECK_THROWS_MATCHES(DeviceMesh::row_major(kCPU, {2, 3}, {}, 0, 8), ValueError,
                        MessageContains("shape [2, 3] has 6 positions but the world has 8 ranks"));
   CHECK_THROWS_MATCHES(DeviceMesh(kCPU, {2, 2}, {0, 1, 1, 3}, {}, 0, 4), ValueError,
-                       MessageContains("[0, 1, 1, 3]") && MessageContains("permutation of 0..3") && MessageContains("rank 2 is missing"));
+                       MessageContains("[0, 1, 1, 3]") && MessageContains("permutation of 0..3") &&
+                           MessageContains("rank 2 is missing"));
   CHECK_THROWS_MATCHES(DeviceMesh(kCPU, {2, 2}, {0, 1, 2, 4}, {}, 0, 4), ValueError,
                        MessageContains("permutation of 0..3"));
   CHECK_THROWS_MATCHES(DeviceMesh(kCPU, {4}, {0, 1, 2}, {}, 0, 4), ValueError, MessageContains("needs 4 ranks, got 3"));
@@ -99,7 +100,8 @@ TEST_CASE("mesh construction rejects meshes that do not cover the world exactly"
 
 TEST_CASE("mesh look-ups name the mesh and what is legal", "[device_mesh][errors]") {
   const DeviceMesh mesh = testing::make_mesh({2, 2}, {"dp", "tp"});
-  CHECK_THROWS_MATCHES(mesh["cp"], ValueError, MessageContains("no mesh dim named 'cp'") && MessageContains("[\"dp\", \"tp\"]"));
+  CHECK_THROWS_MATCHES(mesh["cp"], ValueError,
+                       MessageContains("no mesh dim named 'cp'") && MessageContains("[\"dp\", \"tp\"]"));
   const std::vector<std::string> reversed = {"tp", "dp"};
   CHECK_THROWS_MATCHES(mesh.submesh(reversed), ValueError, MessageContains("in the mesh's order"));
   CHECK_THROWS_MATCHES(mesh.size(2), IndexError, MessageContains("mesh dim 2 out of range"));

@@ -45,7 +45,7 @@ TEST_CASE("dropout: the same seed drops the same global elements under every pla
   CHECK(kept < 48);
   testing::run_ranks(4, [&](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2, 2});
-    const Placements layouts[] = {{Shard(0), Shard(1)}, {Shard(1), Shard(1)}, {Shard(0), Shard(0)},
+    const Placements layouts[] = {{Shard(0), Shard(1)},    {Shard(1), Shard(1)},  {Shard(0), Shard(0)},
                                   {Replicate(), Shard(0)}, {Partial(), Shard(1)}, {Replicate(), Replicate()}};
     for (const Placements& p : layouts) {
       DTensor y = dropout(distribute_tensor(x, mesh, p), 0.5, 5);

@@ -101,8 +101,8 @@ TEST_CASE("spec checks name the tensor, mesh and placements, and say what is leg
                        MessageContains("3 placements"));
   CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Replicate(), Replicate()}, {4, -1}, kFloat32), ValueError,
                        MessageContains("[4, -1]"));
-  CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Partial(ReduceOp::kSum), Partial(ReduceOp::kMax)}, {4}, kFloat32),
-                       ValueError, MessageContains("(P(sum), P(max))") && MessageContains("do not commute"));
+  CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Partial(ReduceOp::kSum), Partial(ReduceOp::kMax)}, {4}, kFloat32), ValueError,
+                       MessageContains("(P(sum), P(max))") && MessageContains("do not commute"));
   // Commuting mixes are legal.
   CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kSum), Partial(ReduceOp::kAvg)}, {4}, kFloat32));
   CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kMax), Partial(ReduceOp::kMax)}, {4}, kFloat32));

@@ -19,7 +19,8 @@ std::vector<OpCase> cases() {
   const Tensor weight = global_tensor({7, 3}, 1);
   const Tensor flat = Tensor::from_vector<int64_t>({4, 0, 6, 4, 2});
   return {
-      {"embedding [7,3] at [2,4]", {{weight}, {table_indices(), false, false}},
+      {"embedding [7,3] at [2,4]",
+       {{weight}, {table_indices(), false, false}},
        [](const auto& x) { return embedding(x[0], x[1]); }},
       {"embedding [7,3] at [5]", {{weight}, {flat, false, false}}, [](const auto& x) { return embedding(x[0], x[1]); }},
   };
@@ -35,8 +36,7 @@ TEST_CASE("embedding: every placement combination on real ranks", "[dtensor][ops
   });
 }
 
-TEST_CASE("embedding rules: masked row-wise lookup, column-wise, batch; Partial weight gradient",
-          "[dtensor][ops]") {
+TEST_CASE("embedding rules: masked row-wise lookup, column-wise, batch; Partial weight gradient", "[dtensor][ops]") {
   testing::run_ranks(3, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {3});
     const Tensor weight = global_tensor({7, 3}, 2), idx = table_indices();

@@ -17,11 +17,17 @@ std::vector<OpCase> cases() {
   const Tensor x = global_tensor({5, 3}, 1), x3 = global_tensor({2, 5, 4}, 2);
   const Tensor w3 = global_tensor({3}, 3), b3 = global_tensor({3}, 4), w4 = global_tensor({4}, 5);
   return {
-      {"layer_norm [5,3] over [3], weight and bias", {{x}, {w3}, {b3}},
+      {"layer_norm [5,3] over [3], weight and bias",
+       {{x}, {w3}, {b3}},
        [](const auto& a) { return layer_norm(a[0], {3}, a[1], a[2]); }},
-      {"layer_norm [2,5,4] over [4], weight only", {{x3}, {w4}},
+      {"layer_norm [2,5,4] over [4], weight only",
+       {{x3}, {w4}},
        [](const auto& a) { return layer_norm(a[0], {4}, a[1]); }},
-      {"layer_norm [2,5,4] over [5,4], no affine", {{x3}}, [](const auto& a) { return layer_norm(a[0], {5, 4}); }},
+      {"layer_norm [2,5,4] over [5,4], no affine",
+       {{x3}},
+       [](const auto& a) {
+         return layer_norm(a[0], {5, 4});
+       }},
   };
 }
 

@@ -20,9 +20,11 @@ Tensor targets() { return Tensor::from_vector<int64_t>({1, -100, 3, 0, 2}); }
 std::vector<OpCase> cases() {
   const Tensor logits = global_tensor({5, 4}, 1);
   return {
-      {"cross_entropy mean", {{logits}, {targets(), false, false}},
+      {"cross_entropy mean",
+       {{logits}, {targets(), false, false}},
        [](const auto& x) { return cross_entropy(x[0], x[1]); }},
-      {"cross_entropy sum, ignore_index 3", {{logits}, {Tensor::from_vector<int64_t>({1, 3, 3, 0, 2}), false, false}},
+      {"cross_entropy sum, ignore_index 3",
+       {{logits}, {Tensor::from_vector<int64_t>({1, 3, 3, 0, 2}), false, false}},
        [](const auto& x) { return cross_entropy(x[0], x[1], 3, Reduction::kSum); }},
   };
 }

@@ -85,8 +85,7 @@ TEST_CASE("matmul rules: data and tensor parallel placements without communicati
   });
 }
 
-TEST_CASE("linear rules: column-wise and row-wise tensor parallel, data-parallel weight gradient",
-          "[dtensor][ops]") {
+TEST_CASE("linear rules: column-wise and row-wise tensor parallel, data-parallel weight gradient", "[dtensor][ops]") {
   testing::run_ranks(2, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2});
     const Tensor x = global_tensor({3, 5, 4}, 21), w = global_tensor({6, 4}, 22), bias = global_tensor({6}, 23);

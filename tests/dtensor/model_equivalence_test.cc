@@ -74,15 +74,14 @@ TEST_CASE("a two-layer MLP: batch-sharded training matches one rank", "[dtensor]
   // 7 samples (uneven over 2, 3 and 4 ranks), 6 features, 10 hidden, 4 classes.
   const Tensor x = mul(global_tensor({7, 6}, 1), 0.25);
   const std::vector<Tensor> weights = {mul(global_tensor({10, 6}, 2), 0.1), mul(global_tensor({10}, 3), 0.1),
-                                 mul(global_tensor({4, 10}, 4), 0.1), mul(global_tensor({4}, 5), 0.1)};
+                                       mul(global_tensor({4, 10}, 4), 0.1), mul(global_tensor({4}, 5), 0.1)};
   Tensor classes = Tensor::empty({7}, kInt64);
   for (int64_t i = 0; i < 7; ++i) classes.data_ptr<int64_t>()[i] = i % 4;
   const Model mlp = [](const std::vector<DTensor>& p, const DTensor& in, const DTensor& t) {
     DTensor h = gelu(linear(in, p[0], p[1]), GeluApproximation::kTanh);
     return cross_entropy(linear(h, p[2], p[3]), t);
   };
-  const std::vector<double> reference =
-      train(testing::one_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
+  const std::vector<double> reference = train(testing::one_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
   testing::for_each_test_mesh([&](const DeviceMesh& mesh) {
     Placements batch(mesh.ndim(), Replicate());
     batch[0] = Shard(0);
@@ -94,7 +93,7 @@ TEST_CASE("a causal attention block: batch-sharded training matches one rank", "
   // Batch 3 (uneven), 2 heads of width 2, 5 positions; loss = mean of squares of the output.
   const Tensor x = mul(global_tensor({3, 5, 4}, 6), 0.25);
   const std::vector<Tensor> weights = {mul(global_tensor({4, 4}, 7), 0.2), mul(global_tensor({4, 4}, 8), 0.2),
-                                 mul(global_tensor({4, 4}, 9), 0.2), mul(global_tensor({4, 4}, 10), 0.2)};
+                                       mul(global_tensor({4, 4}, 9), 0.2), mul(global_tensor({4, 4}, 10), 0.2)};
   const Tensor unused_target = zeros({3}, kFloat64);
   const Model block = [](const std::vector<DTensor>& p, const DTensor& in, const DTensor&) {
     // [B, T, E] -> [B, H, T, E / H] and back.

@@ -51,8 +51,8 @@ inline std::vector<DTensor> make_inputs(const OpCase& c, const DeviceMesh& mesh,
     // Partial terms are made in float64 (exact for the integer-valued data) and rounded once.
     Tensor local = is_floating(full.dtype()) ? partial_terms(full.to(kFloat64), spec, seed + i).to(full.dtype())
                                              : box_of(full, spec.local_box());
-    DTensor t = mesh.has_groups() ? from_local(local, mesh, placements[i], full.shape(), RunCheck::kNo)
-                                  : DTensor(local, spec);
+    DTensor t =
+        mesh.has_groups() ? from_local(local, mesh, placements[i], full.shape(), RunCheck::kNo) : DTensor(local, spec);
     if (c.inputs[i].requires_grad) t.requires_grad_();
     out.push_back(t);
   }
@@ -69,9 +69,10 @@ inline OpResult run_op(const OpCase& c, const std::vector<DTensor>& inputs, cons
   DTensor y = c.fn(inputs);
   OpResult r{y.full_tensor(), {}};
   if (y.requires_grad()) {
-    DTensor wd = y.mesh().has_groups() ? distribute_tensor(w, y.mesh(), Placements(y.mesh().ndim(), Replicate()))
-                                       : DTensor(w, DTensorSpec(y.mesh(), Placements(y.mesh().ndim(), Replicate()),
-                                                                w.shape(), w.dtype()));
+    DTensor wd =
+        y.mesh().has_groups()
+            ? distribute_tensor(w, y.mesh(), Placements(y.mesh().ndim(), Replicate()))
+            : DTensor(w, DTensorSpec(y.mesh(), Placements(y.mesh().ndim(), Replicate()), w.shape(), w.dtype()));
     y.backward(wd);
   }
   for (const DTensor& x : inputs) r.grads.push_back(x.grad().defined() ? x.grad().full_tensor() : Tensor());

@@ -31,8 +31,8 @@ TEST_CASE("placements are values: ==, hash, kind queries", "[placement]") {
   CHECK(Partial(ReduceOp::kMax).reduce_op() == ReduceOp::kMax);
   CHECK_THROWS_AS(Replicate().shard_dim(), InternalError);
 
-  const std::unordered_set<Placement> set = {Shard(0), Shard(0), Shard(1), Replicate(), Partial(), Partial(),
-                                             Partial(ReduceOp::kMin)};
+  const std::unordered_set<Placement> set = {
+      Shard(0), Shard(0), Shard(1), Replicate(), Partial(), Partial(), Partial(ReduceOp::kMin)};
   CHECK(set.size() == 5);
   CHECK(set.count(Shard(1)) == 1);
   CHECK(std::hash<Placement>{}(Shard(3)) == std::hash<Placement>{}(Shard(3)));

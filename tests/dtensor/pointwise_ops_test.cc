@@ -30,7 +30,11 @@ std::vector<OpCase> cases() {
       {"sum dim 1 keepdim", {{a}}, [](const auto& x) { return sum(x[0], {1}, KeepDim::kYes); }},
       {"unsqueeze", {{a}}, [](const auto& x) { return unsqueeze(x[0], 1); }},
       {"transpose", {{a}}, [](const auto& x) { return transpose(x[0], 0, 1); }},
-      {"broadcast_to", {{row}}, [](const auto& x) { return broadcast_to(x[0], {4, 3}); }},
+      {"broadcast_to",
+       {{row}},
+       [](const auto& x) {
+         return broadcast_to(x[0], {4, 3});
+       }},
   };
 }
 

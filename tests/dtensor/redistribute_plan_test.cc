@@ -49,8 +49,8 @@ TEST_CASE("one mesh dim: each transition is one step with its collective", "[red
   check_steps(plan({4}, {Replicate()}, {Partial(sum)}), {{0, Replicate(), Partial(sum), StepOp::kPartition}});
   check_steps(plan({4}, {Replicate()}, {Partial(ReduceOp::kMax)}),
               {{0, Replicate(), Partial(ReduceOp::kMax), StepOp::kRelabel}});
-  check_steps(plan({4}, {Shard(2)}, {Partial(sum)}), {{0, Shard(2), Replicate(), StepOp::kAllGather},
-                                                      {0, Replicate(), Partial(sum), StepOp::kPartition}});
+  check_steps(plan({4}, {Shard(2)}, {Partial(sum)}),
+              {{0, Shard(2), Replicate(), StepOp::kAllGather}, {0, Replicate(), Partial(sum), StepOp::kPartition}});
   check_steps(plan({4}, {Shard(1)}, {Shard(1)}), {});
   check_steps(plan({4}, {Partial(avg)}, {Partial(avg)}), {});
   check_steps(plan({4}, {Replicate()}, {Replicate()}), {});
@@ -65,15 +65,13 @@ TEST_CASE("N-D meshes follow PyTorch's greedy order", "[redistribute][nested]") 
                {0, Shard(0), Replicate(), StepOp::kAllGather},
                {1, Replicate(), Shard(0), StepOp::kChunk}});
   // PyTorch #131210: a single all_to_all, not two all_gathers.
-  check_steps(plan({2, 2}, {Shard(1), Shard(1)}, {Shard(1), Shard(2)}),
-              {{1, Shard(1), Shard(2), StepOp::kAllToAll}});
+  check_steps(plan({2, 2}, {Shard(1), Shard(1)}, {Shard(1), Shard(2)}), {{1, Shard(1), Shard(2), StepOp::kAllToAll}});
   // Inner dims first: the chunk on mesh dim 1 shrinks what mesh dim 0 gathers.
   check_steps(plan({2, 2}, {Shard(0), Replicate()}, {Replicate(), Shard(1)}),
               {{1, Replicate(), Shard(1), StepOp::kChunk}, {0, Shard(0), Replicate(), StepOp::kAllGather}});
-  check_steps(plan({2, 2}, {Shard(0), Shard(1)}, {Shard(1), Shard(0)}),
-              {{1, Shard(1), Replicate(), StepOp::kAllGather},
-               {0, Shard(0), Shard(1), StepOp::kAllToAll},
-               {1, Replicate(), Shard(0), StepOp::kChunk}});
+  check_steps(plan({2, 2}, {Shard(0), Shard(1)}, {Shard(1), Shard(0)}), {{1, Shard(1), Replicate(), StepOp::kAllGather},
+                                                                         {0, Shard(0), Shard(1), StepOp::kAllToAll},
+                                                                         {1, Replicate(), Shard(0), StepOp::kChunk}});
   // No source Shard: outer to inner, so both reductions scatter.
   check_steps(plan({2, 2}, {Partial(), Partial()}, {Shard(0), Shard(0)}),
               {{0, Partial(), Shard(0), StepOp::kReduceScatter}, {1, Partial(), Shard(0), StepOp::kReduceScatter}});
@@ -82,9 +80,9 @@ TEST_CASE("N-D meshes follow PyTorch's greedy order", "[redistribute][nested]") 
   check_steps(plan({2, 4}, {Partial(), Partial()}, {Replicate(), Shard(0)}),
               {{1, Partial(), Shard(0), StepOp::kReduceScatter}, {0, Partial(), Replicate(), StepOp::kAllReduce}});
   // R -> P waits until the old Partial is reduced: no (P(sum), P(max)) in between.
-  check_steps(plan({2, 2}, {Replicate(), Partial(ReduceOp::kMax)}, {Partial(), Replicate()}),
-              {{1, Partial(ReduceOp::kMax), Replicate(), StepOp::kAllReduce},
-               {0, Replicate(), Partial(), StepOp::kPartition}});
+  check_steps(
+      plan({2, 2}, {Replicate(), Partial(ReduceOp::kMax)}, {Partial(), Replicate()}),
+      {{1, Partial(ReduceOp::kMax), Replicate(), StepOp::kAllReduce}, {0, Replicate(), Partial(), StepOp::kPartition}});
   check_steps(plan({2, 2, 2}, {Shard(0), Shard(0), Shard(0)}, {Replicate(), Shard(0), Shard(0)}),
               {{2, Shard(0), Replicate(), StepOp::kAllGather},
                {1, Shard(0), Replicate(), StepOp::kAllGather},
@@ -168,8 +166,8 @@ void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
   const DeviceMesh& mesh = spec.mesh();
   const int64_t i = step.mesh_dim, n = mesh.shape()[i];
   const int64_t item = static_cast<int64_t>(itemsize(spec.dtype()));
-  INFO("step " << step.from.str() << " -> " << step.to.str() << " on mesh dim " << i << " ("
-               << step_op_name(step.op) << ") from " << placements_str(step.before));
+  INFO("step " << step.from.str() << " -> " << step.to.str() << " on mesh dim " << i << " (" << step_op_name(step.op)
+               << ") from " << placements_str(step.before));
   REQUIRE(step.before[i] == step.from);
   REQUIRE(step.after[i] == step.to);
   for (int64_t j = 0; j < mesh.ndim(); ++j) {
@@ -181,9 +179,9 @@ void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
   // Every intermediate placement list is a valid spec (no non-commuting Partial mix).
   CHECK_NOTHROW(spec.with_placements(step.after));
 
-  const char* expected_op = n == 1                                      ? "relabel"
-                            : step.from.is_shard() && step.to.is_shard() ? "all_to_all"
-                            : step.from.is_shard()                       ? "all_gather"
+  const char* expected_op = n == 1                                         ? "relabel"
+                            : step.from.is_shard() && step.to.is_shard()   ? "all_to_all"
+                            : step.from.is_shard()                         ? "all_gather"
                             : step.from.is_partial() && step.to.is_shard() ? "reduce_scatter"
                             : step.from.is_partial()                       ? "all_reduce"
                             : step.to.is_shard()                           ? "chunk"
@@ -238,8 +236,8 @@ void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
         if (piece.shape[d] % n == 0) CHECK(elements == (n - 1) * shape_numel(mine_after.shape));
       } else if (step.op == StepOp::kAllToAll) {
         const int64_t a = step.from.shard_dim(), b = step.to.shard_dim();
-        elements = (n - 1) * ceil_div(piece.shape[a], n) * ceil_div(piece.shape[b], n) *
-                   numel_except(piece.shape, {a, b});
+        elements =
+            (n - 1) * ceil_div(piece.shape[a], n) * ceil_div(piece.shape[b], n) * numel_except(piece.shape, {a, b});
       } else if (step.op == StepOp::kAllReduce) {
         elements = 2 * (n - 1) * ceil_div(shape_numel(piece.shape), n);
       }
@@ -370,8 +368,8 @@ TEST_CASE("planner errors name the tensors, meshes and placements and say what i
                            MessageContains("float32[8, 6] (P(sum), R)") &&
                            MessageContains("legal: reduce it first (Partial(sum) -> Replicate)"));
   CHECK_THROWS_MATCHES(plan_redistribute(spec, {Replicate()}), ValueError,
-                       MessageContains("redistribute float32[8, 6] (P(sum), R) on DeviceMesh") && MessageContains("to (R)") &&
-                           MessageContains("one placement per mesh dim"));
+                       MessageContains("redistribute float32[8, 6] (P(sum), R) on DeviceMesh") &&
+                           MessageContains("to (R)") && MessageContains("one placement per mesh dim"));
   CHECK_THROWS_MATCHES(plan_redistribute(spec, {Shard(2), Replicate()}), IndexError,
                        MessageContains("redistribute") && MessageContains("Shard(dim=2) on mesh dim 0 (dp)"));
   // Negative target dims are wrapped.
@@ -392,8 +390,14 @@ TEST_CASE("planner errors name the tensors, meshes and placements and say what i
 
 TEST_CASE("can_redistribute says exactly when plan_redistribute has a plan", "[redistribute][errors]") {
   const DeviceMesh mesh = testing::make_mesh({2, 2}, {"dp", "tp"});
-  const std::vector<Placement> each = {Replicate(), Shard(0), Shard(1), Shard(2), Shard(-1), Partial(),
-                                       Partial(ReduceOp::kAvg), Partial(ReduceOp::kMax)};
+  const std::vector<Placement> each = {Replicate(),
+                                       Shard(0),
+                                       Shard(1),
+                                       Shard(2),
+                                       Shard(-1),
+                                       Partial(),
+                                       Partial(ReduceOp::kAvg),
+                                       Partial(ReduceOp::kMax)};
   int legal = 0, illegal = 0;
   for (const Placement& a : each) {
     for (const Placement& b : each) {

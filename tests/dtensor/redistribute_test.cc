@@ -108,8 +108,8 @@ TEST_CASE("random redistributes on 4 ranks: 1-D, 2x2, 1x4 and 4x1 meshes", "[dte
     init_process_group(Backend::kGloo);
     int ran = 0;
     for (Shape shape : {Shape{4}, Shape{2, 2}, Shape{1, 4}, Shape{4, 1}}) {
-      DeviceMesh mesh = init_device_mesh(kCPU, shape, shape.size() == 1 ? std::vector<std::string>{"dp"}
-                                                                        : std::vector<std::string>{"dp", "tp"});
+      DeviceMesh mesh = init_device_mesh(
+          kCPU, shape, shape.size() == 1 ? std::vector<std::string>{"dp"} : std::vector<std::string>{"dp", "tp"});
       std::mt19937_64 gen(7 + shape[0]);
       for (uint64_t c = 0; c < 70; ++c) ran += run_random_case(mesh, gen, c);
     }
@@ -125,11 +125,11 @@ TEST_CASE("classic transitions issue the expected collectives", "[dtensor][redis
       Placement from, to;
       CollectiveKind kind;
     };
-    for (const Case& c : {Case{Shard(0), Replicate(), CollectiveKind::kAllGather},
-                          Case{Shard(0), Shard(1), CollectiveKind::kAllToAll},
-                          Case{Partial(), Replicate(), CollectiveKind::kAllReduce},
-                          Case{Partial(), Shard(0), CollectiveKind::kReduceScatter},
-                          Case{Partial(ReduceOp::kAvg), Shard(1), CollectiveKind::kReduceScatter}}) {
+    for (const Case& c :
+         {Case{Shard(0), Replicate(), CollectiveKind::kAllGather}, Case{Shard(0), Shard(1), CollectiveKind::kAllToAll},
+          Case{Partial(), Replicate(), CollectiveKind::kAllReduce},
+          Case{Partial(), Shard(0), CollectiveKind::kReduceScatter},
+          Case{Partial(ReduceOp::kAvg), Shard(1), CollectiveKind::kReduceScatter}}) {
       DTensorSpec spec(mesh, {c.from}, full.shape(), kFloat64);
       DTensor x = from_local(partial_terms(full, spec, 9), mesh, {c.from}, full.shape());
       collective_counter().reset();
@@ -248,7 +248,8 @@ TEST_CASE("bad input: typed errors naming tensors, shapes, meshes and placements
                       Catch::Contains("from_local") && Catch::Contains("uneven"));
     CHECK_THROWS_AS(from_local(zeros({2, 2}, kFloat64), mesh, {Shard(0)}, Shape{5, 2}), ValueError);
     DTensor p = from_local(zeros({4, 2}, kFloat64), mesh, {Partial()});
-    CHECK_THROWS_WITH(p.redistribute({Partial(ReduceOp::kAvg)}), Catch::Contains("P(sum)") && Catch::Contains("P(avg)"));
+    CHECK_THROWS_WITH(p.redistribute({Partial(ReduceOp::kAvg)}),
+                      Catch::Contains("P(sum)") && Catch::Contains("P(avg)"));
     DeviceMesh other = DeviceMesh::row_major(kCPU, {2}, {"tp"}, rank, 2);
     CHECK_THROWS_WITH(p.redistribute(other, {Replicate()}), Catch::Contains("cross-mesh"));
     // A mesh that is not the world.

@@ -35,11 +35,19 @@ std::vector<OpCase> cases(Tensor (*data)(const Shape&, uint64_t)) {
   return {
       {"mean all", {{a}}, [](const auto& x) { return mean(x[0]); }},
       {"mean dim 0", {{a}}, [](const auto& x) { return mean(x[0], {0}); }},
-      {"mean dims 0, 2 keepdim", {{c}}, [](const auto& x) { return mean(x[0], {0, 2}, KeepDim::kYes); }},
+      {"mean dims 0, 2 keepdim",
+       {{c}},
+       [](const auto& x) {
+         return mean(x[0], {0, 2}, KeepDim::kYes);
+       }},
       {"max all", {{a}}, [](const auto& x) { return max(x[0]); }},
       {"max dim 0", {{a}}, [](const auto& x) { return max(x[0], {0}); }},
       {"max dim -1 keepdim", {{c}}, [](const auto& x) { return max(x[0], {-1}, KeepDim::kYes); }},
-      {"min dims 0, 1", {{c}}, [](const auto& x) { return min(x[0], {0, 1}); }},
+      {"min dims 0, 1",
+       {{c}},
+       [](const auto& x) {
+         return min(x[0], {0, 1});
+       }},
       {"sum_of_squares all", {{a}}, [](const auto& x) { return sum_of_squares(x[0]); }},
       {"sum_of_squares dim 1", {{c}}, [](const auto& x) { return sum_of_squares(x[0], {1}); }},
   };

@@ -34,8 +34,7 @@ TEST_CASE("softmax ops: every placement combination on real ranks", "[dtensor][o
   });
 }
 
-TEST_CASE("softmax rules: rows stay sharded, the normalised dim is gathered, Partial is reduced",
-          "[dtensor][ops]") {
+TEST_CASE("softmax rules: rows stay sharded, the normalised dim is gathered, Partial is reduced", "[dtensor][ops]") {
   testing::run_ranks(3, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {3});
     const Tensor x = global_tensor({7, 4}, 5);

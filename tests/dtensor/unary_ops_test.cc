@@ -55,15 +55,19 @@ std::vector<OpCase> forward_cases() {
   const Tensor grad = global_tensor({5, 3}, 5);
   auto no_grad = [](const Tensor& t) { return OpInput{t, false}; };
   return {
-      {"relu_backward", {no_grad(grad), no_grad(add(small(), 0.125))},
+      {"relu_backward",
+       {no_grad(grad), no_grad(add(small(), 0.125))},
        [](const auto& x) { return relu_backward(x[0], x[1]); }},
       {"gelu_backward", {no_grad(grad), no_grad(small())}, [](const auto& x) { return gelu_backward(x[0], x[1]); }},
-      {"gelu_backward tanh", {no_grad(grad), no_grad(small())},
+      {"gelu_backward tanh",
+       {no_grad(grad), no_grad(small())},
        [](const auto& x) { return gelu_backward(x[0], x[1], GeluApproximation::kTanh); }},
       {"silu_backward", {no_grad(grad), no_grad(small())}, [](const auto& x) { return silu_backward(x[0], x[1]); }},
-      {"sigmoid_backward", {no_grad(grad), no_grad(sigmoid(small()))},
+      {"sigmoid_backward",
+       {no_grad(grad), no_grad(sigmoid(small()))},
        [](const auto& x) { return sigmoid_backward(x[0], x[1]); }},
-      {"tanh_backward", {no_grad(grad), no_grad(tanh(small()))},
+      {"tanh_backward",
+       {no_grad(grad), no_grad(tanh(small()))},
        [](const auto& x) { return tanh_backward(x[0], x[1]); }},
       {"to float32", {{small()}}, [](const auto& x) { return to(x[0], kFloat32); }},
   };
@@ -106,10 +110,10 @@ TEST_CASE("unary ops: values against float64 loops", "[dtensor][ops]") {
   testing::check_close(silu(dx).to_local(), expect(xv, [&](double v) { return v * sigmoid_ref(v); }), tol, "silu");
   testing::check_close(gelu(dx).to_local(),
                        expect(xv, [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }), tol, "gelu");
-  testing::check_close(gelu(dx, GeluApproximation::kTanh).to_local(), expect(xv, [](double v) {
-                         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-                       }),
-                       tol, "gelu tanh");
+  testing::check_close(
+      gelu(dx, GeluApproximation::kTanh).to_local(),
+      expect(xv, [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))); }),
+      tol, "gelu tanh");
   // Known exactly: square roots of perfect squares, relu of halves, x / 4.
   const Tensor squares = Tensor::from_vector<double>({0, 1, 4, 9, 16, 25, 36}, {7});
   testing::check_equal(sqrt(on_one_rank(squares)).to_local(), {0, 1, 2, 3, 4, 5, 6}, "sqrt of squares");

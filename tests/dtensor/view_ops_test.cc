@@ -2,9 +2,9 @@
 // split, chunk): gradcheck on one rank, every placement combination on 1-D and 2x2 meshes
 // against the one-rank result (uneven and empty shards included), values against index
 // loops written here, and which placements stay sharded without communication.
+#include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/shape_ops.h"
-#include "dtensor/ops/view_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
 
@@ -22,35 +22,66 @@ std::vector<OpCase> cases() {
   return {
       {"reshape merge [4,6] -> [24]", {{m}}, [](const auto& x) { return reshape(x[0], {24}); }},
       {"reshape merge [5,3] -> [15]", {{a}}, [](const auto& x) { return reshape(x[0], {15}); }},
-      {"reshape split [6,2] -> [2,3,2]", {{t}}, [](const auto& x) { return reshape(x[0], {2, 3, 2}); }},
-      {"reshape [6,2] -> [3,4]", {{t}}, [](const auto& x) { return reshape(x[0], {3, 4}); }},
-      {"reshape [2,5,4] -> [-1,4]", {{c}}, [](const auto& x) { return reshape(x[0], {-1, 4}); }},
-      {"view [4,6] -> [4,2,3]", {{m}}, [](const auto& x) { return view(x[0], {4, 2, 3}); }},
+      {"reshape split [6,2] -> [2,3,2]",
+       {{t}},
+       [](const auto& x) {
+         return reshape(x[0], {2, 3, 2});
+       }},
+      {"reshape [6,2] -> [3,4]",
+       {{t}},
+       [](const auto& x) {
+         return reshape(x[0], {3, 4});
+       }},
+      {"reshape [2,5,4] -> [-1,4]",
+       {{c}},
+       [](const auto& x) {
+         return reshape(x[0], {-1, 4});
+       }},
+      {"view [4,6] -> [4,2,3]",
+       {{m}},
+       [](const auto& x) {
+         return view(x[0], {4, 2, 3});
+       }},
       {"flatten [2,5,4] from 1", {{c}}, [](const auto& x) { return flatten(x[0], 1); }},
-      {"permute [2,5,4] (2,0,1)", {{c}}, [](const auto& x) { return permute(x[0], {2, 0, 1}); }},
+      {"permute [2,5,4] (2,0,1)",
+       {{c}},
+       [](const auto& x) {
+         return permute(x[0], {2, 0, 1});
+       }},
       {"squeeze [5,1,3] dim 1", {{u}}, [](const auto& x) { return squeeze(x[0], 1); }},
       {"squeeze all", {{u}}, [](const auto& x) { return squeeze(x[0]); }},
       {"narrow dim 0", {{a}}, [](const auto& x) { return narrow(x[0], 0, 1, 3); }},
       {"narrow dim 1", {{c}}, [](const auto& x) { return narrow(x[0], 1, 2, 3); }},
-      {"cat dim 0 with an empty piece", {{a}, {none}, {rows}},
-       [](const auto& x) { return cat({x[0], x[1], x[2]}, 0); }},
-      {"cat dim 1", {{col}, {a}, {cols}}, [](const auto& x) { return cat({x[0], x[1], x[2]}, -1); }},
-      {"split size 2 (one piece unused)", {{a}},
+      {"cat dim 0 with an empty piece",
+       {{a}, {none}, {rows}},
+       [](const auto& x) {
+         return cat({x[0], x[1], x[2]}, 0);
+       }},
+      {"cat dim 1",
+       {{col}, {a}, {cols}},
+       [](const auto& x) {
+         return cat({x[0], x[1], x[2]}, -1);
+       }},
+      {"split size 2 (one piece unused)",
+       {{a}},
        [](const auto& x) {
          const std::vector<DTensor> p = split(x[0], 2, 0);
          return cat({p[2], mul(p[0], 3.0)}, 0);
        }},
-      {"split sizes {1, 2} dim 1", {{a}},
+      {"split sizes {1, 2} dim 1",
+       {{a}},
        [](const auto& x) {
          const std::vector<DTensor> p = split(x[0], std::vector<int64_t>{1, 2}, 1);
          return mul(p[1], p[0]);
        }},
-      {"chunk 2 of [5,3]", {{a}},
+      {"chunk 2 of [5,3]",
+       {{a}},
        [](const auto& x) {
          const std::vector<DTensor> p = chunk(x[0], 2, 0);
          return sub(narrow(p[0], 0, 0, 2), p[1]);
        }},
-      {"chunk 3 of [2,5,4] dim 2", {{c}},
+      {"chunk 3 of [2,5,4] dim 2",
+       {{c}},
        [](const auto& x) {
          const std::vector<DTensor> p = chunk(x[0], 3, 2);
          return add(p[0], mul(p[1], 2.0));
@@ -112,7 +143,7 @@ TEST_CASE("view and shape ops keep shards that stay whole, without communication
     const Tensor m = global_tensor({4, 6}, 11), a = global_tensor({5, 3}, 12);
     const DTensor rows = distribute_tensor(m, mesh, {Shard(0)}), cols = distribute_tensor(m, mesh, {Shard(1)});
     collective_counter().reset();
-    const DTensor merged = reshape(rows, {24});       // rows 0:2 are elements 0:12, chunk 0 of 24
+    const DTensor merged = reshape(rows, {24});        // rows 0:2 are elements 0:12, chunk 0 of 24
     const DTensor split_cols = view(cols, {4, 2, 3});  // columns 0:3 are the first of two groups of 3
     const DTensor cat_rows = cat({rows, rows}, 1);
     const DTensor narrowed = narrow(rows, 1, 2, 3);

@@ -19,10 +19,12 @@ std::vector<OpCase> differentiable_cases() {
   const Tensor a = global_tensor({5, 3}, 1), b = global_tensor({5, 3}, 2), row = global_tensor({3}, 3);
   return {
       {"where", {mask_input({5, 3}, 4), {a}, {b}}, [](const auto& x) { return where(x[0], x[1], x[2]); }},
-      {"where broadcast [5,1] ? [3] : [5,3]", {mask_input({5, 1}, 5), {row}, {b}},
+      {"where broadcast [5,1] ? [3] : [5,3]",
+       {mask_input({5, 1}, 5), {row}, {b}},
        [](const auto& x) { return where(x[0], x[1], x[2]); }},
       {"masked_fill 0", {{a}, mask_input({5, 3}, 6)}, [](const auto& x) { return masked_fill(x[0], x[1], 0.0); }},
-      {"masked_fill -2.5 broadcast mask [3]", {{a}, mask_input({3}, 7)},
+      {"masked_fill -2.5 broadcast mask [3]",
+       {{a}, mask_input({3}, 7)},
        [](const auto& x) { return masked_fill(x[0], x[1], -2.5); }},
   };
 }
@@ -112,8 +114,8 @@ TEST_CASE("Partial inputs: where and masked_fill keep the exact cases, compariso
 TEST_CASE("where and masked_fill: errors name the op and the inputs", "[dtensor][ops]") {
   const DTensor a = on_one_rank(global_tensor({5, 3}, 1));
   CHECK_THROWS_AS(where(a, a, a), TypeError);
-  CHECK_THROWS_WITH(where(a, a, a), Catch::Contains("where") && Catch::Contains("condition") &&
-                                        Catch::Contains("float64[5, 3] (R)"));
+  CHECK_THROWS_WITH(where(a, a, a),
+                    Catch::Contains("where") && Catch::Contains("condition") && Catch::Contains("float64[5, 3] (R)"));
   CHECK_THROWS_AS(masked_fill(a, a, 0.0), TypeError);
   CHECK_THROWS_AS(masked_fill(a, on_one_rank(gt(global_tensor({4, 3}, 1), 0.0)), 0.0), ValueError);
   CHECK_THROWS_AS(lt(a, on_one_rank(global_tensor({2}, 1))), ValueError);

@@ -73,8 +73,8 @@ TEST_CASE("cross_entropy and its backward match float64 references", "[cross_ent
           targets[0] = classes - 1;
           Tensor target = Tensor::from_vector(targets, {rows});
           const Reference ref = reference(to_f64(logits), rows, classes, targets, -100, reduction, 2.5);
-          const std::string what = fmt::format("cross_entropy {}, {}", describe(logits),
-                                               reduction == Reduction::kMean ? "mean" : "sum");
+          const std::string what =
+              fmt::format("cross_entropy {}, {}", describe(logits), reduction == Reduction::kMean ? "mean" : "sum");
           Tensor transposed = logits.t().contiguous().t();  // strides [1, rows]
           for (const Tensor& input : {logits, testing::strided_copy(logits), transposed}) {
             CrossEntropyOutput out = cross_entropy(input, target, -100, reduction);
@@ -145,8 +145,7 @@ TEST_CASE("cross_entropy is bitwise the same on 1 and 2 threads", "[cross_entrop
   set_num_threads(2);
   CrossEntropyOutput two = cross_entropy(logits, target);
   testing::check_equal(two.loss, {one.loss.item()}, "loss");
-  testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, two.logsumexp), to_f64(grad_one),
-                       "grad");
+  testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, two.logsumexp), to_f64(grad_one), "grad");
 }
 
 TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cross_entropy][errors]") {
@@ -165,8 +164,7 @@ TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cr
   CrossEntropyOutput out = cross_entropy(logits, good);
   CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, bad, out.logsumexp),
                     Catch::Contains("cross_entropy_backward") && Catch::Contains("target 5"));
-  CHECK_THROWS_WITH(cross_entropy_backward(full({2}, 1.0), logits, good, out.logsumexp),
-                    Catch::Contains("grad_loss"));
+  CHECK_THROWS_WITH(cross_entropy_backward(full({2}, 1.0), logits, good, out.logsumexp), Catch::Contains("grad_loss"));
   CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp.to(kFloat64)),
                     Catch::Contains("logsumexp") && Catch::Contains("float64[3]"));
 }

@@ -138,62 +138,89 @@ double derivative(const F& f, double x) {
 constexpr testing::Tolerance kDerivativeTolerance{1e-9, 1e-7};
 
 TEST_CASE("binary arithmetic matches float64 references over sizes, layouts and broadcasting", "[elementwise]") {
-  check_binary("add", kNumericDTypes, [](auto& a, auto& b) { return add(a, b); }, std::plus<>());
-  check_binary("sub", kNumericDTypes, [](auto& a, auto& b) { return sub(a, b); }, std::minus<>());
-  check_binary("mul", kNumericDTypes, [](auto& a, auto& b) { return mul(a, b); }, std::multiplies<>());
-  check_binary("div", testing::kFloatDTypes, [](auto& a, auto& b) { return div(a, b); }, std::divides<>(), Range{},
-               Range{0.5, 2});
-  check_binary("maximum", kNumericDTypes, [](auto& a, auto& b) { return maximum(a, b); },
-               [](double a, double b) { return std::max(a, b); });
-  check_binary("minimum", kNumericDTypes, [](auto& a, auto& b) { return minimum(a, b); },
-               [](double a, double b) { return std::min(a, b); });
+  check_binary(
+      "add", kNumericDTypes, [](auto& a, auto& b) { return add(a, b); }, std::plus<>());
+  check_binary(
+      "sub", kNumericDTypes, [](auto& a, auto& b) { return sub(a, b); }, std::minus<>());
+  check_binary(
+      "mul", kNumericDTypes, [](auto& a, auto& b) { return mul(a, b); }, std::multiplies<>());
+  check_binary(
+      "div", testing::kFloatDTypes, [](auto& a, auto& b) { return div(a, b); }, std::divides<>(), Range{},
+      Range{0.5, 2});
+  check_binary(
+      "maximum", kNumericDTypes, [](auto& a, auto& b) { return maximum(a, b); },
+      [](double a, double b) { return std::max(a, b); });
+  check_binary(
+      "minimum", kNumericDTypes, [](auto& a, auto& b) { return minimum(a, b); },
+      [](double a, double b) { return std::min(a, b); });
 }
 
 TEST_CASE("tensor-scalar arithmetic and pow match float64 references", "[elementwise]") {
-  check_unary("add 2", kNumericDTypes, [](auto& x) { return add(x, 2.0); }, [](double v) { return v + 2; });
-  check_unary("sub 3", kNumericDTypes, [](auto& x) { return sub(x, 3.0); }, [](double v) { return v - 3; });
-  check_unary("mul -4", kNumericDTypes, [](auto& x) { return mul(x, -4.0); }, [](double v) { return v * -4; });
-  check_unary("rsub 1", kNumericDTypes, [](auto& x) { return rsub(x, 1.0); }, [](double v) { return 1 - v; });
-  check_unary("div 3", testing::kFloatDTypes, [](auto& x) { return div(x, 3.0); }, [](double v) { return v / 3; });
-  check_unary("mul 0.1", testing::kFloatDTypes, [](auto& x) { return mul(x, 0.1); },
-              [](double v) { return v * 0.1; });
+  check_unary(
+      "add 2", kNumericDTypes, [](auto& x) { return add(x, 2.0); }, [](double v) { return v + 2; });
+  check_unary(
+      "sub 3", kNumericDTypes, [](auto& x) { return sub(x, 3.0); }, [](double v) { return v - 3; });
+  check_unary(
+      "mul -4", kNumericDTypes, [](auto& x) { return mul(x, -4.0); }, [](double v) { return v * -4; });
+  check_unary(
+      "rsub 1", kNumericDTypes, [](auto& x) { return rsub(x, 1.0); }, [](double v) { return 1 - v; });
+  check_unary(
+      "div 3", testing::kFloatDTypes, [](auto& x) { return div(x, 3.0); }, [](double v) { return v / 3; });
+  check_unary(
+      "mul 0.1", testing::kFloatDTypes, [](auto& x) { return mul(x, 0.1); }, [](double v) { return v * 0.1; });
   for (double e : {2.0, 3.0, 0.5, -1.5}) {
-    check_unary(fmt::format("pow {}", e), testing::kFloatDTypes, [e](auto& x) { return pow(x, e); },
-                [e](double v) { return std::pow(v, e); }, Range{0.25, 3});
+    check_unary(
+        fmt::format("pow {}", e), testing::kFloatDTypes, [e](auto& x) { return pow(x, e); },
+        [e](double v) { return std::pow(v, e); }, Range{0.25, 3});
   }
 }
 
 TEST_CASE("unary ops match float64 references", "[elementwise]") {
-  check_unary("neg", kNumericDTypes, [](auto& x) { return neg(x); }, [](double v) { return -v; });
-  check_unary("abs", kNumericDTypes, [](auto& x) { return abs(x); }, [](double v) { return std::abs(v); });
-  check_unary("relu", kNumericDTypes, [](auto& x) { return relu(x); }, [](double v) { return std::max(v, 0.0); });
+  check_unary(
+      "neg", kNumericDTypes, [](auto& x) { return neg(x); }, [](double v) { return -v; });
+  check_unary(
+      "abs", kNumericDTypes, [](auto& x) { return abs(x); }, [](double v) { return std::abs(v); });
+  check_unary(
+      "relu", kNumericDTypes, [](auto& x) { return relu(x); }, [](double v) { return std::max(v, 0.0); });
   const auto& floats = testing::kFloatDTypes;
-  check_unary("exp", floats, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); });
+  check_unary(
+      "exp", floats, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); });
   const DType wide[] = {kFloat32, kFloat64};  // exp up to its float32 overflow point
-  check_unary("exp wide", wide, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, Range{-87, 88});
+  check_unary(
+      "exp wide", wide, [](auto& x) { return exp(x); }, [](double v) { return std::exp(v); }, Range{-87, 88});
   for (DType d : floats) {
     const Tensor special = Tensor::from_vector<double>({-kInf, kInf, kNaN, -1000, 1000, 0}).to(d);
     check_equal(exp(special), {0, kInf, kNaN, 0, kInf, 1}, fmt::format("exp of extremes, {}", dtype_name(d)));
     check_equal(sigmoid(special), {0, 1, kNaN, 0, 1, 0.5}, fmt::format("sigmoid of extremes, {}", dtype_name(d)));
   }
-  check_unary("log", floats, [](auto& x) { return log(x); }, [](double v) { return std::log(v); }, Range{0.1, 4});
-  check_unary("sqrt", floats, [](auto& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, Range{0, 4});
-  check_unary("rsqrt", floats, [](auto& x) { return rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); },
-              Range{0.1, 4});
-  check_unary("tanh", floats, [](auto& x) { return tanh(x); }, [](double v) { return std::tanh(v); });
-  check_unary("sigmoid", floats, [](auto& x) { return sigmoid(x); }, sigmoid_ref, Range{-8, 8});
-  check_unary("silu", floats, [](auto& x) { return silu(x); }, [](double v) { return v * sigmoid_ref(v); });
-  check_unary("gelu", floats, [](auto& x) { return gelu(x); }, gelu_ref);
-  check_unary("gelu tanh", floats, [](auto& x) { return gelu(x, GeluApproximation::kTanh); }, gelu_tanh_ref);
+  check_unary(
+      "log", floats, [](auto& x) { return log(x); }, [](double v) { return std::log(v); }, Range{0.1, 4});
+  check_unary(
+      "sqrt", floats, [](auto& x) { return sqrt(x); }, [](double v) { return std::sqrt(v); }, Range{0, 4});
+  check_unary(
+      "rsqrt", floats, [](auto& x) { return rsqrt(x); }, [](double v) { return 1 / std::sqrt(v); }, Range{0.1, 4});
+  check_unary(
+      "tanh", floats, [](auto& x) { return tanh(x); }, [](double v) { return std::tanh(v); });
+  check_unary(
+      "sigmoid", floats, [](auto& x) { return sigmoid(x); }, sigmoid_ref, Range{-8, 8});
+  check_unary(
+      "silu", floats, [](auto& x) { return silu(x); }, [](double v) { return v * sigmoid_ref(v); });
+  check_unary(
+      "gelu", floats, [](auto& x) { return gelu(x); }, gelu_ref);
+  check_unary(
+      "gelu tanh", floats, [](auto& x) { return gelu(x, GeluApproximation::kTanh); }, gelu_tanh_ref);
 }
 
 TEST_CASE("clamp takes optional bounds and keeps NaN", "[elementwise]") {
-  check_unary("clamp [-1, 2]", kNumericDTypes, [](auto& x) { return clamp(x, -1.0, 2.0); },
-              [](double v) { return std::min(std::max(v, -1.0), 2.0); });
-  check_unary("clamp min 0", kNumericDTypes, [](auto& x) { return clamp(x, 0.0, std::nullopt); },
-              [](double v) { return std::max(v, 0.0); });
-  check_unary("clamp max 1", kNumericDTypes, [](auto& x) { return clamp(x, std::nullopt, 1.0); },
-              [](double v) { return std::min(v, 1.0); });
+  check_unary(
+      "clamp [-1, 2]", kNumericDTypes, [](auto& x) { return clamp(x, -1.0, 2.0); },
+      [](double v) { return std::min(std::max(v, -1.0), 2.0); });
+  check_unary(
+      "clamp min 0", kNumericDTypes, [](auto& x) { return clamp(x, 0.0, std::nullopt); },
+      [](double v) { return std::max(v, 0.0); });
+  check_unary(
+      "clamp max 1", kNumericDTypes, [](auto& x) { return clamp(x, std::nullopt, 1.0); },
+      [](double v) { return std::min(v, 1.0); });
   const Tensor x = Tensor::from_vector<double>({kNaN, -kInf, kInf, -5, 5}).to(kFloat32);
   check_equal(clamp(x, -1.0, 2.0), {kNaN, -1, 2, -1, 2}, "clamp of NaN and infinities");
   check_equal(clamp(x, 3.0, 1.0), {kNaN, 1, 1, 1, 1}, "clamp with min > max gives max, as in torch");
@@ -202,25 +229,30 @@ TEST_CASE("clamp takes optional bounds and keeps NaN", "[elementwise]") {
 TEST_CASE("fused backward kernels match derivatives of the forward references", "[elementwise]") {
   const auto& floats = testing::kFloatDTypes;
   const Range grad{-1, 1};
-  check_binary("relu_backward", floats, [](auto& g, auto& x) { return relu_backward(g, x); },
-               [](double g, double x) { return x > 0 ? g : 0.0; }, grad);
-  check_binary("gelu_backward", floats, [](auto& g, auto& x) { return gelu_backward(g, x); },
-               [](double g, double x) { return g * derivative(gelu_ref, x); }, grad, Range{}, std::nullopt,
-               kDerivativeTolerance);
-  check_binary("gelu_backward tanh", floats,
-               [](auto& g, auto& x) { return gelu_backward(g, x, GeluApproximation::kTanh); },
-               [](double g, double x) { return g * derivative(gelu_tanh_ref, x); }, grad, Range{}, std::nullopt,
-               kDerivativeTolerance);
-  check_binary("silu_backward", floats, [](auto& g, auto& x) { return silu_backward(g, x); },
-               [](double g, double x) { return g * derivative([](double v) { return v * sigmoid_ref(v); }, x); },
-               grad, Range{}, std::nullopt, kDerivativeTolerance);
+  check_binary(
+      "relu_backward", floats, [](auto& g, auto& x) { return relu_backward(g, x); },
+      [](double g, double x) { return x > 0 ? g : 0.0; }, grad);
+  check_binary(
+      "gelu_backward", floats, [](auto& g, auto& x) { return gelu_backward(g, x); },
+      [](double g, double x) { return g * derivative(gelu_ref, x); }, grad, Range{}, std::nullopt,
+      kDerivativeTolerance);
+  check_binary(
+      "gelu_backward tanh", floats, [](auto& g, auto& x) { return gelu_backward(g, x, GeluApproximation::kTanh); },
+      [](double g, double x) { return g * derivative(gelu_tanh_ref, x); }, grad, Range{}, std::nullopt,
+      kDerivativeTolerance);
+  check_binary(
+      "silu_backward", floats, [](auto& g, auto& x) { return silu_backward(g, x); },
+      [](double g, double x) { return g * derivative([](double v) { return v * sigmoid_ref(v); }, x); }, grad, Range{},
+      std::nullopt, kDerivativeTolerance);
   // The saved tensor is the forward output y; the reference differentiates through x.
-  check_binary("sigmoid_backward", floats, [](auto& g, auto& y) { return sigmoid_backward(g, y); },
-               [](double g, double y) { return g * derivative(sigmoid_ref, std::log(y / (1 - y))); }, grad,
-               Range{0.02, 0.98}, std::nullopt, kDerivativeTolerance);
-  check_binary("tanh_backward", floats, [](auto& g, auto& y) { return tanh_backward(g, y); },
-               [](double g, double y) { return g * derivative([](double v) { return std::tanh(v); }, std::atanh(y)); },
-               grad, Range{-0.98, 0.98}, std::nullopt, kDerivativeTolerance);
+  check_binary(
+      "sigmoid_backward", floats, [](auto& g, auto& y) { return sigmoid_backward(g, y); },
+      [](double g, double y) { return g * derivative(sigmoid_ref, std::log(y / (1 - y))); }, grad, Range{0.02, 0.98},
+      std::nullopt, kDerivativeTolerance);
+  check_binary(
+      "tanh_backward", floats, [](auto& g, auto& y) { return tanh_backward(g, y); },
+      [](double g, double y) { return g * derivative([](double v) { return std::tanh(v); }, std::atanh(y)); }, grad,
+      Range{-0.98, 0.98}, std::nullopt, kDerivativeTolerance);
 }
 
 TEST_CASE("comparisons return bool tensors for every dtype", "[elementwise][compare]") {
@@ -240,10 +272,12 @@ TEST_CASE("comparisons return bool tensors for every dtype", "[elementwise][comp
       {"ge", ge, ge, [](double a, double b) { return a >= b; }},
   };
   for (const Cmp& c : cmps) {
-    check_binary(c.name, testing::kAllDTypes, c.tensor_op, [&](double a, double b) { return double(c.ref(a, b)); },
-                 ties, ties, kBool);
-    check_unary(fmt::format("{} 1", c.name), testing::kAllDTypes, [&](auto& x) { return c.scalar_op(x, 1.0); },
-                [&](double v) { return double(c.ref(v, 1.0)); }, ties);
+    check_binary(
+        c.name, testing::kAllDTypes, c.tensor_op, [&](double a, double b) { return double(c.ref(a, b)); }, ties, ties,
+        kBool);
+    check_unary(
+        fmt::format("{} 1", c.name), testing::kAllDTypes, [&](auto& x) { return c.scalar_op(x, 1.0); },
+        [&](double v) { return double(c.ref(v, 1.0)); }, ties);
   }
   // The scalar is rounded to the tensor's dtype first: a bf16 0.1 equals 0.1.
   const Tensor tenth = full({3}, 0.1, kBFloat16);
@@ -256,8 +290,9 @@ TEST_CASE("comparisons return bool tensors for every dtype", "[elementwise][comp
 
 TEST_CASE("logical_not, where and masked_fill select exactly", "[elementwise][select]") {
   const Range small{-2, 2, Range::kIntegers};
-  check_unary("logical_not", testing::kAllDTypes, [](auto& x) { return logical_not(x); },
-              [](double v) { return double(v == 0); }, small);
+  check_unary(
+      "logical_not", testing::kAllDTypes, [](auto& x) { return logical_not(x); },
+      [](double v) { return double(v == 0); }, small);
   for (DType dtype : testing::kAllDTypes) {
     for (const BinaryCase& c : binary_inputs(dtype, Range{-9, 9}, Range{-9, 9})) {
       // The condition is the third operand, broadcast against both: take it as a's shape.
@@ -441,15 +476,15 @@ TEST_CASE("bad operands raise typed errors naming the op, shapes and dtypes", "[
   CHECK_THROWS_WITH(add(i32, 0.5), Catch::Contains("add") && Catch::Contains("0.5") && Catch::Contains("int32[3]"));
   CHECK_THROWS_AS(masked_fill(i32, zeros({3}, kBool), 3e10), TypeError);
   CHECK_THROWS_AS(where(a, a, a), TypeError);
-  CHECK_THROWS_WITH(where(a, a, a), Catch::Contains("where") && Catch::Contains("condition") &&
-                                        Catch::Contains("float32[2, 3]"));
+  CHECK_THROWS_WITH(where(a, a, a),
+                    Catch::Contains("where") && Catch::Contains("condition") && Catch::Contains("float32[2, 3]"));
   CHECK_THROWS_WITH(where(zeros({2, 1}, kBool), a, zeros({4})),
                     Catch::Contains("where") && Catch::Contains("bool[2, 1]") && Catch::Contains("float32[4]"));
   CHECK_THROWS_AS(masked_fill(a, a, 1.0), TypeError);
   Tensor small = zeros({3});
   CHECK_THROWS_AS(add_(small, a), ValueError);
-  CHECK_THROWS_WITH(add_(small, a), Catch::Contains("add_") && Catch::Contains("float32[2, 3]") &&
-                                        Catch::Contains("float32[3]"));
+  CHECK_THROWS_WITH(add_(small, a),
+                    Catch::Contains("add_") && Catch::Contains("float32[2, 3]") && Catch::Contains("float32[3]"));
   Tensor expanded = zeros({1, 3}).expand({2, 3});
   CHECK_THROWS_AS(add_(expanded, a), ValueError);
   CHECK_THROWS_WITH(mul_(expanded, 2.0), Catch::Contains("mul_") && Catch::Contains("expanded"));

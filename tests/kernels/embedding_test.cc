@@ -133,12 +133,12 @@ TEST_CASE("embedding_backward of ones counts positions exactly; padding_idx rows
   Tensor indices = Tensor::from_vector(idx);
   for (DType dtype : testing::kFloatDTypes) {
     Tensor grad = ones({7, 3}, dtype);
-    testing::check_equal(embedding_backward(grad, indices, 6),
-                         {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0}, "counts");
+    testing::check_equal(embedding_backward(grad, indices, 6), {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0},
+                         "counts");
     testing::check_equal(embedding_backward(grad, indices, 6, 2),
                          {2, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 0}, "padding_idx 2");
-    testing::check_equal(embedding_backward(grad, indices, 5, -1),
-                         {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 0, 0, 0}, "padding_idx -1 is row 4");
+    testing::check_equal(embedding_backward(grad, indices, 5, -1), {2, 2, 2, 0, 0, 0, 3, 3, 3, 1, 1, 1, 0, 0, 0},
+                         "padding_idx -1 is row 4");
   }
 }
 
@@ -165,9 +165,8 @@ TEST_CASE("embedding rejects bad indices and shapes with typed errors", "[embedd
   CHECK_THROWS_AS(embedding(weight, Tensor::empty({3}, kFloat32)), TypeError);
   CHECK_THROWS_WITH(embedding(Tensor::empty({10}), indices), Catch::Contains("2-D") && Catch::Contains("float32[10]"));
   Tensor grad = Tensor::empty({2, 3, 4});
-  CHECK_THROWS_WITH(embedding_backward(grad, indices, 10), Catch::Contains("embedding_backward") &&
-                                                               Catch::Contains("index 12") &&
-                                                               Catch::Contains("10 rows"));
+  CHECK_THROWS_WITH(embedding_backward(grad, indices, 10),
+                    Catch::Contains("embedding_backward") && Catch::Contains("index 12") && Catch::Contains("10 rows"));
   CHECK_THROWS_AS(embedding_backward(Tensor::empty({3, 4}), indices, 20), ValueError);
   CHECK_THROWS_AS(embedding_backward(Tensor::empty({2, 3, 4}, kInt64), indices, 20), TypeError);
   CHECK_THROWS_WITH(embedding_backward(grad, indices, 20, 20), Catch::Contains("padding_idx 20"));

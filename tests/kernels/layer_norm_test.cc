@@ -46,8 +46,8 @@ struct ReferenceGrads {
 // grad_x_j = sum_i g_i dy_i/dx_j with the Jacobian written out element by element,
 //   dy_i/dx_j = w_i * rstd * (delta_ij - 1/n - xhat_i * xhat_j / n),
 // and grad_w_i = sum_rows g_i xhat_i, grad_b_i = sum_rows g_i.
-ReferenceGrads reference_backward(const std::vector<double>& g, const std::vector<double>& x, int64_t rows,
-                                  int64_t n, const std::vector<double>& w, double eps) {
+ReferenceGrads reference_backward(const std::vector<double>& g, const std::vector<double>& x, int64_t rows, int64_t n,
+                                  const std::vector<double>& w, double eps) {
   const Reference f = reference_forward(x, rows, n, {}, {}, eps);
   ReferenceGrads r{std::vector<double>(x.size()), std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
   for (size_t row = 0; row < f.mean.size(); ++row) {
@@ -55,8 +55,8 @@ ReferenceGrads reference_backward(const std::vector<double>& g, const std::vecto
     for (int64_t j = 0; j < n; ++j) {
       double acc = 0.0;
       for (int64_t i = 0; i < n; ++i) {
-        const double jacobian = (w.empty() ? 1.0 : w[i]) * f.rstd[row] *
-                                ((i == j ? 1.0 : 0.0) - 1.0 / n - xhat[i] * xhat[j] / n);
+        const double jacobian =
+            (w.empty() ? 1.0 : w[i]) * f.rstd[row] * ((i == j ? 1.0 : 0.0) - 1.0 / n - xhat[i] * xhat[j] / n);
         acc += g[row * n + i] * jacobian;
       }
       r.x[row * n + j] = acc;

@@ -52,7 +52,7 @@ Tensor as_operand(const Tensor& values, Operand how) {
 struct MatmulShape {
   int64_t m, k, n;
 };
-const MatmulShape kShapes[] = {{0, 7, 5},   {7, 0, 5},    {7, 5, 0},    {1, 1, 1},    {7, 7, 7},  {1023, 7, 9},
+const MatmulShape kShapes[] = {{0, 7, 5},    {7, 0, 5},    {7, 5, 0},    {1, 1, 1},    {7, 7, 7},   {1023, 7, 9},
                                {7, 1023, 9}, {9, 7, 1023}, {5, 4097, 3}, {4097, 3, 2}, {2, 3, 4097}};
 
 TEST_CASE("matmul matches a float64 triple loop for every dtype, size and operand layout", "[matmul]") {
@@ -99,7 +99,7 @@ TEST_CASE("transposed and row-major operands are multiplied without copies", "[m
     f();
     return memory_stats(kCPU).total_allocs - before;
   };
-  CHECK(allocations([&] { matmul(a, b.t()); }) == 1);                  // the result only
+  CHECK(allocations([&] { matmul(a, b.t()); }) == 1);  // the result only
   CHECK(allocations([&] { matmul(b, a.t()); }) == 1);
   CHECK(allocations([&] { matmul(a.narrow(1, 8, 16), b.narrow(1, 0, 16).t()); }) == 1);  // leading dim > cols
   CHECK(allocations([&] { matmul(testing::strided_copy(a), b.t()); }) >= 3);  // the view, its copy, the result

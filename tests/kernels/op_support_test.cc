@@ -46,19 +46,50 @@ std::map<std::string_view, Runner> runners() {
   using TT = Tensor (*)(const Tensor&, const Tensor&);
   using TS = Tensor (*)(const Tensor&, double);
   return {
-      {"copy_", [](DType d) { Tensor::empty({2, 3}, d).copy_(x_of(kFloat32)); }},
-      {"fill_", [](DType d) { Tensor t = Tensor::empty({2, 3}, d); fill_(t, 1.0); }},
+      {"copy_",
+       [](DType d) {
+         Tensor::empty({2, 3}, d).copy_(x_of(kFloat32));
+       }},
+      {"fill_",
+       [](DType d) {
+         Tensor t = Tensor::empty({2, 3}, d);
+         fill_(t, 1.0);
+       }},
       {"arange", [](DType d) { arange(0, 4, 1, d); }},
-      {"add", [](DType d) { add(x_of(d), x_of(d)); static_cast<TS>(add)(x_of(d), 1.0); }},
-      {"sub", [](DType d) { sub(x_of(d), x_of(d)); static_cast<TS>(sub)(x_of(d), 1.0); }},
-      {"mul", [](DType d) { mul(x_of(d), x_of(d)); static_cast<TS>(mul)(x_of(d), 1.0); }},
-      {"div", [](DType d) { div(x_of(d), x_of(d)); static_cast<TS>(div)(x_of(d), 1.0); }},
+      {"add",
+       [](DType d) {
+         add(x_of(d), x_of(d));
+         static_cast<TS>(add)(x_of(d), 1.0);
+       }},
+      {"sub",
+       [](DType d) {
+         sub(x_of(d), x_of(d));
+         static_cast<TS>(sub)(x_of(d), 1.0);
+       }},
+      {"mul",
+       [](DType d) {
+         mul(x_of(d), x_of(d));
+         static_cast<TS>(mul)(x_of(d), 1.0);
+       }},
+      {"div",
+       [](DType d) {
+         div(x_of(d), x_of(d));
+         static_cast<TS>(div)(x_of(d), 1.0);
+       }},
       {"maximum", binary(maximum)},
       {"minimum", binary(minimum)},
       {"rsub", [](DType d) { rsub(x_of(d), 1.0); }},
       {"pow", [](DType d) { pow(x_of(d), 2.0); }},
-      {"add_", [](DType d) { Tensor y = x_of(d); add_(y, x_of(d), 1.0); }},
-      {"mul_", [](DType d) { Tensor y = x_of(d); mul_(y, 1.0); }},
+      {"add_",
+       [](DType d) {
+         Tensor y = x_of(d);
+         add_(y, x_of(d), 1.0);
+       }},
+      {"mul_",
+       [](DType d) {
+         Tensor y = x_of(d);
+         mul_(y, 1.0);
+       }},
       {"neg", unary(neg)},
       {"abs", unary(abs)},
       {"relu", unary(relu)},
@@ -76,12 +107,36 @@ std::map<std::string_view, Runner> runners() {
       {"silu_backward", binary(silu_backward)},
       {"sigmoid_backward", binary(sigmoid_backward)},
       {"tanh_backward", binary(tanh_backward)},
-      {"eq", [](DType d) { static_cast<TT>(eq)(x_of(d), x_of(d)); static_cast<TS>(eq)(x_of(d), 1.0); }},
-      {"ne", [](DType d) { static_cast<TT>(ne)(x_of(d), x_of(d)); static_cast<TS>(ne)(x_of(d), 1.0); }},
-      {"lt", [](DType d) { static_cast<TT>(lt)(x_of(d), x_of(d)); static_cast<TS>(lt)(x_of(d), 1.0); }},
-      {"le", [](DType d) { static_cast<TT>(le)(x_of(d), x_of(d)); static_cast<TS>(le)(x_of(d), 1.0); }},
-      {"gt", [](DType d) { static_cast<TT>(gt)(x_of(d), x_of(d)); static_cast<TS>(gt)(x_of(d), 1.0); }},
-      {"ge", [](DType d) { static_cast<TT>(ge)(x_of(d), x_of(d)); static_cast<TS>(ge)(x_of(d), 1.0); }},
+      {"eq",
+       [](DType d) {
+         static_cast<TT>(eq)(x_of(d), x_of(d));
+         static_cast<TS>(eq)(x_of(d), 1.0);
+       }},
+      {"ne",
+       [](DType d) {
+         static_cast<TT>(ne)(x_of(d), x_of(d));
+         static_cast<TS>(ne)(x_of(d), 1.0);
+       }},
+      {"lt",
+       [](DType d) {
+         static_cast<TT>(lt)(x_of(d), x_of(d));
+         static_cast<TS>(lt)(x_of(d), 1.0);
+       }},
+      {"le",
+       [](DType d) {
+         static_cast<TT>(le)(x_of(d), x_of(d));
+         static_cast<TS>(le)(x_of(d), 1.0);
+       }},
+      {"gt",
+       [](DType d) {
+         static_cast<TT>(gt)(x_of(d), x_of(d));
+         static_cast<TS>(gt)(x_of(d), 1.0);
+       }},
+      {"ge",
+       [](DType d) {
+         static_cast<TT>(ge)(x_of(d), x_of(d));
+         static_cast<TS>(ge)(x_of(d), 1.0);
+       }},
       {"logical_not", unary(logical_not)},
       {"where", [](DType d) { where(mask(), x_of(d), x_of(d)); }},
       {"masked_fill", [](DType d) { masked_fill(x_of(d), mask(), 0.0); }},
@@ -91,16 +146,47 @@ std::map<std::string_view, Runner> runners() {
       {"min", [](DType d) { min(x_of(d)); }},
       {"sum_of_squares", [](DType d) { sum_of_squares(x_of(d)); }},
       {"argmax", [](DType d) { argmax(x_of(d), 1); }},
-      {"cat", [](DType d) { cat({x_of(d), x_of(d)}, 0); }},
+      {"cat",
+       [](DType d) {
+         cat({x_of(d), x_of(d)}, 0);
+       }},
       {"index_select", [](DType d) { index_select(x_of(d), 0, rows()); }},
-      {"gather", [](DType d) { gather(x_of(d), 0, zeros({2, 3}, kInt64)); }},
-      {"index_add_", [](DType d) { Tensor y = x_of(d); index_add_(y, 0, rows(), x_of(d)); }},
-      {"scatter_add_", [](DType d) { Tensor y = x_of(d); scatter_add_(y, 0, zeros({2, 3}, kInt64), x_of(d)); }},
-      {"matmul", [](DType d) { matmul(x_of(d), ones({3, 2}, d)); }},
-      {"bmm", [](DType d) { bmm(ones({1, 2, 3}, d), ones({1, 3, 2}, d)); }},
-      {"uniform_", [](DType d) { Tensor t = x_of(d); uniform_(t, 0.0, 1.0, 1); }},
-      {"normal_", [](DType d) { Tensor t = x_of(d); normal_(t, 0.0, 1.0, 1); }},
-      {"bernoulli", [](DType d) { bernoulli({2, 3}, 0.5, 1, d); }},
+      {"gather",
+       [](DType d) {
+         gather(x_of(d), 0, zeros({2, 3}, kInt64));
+       }},
+      {"index_add_",
+       [](DType d) {
+         Tensor y = x_of(d);
+         index_add_(y, 0, rows(), x_of(d));
+       }},
+      {"scatter_add_",
+       [](DType d) {
+         Tensor y = x_of(d);
+         scatter_add_(y, 0, zeros({2, 3}, kInt64), x_of(d));
+       }},
+      {"matmul",
+       [](DType d) {
+         matmul(x_of(d), ones({3, 2}, d));
+       }},
+      {"bmm",
+       [](DType d) {
+         bmm(ones({1, 2, 3}, d), ones({1, 3, 2}, d));
+       }},
+      {"uniform_",
+       [](DType d) {
+         Tensor t = x_of(d);
+         uniform_(t, 0.0, 1.0, 1);
+       }},
+      {"normal_",
+       [](DType d) {
+         Tensor t = x_of(d);
+         normal_(t, 0.0, 1.0, 1);
+       }},
+      {"bernoulli",
+       [](DType d) {
+         bernoulli({2, 3}, 0.5, 1, d);
+       }},
       {"dropout", [](DType d) { dropout(x_of(d), 0.5, 1); }},
       {"dropout_backward", [](DType d) { dropout_backward(x_of(d), mask(), 0.5); }},
       {"softmax", [](DType d) { softmax(x_of(d), 1); }},
@@ -165,8 +251,7 @@ TEST_CASE("every op runs on exactly the CPU dtypes the table lists") {
         run(d);
         FAIL_CHECK("ran on a dtype the table does not list");
       } catch (const TypeError&) {
-      } catch (const NotImplementedError&) {
-      }
+      } catch (const NotImplementedError&) {}
     }
   }
 }

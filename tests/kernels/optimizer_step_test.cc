@@ -26,9 +26,7 @@ std::vector<double> round_to(DType dtype, const std::vector<double>& v) {
 
 // Parameters are compared to a reference rounded like them, so bfloat16 may differ by one
 // unit in the last place where float32 and float64 arithmetic round to different sides.
-Tolerance param_tolerance(DType d) {
-  return d == kBFloat16 ? Tolerance{1e-6, 1.0 / 128} : testing::tolerance_for(d);
-}
+Tolerance param_tolerance(DType d) { return d == kBFloat16 ? Tolerance{1e-6, 1.0 / 128} : testing::tolerance_for(d); }
 // States are sums of terms up to ~4 (momentum) that may cancel, so atol is a few ulps of 4
 // in the state dtype; the float32 state of a bfloat16 parameter also inherits the parameter's one-ulp
 // differences through weight decay.

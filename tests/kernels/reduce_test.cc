@@ -80,10 +80,15 @@ std::vector<double> reference(Op op, const Tensor& x, const std::vector<bool>& r
     }
     double& a = acc[out];
     switch (op) {
-      case Op::kSum: case Op::kMean: a += v[flat]; break;
+      case Op::kSum:
+      case Op::kMean: a += v[flat]; break;
       case Op::kSumOfSquares: a += v[flat] * v[flat]; break;
-      case Op::kMax: if (!std::isnan(a) && (std::isnan(v[flat]) || v[flat] > a)) a = v[flat]; break;
-      case Op::kMin: if (!std::isnan(a) && (std::isnan(v[flat]) || v[flat] < a)) a = v[flat]; break;
+      case Op::kMax:
+        if (!std::isnan(a) && (std::isnan(v[flat]) || v[flat] > a)) a = v[flat];
+        break;
+      case Op::kMin:
+        if (!std::isnan(a) && (std::isnan(v[flat]) || v[flat] < a)) a = v[flat];
+        break;
     }
     ++count[out];
   }
@@ -134,8 +139,10 @@ void check_op(Op op, std::span<const DType> dtypes, double lo = -1, double hi = 
         const Tensor dropped = run(op, c.x, dims, KeepDim::kNo);
         Shape kept_shape = c.x.shape(), dropped_shape;
         for (int64_t d = 0; d < c.x.dim(); ++d) {
-          if (mask[d]) kept_shape[d] = 1;
-          else dropped_shape.push_back(c.x.size(d));
+          if (mask[d])
+            kept_shape[d] = 1;
+          else
+            dropped_shape.push_back(c.x.size(d));
         }
         const DType out_dtype = op == Op::kSum && !is_floating(dtype) ? kInt64 : dtype;
         INFO(what);
@@ -266,13 +273,13 @@ TEST_CASE("reducing an empty dim: sum 0, mean NaN, max, min and argmax raise", "
 TEST_CASE("bad dims and dtypes raise typed errors naming the op, shape and dtype", "[reduce][errors]") {
   const Tensor x = zeros({2, 3}, kBFloat16);
   CHECK_THROWS_AS(sum(x, {2}), IndexError);
-  CHECK_THROWS_WITH(sum(x, {2}), Catch::Contains("sum") && Catch::Contains("dim 2") &&
-                                     Catch::Contains("bfloat16[2, 3]"));
+  CHECK_THROWS_WITH(sum(x, {2}),
+                    Catch::Contains("sum") && Catch::Contains("dim 2") && Catch::Contains("bfloat16[2, 3]"));
   CHECK_THROWS_AS(argmax(x, -3), IndexError);
   CHECK_THROWS_WITH(argmax(x, -3), Catch::Contains("argmax") && Catch::Contains("bfloat16[2, 3]"));
   CHECK_THROWS_AS(mean(x, {1, -1}), ValueError);
-  CHECK_THROWS_WITH(mean(x, {1, -1}), Catch::Contains("mean") && Catch::Contains("more than once") &&
-                                          Catch::Contains("bfloat16[2, 3]"));
+  CHECK_THROWS_WITH(mean(x, {1, -1}),
+                    Catch::Contains("mean") && Catch::Contains("more than once") && Catch::Contains("bfloat16[2, 3]"));
   CHECK_THROWS_AS(mean(zeros({3}, kInt32)), NotImplementedError);
   CHECK_THROWS_WITH(mean(zeros({3}, kInt32)), Catch::Contains("mean") && Catch::Contains("int32"));
   CHECK_THROWS_AS(sum_of_squares(zeros({3}, kInt64)), NotImplementedError);

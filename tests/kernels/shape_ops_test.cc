@@ -138,9 +138,9 @@ TEST_CASE("cat rejects mismatched inputs with typed errors that name them", "[ca
   CHECK_THROWS_WITH(cat({zeros({2, 3}), zeros({2, 3}, kBFloat16)}, 0),
                     Catch::Contains("tensor 1 is bfloat16[2, 3]") && Catch::Contains("same dtype"));
   CHECK_THROWS_AS(cat({zeros({2, 3}), zeros({2, 4})}, 0), ValueError);
-  CHECK_THROWS_WITH(cat({zeros({2, 3}), zeros({2, 4})}, 0),
-                    Catch::Contains("float32[2, 4]") && Catch::Contains("except in dim 0") &&
-                        Catch::Contains("dim 1 differs"));
+  CHECK_THROWS_WITH(cat({zeros({2, 3}), zeros({2, 4})}, 0), Catch::Contains("float32[2, 4]") &&
+                                                                Catch::Contains("except in dim 0") &&
+                                                                Catch::Contains("dim 1 differs"));
   CHECK_THROWS_WITH(cat({zeros({2, 3}), zeros({2, 3, 1})}, 0), Catch::Contains("same number of dims"));
   CHECK_THROWS_WITH(cat({zeros({})}, 0), Catch::Contains("0-d"));
   CHECK_THROWS_AS(cat({zeros({2, 3})}, 2), IndexError);

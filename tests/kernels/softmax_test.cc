@@ -45,8 +45,8 @@ std::vector<double> reference_softmax(const std::vector<double>& x, const Shape&
 
 // grad_x_k = sum_i grad_y_i * dy_i/dx_k with the Jacobian written out element by element:
 // softmax dy_i/dx_k = p_i (delta_ik - p_k); log_softmax dy_i/dx_k = delta_ik - p_k.
-std::vector<double> reference_backward(const std::vector<double>& g, const std::vector<double>& p,
-                                       const Shape& shape, int64_t dim, bool log) {
+std::vector<double> reference_backward(const std::vector<double>& g, const std::vector<double>& p, const Shape& shape,
+                                       int64_t dim, bool log) {
   SliceIndex s(shape, dim);
   std::vector<double> gx(g.size());
   for (int64_t o = 0; o < s.outer; ++o)
@@ -172,9 +172,9 @@ TEST_CASE("softmax ops reject bad arguments with typed errors", "[softmax][error
   CHECK_THROWS_AS(log_softmax(Tensor::empty({2}, kInt64), 0), TypeError);
   CHECK_THROWS_WITH(log_softmax(Tensor::empty({2}, kInt64), 0), Catch::Contains("int64[2]"));
   CHECK_THROWS_AS(softmax_backward(Tensor::empty({2, 4}), x, 1), ValueError);
-  CHECK_THROWS_WITH(log_softmax_backward(Tensor::empty({2, 3}, kFloat64), x, 1),
-                    Catch::Contains("log_softmax_backward") && Catch::Contains("float64[2, 3]") &&
-                        Catch::Contains("float32[2, 3]"));
+  CHECK_THROWS_WITH(
+      log_softmax_backward(Tensor::empty({2, 3}, kFloat64), x, 1),
+      Catch::Contains("log_softmax_backward") && Catch::Contains("float64[2, 3]") && Catch::Contains("float32[2, 3]"));
 }
 
 }  // namespace

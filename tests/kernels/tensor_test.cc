@@ -8,8 +8,8 @@
 
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
-#include "kernels/tensor.h"
 #include "kernels/parallel.h"
+#include "kernels/tensor.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
 
@@ -235,8 +235,7 @@ TEST_CASE("bfloat16 and float16 round to nearest even", "[tensor][dtype]") {
   }
 }
 
-TEST_CASE("Half's conversions (F16C where compiled in) agree bit for bit with the portable ones",
-          "[tensor][dtype]") {
+TEST_CASE("Half's conversions (F16C where compiled in) agree bit for bit with the portable ones", "[tensor][dtype]") {
   INFO("Half uses " << (DTR_HAS_F16C ? "the F16C instructions" : "the portable conversions"));
   auto bits_of = [](float f) { return std::bit_cast<uint32_t>(f); };
   // half -> float: every bit pattern, NaNs included.
@@ -336,15 +335,14 @@ TEST_CASE("an allocation the system cannot serve is an OutOfMemoryError naming t
   void* held = a.allocate(3 * kMiB);
   a.deallocate(a.allocate(2 * kMiB), 2 * kMiB);  // leaves a 2 MiB block cached
   REQUIRE(a.stats().bytes_cached == int64_t{2 * kMiB});
-  const size_t huge = size_t{1} << 60;            // beyond any address space
+  const size_t huge = size_t{1} << 60;  // beyond any address space
   try {
     a.allocate(huge);
     FAIL("allocate(2^60 bytes) returned");
   } catch (const OutOfMemoryError& e) {
-    CHECK_THAT(std::string(e.what()), Catch::Contains("out of memory on cpu") &&
-                                          Catch::Contains(std::to_string(huge) + " bytes") &&
-                                          Catch::Contains(std::to_string(3 * kMiB) + " in use") &&
-                                          Catch::Contains("0 cached"));
+    CHECK_THAT(std::string(e.what()),
+               Catch::Contains("out of memory on cpu") && Catch::Contains(std::to_string(huge) + " bytes") &&
+                   Catch::Contains(std::to_string(3 * kMiB) + " in use") && Catch::Contains("0 cached"));
   }
   // The allocator returned its cached blocks to the system before giving up.
   CHECK(a.stats().bytes_cached == 0);

@@ -114,7 +114,7 @@ std::vector<RankOutcome> run_ranks_outcomes(int world, const std::function<void(
     int fds[2];
     REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
     children[rank].report_pipe = FileDescriptor(fds[0]);
-    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);  // the parent's end only: a rank's report is never cut short
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);       // the parent's end only: a rank's report is never cut short
     const FileDescriptor report_write(fds[1]);  // the child's end; closed here once it has it
     children[rank].process.emplace(
         [&, rank] { return run_child(rank, world, server.port(), report_write.get(), body, options); }, mask,

@@ -37,14 +37,12 @@ TEST_CASE("parse_launch_config defaults to one rank on one node") {
 
 TEST_CASE("parse_launch_config accepts torchrun's dash, underscore and '=' spellings") {
   const std::vector<std::vector<std::string>> spellings = {
-      {"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1",
-       "--master-port", "29500", "--max-restarts", "2", "--kill-grace-seconds", "1.5", "--run-id",
-       "job"},
-      {"--nproc_per_node", "4", "--nnodes", "3", "--node_rank", "2", "--master_addr", "10.0.0.1",
-       "--master_port", "29500", "--max_restarts", "2", "--kill_grace_seconds", "1.5", "--rdzv_id",
-       "job"},
-      {"--nproc-per-node=4", "--nnodes=3", "--node_rank=2", "--master-addr=10.0.0.1",
-       "--master_port=29500", "--max-restarts=2", "--kill-grace-seconds=1.5", "--rdzv-id=job"},
+      {"--nproc-per-node", "4", "--nnodes", "3", "--node-rank", "2", "--master-addr", "10.0.0.1", "--master-port",
+       "29500", "--max-restarts", "2", "--kill-grace-seconds", "1.5", "--run-id", "job"},
+      {"--nproc_per_node", "4", "--nnodes", "3", "--node_rank", "2", "--master_addr", "10.0.0.1", "--master_port",
+       "29500", "--max_restarts", "2", "--kill_grace_seconds", "1.5", "--rdzv_id", "job"},
+      {"--nproc-per-node=4", "--nnodes=3", "--node_rank=2", "--master-addr=10.0.0.1", "--master_port=29500",
+       "--max-restarts=2", "--kill-grace-seconds=1.5", "--rdzv-id=job"},
   };
   for (std::vector<std::string> args : spellings) {
     args.insert(args.end(), {"train", "--steps", "10"});
@@ -76,18 +74,13 @@ TEST_CASE("parse_launch_config rejects mistakes, naming the flag and what is leg
   using Catch::Contains;
   CHECK_THROWS_WITH(parse({}), Contains("no program to run"));
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "3"}), Contains("no program to run"));
-  CHECK_THROWS_WITH(parse({"--nproc-per-node", "0", "train"}),
-                    Contains("--nproc-per-node must be at least 1, got 0"));
-  CHECK_THROWS_WITH(parse({"--nnodes", "-1", "train"}),
-                    Contains("--nnodes must be at least 1, got -1"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "0", "train"}), Contains("--nproc-per-node must be at least 1, got 0"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "-1", "train"}), Contains("--nnodes must be at least 1, got -1"));
   CHECK_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "-1", "--master-port", "1", "train"}),
                     Contains("--node-rank -1 is out of range for --nnodes 2 (0 .. 1)"));
-  CHECK_THROWS_WITH(parse({"--nnodes", "4", "train"}),
-                    Contains("--master-port is required with --nnodes 4"));
-  CHECK_THROWS_WITH(parse({"--master-port", "65536", "train"}),
-                    Contains("--master-port must be in 1 .. 65535"));
-  CHECK_THROWS_WITH(parse({"--max-restarts", "-2", "train"}),
-                    Contains("--max-restarts must be at least 0, got -2"));
+  CHECK_THROWS_WITH(parse({"--nnodes", "4", "train"}), Contains("--master-port is required with --nnodes 4"));
+  CHECK_THROWS_WITH(parse({"--master-port", "65536", "train"}), Contains("--master-port must be in 1 .. 65535"));
+  CHECK_THROWS_WITH(parse({"--max-restarts", "-2", "train"}), Contains("--max-restarts must be at least 0, got -2"));
   CHECK_THROWS_WITH(parse({"--kill-grace-seconds", "4000", "train"}),
                     Contains("--kill-grace-seconds must be in 0 .. 3600, got 4000"));
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "four", "train"}), Contains("--nproc-per-node"));

@@ -47,9 +47,8 @@ void on_signal(int signal) {
 
 void print_env() {
   std::string line = "env";
-  for (const char* name :
-       {"RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-        "MASTER_PORT", "DTR_RESTART_COUNT", "DTR_RUN_ID", "OMP_NUM_THREADS"}) {
+  for (const char* name : {"RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                           "MASTER_PORT", "DTR_RESTART_COUNT", "DTR_RUN_ID", "OMP_NUM_THREADS"}) {
     const char* value = std::getenv(name);
     line += std::string(" ") + name + "=" + (value != nullptr ? value : "<unset>");
   }

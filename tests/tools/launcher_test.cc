@@ -76,8 +76,7 @@ struct Finished {
 
 // Starts dtrrun with `args` in the test's environment, minus OMP_NUM_THREADS and plus an
 // inherited RANK=99, which dtrrun must both take care of.
-Launch start_dtrrun(const std::vector<std::string>& args, const fs::path& dir,
-                    const std::string& name) {
+Launch start_dtrrun(const std::vector<std::string>& args, const fs::path& dir, const std::string& name) {
   Launch launch{0, dir / (name + ".out"), dir / (name + ".err")};
   std::vector<std::string> argv = {kDtrrun};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -93,12 +92,12 @@ Launch start_dtrrun(const std::vector<std::string>& args, const fs::path& dir,
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, launch.out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, launch.err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int rc = ::posix_spawn(&launch.pid, kDtrrun.c_str(), &actions, nullptr,
-                               argv_pointers.data(), env_pointers.data());
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, launch.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, launch.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  const int rc =
+      ::posix_spawn(&launch.pid, kDtrrun.c_str(), &actions, nullptr, argv_pointers.data(), env_pointers.data());
   posix_spawn_file_actions_destroy(&actions);
   REQUIRE(rc == 0);
   return launch;
@@ -184,8 +183,8 @@ std::vector<RankLine> stderr_rank_lines(const std::string& err) {
 TEST_CASE("dtrrun gives each rank torchrun's environment and prefixes its lines") {
   const int nproc = GENERATE(1, 2, 4);
   INFO("--nproc-per-node " << nproc);
-  const Finished run = run_dtrrun({"--nproc-per-node", std::to_string(nproc), kProbe, "env",
-                                   "stderr", "to stderr", "partial", "no newline"});
+  const Finished run = run_dtrrun(
+      {"--nproc-per-node", std::to_string(nproc), kProbe, "env", "stderr", "to stderr", "partial", "no newline"});
   INFO("stderr:\n" << run.err);
   REQUIRE(run.exit_code == 0);
 
@@ -243,8 +242,7 @@ TEST_CASE("dtrrun never interleaves pieces of lines from different ranks") {
 
 TEST_CASE("a failing rank stops the others and its exit code becomes dtrrun's") {
   // Ranks 0 and 2 would sleep for 10 minutes: finishing at all means they were stopped.
-  const Finished run =
-      run_dtrrun({"--nproc-per-node", "3", kProbe, "exit-if-rank", "1", "3", "sleep", kLongSleep});
+  const Finished run = run_dtrrun({"--nproc-per-node", "3", kProbe, "exit-if-rank", "1", "3", "sleep", kLongSleep});
   INFO("stderr:\n" << run.err);
   CHECK(run.exit_code == 3);
   CHECK_THAT(run.err, Catch::Contains("[dtrrun] rank 1 (local rank 1, pid "));
@@ -254,8 +252,7 @@ TEST_CASE("a failing rank stops the others and its exit code becomes dtrrun's") 
 }
 
 TEST_CASE("a rank killed by a signal is reported as the signal, and dtrrun exits 128 + it") {
-  const Finished run =
-      run_dtrrun({"--nproc-per-node", "2", kProbe, "kill-if-rank", "0", "9", "sleep", kLongSleep});
+  const Finished run = run_dtrrun({"--nproc-per-node", "2", kProbe, "kill-if-rank", "0", "9", "sleep", kLongSleep});
   INFO("stderr:\n" << run.err);
   CHECK(run.exit_code == 128 + SIGKILL);
   CHECK_THAT(run.err, Catch::Contains("[dtrrun] rank 0 (local rank 0, pid "));
@@ -265,11 +262,10 @@ TEST_CASE("a rank killed by a signal is reported as the signal, and dtrrun exits
 TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {
   // Rank 0 fails only once rank 1 ignores SIGTERM (and has said so with its ready file).
   const fs::path dir = make_temp_dir();
-  const Finished run = finish(
-      start_dtrrun({"--nproc-per-node", "2", "--kill-grace-seconds", "0.5", kProbe,
-                    "ignore-sigterm", "ready", dir.string(), "wait-for", (dir / "ready.1").string(),
-                    "exit-if-rank", "0", "4", "sleep", kLongSleep},
-                   dir, "dtrrun"));
+  const Finished run = finish(start_dtrrun(
+      {"--nproc-per-node", "2", "--kill-grace-seconds", "0.5", kProbe, "ignore-sigterm", "ready", dir.string(),
+       "wait-for", (dir / "ready.1").string(), "exit-if-rank", "0", "4", "sleep", kLongSleep},
+      dir, "dtrrun"));
   INFO("stderr:\n" << run.err);
   CHECK(run.exit_code == 4);
   CHECK_THAT(run.err, Catch::Contains("[dtrrun] 1 rank(s) still running 0.5 s after the stop "
@@ -280,9 +276,9 @@ TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
   const int signal = GENERATE(SIGTERM, SIGINT);
   INFO("signal " << signal);
   const fs::path dir = make_temp_dir();
-  const Launch launch = start_dtrrun({"--nproc-per-node", "2", kProbe, "on-signal", dir.string(),
-                                      "ready", dir.string(), "sleep", kLongSleep},
-                                     dir, "dtrrun");
+  const Launch launch = start_dtrrun(
+      {"--nproc-per-node", "2", kProbe, "on-signal", dir.string(), "ready", dir.string(), "sleep", kLongSleep}, dir,
+      "dtrrun");
   // Both ranks have their handler installed once their ready files exist.
   wait_for_file(dir / "ready.0");
   wait_for_file(dir / "ready.1");
@@ -290,8 +286,7 @@ TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
   const Finished run = finish(launch);
   INFO("stderr:\n" << run.err);
   CHECK(run.exit_code == 128 + signal);
-  CHECK_THAT(run.err, Catch::Contains("[dtrrun] received " +
-                                      std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") +
+  CHECK_THAT(run.err, Catch::Contains("[dtrrun] received " + std::string(signal == SIGTERM ? "SIGTERM" : "SIGINT") +
                                       "; forwarding it to 2 rank(s)"));
   for (const char* marker : {"signal.0", "signal.1"}) {
     INFO(marker);
@@ -301,8 +296,8 @@ TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
 
 TEST_CASE("no rank outlives a dtrrun killed with SIGKILL") {
   const fs::path dir = make_temp_dir();
-  const Launch launch = start_dtrrun(
-      {"--nproc-per-node", "2", kProbe, "ready", dir.string(), "sleep", kLongSleep}, dir, "dtrrun");
+  const Launch launch =
+      start_dtrrun({"--nproc-per-node", "2", kProbe, "ready", dir.string(), "sleep", kLongSleep}, dir, "dtrrun");
   wait_for_file(dir / "ready.0");
   wait_for_file(dir / "ready.1");
   REQUIRE(::kill(launch.pid, SIGKILL) == 0);
@@ -351,8 +346,7 @@ TEST_CASE("--max-restarts restarts the group with DTR_RESTART_COUNT counting att
     const Finished run = run_dtrrun(args);
     INFO("stderr:\n" << run.err);
     CHECK(run.exit_code == 5);
-    CHECK_THAT(run.err,
-               Catch::Contains("[dtrrun] failed after 2 attempt(s): rank 0 (local rank 0, pid "));
+    CHECK_THAT(run.err, Catch::Contains("[dtrrun] failed after 2 attempt(s): rank 0 (local rank 0, pid "));
     CHECK_THAT(run.err, Catch::Contains(") exited with code 5"));
   }
 }
@@ -377,9 +371,8 @@ TEST_CASE("two nodes on loopback make one world of 4 ranks") {
   std::vector<Launch> launches;
   for (int node = 0; node < 2; ++node) {
     launches.push_back(
-        start_dtrrun({"--nnodes", "2", "--node_rank", std::to_string(node), "--nproc-per-node", "2",
-                      "--master-addr", "127.0.0.1", "--master-port", std::to_string(port),
-                      "--run-id", "two-nodes", kProbe, "env"},
+        start_dtrrun({"--nnodes", "2", "--node_rank", std::to_string(node), "--nproc-per-node", "2", "--master-addr",
+                      "127.0.0.1", "--master-port", std::to_string(port), "--run-id", "two-nodes", kProbe, "env"},
                      dir, "node" + std::to_string(node)));
   }
   std::multiset<std::string> ranks;
@@ -387,9 +380,8 @@ TEST_CASE("two nodes on loopback make one world of 4 ranks") {
     const Finished run = finish(launches[node]);
     INFO("node " << node << " stderr:\n" << run.err);
     REQUIRE(run.exit_code == 0);
-    CHECK_THAT(run.err,
-               Catch::Contains(fmt::format("[dtrrun] node {} of 2: starting ranks {} .. {} of 4",
-                                           node, 2 * node, 2 * node + 1)));
+    CHECK_THAT(run.err, Catch::Contains(fmt::format("[dtrrun] node {} of 2: starting ranks {} .. {} of 4", node,
+                                                    2 * node, 2 * node + 1)));
     const auto envs = env_lines(run.out);
     REQUIRE(envs.size() == 2);
     for (const auto& env : envs) {
@@ -452,9 +444,7 @@ TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
       {{"--nproc-per-node", "2"}, 2, "[dtrrun] error: no program to run"},
       {{"--nproc-per-node", "0", kProbe}, 2, "--nproc-per-node must be at least 1, got 0"},
       {{"--nnodes", "0", kProbe}, 2, "--nnodes must be at least 1, got 0"},
-      {{"--nnodes", "2", kProbe},
-       2,
-       "--master-port is required with --nnodes 2: every node must pass the same port"},
+      {{"--nnodes", "2", kProbe}, 2, "--master-port is required with --nnodes 2: every node must pass the same port"},
       {{"--nnodes", "2", "--node-rank", "2", "--master-port", "29500", kProbe},
        2,
        "--node-rank 2 is out of range for --nnodes 2 (0 .. 1)"},
@@ -468,9 +458,7 @@ TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
       {{"--nproc-per-node", "2", bad_format.string()},
        1,
        "[dtrrun] error: cannot start '" + bad_format.string() + "': Exec format error"},
-      {{"--master-addr", "no-such-host.invalid", kProbe},
-       1,
-       "cannot resolve master address 'no-such-host.invalid'"},
+      {{"--master-addr", "no-such-host.invalid", kProbe}, 1, "cannot resolve master address 'no-such-host.invalid'"},
   };
   for (const Case& c : cases) {
     std::string joined;

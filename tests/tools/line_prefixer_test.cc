@@ -53,8 +53,8 @@ TEST_CASE("LinePrefixer prefixes whole lines and holds back the unterminated tai
 }
 
 TEST_CASE("LinePrefixer gives the same lines however the stream is cut") {
-  const size_t length = GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4097},
-                                 kMax - 1, kMax, kMax + 1, 2 * kMax + 5);
+  const size_t length =
+      GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{4097}, kMax - 1, kMax, kMax + 1, 2 * kMax + 5);
   const bool terminated = GENERATE(true, false);
   // Three lines: short, `length` bytes, short; the last one terminated or not.
   std::string text = "first\n";

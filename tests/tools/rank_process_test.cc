@@ -67,7 +67,8 @@ int check_rank_set_up() {
   if (::getpgid(0) != ::getpid()) wrong |= 1;  // a process group of its own
   int death_signal = 0;
   if (::prctl(PR_GET_PDEATHSIG, &death_signal) != 0 || death_signal != SIGKILL) wrong |= 2;
-  struct stat in {}, null {};
+  struct stat in {
+  }, null{};
   if (::fstat(STDIN_FILENO, &in) != 0 || ::stat("/dev/null", &null) != 0 || in.st_rdev != null.st_rdev) wrong |= 4;
   struct sigaction usr1 {};
   if (::sigaction(SIGUSR1, nullptr, &usr1) != 0 || usr1.sa_handler != SIG_DFL) wrong |= 8;  // the parent's handler
@@ -94,7 +95,8 @@ class ParentDispositions {
   }
 
  private:
-  struct sigaction usr1_ {}, pipe_ {};
+  struct sigaction usr1_ {
+  }, pipe_{};
 };
 
 TEST_CASE("RankProcess with a function: the rank's set-up, its output and its exit code") {

@@ -18,9 +18,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 constexpr double kMinSampleSeconds = 50e-6;
 
@@ -81,8 +79,10 @@ PairTiming time_pair(const std::function<void()>& fn, const std::function<void()
   const int64_t fn_calls = calls_per_sample(fn, options), ref_calls = calls_per_sample(ref, options);
   std::vector<double> fn_samples, ref_samples;
   // Each takes min_seconds' worth, as if timed alone.
-  const TimingOptions both{.min_seconds = 2 * options.min_seconds, .min_samples = options.min_samples,
-                           .max_samples = options.max_samples, .warmup = options.warmup};
+  const TimingOptions both{.min_seconds = 2 * options.min_seconds,
+                           .min_samples = options.min_samples,
+                           .max_samples = options.max_samples,
+                           .warmup = options.warmup};
   for (const Clock::time_point start = Clock::now(); more_samples(fn_samples.size(), start, both);) {
     if (fn_samples.size() % 2 == 0) {
       fn_samples.push_back(sample_us(fn, fn_calls));
@@ -144,8 +144,8 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
     DTR_CHECK(twins->rows_.size() == rows_.size(), ValueError, "Suite::run: {} in-cache rows for {} rows",
               twins->rows_.size(), rows_.size());
   }
-  os << fmt::format(kRowFormat, "op", "dtype", "shape", "check", "time (us)", "spread min-max (us)",
-                    "throughput", "% of ref", "reference", "in-cache (us)", "bound");
+  os << fmt::format(kRowFormat, "op", "dtype", "shape", "check", "time (us)", "spread min-max (us)", "throughput",
+                    "% of ref", "reference", "in-cache (us)", "bound");
   int wrong = 0;
   for (size_t i = 0; i < rows_.size(); ++i) {
     const Row& row = rows_[i];
@@ -184,8 +184,7 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
                                     : "memory";
       os << fmt::format(kRowFormat, row.op, row.dtype, row.shape, verdict, fmt::format("{:.1f}", timed.fn.median_us),
                         fmt::format("{:.1f}-{:.1f}", timed.fn.min_us, timed.fn.max_us),
-                        throughput(c, timed.fn.median_us),
-                        fmt::format("{:.0f}%", 100.0 * timed.ratio),
+                        throughput(c, timed.fn.median_us), fmt::format("{:.0f}%", 100.0 * timed.ratio),
                         fmt::format("{} ({:.1f} us)", c.reference.name, timed.ref.median_us),
                         cached.us == 0 ? "-" : fmt::format("{:.1f}", cached.us), bound);
     }
@@ -198,9 +197,8 @@ int Suite::run(const std::string& filter, const TimingOptions& timing, std::ostr
 double element_at(const Tensor& t, std::span<const int64_t> coords) {
   int64_t offset = 0;
   for (size_t d = 0; d < coords.size(); ++d) offset += coords[d] * t.stride(static_cast<int64_t>(d));
-  return dispatch_all(t.dtype(), "element_at", [&]<class T>(TypeTag<T>) {
-    return convert<double>(static_cast<const T*>(t.data())[offset]);
-  });
+  return dispatch_all(t.dtype(), "element_at",
+                      [&]<class T>(TypeTag<T>) { return convert<double>(static_cast<const T*>(t.data())[offset]); });
 }
 
 std::string check_sampled(const Tensor& actual, const std::function<double(std::span<const int64_t>)>& expected,

@@ -104,7 +104,8 @@ class Bench {
     }
     std::vector<Timing> timings;
     for (const std::vector<double>& v : per_call) {
-      timings.push_back({bench::median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), v});
+      timings.push_back(
+          {bench::median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()), v});
     }
     return timings;
   }

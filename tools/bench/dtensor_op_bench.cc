@@ -70,8 +70,8 @@ std::vector<OpRow> rows(int64_t tokens, int64_t hidden, int64_t ffn, int64_t voc
   }
   {
     DTensor x = input({tokens, hidden}, Shard(0), 3), w = input({ffn, hidden}, Replicate(), 4);
-    out.push_back({"linear (x W^T)", tag, [=] { return matmul(x.to_local(), w.to_local().t()); },
-                   [=] { return linear(x, w); }});
+    out.push_back(
+        {"linear (x W^T)", tag, [=] { return matmul(x.to_local(), w.to_local().t()); }, [=] { return linear(x, w); }});
   }
   {
     DTensor x = input({tokens, ffn}, Shard(0), 5);

@@ -127,8 +127,7 @@ void add_copy_rows(Suite& suite, const Shapes& s) {
   for (Variant v : {Variant{kFloat32, kFloat32, false}, Variant{kFloat32, kFloat32, true},
                     Variant{kFloat32, kBFloat16, false}, Variant{kBFloat16, kFloat32, false}}) {
     const std::string op = v.transpose ? "copy (.t())" : v.from == v.to ? "copy" : "cast";
-    const std::string dtype = v.from == v.to ? std::string(dtype_name(v.from))
-                                             : fmt::format("{}->{}", v.from, v.to);
+    const std::string dtype = v.from == v.to ? std::string(dtype_name(v.from)) : fmt::format("{}->{}", v.from, v.to);
     suite.add({op, dtype, shape_str(shape), [shape, v] {
                  Tensor src = pattern(shape, v.from, 1);
                  Tensor view = v.transpose ? src.t() : src;
@@ -137,11 +136,14 @@ void add_copy_rows(Suite& suite, const Shapes& s) {
                  return memcpy_case(
                      bytes, [dst, view]() mutable { dst.copy_(view); },
                      [dst, view, to = v.to] {
-                       return check_sampled(dst, [&](std::span<const int64_t> c) {
-                         const double x = element_at(view, c);
-                         if (to == kFloat32) return x;
-                         return static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(x))));
-                       }, 0.0, 0.0);
+                       return check_sampled(
+                           dst,
+                           [&](std::span<const int64_t> c) {
+                             const double x = element_at(view, c);
+                             if (to == kFloat32) return x;
+                             return static_cast<double>(static_cast<float>(BFloat16(static_cast<float>(x))));
+                           },
+                           0.0, 0.0);
                      });
                }});
   }
@@ -153,7 +155,10 @@ void add_fill_rows(Suite& suite, const Shapes& s) {
                Tensor t = Tensor::empty(shape);
                return memcpy_case(
                    static_cast<double>(t.nbytes()), [t]() mutable { fill_(t, 0.5); },
-                   [t] { return check_sampled(t, [](std::span<const int64_t>) { return 0.5; }, 0.0, 0.0); });
+                   [t] {
+                     return check_sampled(
+                         t, [](std::span<const int64_t>) { return 0.5; }, 0.0, 0.0);
+                   });
              }});
 }
 
@@ -175,12 +180,15 @@ void add_cat_rows(Suite& suite, const Shapes& s) {
                        2.0 * static_cast<double>(out.nbytes()),
                        [out, parts, v]() mutable { cat_out(out, parts, v.dim); },
                        [out, parts, v] {
-                         return check_sampled(out, [&](std::span<const int64_t> c) {
-                           Shape at(c.begin(), c.end());
-                           const int64_t piece = at[v.dim] / v.piece[v.dim];
-                           at[v.dim] %= v.piece[v.dim];
-                           return element_at(parts[piece], at);
-                         }, 0.0, 0.0);
+                         return check_sampled(
+                             out,
+                             [&](std::span<const int64_t> c) {
+                               Shape at(c.begin(), c.end());
+                               const int64_t piece = at[v.dim] / v.piece[v.dim];
+                               at[v.dim] %= v.piece[v.dim];
+                               return element_at(parts[piece], at);
+                             },
+                             0.0, 0.0);
                        });
                  }});
     }
@@ -190,18 +198,21 @@ void add_cat_rows(Suite& suite, const Shapes& s) {
 void add_index_rows(Suite& suite, const Shapes& s) {
   const Shape table_shape{s.table, s.hidden};
   for (DType dtype : {kFloat32, kBFloat16}) {
-    suite.add({"index_select", std::string(dtype_name(dtype)),
-               fmt::format("{} rows of {}", s.tokens, table_shape), [table_shape, dtype, tokens = s.tokens] {
+    suite.add({"index_select", std::string(dtype_name(dtype)), fmt::format("{} rows of {}", s.tokens, table_shape),
+               [table_shape, dtype, tokens = s.tokens] {
                  Tensor table = pattern(table_shape, dtype, 3), index = random_indices(tokens, table_shape[0], 4);
                  Tensor out = index_select(table, 0, index);
                  return memcpy_case(
                      2.0 * static_cast<double>(out.nbytes()) + static_cast<double>(index.nbytes()),
                      [table, index, out]() mutable { remake(out, [&] { return index_select(table, 0, index); }); },
                      [table, index, out] {
-                       return check_sampled(out, [&](std::span<const int64_t> c) {
-                         const int64_t row = index.data_ptr<int64_t>()[c[0]];
-                         return element_at(table, std::vector<int64_t>{row, c[1]});
-                       }, 0.0, 0.0);
+                       return check_sampled(
+                           out,
+                           [&](std::span<const int64_t> c) {
+                             const int64_t row = index.data_ptr<int64_t>()[c[0]];
+                             return element_at(table, std::vector<int64_t>{row, c[1]});
+                           },
+                           0.0, 0.0);
                      });
                }});
   }
@@ -217,11 +228,15 @@ void add_index_rows(Suite& suite, const Shapes& s) {
                    3.0 * static_cast<double>(grad_rows.nbytes()) + static_cast<double>(index.nbytes()),
                    [grad_table, index, grad_rows]() mutable { index_add_(grad_table, 0, index, grad_rows); },
                    [grad_table, grad_rows, tokens_of] {
-                     return check_sampled(grad_table, [&](std::span<const int64_t> c) {
-                       double sum = 0;
-                       for (int64_t k : (*tokens_of)[c[0]]) sum += element_at(grad_rows, std::vector<int64_t>{k, c[1]});
-                       return sum;
-                     }, 1e-6, 1e-5);
+                     return check_sampled(
+                         grad_table,
+                         [&](std::span<const int64_t> c) {
+                           double sum = 0;
+                           for (int64_t k : (*tokens_of)[c[0]])
+                             sum += element_at(grad_rows, std::vector<int64_t>{k, c[1]});
+                           return sum;
+                         },
+                         1e-6, 1e-5);
                    });
              }});
 }
@@ -274,11 +289,15 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
                    const double bytes = static_cast<double>(a.nbytes() + b_bytes + out->nbytes());
                    auto run = [v, a, b, out] { remake(*out, [&] { return v.run(a, b); }); };
                    return memcpy_case(bytes, run, [v, a, b, out, dtype] {
-                     return check_sampled(*out, [&](std::span<const int64_t> c) {
-                       const double y = !b.defined() ? 0.0 : v.bias ? element_at(b, std::vector<int64_t>{c[1]})
-                                                                    : element_at(b, c);
-                       return v.expected(element_at(a, c), y);
-                     }, 1e-6, rtol_for(dtype));
+                     return check_sampled(
+                         *out,
+                         [&](std::span<const int64_t> c) {
+                           const double y = !b.defined() ? 0.0
+                                            : v.bias     ? element_at(b, std::vector<int64_t>{c[1]})
+                                                         : element_at(b, c);
+                           return v.expected(element_at(a, c), y);
+                         },
+                         1e-6, rtol_for(dtype));
                    });
                  }});
     }
@@ -318,9 +337,9 @@ void add_reduction_rows(Suite& suite, const Shapes& s) {
                          expected[v.dims.empty() ? 0 : v.dims[0] == 1 ? i : j] += v.squares ? e * e : e;
                        }
                      }
-                     return check_sampled(*out, [&](std::span<const int64_t> c) {
-                       return expected[c.empty() ? 0 : c[0]];
-                     }, 1e-3, dtype == kBFloat16 ? 1e-2 : 1e-4);
+                     return check_sampled(
+                         *out, [&](std::span<const int64_t> c) { return expected[c.empty() ? 0 : c[0]]; }, 1e-3,
+                         dtype == kBFloat16 ? 1e-2 : 1e-4);
                    });
                  }});
     }
@@ -347,7 +366,8 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                    // Eigen on float32 copies of the operands (for bf16 rows: what dtr's bf16 path costs
                    // beyond a float32 GEMM).
                    using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-                   auto ea = std::make_shared<RowMajor>(Eigen::Map<const RowMajor>(a.to(kFloat32).data_ptr<float>(), m, k));
+                   auto ea =
+                       std::make_shared<RowMajor>(Eigen::Map<const RowMajor>(a.to(kFloat32).data_ptr<float>(), m, k));
                    auto ew = std::make_shared<RowMajor>(
                        Eigen::Map<const RowMajor>(w.to(kFloat32).data_ptr<float>(), w.size(0), w.size(1)));
                    auto ec = std::make_shared<RowMajor>(m, n);
@@ -361,16 +381,20 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                                    }};
                    return Case{.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
                                .run = [out, a, b] { matmul_out(out, a, b); },
-                               .check = [out, a, b, k, dtype] {
-                                 return check_sampled(out, [&](std::span<const int64_t> c) {
-                                   double acc = 0;
-                                   for (int64_t i = 0; i < k; ++i) {
-                                     acc += element_at(a, std::vector<int64_t>{c[0], i}) *
-                                            element_at(b, std::vector<int64_t>{i, c[1]});
-                                   }
-                                   return acc;
-                                 }, 1e-3, dtype == kBFloat16 ? 1e-2 : 1e-4);
-                               },
+                               .check =
+                                   [out, a, b, k, dtype] {
+                                     return check_sampled(
+                                         out,
+                                         [&](std::span<const int64_t> c) {
+                                           double acc = 0;
+                                           for (int64_t i = 0; i < k; ++i) {
+                                             acc += element_at(a, std::vector<int64_t>{c[0], i}) *
+                                                    element_at(b, std::vector<int64_t>{i, c[1]});
+                                           }
+                                           return acc;
+                                         },
+                                         1e-3, dtype == kBFloat16 ? 1e-2 : 1e-4);
+                                   },
                                .reference = std::move(eigen)};
                  }});
     }
@@ -390,15 +414,19 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                                }};
                return Case{.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k),
                            .run = [out, a, b] { remake(*out, [&] { return matmul(a, b); }); },
-                           .check = [out, a, b, k] {
-                             return check_sampled(*out, [&](std::span<const int64_t> c) {
-                               double acc = 0;
-                               for (int64_t i = 0; i < k; ++i) {
-                                 acc += element_at(a, at2(c[0], i)) * element_at(b, at2(i, c[1]));
-                               }
-                               return acc;
-                             }, 1e-3, 1e-4);
-                           },
+                           .check =
+                               [out, a, b, k] {
+                                 return check_sampled(
+                                     *out,
+                                     [&](std::span<const int64_t> c) {
+                                       double acc = 0;
+                                       for (int64_t i = 0; i < k; ++i) {
+                                         acc += element_at(a, at2(c[0], i)) * element_at(b, at2(i, c[1]));
+                                       }
+                                       return acc;
+                                     },
+                                     1e-3, 1e-4);
+                               },
                            .reference = std::move(eigen)};
              }});
   // Attention scores: q [heads, tokens, head_dim] x k^T [heads, head_dim, tokens], against
@@ -422,16 +450,20 @@ void add_matmul_rows(Suite& suite, const Shapes& s) {
                const double flops = 2.0 * static_cast<double>(batch * m * n) * static_cast<double>(k);
                return Case{.flops = flops,
                            .run = [out, q, kt] { remake(*out, [&] { return bmm(q, kt); }); },
-                           .check = [out, q, kt, k] {
-                             return check_sampled(*out, [&](std::span<const int64_t> c) {
-                               double acc = 0;
-                               for (int64_t i = 0; i < k; ++i) {
-                                 acc += element_at(q, std::vector<int64_t>{c[0], c[1], i}) *
-                                        element_at(kt, std::vector<int64_t>{c[0], i, c[2]});
-                               }
-                               return acc;
-                             }, 1e-3, 1e-4);
-                           },
+                           .check =
+                               [out, q, kt, k] {
+                                 return check_sampled(
+                                     *out,
+                                     [&](std::span<const int64_t> c) {
+                                       double acc = 0;
+                                       for (int64_t i = 0; i < k; ++i) {
+                                         acc += element_at(q, std::vector<int64_t>{c[0], c[1], i}) *
+                                                element_at(kt, std::vector<int64_t>{c[0], i, c[2]});
+                                       }
+                                       return acc;
+                                     },
+                                     1e-3, 1e-4);
+                               },
                            .reference = std::move(eigen)};
              }});
 }
@@ -444,45 +476,50 @@ void add_row_kernel_rows(Suite& suite, const Shapes& s) {
                  Tensor x = pattern(scores, dtype, 11);
                  Tensor y = softmax(x, -1);
                  auto run = [x, y]() mutable { remake(y, [&] { return softmax(x, -1); }); };
-                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), run,
-                                    [x, y, dtype] {
-                                      return check_sampled(y, [&](std::span<const int64_t> c) {
-                                        double sum = 0;
-                                        for (int64_t j = 0; j < x.size(1); ++j) {
-                                          sum += std::exp(element_at(x, std::vector<int64_t>{c[0], j}));
-                                        }
-                                        return std::exp(element_at(x, c)) / sum;
-                                      }, 1e-6, dtype == kBFloat16 ? 1e-2 : 1e-5);
-                                    });
+                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()), run, [x, y, dtype] {
+                   return check_sampled(
+                       y,
+                       [&](std::span<const int64_t> c) {
+                         double sum = 0;
+                         for (int64_t j = 0; j < x.size(1); ++j) {
+                           sum += std::exp(element_at(x, std::vector<int64_t>{c[0], j}));
+                         }
+                         return std::exp(element_at(x, c)) / sum;
+                       },
+                       1e-6, dtype == kBFloat16 ? 1e-2 : 1e-5);
+                 });
                }});
     const Shape act{s.tokens, s.hidden};
     suite.add({"layer_norm", std::string(dtype_name(dtype)), shape_str(act), [act, dtype] {
                  Tensor x = pattern(act, dtype, 12), w = pattern({act[1]}, dtype, 13), b = pattern({act[1]}, dtype, 14);
                  Tensor y = layer_norm(x, {act[1]}, w, b).y;
-                 return memcpy_case(2.0 * static_cast<double>(x.nbytes()),
-                                    [x, w, b, y, n = act[1]]() mutable {
-                                      remake(y, [&] { return layer_norm(x, {n}, w, b).y; });
-                                    },
-                                    [x, w, b, y, dtype] {
-                                      return check_sampled(y, [&](std::span<const int64_t> c) {
-                                        const int64_t n = x.size(1);
-                                        double mean = 0, var = 0;
-                                        for (int64_t j = 0; j < n; ++j) mean += element_at(x, std::vector<int64_t>{c[0], j});
-                                        mean /= static_cast<double>(n);
-                                        for (int64_t j = 0; j < n; ++j) {
-                                          const double d = element_at(x, std::vector<int64_t>{c[0], j}) - mean;
-                                          var += d * d;
-                                        }
-                                        var /= static_cast<double>(n);
-                                        const std::vector<int64_t> col{c[1]};
-                                        return (element_at(x, c) - mean) / std::sqrt(var + 1e-5) * element_at(w, col) +
-                                               element_at(b, col);
-                                      }, 1e-4, dtype == kBFloat16 ? 2e-2 : 1e-4);
-                                    });
+                 return memcpy_case(
+                     2.0 * static_cast<double>(x.nbytes()),
+                     [x, w, b, y, n = act[1]]() mutable { remake(y, [&] { return layer_norm(x, {n}, w, b).y; }); },
+                     [x, w, b, y, dtype] {
+                       return check_sampled(
+                           y,
+                           [&](std::span<const int64_t> c) {
+                             const int64_t n = x.size(1);
+                             double mean = 0, var = 0;
+                             for (int64_t j = 0; j < n; ++j) mean += element_at(x, std::vector<int64_t>{c[0], j});
+                             mean /= static_cast<double>(n);
+                             for (int64_t j = 0; j < n; ++j) {
+                               const double d = element_at(x, std::vector<int64_t>{c[0], j}) - mean;
+                               var += d * d;
+                             }
+                             var /= static_cast<double>(n);
+                             const std::vector<int64_t> col{c[1]};
+                             return (element_at(x, c) - mean) / std::sqrt(var + 1e-5) * element_at(w, col) +
+                                    element_at(b, col);
+                           },
+                           1e-4, dtype == kBFloat16 ? 2e-2 : 1e-4);
+                     });
                }});
     const Shape logits_shape{s.tokens, s.vocab};
     suite.add({"cross_entropy fwd+bwd", std::string(dtype_name(dtype)), shape_str(logits_shape), [logits_shape, dtype] {
-                 Tensor logits = pattern(logits_shape, dtype, 15), target = random_indices(logits_shape[0], logits_shape[1], 16);
+                 Tensor logits = pattern(logits_shape, dtype, 15),
+                        target = random_indices(logits_shape[0], logits_shape[1], 16);
                  auto loss = std::make_shared<double>(0);
                  auto run = [logits, target, loss] {
                    CrossEntropyOutput out = cross_entropy(logits, target);
@@ -532,24 +569,27 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
                        // Per row, in float64: xhat = (x - mean) rstd, h = w gy,
                        // grad_x = rstd (h - mean(h) - xhat mean(h xhat)).
                        const int64_t cols = x.size(1);
-                       return check_sampled(grads->grad_x, [&](std::span<const int64_t> c) {
-                         double mean = 0, var = 0, mean_h = 0, mean_hx = 0;
-                         for (int64_t j = 0; j < cols; ++j) mean += element_at(x, at2(c[0], j));
-                         mean /= static_cast<double>(cols);
-                         for (int64_t j = 0; j < cols; ++j) var += std::pow(element_at(x, at2(c[0], j)) - mean, 2);
-                         const double rstd = 1 / std::sqrt(var / static_cast<double>(cols) + 1e-5);
-                         auto h = [&](int64_t j) {
-                           return element_at(w, std::vector<int64_t>{j}) * element_at(gy, at2(c[0], j));
-                         };
-                         auto xhat = [&](int64_t j) { return (element_at(x, at2(c[0], j)) - mean) * rstd; };
-                         for (int64_t j = 0; j < cols; ++j) {
-                           mean_h += h(j);
-                           mean_hx += h(j) * xhat(j);
-                         }
-                         mean_h /= static_cast<double>(cols);
-                         mean_hx /= static_cast<double>(cols);
-                         return rstd * (h(c[1]) - mean_h - xhat(c[1]) * mean_hx);
-                       }, 1e-3, dtype == kBFloat16 ? 3e-2 : 1e-4);
+                       return check_sampled(
+                           grads->grad_x,
+                           [&](std::span<const int64_t> c) {
+                             double mean = 0, var = 0, mean_h = 0, mean_hx = 0;
+                             for (int64_t j = 0; j < cols; ++j) mean += element_at(x, at2(c[0], j));
+                             mean /= static_cast<double>(cols);
+                             for (int64_t j = 0; j < cols; ++j) var += std::pow(element_at(x, at2(c[0], j)) - mean, 2);
+                             const double rstd = 1 / std::sqrt(var / static_cast<double>(cols) + 1e-5);
+                             auto h = [&](int64_t j) {
+                               return element_at(w, std::vector<int64_t>{j}) * element_at(gy, at2(c[0], j));
+                             };
+                             auto xhat = [&](int64_t j) { return (element_at(x, at2(c[0], j)) - mean) * rstd; };
+                             for (int64_t j = 0; j < cols; ++j) {
+                               mean_h += h(j);
+                               mean_hx += h(j) * xhat(j);
+                             }
+                             mean_h /= static_cast<double>(cols);
+                             mean_hx /= static_cast<double>(cols);
+                             return rstd * (h(c[1]) - mean_h - xhat(c[1]) * mean_hx);
+                           },
+                           1e-3, dtype == kBFloat16 ? 3e-2 : 1e-4);
                      });
                }});
     const Shape scores{s.tokens, s.ffn};
@@ -557,17 +597,19 @@ void add_row_kernel_backward_rows(Suite& suite, const Shapes& s) {
                  Tensor y = softmax(pattern(scores, dtype, 34), -1), gy = pattern(scores, dtype, 35);
                  auto gx = std::make_shared<Tensor>(softmax_backward(gy, y, -1));
                  auto run = [gy, y, gx] { remake(*gx, [&] { return softmax_backward(gy, y, -1); }); };
-                 return memcpy_case(3.0 * static_cast<double>(y.nbytes()), run,
-                                    [y, gy, gx, dtype] {
-                                      // grad_x = y (grad_y - sum_j grad_y_j y_j), per row.
-                                      return check_sampled(*gx, [&](std::span<const int64_t> c) {
-                                        double dot = 0;
-                                        for (int64_t j = 0; j < y.size(1); ++j) {
-                                          dot += element_at(gy, at2(c[0], j)) * element_at(y, at2(c[0], j));
-                                        }
-                                        return element_at(y, c) * (element_at(gy, c) - dot);
-                                      }, 1e-7, dtype == kBFloat16 ? 2e-2 : 1e-4);
-                                    });
+                 return memcpy_case(3.0 * static_cast<double>(y.nbytes()), run, [y, gy, gx, dtype] {
+                   // grad_x = y (grad_y - sum_j grad_y_j y_j), per row.
+                   return check_sampled(
+                       *gx,
+                       [&](std::span<const int64_t> c) {
+                         double dot = 0;
+                         for (int64_t j = 0; j < y.size(1); ++j) {
+                           dot += element_at(gy, at2(c[0], j)) * element_at(y, at2(c[0], j));
+                         }
+                         return element_at(y, c) * (element_at(gy, c) - dot);
+                       },
+                       1e-7, dtype == kBFloat16 ? 2e-2 : 1e-4);
+                 });
                }});
   }
 }
@@ -586,9 +628,12 @@ void add_embedding_rows(Suite& suite, const Shapes& s) {
                      2.0 * static_cast<double>(out->nbytes()) + static_cast<double>(index.nbytes()),
                      [table, index, out] { remake(*out, [&] { return embedding(table, index); }); },
                      [table, index, out] {
-                       return check_sampled(*out, [&](std::span<const int64_t> c) {
-                         return element_at(table, at2(index.data_ptr<int64_t>()[c[0]], c[1]));
-                       }, 0.0, 0.0);
+                       return check_sampled(
+                           *out,
+                           [&](std::span<const int64_t> c) {
+                             return element_at(table, at2(index.data_ptr<int64_t>()[c[0]], c[1]));
+                           },
+                           0.0, 0.0);
                      });
                }});
   }
@@ -606,11 +651,14 @@ void add_embedding_rows(Suite& suite, const Shapes& s) {
                      remake(*out, [&] { return embedding_backward(grad, index, n); });
                    },
                    [grad, out, tokens_of] {
-                     return check_sampled(*out, [&](std::span<const int64_t> c) {
-                       double sum = 0;
-                       for (int64_t k : (*tokens_of)[c[0]]) sum += element_at(grad, at2(k, c[1]));
-                       return sum;
-                     }, 1e-6, 1e-5);
+                     return check_sampled(
+                         *out,
+                         [&](std::span<const int64_t> c) {
+                           double sum = 0;
+                           for (int64_t k : (*tokens_of)[c[0]]) sum += element_at(grad, at2(k, c[1]));
+                           return sum;
+                         },
+                         1e-6, 1e-5);
                    });
              }});
 }
@@ -624,28 +672,35 @@ void add_dropout_rows(Suite& suite, const Shapes& s) {
                Tensor x = pattern(shape, kFloat32, 51);
                auto out = std::make_shared<DropoutOutput>(dropout(x, p, 52));
                const double bytes = static_cast<double>(2 * x.nbytes() + out->mask.nbytes());
-               return memcpy_case(bytes, [x, out] { remake(*out, [&] { return dropout(x, p, 52); }); }, [x, out] {
-                 // y is x / (1 - p) where the mask keeps it, else 0; about 1 - p of it is kept.
-                 const Tensor kept = sum(out->mask);
-                 const double fraction = kept.item() / static_cast<double>(x.numel());
-                 if (std::abs(fraction - (1 - p)) > 1e-3) return fmt::format("kept {} of the elements", fraction);
-                 return check_sampled(out->y, [&](std::span<const int64_t> c) {
-                   return element_at(out->mask, c) != 0 ? element_at(x, c) / (1 - p) : 0.0;
-                 }, 1e-7, 1e-6);
-               });
+               return memcpy_case(
+                   bytes, [x, out] { remake(*out, [&] { return dropout(x, p, 52); }); },
+                   [x, out] {
+                     // y is x / (1 - p) where the mask keeps it, else 0; about 1 - p of it is kept.
+                     const Tensor kept = sum(out->mask);
+                     const double fraction = kept.item() / static_cast<double>(x.numel());
+                     if (std::abs(fraction - (1 - p)) > 1e-3) return fmt::format("kept {} of the elements", fraction);
+                     return check_sampled(
+                         out->y,
+                         [&](std::span<const int64_t> c) {
+                           return element_at(out->mask, c) != 0 ? element_at(x, c) / (1 - p) : 0.0;
+                         },
+                         1e-7, 1e-6);
+                   });
              }});
-  suite.add({"dropout_backward", "float32", shape_str(shape), [shape] {
-               Tensor gy = pattern(shape, kFloat32, 53);
-               const Tensor mask = dropout(gy, p, 54).mask;
-               auto gx = std::make_shared<Tensor>(dropout_backward(gy, mask, p));
-               const double bytes = static_cast<double>(2 * gy.nbytes() + mask.nbytes());
-               auto run = [gy, mask, gx] { remake(*gx, [&] { return dropout_backward(gy, mask, p); }); };
-               return memcpy_case(bytes, run, [gy, mask, gx] {
-                 return check_sampled(*gx, [&](std::span<const int64_t> c) {
-                   return element_at(mask, c) != 0 ? element_at(gy, c) / (1 - p) : 0.0;
-                 }, 1e-7, 1e-6);
-               });
-             }});
+  suite.add(
+      {"dropout_backward", "float32", shape_str(shape), [shape] {
+         Tensor gy = pattern(shape, kFloat32, 53);
+         const Tensor mask = dropout(gy, p, 54).mask;
+         auto gx = std::make_shared<Tensor>(dropout_backward(gy, mask, p));
+         const double bytes = static_cast<double>(2 * gy.nbytes() + mask.nbytes());
+         auto run = [gy, mask, gx] { remake(*gx, [&] { return dropout_backward(gy, mask, p); }); };
+         return memcpy_case(bytes, run, [gy, mask, gx] {
+           return check_sampled(
+               *gx,
+               [&](std::span<const int64_t> c) { return element_at(mask, c) != 0 ? element_at(gy, c) / (1 - p) : 0.0; },
+               1e-7, 1e-6);
+         });
+       }});
 }
 
 // uniform_ and normal_ filling a [2 tokens, hidden] weight (a parameter's initialisation:

@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
   app.add_option("--to", to, "target placements, e.g. R,S1")->required();
   app.add_option("--names", names, "mesh dim names, e.g. dp,tp")->delimiter(',');
   std::map<std::string, dtr::DType> dtypes;
-  for (dtr::DType d : {dtr::kFloat32, dtr::kFloat64, dtr::kBFloat16, dtr::kFloat16, dtr::kInt32, dtr::kInt64,
-                       dtr::kBool}) {
+  for (dtr::DType d :
+       {dtr::kFloat32, dtr::kFloat64, dtr::kBFloat16, dtr::kFloat16, dtr::kInt32, dtr::kInt64, dtr::kBool}) {
     dtypes.emplace(dtr::dtype_name(d), d);
   }
   std::string dtype_name = "float32";
@@ -55,9 +55,8 @@ int main(int argc, char** argv) {
     const dtr::DType dtype = dtypes.at(dtype_name);
     if (execute && dtr::launcher::is_rank_process()) {
       dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten
-      const bool passed = dtr::execute_plan({mesh_shape, names, dtr::parse_placements(from),
-                                             dtr::parse_placements(to), shape, dtype},
-                                            std::cout);
+      const bool passed = dtr::execute_plan(
+          {mesh_shape, names, dtr::parse_placements(from), dtr::parse_placements(to), shape, dtype}, std::cout);
       const bool rank0 = dtr::default_group()->rank() == 0;
       dtr::destroy_process_group();
       // Rank 0 alone carries the verdict: a failing rank makes the launcher stop the others,
@@ -75,10 +74,9 @@ int main(int argc, char** argv) {
     DTR_CHECK(dtype != dtr::kBool, TypeError,
               "--execute with --dtype bool: collectives move float32, float64, bfloat16, float16, int32 and int64 "
               "tensors; choose one of those");
-    std::cout << "\nexecuting on " << world << " ranks (processes on this machine, Gloo over 127.0.0.1):"
-              << std::endl;
-    const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(static_cast<int>(world),
-                                                                              std::span(argv, argc));
+    std::cout << "\nexecuting on " << world << " ranks (processes on this machine, Gloo over 127.0.0.1):" << std::endl;
+    const dtr::launcher::SelfLaunchResult result =
+        dtr::launcher::launch_self(static_cast<int>(world), std::span(argv, argc));
     if (result.exit_code != 0) {
       std::cerr << "explain_sharding: --execute failed: " << result.failure << "\n";
       return result.exit_code;

@@ -64,9 +64,11 @@ int run_cases() {
       {"1-D S0->S1 uneven", {DTensorSpec(m8, {Shard(0)}, {1023, 4097}, kFloat32)}, {Shard(1)}},
       {"1-D P->S0 uneven", {DTensorSpec(m8, {Partial()}, {4097, 7}, kFloat32)}, {Shard(0)}},
       {"2-D nested uneven", {DTensorSpec(m24, {Shard(0), Shard(0)}, {1023, 4097}, kFloat32)}, {Replicate(), Shard(0)}},
-      {"2-D HSDP grad P,P->R,S0", {DTensorSpec(m24, {Partial(), Partial()}, {4097, 1023}, kFloat32)},
+      {"2-D HSDP grad P,P->R,S0",
+       {DTensorSpec(m24, {Partial(), Partial()}, {4097, 1023}, kFloat32)},
        {Replicate(), Shard(0)}},
-      {"3-D mixed", {DTensorSpec(m222, {Shard(0), Shard(1), Partial()}, {1023, 4097, 7}, kFloat32)},
+      {"3-D mixed",
+       {DTensorSpec(m222, {Shard(0), Shard(1), Partial()}, {1023, 4097, 7}, kFloat32)},
        {Replicate(), Shard(1), Shard(0)}},
       {"1-D coalesced 64 params", fsdp, {Replicate()}},
   };

@@ -54,9 +54,8 @@ int run(LaunchConfig config) {
   launcher_log(
       "node {} of {}: starting ranks {} .. {} of {}, MASTER_ADDR={} MASTER_PORT={}, "
       "run id {}",
-      config.node_rank, config.nnodes, config.global_rank(0),
-      config.global_rank(config.nproc_per_node - 1), config.world_size(), config.master_addr,
-      config.master_port, config.run_id);
+      config.node_rank, config.nnodes, config.global_rank(0), config.global_rank(config.nproc_per_node - 1),
+      config.world_size(), config.master_addr, config.master_port, config.run_id);
 
   LauncherSignals signals;
   for (int restart = 0;; ++restart) {

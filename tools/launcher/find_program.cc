@@ -15,8 +15,7 @@ namespace {
 
 bool is_executable_file(const std::string& path) {
   struct stat info {};
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
-         ::access(path.c_str(), X_OK) == 0;
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
 }  // namespace
@@ -41,8 +40,7 @@ std::string find_program(const std::string& name) {
     begin = end + 1;
   }
   throw ValueError(fmt::format(
-      "program '{}' was not found in PATH ({}); give a path such as ./{} if it is not installed",
-      name, path, name));
+      "program '{}' was not found in PATH ({}); give a path such as ./{} if it is not installed", name, path, name));
 }
 
 }  // namespace dtr::launcher

@@ -20,12 +20,10 @@ int find_free_port(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
-    throw ValueError(
-        fmt::format("cannot resolve master address '{}': {}", host, ::gai_strerror(rc)));
+    throw ValueError(fmt::format("cannot resolve master address '{}': {}", host, ::gai_strerror(rc)));
   }
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
-  const FileDescriptor socket(
-      ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol));
+  const FileDescriptor socket(::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol));
   if (!socket.valid()) {
     const int error = errno;
     throw OSError(error, "socket()");
@@ -40,9 +38,8 @@ int find_free_port(const std::string& host) {
     const int error = errno;
     throw OSError(error, "getsockname()");
   }
-  const in_port_t port = bound.ss_family == AF_INET6
-                             ? reinterpret_cast<const sockaddr_in6&>(bound).sin6_port
-                             : reinterpret_cast<const sockaddr_in&>(bound).sin_port;
+  const in_port_t port = bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(bound).sin6_port
+                                                     : reinterpret_cast<const sockaddr_in&>(bound).sin_port;
   return ntohs(port);
 }
 

@@ -12,8 +12,7 @@ constexpr double kMaxKillGraceSeconds = 3600;
 
 LaunchConfig parse_launch_config(CLI::App& app, int argc, const char* const* argv) {
   LaunchConfig config;
-  app.add_option("--nproc-per-node,--nproc_per_node", config.nproc_per_node,
-                 "Ranks to start on this node")
+  app.add_option("--nproc-per-node,--nproc_per_node", config.nproc_per_node, "Ranks to start on this node")
       ->capture_default_str();
   app.add_option("--nnodes", config.nnodes, "Nodes in the job")->capture_default_str();
   app.add_option("--node-rank,--node_rank", config.node_rank, "This node's index, 0 .. nnodes-1")
@@ -45,24 +44,21 @@ LaunchConfig parse_launch_config(CLI::App& app, int argc, const char* const* arg
   if (!config.command.empty() && config.command.front() == "--") {
     config.command.erase(config.command.begin());
   } else if (!config.command.empty() && config.command.front().starts_with('-')) {
-    throw CLI::ValidationError(
-        fmt::format("unknown flag '{}' (put \"--\" before a program whose name starts with '-')",
-                    config.command.front()));
+    throw CLI::ValidationError(fmt::format("unknown flag '{}' (put \"--\" before a program whose name starts with '-')",
+                                           config.command.front()));
   }
   if (config.command.empty()) {
     throw CLI::ValidationError("no program to run");
   }
   if (config.nproc_per_node < 1) {
-    throw CLI::ValidationError(
-        fmt::format("--nproc-per-node must be at least 1, got {}", config.nproc_per_node));
+    throw CLI::ValidationError(fmt::format("--nproc-per-node must be at least 1, got {}", config.nproc_per_node));
   }
   if (config.nnodes < 1) {
     throw CLI::ValidationError(fmt::format("--nnodes must be at least 1, got {}", config.nnodes));
   }
   if (config.node_rank < 0 || config.node_rank >= config.nnodes) {
-    throw CLI::ValidationError(
-        fmt::format("--node-rank {} is out of range for --nnodes {} (0 .. {})", config.node_rank,
-                    config.nnodes, config.nnodes - 1));
+    throw CLI::ValidationError(fmt::format("--node-rank {} is out of range for --nnodes {} (0 .. {})", config.node_rank,
+                                           config.nnodes, config.nnodes - 1));
   }
   if (config.master_port < 0 || config.master_port > 65535) {
     throw CLI::ValidationError(
@@ -71,18 +67,17 @@ LaunchConfig parse_launch_config(CLI::App& app, int argc, const char* const* arg
                     config.master_port));
   }
   if (config.nnodes > 1 && config.master_port == 0) {
-    throw CLI::ValidationError(fmt::format(
-        "--master-port is required with --nnodes {}: every node must pass the same port (a "
-        "free port can only be picked for a single node)",
-        config.nnodes));
+    throw CLI::ValidationError(
+        fmt::format("--master-port is required with --nnodes {}: every node must pass the same port (a "
+                    "free port can only be picked for a single node)",
+                    config.nnodes));
   }
   if (config.max_restarts < 0) {
-    throw CLI::ValidationError(
-        fmt::format("--max-restarts must be at least 0, got {}", config.max_restarts));
+    throw CLI::ValidationError(fmt::format("--max-restarts must be at least 0, got {}", config.max_restarts));
   }
   if (!(config.kill_grace_seconds >= 0 && config.kill_grace_seconds <= kMaxKillGraceSeconds)) {
-    throw CLI::ValidationError(fmt::format("--kill-grace-seconds must be in 0 .. {}, got {}",
-                                           kMaxKillGraceSeconds, config.kill_grace_seconds));
+    throw CLI::ValidationError(fmt::format("--kill-grace-seconds must be in 0 .. {}, got {}", kMaxKillGraceSeconds,
+                                           config.kill_grace_seconds));
   }
   return config;
 }

@@ -59,8 +59,7 @@ int set_up_child(pid_t parent, const sigset_t& mask, int stdout_fd, int stderr_f
 }  // namespace
 
 RankProcess::RankProcess(const std::string& path, const std::vector<std::string>& argv,
-                         const std::vector<std::string>& env, const sigset_t& mask, int stdout_fd,
-                         int stderr_fd) {
+                         const std::vector<std::string>& env, const sigset_t& mask, int stdout_fd, int stderr_fd) {
   const std::vector<char*> argv_pointers = null_terminated(argv);
   const std::vector<char*> env_pointers = null_terminated(env);
   start(
@@ -72,8 +71,7 @@ RankProcess::RankProcess(const std::string& path, const std::vector<std::string>
       mask, stdout_fd, stderr_fd, "cannot start '" + path + "'");
 }
 
-RankProcess::RankProcess(const std::function<int()>& body, const sigset_t& mask, int stdout_fd,
-                         int stderr_fd) {
+RankProcess::RankProcess(const std::function<int()>& body, const sigset_t& mask, int stdout_fd, int stderr_fd) {
   std::fflush(nullptr);
   start(
       [&](int report_fd) {
@@ -93,8 +91,8 @@ RankProcess::RankProcess(const std::function<int()>& body, const sigset_t& mask,
       mask, stdout_fd, stderr_fd, "cannot start a rank process");
 }
 
-void RankProcess::start(const std::function<void(int)>& child, const sigset_t& mask, int stdout_fd,
-                        int stderr_fd, const std::string& what) {
+void RankProcess::start(const std::function<void(int)>& child, const sigset_t& mask, int stdout_fd, int stderr_fd,
+                        const std::string& what) {
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) {
     const int error = errno;
@@ -139,16 +137,14 @@ RankProcess::~RankProcess() {
   if (!running()) return;
   signal_group(SIGKILL);
   int status;
-  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
 }
 
 bool RankProcess::terminated() const {
   if (!running()) return true;
   siginfo_t info{};
   // WNOWAIT: the child stays a zombie, so its process group id is not reused before reap().
-  return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-         info.si_pid == pid_;
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
 }
 
 void RankProcess::signal_group(int signal) const {
@@ -160,8 +156,7 @@ ExitStatus RankProcess::reap() {
   // reused yet: this kills only what the rank itself left behind.
   signal_group(SIGKILL);
   int status = 0;
-  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {}
   pid_ = -1;
   return ExitStatus::from_wait_status(status);
 }

@@ -27,9 +27,8 @@ class RankProcess {
   // Starts `path` with `argv` (argv[0] included) and the environment `env` ("NAME=value"
   // entries), signal mask `mask` and default signal actions, with stdout and stderr on
   // `stdout_fd` and `stderr_fd`. Throws OSError, naming `path`, if it cannot start.
-  RankProcess(const std::string& path, const std::vector<std::string>& argv,
-              const std::vector<std::string>& env, const sigset_t& mask, int stdout_fd,
-              int stderr_fd);
+  RankProcess(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+              const sigset_t& mask, int stdout_fd, int stderr_fd);
   // Runs `body` in a forked child with the same set-up (the parent's environment; handlers
   // the parent installed are reset to the default action, as exec would reset them). The
   // child exits with body's return value, through _exit(): the parent's atexit handlers and
@@ -61,8 +60,8 @@ class RankProcess {
   // Forks; the child runs the common set-up, then `child`, which never returns and reports
   // a failure to start as an errno on the descriptor it is given. Throws OSError naming
   // `what` when the child reports one.
-  void start(const std::function<void(int report_fd)>& child, const sigset_t& mask, int stdout_fd,
-             int stderr_fd, const std::string& what);
+  void start(const std::function<void(int report_fd)>& child, const sigset_t& mask, int stdout_fd, int stderr_fd,
+             const std::string& what);
 
   pid_t pid_ = -1;
 };

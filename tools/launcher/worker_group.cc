@@ -22,8 +22,7 @@ using Clock = std::chrono::steady_clock;
 
 // The launcher's environment with torchrun's variables for one rank set (replacing any
 // inherited values of the same names).
-std::vector<std::string> rank_environment(const LaunchConfig& config, int local_rank,
-                                          int restart_count) {
+std::vector<std::string> rank_environment(const LaunchConfig& config, int local_rank, int restart_count) {
   const std::vector<std::pair<std::string_view, std::string>> set = {
       {"RANK", std::to_string(config.global_rank(local_rank))},
       {"LOCAL_RANK", std::to_string(local_rank)},
@@ -39,8 +38,7 @@ std::vector<std::string> rank_environment(const LaunchConfig& config, int local_
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view variable = *entry;
     const std::string_view name = variable.substr(0, variable.find('='));
-    const bool replaced =
-        std::any_of(set.begin(), set.end(), [&](const auto& pair) { return pair.first == name; });
+    const bool replaced = std::any_of(set.begin(), set.end(), [&](const auto& pair) { return pair.first == name; });
     if (!replaced) env.emplace_back(variable);
   }
   for (const auto& [name, value] : set) env.push_back(fmt::format("{}={}", name, value));
@@ -75,15 +73,14 @@ int milliseconds_until(Clock::time_point deadline) {
 }  // namespace
 
 std::string RankFailure::describe() const {
-  return fmt::format("rank {} (local rank {}, pid {}) {}", rank, local_rank, pid,
-                     status.describe());
+  return fmt::format("rank {} (local rank {}, pid {}) {}", rank, local_rank, pid, status.describe());
 }
 
-WorkerGroup::WorkerGroup(const LaunchConfig& config, const std::string& program_path,
-                         int restart_count, LauncherSignals& signals)
+WorkerGroup::WorkerGroup(const LaunchConfig& config, const std::string& program_path, int restart_count,
+                         LauncherSignals& signals)
     : signals_(signals),
-      kill_grace_(std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(config.kill_grace_seconds))) {
+      kill_grace_(
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config.kill_grace_seconds))) {
   workers_.reserve(config.nproc_per_node);
   streams_.reserve(2 * config.nproc_per_node);
   for (int local_rank = 0; local_rank < config.nproc_per_node; ++local_rank) {
@@ -91,8 +88,7 @@ WorkerGroup::WorkerGroup(const LaunchConfig& config, const std::string& program_
     auto [out_read, out_write] = make_pipe();
     auto [err_read, err_write] = make_pipe();
     workers_.push_back({rank, local_rank,
-                        RankProcess(program_path, config.command,
-                                    rank_environment(config, local_rank, restart_count),
+                        RankProcess(program_path, config.command, rank_environment(config, local_rank, restart_count),
                                     signals.child_mask(), out_write.get(), err_write.get())});
     const std::string prefix = fmt::format("[rank{}]: ", rank);
     streams_.push_back({std::move(out_read), LinePrefixer(prefix), STDOUT_FILENO});
@@ -110,13 +106,13 @@ GroupOutcome WorkerGroup::wait() {
       // Something a rank started outside its process group may still hold a pipe open:
       // relay what comes within the grace period, then stop listening.
       if (!drain_deadline) drain_deadline = Clock::now() + kill_grace_;
-      const bool open = std::any_of(streams_.begin(), streams_.end(),
-                                    [](const OutputStream& s) { return s.pipe.valid(); });
+      const bool open =
+          std::any_of(streams_.begin(), streams_.end(), [](const OutputStream& s) { return s.pipe.valid(); });
       if (!open || outcome.interrupt_signal != 0 || Clock::now() >= *drain_deadline) break;
     }
     if (stopping_ && !killed_ && Clock::now() >= kill_deadline_) {
-      launcher_log("{} rank(s) still running {} s after the stop signal; sending SIGKILL",
-                   running_count(), std::chrono::duration<double>(kill_grace_).count());
+      launcher_log("{} rank(s) still running {} s after the stop signal; sending SIGKILL", running_count(),
+                   std::chrono::duration<double>(kill_grace_).count());
       kill_running();
     }
 
@@ -158,8 +154,7 @@ void WorkerGroup::handle_signal(int signal, GroupOutcome& outcome) {
   if (signal == SIGCHLD) {
     reap_exited(outcome);
   } else if (stopping_) {
-    launcher_log("received {} while stopping; sending SIGKILL to {} rank(s)", signal_name(signal),
-                 running_count());
+    launcher_log("received {} while stopping; sending SIGKILL to {} rank(s)", signal_name(signal), running_count());
     kill_running();
   } else {
     outcome.interrupt_signal = signal;
@@ -174,9 +169,8 @@ void WorkerGroup::reap_exited(GroupOutcome& outcome) {
     // WNOWAIT: the exited rank stays a zombie, keeping its process group id from being reused
     // until reap() has killed what the rank left in that group.
     if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
-    const auto worker = std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) {
-      return w.process.pid() == info.si_pid;
-    });
+    const auto worker =
+        std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.process.pid() == info.si_pid; });
     if (worker == workers_.end()) {
       // Not a rank: a child that the process which exec'd dtrrun had started. Collect it.
       ::waitpid(info.si_pid, nullptr, 0);
@@ -218,8 +212,8 @@ void WorkerGroup::kill_running() {
 }
 
 int WorkerGroup::running_count() const {
-  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
-                                        [](const Worker& w) { return w.process.running(); }));
+  return static_cast<int>(
+      std::count_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.process.running(); }));
 }
 
 }  // namespace dtr::launcher

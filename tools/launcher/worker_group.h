@@ -51,8 +51,7 @@ class WorkerGroup {
   // `program_path`, as attempt `restart_count` (DTR_RESTART_COUNT). Ranks get the launcher's
   // environment with torchrun's variables set (--nnodes 2 --nproc-per-node 2: node 0 runs
   // RANK 0 and 1, node 1 RANK 2 and 3).
-  WorkerGroup(const LaunchConfig& config, const std::string& program_path, int restart_count,
-              LauncherSignals& signals);
+  WorkerGroup(const LaunchConfig& config, const std::string& program_path, int restart_count, LauncherSignals& signals);
 
   // Relays output and handles exits and signals until every rank has ended; returns only
   // once every rank has been reaped and its output relayed.

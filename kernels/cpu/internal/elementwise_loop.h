@@ -53,8 +53,8 @@ enum class Store : uint8_t { kDirect, kStreaming };
 // a float loop; other inputs are read in place. Results go to out directly, converted
 // alike, or to an L1 block that is streamed to out.
 template <class Out, class... In, class F, size_t... K>
-void map_contiguous(bytes_t<Out>* o, const std::tuple<const bytes_t<In>*...>& in, int64_t n, const F& f,
-                    Store store, std::index_sequence<K...>) {
+void map_contiguous(bytes_t<Out>* o, const std::tuple<const bytes_t<In>*...>& in, int64_t n, const F& f, Store store,
+                    std::index_sequence<K...>) {
   using R = decltype(f(std::declval<opmath_t<In>>()...));
   constexpr bool kConverts = is_16bit_float_v<Out> || (is_16bit_float_v<In> || ...);
   std::tuple<std::array<bytes_t<opmath_t<In>>, is_16bit_float_v<In> ? kMapBlock : 0>...> buf;
@@ -104,8 +104,8 @@ template <class Out, class... In, class F, size_t... K>
   const F f = f_ref;
   if (s[0] == sizeof(Out) && ((s[K + 1] == sizeof(In)) && ...)) {
     map_contiguous<Out, In...>(reinterpret_cast<bytes_t<Out>*>(p[0]),
-                               std::tuple<const bytes_t<In>*...>{reinterpret_cast<const bytes_t<In>*>(p[K + 1])...},
-                               n, f, store, k);
+                               std::tuple<const bytes_t<In>*...>{reinterpret_cast<const bytes_t<In>*>(p[K + 1])...}, n,
+                               f, store, k);
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -127,8 +127,8 @@ void map(const Tensor& out, const F& f, TensorRef<In>... in) {
   const std::array<std::vector<int64_t>, N> strides{broadcast_byte_strides(out, out.shape()),
                                                     broadcast_byte_strides(in, out.shape())...};
   // Only a contiguous output is streamed: its runs are long enough to fill whole lines.
-  const Store store = out.is_contiguous() && static_cast<int64_t>(out.nbytes()) >= kStreamFrom ? Store::kStreaming
-                                                                                              : Store::kDirect;
+  const Store store =
+      out.is_contiguous() && static_cast<int64_t>(out.nbytes()) >= kStreamFrom ? Store::kStreaming : Store::kDirect;
   parallel_for(out.numel(), kMapGrain, [&](int64_t begin, int64_t end) {
     for_each_run<N>(out.shape(), base, strides, begin, end,
                     [&f, store](std::array<char*, N> p, std::array<int64_t, N> s, int64_t n) {
@@ -162,14 +162,16 @@ template <class F>
 void floating_scalar(std::string_view op, const Tensor& out, const Tensor& a, double s, const F& f) {
   dispatch_floating(a.dtype(), op, [&]<class T>(TypeTag<T>) {
     const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k, &f](auto x) { return f(x, k); }, a);
+    map<T, T>(
+        out, [k, &f](auto x) { return f(x, k); }, a);
   });
 }
 template <class F>
 void numeric_scalar(std::string_view op, const Tensor& out, const Tensor& a, double s, const F& f) {
   dispatch_numeric(a.dtype(), op, [&]<class T>(TypeTag<T>) {
     const auto k = static_cast<opmath_t<T>>(s);
-    map<T, T>(out, [k, &f](auto x) { return f(x, k); }, a);
+    map<T, T>(
+        out, [k, &f](auto x) { return f(x, k); }, a);
   });
 }
 

@@ -29,7 +29,7 @@ void gather_rows(char* dst, int64_t dst_stride, int64_t count, int64_t row_bytes
   for (; k + g <= count; k += g) {
     const char* src[g];
     const char* next[g];  // the next group's rows (the last row again at the end)
-#pragma GCC unroll 4  // kRowsAtOnce
+#pragma GCC unroll 4      // kRowsAtOnce
     for (int64_t q = 0; q < g; ++q) {
       src[q] = row_at(k + q);
       next[q] = row_at(std::min(k + g + q, count - 1));

@@ -30,9 +30,9 @@ struct ExpParts {
 };
 [[gnu::always_inline]] inline ExpParts exp_parts(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693145751953125f;     // 15 significant bits
+  constexpr float kLn2Hi = 0.693145751953125f;       // 15 significant bits
   constexpr float kLn2Lo = 1.42860682030941723e-6f;  // ln 2 - kLn2Hi
-  constexpr float kRound = 12582912.0f;               // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kRound = 12582912.0f;              // 1.5 * 2^23: adding it rounds to an integer
   const float shifted = x * kLog2e + kRound;
   const float n = shifted - kRound;
   const int32_t ni = static_cast<int32_t>(float_bits(shifted) - float_bits(kRound));  // n as an integer
@@ -67,7 +67,7 @@ struct ExpParts {
 // product rounds once, into a subnormal just below 2^-126), and results for x below
 // ln(2^-126) (-87.34) flushed to 0, -inf included. A NaN stays NaN (it is multiplied).
 [[gnu::always_inline]] inline float fast_exp_nonpositive(float x) {
-  constexpr float kMin = -87.33654475f;  // about ln(2^-126): below it the result is flushed
+  constexpr float kMin = -87.33654475f;                // about ln(2^-126): below it the result is flushed
   const auto [p, n] = exp_parts(kMin > x ? kMin : x);  // n >= -126 (a NaN x stays)
   const float e = p * bits_float(static_cast<uint32_t>(n + 127) << 23);
   return x < kMin ? 0.0f : e;
