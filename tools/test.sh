@@ -5,7 +5,8 @@
 # build or run without reporting counts as one failure). Extra arguments go to `bazel
 # test`. `tools/test.sh --gpu` also runs the tests tagged gpu (a machine with a GPU);
 # `tools/test.sh --multi-gpu` runs those and the ones tagged multi_gpu too (two or more
-# GPUs: a multi_gpu test fails, never passes, on a machine with fewer).
+# GPUs: a multi_gpu test fails, never passes, on a machine with fewer). The format check
+# (tools/format.sh --check) runs after the tests and counts as one test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -21,6 +22,8 @@ bazel test //... "${filter[@]}" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
 passed=0 failed=0
+if tools/format.sh --check; then passed=1; else failed=1; fi
+
 while read -r target result; do
   file="bazel-testlogs/$(sed -e 's|^//||' -e 's|:|/|' <<<"$target")/test.log"
   counts=""
