@@ -4,7 +4,7 @@
 // store back with round-to-nearest-even (so f32 -> bf16 -> f32 is exact for values that
 // bf16 can hold). Their arithmetic accumulates in float (acc_t), float64 in double.
 // dispatch_*(dtype, op, f) calls f(TypeTag<T>{}) for the C++ type of dtype, or throws
-// TypeError "op not implemented for int32" naming the op (ggml/ATen-style dispatch).
+// NotImplementedError naming the op and the dtype.
 #pragma once
 
 #include <cstdint>
@@ -161,90 +161,31 @@ struct TypeTag {
   using type = T;
 };
 
-// The C++ type of each dtype, and the type arithmetic on it accumulates in.
-template <DType D>
-struct CppType;
-template <>
-struct CppType<kFloat32> {
-  using type = float;
-};
-template <>
-struct CppType<kFloat64> {
-  using type = double;
-};
-template <>
-struct CppType<kBFloat16> {
-  using type = BFloat16;
-};
-template <>
-struct CppType<kFloat16> {
-  using type = Half;
-};
-template <>
-struct CppType<kInt32> {
-  using type = int32_t;
-};
-template <>
-struct CppType<kInt64> {
-  using type = int64_t;
-};
-template <>
-struct CppType<kBool> {
-  using type = bool;
-};
+// The type arithmetic on T accumulates in: float for the 16-bit floats, int64 for int32 and
+// bool (sums and counts), T itself otherwise.
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float,
+                                 std::conditional_t<std::is_same_v<T, int32_t> || std::is_same_v<T, bool>, int64_t, T>>;
 
+// The dtype whose elements are stored as T.
 template <class T>
-struct AccType {
-  using type = T;
-};
-template <>
-struct AccType<BFloat16> {
-  using type = float;
-};
-template <>
-struct AccType<Half> {
-  using type = float;
-};
-template <>
-struct AccType<int32_t> {
-  using type = int64_t;
-};
-template <>
-struct AccType<bool> {
-  using type = int64_t;
-};
-template <class T>
-using acc_t = typename AccType<T>::type;
-
-template <class T>
-constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return kFloat32;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return kFloat64;
-}
-template <>
-constexpr DType dtype_of<BFloat16>() {
-  return kBFloat16;
-}
-template <>
-constexpr DType dtype_of<Half>() {
-  return kFloat16;
-}
-template <>
-constexpr DType dtype_of<int32_t>() {
-  return kInt32;
-}
-template <>
-constexpr DType dtype_of<int64_t>() {
-  return kInt64;
-}
-template <>
-constexpr DType dtype_of<bool>() {
-  return kBool;
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return kFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return kFloat64;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return kBFloat16;
+  else if constexpr (std::is_same_v<T, Half>)
+    return kFloat16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return kInt64;
+  else {
+    static_assert(std::is_same_v<T, bool>, "dtype_of<T>: T stores no dtype");
+    return kBool;
+  }
 }
 
 // The dtype of acc_t: what a kernel's saved statistics (layer_norm's mean, cross_entropy's
