@@ -19,4 +19,19 @@ ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index) {
   return {begin, end - begin};
 }
 
+std::vector<ChunkRange> nested_chunks(int64_t size, std::span<const int64_t> sizes) {
+  std::vector<ChunkRange> chunks = {{0, size}};
+  for (int64_t n : sizes) {
+    std::vector<ChunkRange> finer;
+    for (const ChunkRange& outer : chunks) {
+      for (int64_t k = 0; k < n; ++k) {
+        const ChunkRange inner = chunk_range(outer.length, n, k);
+        finer.push_back({outer.offset + inner.offset, inner.length});
+      }
+    }
+    chunks = std::move(finer);
+  }
+  return chunks;
+}
+
 }  // namespace dtr

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace dtr {
 
@@ -26,5 +28,13 @@ ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index);
 // ceil(size / num_chunks): the length of a full chunk, to which collectives pad every
 // chunk so that all ranks of a group exchange equal-sized buffers.
 int64_t chunk_capacity(int64_t size, int64_t num_chunks);
+
+// The chunks of a dim of length `size` sharded by several mesh dims in nesting order
+// (sizes[0] chunks the dim, sizes[1] each of its chunks, ...), listed row-major over the
+// mesh coordinates: what a collective over those mesh dims flattened into one group sees.
+// None is longer than chunk_capacity(size, product of sizes), since nested ceilings
+// compose (ceil(ceil(n/a)/b) = ceil(n/(ab))), but they can differ from that group's
+// flat chunks: 5 over 2x2 nests as 2,1,1,1 where chunk_range gives 2,2,1,0.
+std::vector<ChunkRange> nested_chunks(int64_t size, std::span<const int64_t> sizes);
 
 }  // namespace dtr

@@ -72,6 +72,19 @@ void DeviceMesh::check_mesh_dim(int64_t mesh_dim, std::string_view op) const {
             op, mesh_dim, to_string(), ndim());
 }
 
+void DeviceMesh::check_dim_range(int64_t first_dim, int64_t num_dims, std::string_view op) const {
+  DTR_CHECK(first_dim >= 0 && num_dims >= 1 && first_dim + num_dims <= ndim(), IndexError,
+            "DeviceMesh.{}: mesh dims [{}, {}) out of range for {} ({} dims)", op, first_dim, first_dim + num_dims,
+            to_string(), ndim());
+}
+
+int64_t DeviceMesh::flat_index(int64_t first_dim, int64_t num_dims) const {
+  check_dim_range(first_dim, num_dims, "flat_index");
+  int64_t index = 0;
+  for (int64_t d = first_dim; d < first_dim + num_dims; ++d) index = index * shape_[d] + coordinate_[d];
+  return index;
+}
+
 int64_t DeviceMesh::size(int64_t mesh_dim) const {
   check_mesh_dim(mesh_dim, "size");
   return shape_[mesh_dim];
@@ -123,15 +136,29 @@ int64_t DeviceMesh::rank_at(std::span<const int64_t> coordinate) const {
   return ranks_[index];
 }
 
-std::vector<std::vector<int64_t>> DeviceMesh::group_ranks(int64_t mesh_dim) const {
-  check_mesh_dim(mesh_dim, "group_ranks");
+std::vector<std::vector<int64_t>> DeviceMesh::group_ranks(int64_t mesh_dim) const { return group_ranks(mesh_dim, 1); }
+
+std::vector<std::vector<int64_t>> DeviceMesh::group_ranks(int64_t first_dim, int64_t num_dims) const {
+  check_dim_range(first_dim, num_dims, "group_ranks");
   const Shape strides = contiguous_strides(shape_);
+  const std::span<const int64_t> sizes = std::span(shape_).subspan(first_dim, num_dims);
   std::vector<std::vector<int64_t>> groups;
-  // Positions with coordinate 0 on mesh_dim start the groups, in row-major order.
+  // Positions with coordinate 0 on every dim of the range start the groups, in row-major order.
   for (int64_t index = 0; index < size(); ++index) {
-    if (coordinate_at(index)[mesh_dim] != 0) continue;
+    const std::vector<int64_t> coord = coordinate_at(index);
+    if (std::any_of(coord.begin() + first_dim, coord.begin() + first_dim + num_dims,
+                    [](int64_t c) { return c != 0; })) {
+      continue;
+    }
     std::vector<int64_t>& group = groups.emplace_back();
-    for (int64_t k = 0; k < shape_[mesh_dim]; ++k) group.push_back(ranks_[index + k * strides[mesh_dim]]);
+    for (int64_t member = 0; member < shape_numel(sizes); ++member) {
+      int64_t position = index, rest = member;
+      for (int64_t d = first_dim + num_dims - 1; d >= first_dim; --d) {
+        position += rest % shape_[d] * strides[d];
+        rest /= shape_[d];
+      }
+      group.push_back(ranks_[position]);
+    }
   }
   return groups;
 }
@@ -180,6 +207,14 @@ DeviceMesh DeviceMesh::submesh(std::span<const std::string> dim_names) const {
                  this_rank_);
   if (has_groups()) {
     for (int64_t d : kept) sub.groups_.push_back(groups_[d]);
+    // A range of the sub-mesh's dims keeps its flattened group when its dims are adjacent here too.
+    for (const auto& [range, group] : flattened_groups_) {
+      for (size_t first = 0; first + range.second <= kept.size(); ++first) {
+        if (kept[first] == range.first && kept[first + range.second - 1] == range.first + range.second - 1) {
+          sub.flattened_groups_[{static_cast<int64_t>(first), range.second}] = group;
+        }
+      }
+    }
   }
   return sub;
 }
@@ -191,6 +226,21 @@ ProcessGroup& DeviceMesh::group(int64_t mesh_dim) const {
             "communicate with init_device_mesh",
             to_string());
   return *groups_[mesh_dim];
+}
+
+bool DeviceMesh::can_flatten(int64_t first_dim, int64_t num_dims) const {
+  check_dim_range(first_dim, num_dims, "can_flatten");
+  return num_dims == 1 || !has_groups() || flattened_groups_.count({first_dim, num_dims}) == 1;
+}
+
+ProcessGroup& DeviceMesh::flattened_group(int64_t first_dim, int64_t num_dims) const {
+  if (num_dims == 1) return group(first_dim);
+  DTR_CHECK(can_flatten(first_dim, num_dims) && has_groups(), ValueError,
+            "DeviceMesh.flattened_group: {} has no process group over mesh dims [{}, {}) ({}); flattened groups "
+            "exist for adjacent mesh dims of meshes made by init_device_mesh",
+            to_string(), first_dim, first_dim + num_dims,
+            has_groups() ? "they were not adjacent in the mesh this one was cut from" : "it was built as a topology");
+  return *flattened_groups_.at({first_dim, num_dims});
 }
 
 DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names) {
@@ -216,6 +266,23 @@ DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std
     mesh.groups_.push_back(split_group(*world, static_cast<int>(colour)));
     DTR_INTERNAL_ASSERT(mesh.groups_.back()->rank() == mesh.coordinate()[m], "group rank {} at coordinate {}",
                         mesh.groups_.back()->rank(), mesh.coordinate());
+  }
+  // One group per range of two or more adjacent mesh dims, for collectives merged over them.
+  for (int64_t first = 0; first < mesh.ndim(); ++first) {
+    for (int64_t count = 2; first + count <= mesh.ndim(); ++count) {
+      if (count == mesh.ndim()) {
+        mesh.flattened_groups_[{first, count}] = world;  // row-major over every dim: the world's order
+        continue;
+      }
+      int64_t colour = 0;
+      for (int64_t k = 0; k < mesh.ndim(); ++k) {
+        if (k < first || k >= first + count) colour = colour * mesh.size(k) + mesh.coordinate()[k];
+      }
+      std::shared_ptr<ProcessGroup> group = split_group(*world, static_cast<int>(colour));
+      DTR_INTERNAL_ASSERT(group->rank() == mesh.flat_index(first, count), "flattened group rank {} at coordinate {}",
+                          group->rank(), mesh.coordinate());
+      mesh.flattened_groups_[{first, count}] = std::move(group);
+    }
   }
   return mesh;
 }

@@ -6,13 +6,14 @@
 // {0..3} and {4..7}, along "dp" (dim 0) {0,4}, {1,5}, {2,6}, {3,7}. Sub-meshes (mesh["dp"])
 // hold the ranks that share this process's coordinate on the other dims. The mesh stores
 // this process's rank, so coordinate() needs no communication. init_device_mesh creates
-// one process group per mesh dim, once, shared by copies and sub-meshes; a mesh built from
-// its constructor is a topology only.
+// one process group per mesh dim and one per range of adjacent mesh dims (flattened), once,
+// shared by copies and sub-meshes; a mesh built from its constructor is a topology only.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -67,6 +68,11 @@ class DeviceMesh {
   // Every group of ranks along mesh_dim (the other coordinates fixed), ordered by the
   // other coordinates row-major; each group is ordered by its coordinate on mesh_dim.
   std::vector<std::vector<int64_t>> group_ranks(int64_t mesh_dim) const;
+  // The same for the mesh dims [first_dim, first_dim + num_dims) flattened into one: each
+  // group is ordered row-major over those dims.
+  std::vector<std::vector<int64_t>> group_ranks(int64_t first_dim, int64_t num_dims) const;
+  // This process's index in its flattened group over [first_dim, first_dim + num_dims).
+  int64_t flat_index(int64_t first_dim, int64_t num_dims) const;
   // The group along mesh_dim that holds this process.
   std::vector<int64_t> local_group_ranks(int64_t mesh_dim) const;
 
@@ -78,6 +84,15 @@ class DeviceMesh {
   // The process group of this process along mesh_dim; ValueError for a topology-only mesh.
   ProcessGroup& group(int64_t mesh_dim) const;
   bool has_groups() const { return !groups_.empty(); }
+  // Whether a collective may run over mesh dims [first_dim, first_dim + num_dims) as one
+  // group: always on a topology-only mesh (plans are pure computation), and on a mesh with
+  // groups when it holds that flattened group (PyTorch's DeviceMesh._flatten).
+  // init_device_mesh makes one for every range of adjacent mesh dims, once; a sub-mesh
+  // keeps those whose dims stay adjacent.
+  bool can_flatten(int64_t first_dim, int64_t num_dims) const;
+  // The flattened group of this process (group(first_dim) when num_dims is 1); ValueError
+  // when can_flatten is false or the mesh is a topology.
+  ProcessGroup& flattened_group(int64_t first_dim, int64_t num_dims) const;
 
   // PyTorch's repr: "DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))".
   std::string to_string() const;
@@ -90,6 +105,7 @@ class DeviceMesh {
   DeviceMesh(Unchecked, DeviceType device_type, Shape shape, std::vector<int64_t> ranks,
              std::vector<std::string> dim_names, int64_t this_rank);
   void check_mesh_dim(int64_t mesh_dim, std::string_view op) const;
+  void check_dim_range(int64_t first_dim, int64_t num_dims, std::string_view op) const;
   friend DeviceMesh init_device_mesh(DeviceType, Shape, std::vector<std::string>);
 
   DeviceType device_type_;
@@ -99,6 +115,8 @@ class DeviceMesh {
   int64_t this_rank_;
   std::vector<int64_t> coordinate_;
   std::vector<std::shared_ptr<ProcessGroup>> groups_;  // one per mesh dim, or none
+  // (first dim, number of dims) -> the group over that range flattened, for ranges of 2+ dims.
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<ProcessGroup>> flattened_groups_;
 };
 
 // The mesh of `shape` over every rank of the world, row-major, with one process group per

@@ -16,7 +16,9 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
     if (!placements[i].is_shard()) continue;
     const int64_t d = placements[i].shard_dim();
     const ChunkRange chunk = chunk_range(box.shape[d], mesh.shape()[i], coordinate[i]);
-    box.offset[d] += chunk.offset;
+    // An empty shard sits at the global size (PyTorch's compute_local_shape_and_global_offset),
+    // past every element, so checkpoint metadata never places it on top of a real shard.
+    box.offset[d] = chunk.length == 0 ? shape[d] : box.offset[d] + chunk.offset;
     box.shape[d] = chunk.length;
   }
   return box;
@@ -25,10 +27,11 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
 namespace {
 
 // What keeps (mesh, placements, shape) from being a spec.
-enum class SpecDefect : uint8_t { kNone, kPlacementCount, kNegativeSize, kShardDim, kMixedPartials };
+enum class SpecDefect : uint8_t { kNone, kPlacementCount, kNegativeSize, kShardDim, kIntegerAverage, kMixedPartials };
 
-// The first defect; for kShardDim, *mesh_dim is the mesh dim of the offending Shard.
-SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, const Shape& shape, size_t* mesh_dim) {
+// The first defect; for kShardDim and kIntegerAverage, *mesh_dim is the offending mesh dim.
+SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, const Shape& shape, DType dtype,
+                       size_t* mesh_dim) {
   if (static_cast<int64_t>(placements.size()) != mesh.ndim()) return SpecDefect::kPlacementCount;
   if (!std::all_of(shape.begin(), shape.end(), [](int64_t s) { return s >= 0; })) return SpecDefect::kNegativeSize;
   const int64_t n = static_cast<int64_t>(shape.size());
@@ -38,6 +41,14 @@ SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, con
     if (d < -n || d >= n) {
       *mesh_dim = i;
       return SpecDefect::kShardDim;
+    }
+  }
+  if (!is_floating(dtype)) {
+    for (size_t i = 0; i < placements.size(); ++i) {
+      if (placements[i] == Partial(ReduceOp::kAvg)) {
+        *mesh_dim = i;
+        return SpecDefect::kIntegerAverage;
+      }
     }
   }
   // Partial ops on different mesh dims must commute: all linear, or all the same op.
@@ -52,15 +63,15 @@ SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, con
 
 }  // namespace
 
-bool DTensorSpec::is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape) {
+bool DTensorSpec::is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape, DType dtype) {
   size_t mesh_dim = 0;
-  return find_defect(mesh, placements, shape, &mesh_dim) == SpecDefect::kNone;
+  return find_defect(mesh, placements, shape, dtype, &mesh_dim) == SpecDefect::kNone;
 }
 
 DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype)
     : mesh_(std::move(mesh)), placements_(std::move(placements)), shape_(std::move(shape)), dtype_(dtype) {
   size_t i = 0;
-  switch (find_defect(mesh_, placements_, shape_, &i)) {
+  switch (find_defect(mesh_, placements_, shape_, dtype_, &i)) {
     case SpecDefect::kNone: break;
     case SpecDefect::kPlacementCount:
       throw ValueError(fmt::format(
@@ -74,6 +85,12 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DT
           "must be in [{}, {}]",
           placements_[i].repr(), mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), ndim(), dtype_,
           shape_, -ndim(), ndim() - 1));
+    case SpecDefect::kIntegerAverage:
+      throw TypeError(fmt::format(
+          "DTensorSpec: Partial(avg) on mesh dim {} of placements {} for the {}{} tensor: an average of {} "
+          "values truncates; Partial(avg) takes float32, float64, bfloat16 and float16; for {} use Partial(sum) "
+          "and divide after reducing",
+          mesh_.dim_label(static_cast<int64_t>(i)), placements_str(placements_), dtype_, shape_, dtype_, dtype_));
     case SpecDefect::kMixedPartials:
       throw ValueError(fmt::format(
           "DTensorSpec: placements {} on {} mix Partial reduce ops that do not commute, so the tensor's value "

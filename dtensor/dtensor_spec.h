@@ -20,7 +20,8 @@
 
 namespace dtr {
 
-// The global indices one rank holds: [offset[d], offset[d] + shape[d]) on each dim.
+// The global indices one rank holds: [offset[d], offset[d] + shape[d]) on each dim. An
+// empty shard's offset is the dim's global size.
 struct LocalBox {
   Shape offset;
   Shape shape;
@@ -35,12 +36,13 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
 class DTensorSpec {
  public:
   // Checks one placement per mesh dim, Shard dims within the tensor's ndim (negative
-  // dims are wrapped), non-negative sizes and commuting Partial ops: Partial on several
-  // mesh dims takes any mix of sum and avg, or one of max/min alone (otherwise the value
-  // would depend on the reduction order).
+  // dims are wrapped), non-negative sizes, Partial(avg) only on floating dtypes (TypeError:
+  // an integer average truncates) and commuting Partial ops: Partial on several mesh dims
+  // takes any mix of sum and avg, or one of max/min alone (otherwise the value would depend
+  // on the reduction order).
   DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DType dtype);
   // Whether the constructor would accept these (a query: it builds no message).
-  static bool is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape);
+  static bool is_valid(const DeviceMesh& mesh, const Placements& placements, const Shape& shape, DType dtype);
 
   const DeviceMesh& mesh() const { return mesh_; }
   const Placements& placements() const { return placements_; }

@@ -98,7 +98,13 @@ Placement parse_placement(std::string_view text) {
   if (t.front() == 'P') {
     std::optional<std::string_view> arg = placement_argument(t, "Partial");
     if (!arg) throw_parse_error(text);
-    if (arg->empty()) return Partial(ReduceOp::kSum);
+    if (arg->empty()) {
+      DTR_CHECK(!t.ends_with("()"), ValueError,
+                "parse_placement: '{}' names no reduce op; write P or P(sum) for a sum, or one of P(avg), P(max), "
+                "P(min)",
+                text);
+      return Partial(ReduceOp::kSum);
+    }
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
       if (*arg == reduce_op_name(op)) return Partial(op);
     }

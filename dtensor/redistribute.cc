@@ -5,6 +5,7 @@
 
 #include "collectives/process_group.h"
 #include "dtensor/chunking.h"
+#include "dtensor/internal/reduce_identity.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
 
@@ -49,32 +50,41 @@ struct Exchange {
   std::function<Tensor()> unpack;
 };
 
-// The shape of the piece that the group along mesh_dim holds together: the tensor under
-// `before` with mesh_dim replicated, seen from this rank.
-Shape group_piece(const DTensorSpec& source, const Placements& before, int64_t mesh_dim) {
-  Placements p = before;
-  p[mesh_dim] = Replicate();
+// The shape of the piece that the group of `step` holds together: the tensor under
+// step.before with the step's mesh dims replicated, seen from this rank.
+Shape group_piece(const DTensorSpec& source, const RedistributeStep& step) {
+  Placements p = step.before;
+  for (int64_t i = step.mesh_dim; i < step.mesh_dim + step.num_mesh_dims; ++i) p[i] = Replicate();
   return source.with_placements(std::move(p)).local_box().shape;
 }
 
-Exchange all_gather_exchange(const Tensor& local, const Shape& piece, int64_t d, int64_t n) {
-  const int64_t c = chunk_capacity(piece[d], n);
+// The chunks of a piece dim of `length` that the members of the step's group hold, in
+// group order: nested over the step's mesh dims (plain chunking for one).
+std::vector<ChunkRange> group_chunks(const DeviceMesh& mesh, const RedistributeStep& step, int64_t length) {
+  return nested_chunks(length, std::span(mesh.shape()).subspan(step.mesh_dim, step.num_mesh_dims));
+}
+
+// Every member sends its chunk padded to capacity c (no chunk is longer); member k's
+// block of the result holds chunks[k].length real rows.
+Exchange all_gather_exchange(const Tensor& local, int64_t length, const std::vector<ChunkRange>& chunks, int64_t d) {
+  const int64_t n = static_cast<int64_t>(chunks.size()), c = chunk_capacity(length, n);
   Exchange e;
   e.send = pad_rows(move_to_front(local, {d}), c);
   Shape out = e.send.shape();
   out[0] = n * c;
   e.recv = Tensor::empty(out, local.dtype(), local.device());
-  e.unpack = [recv = e.recv, length = piece[d], c, d, n] {
+  e.unpack = [recv = e.recv, length, chunks, c, d, n] {
     if (length == n * c) return move_back(recv, {d});
     std::vector<Tensor> parts;
-    for (int64_t k = 0; k < n; ++k) parts.push_back(recv.narrow(0, k * c, chunk_range(length, n, k).length));
+    for (int64_t k = 0; k < n; ++k) parts.push_back(recv.narrow(0, k * c, chunks[k].length));
     return move_back(cat(parts, 0), {d});
   };
   return e;
 }
 
-Exchange reduce_scatter_exchange(const Tensor& local, int64_t d, int64_t n, int64_t j) {
-  const int64_t length = local.size(d), c = chunk_capacity(length, n);
+// Block k of the input is member k's chunk of the local piece, padded to capacity c.
+Exchange reduce_scatter_exchange(const Tensor& local, const std::vector<ChunkRange>& chunks, int64_t d, int64_t j) {
+  const int64_t n = static_cast<int64_t>(chunks.size()), length = local.size(d), c = chunk_capacity(length, n);
   Tensor front = move_to_front(local, {d});
   Exchange e;
   if (length == n * c) {
@@ -84,16 +94,13 @@ Exchange reduce_scatter_exchange(const Tensor& local, int64_t d, int64_t n, int6
     padded[0] = n * c;
     e.send = zeros(padded, local.dtype(), local.device());
     for (int64_t k = 0; k < n; ++k) {
-      const ChunkRange r = chunk_range(length, n, k);
-      e.send.narrow(0, k * c, r.length).copy_(front.narrow(0, r.offset, r.length));
+      e.send.narrow(0, k * c, chunks[k].length).copy_(front.narrow(0, chunks[k].offset, chunks[k].length));
     }
   }
   Shape out = front.shape();
   out[0] = c;
   e.recv = Tensor::empty(out, local.dtype(), local.device());
-  e.unpack = [recv = e.recv, own = chunk_range(length, n, j).length, d] {
-    return move_back(recv.narrow(0, 0, own), {d});
-  };
+  e.unpack = [recv = e.recv, own = chunks[j].length, d] { return move_back(recv.narrow(0, 0, own), {d}); };
   return e;
 }
 
@@ -129,13 +136,21 @@ Exchange all_to_all_exchange(const Tensor& local, const Shape& piece, int64_t a,
   return e;
 }
 
-// The local result of a step that does not communicate.
-Tensor local_step(const RedistributeStep& step, const Tensor& local, int64_t n, int64_t j) {
+// The local result of a step that does not communicate, for a tensor whose elements are of
+// dtype `values`; `piece` is the shape the step's group holds together.
+Tensor local_step(const RedistributeStep& step, const Tensor& local, const Shape& piece, DType values, int64_t n,
+                  int64_t j) {
   switch (step.op) {
     case StepOp::kChunk: {
       const int64_t d = step.to.shard_dim();
       const ChunkRange r = chunk_range(local.size(d), n, j);
       return local.narrow(d, r.offset, r.length).clone();
+    }
+    case StepOp::kPad: {
+      const int64_t d = step.from.shard_dim();
+      Tensor padded = internal::full_of_identity(piece, step.to.reduce_op(), values, local.dtype(), local.device());
+      padded.narrow(d, chunk_range(piece[d], n, j).offset, local.size(d)).copy_(local);
+      return padded;
     }
     case StepOp::kPartition: return j == 0 ? local.clone() : zeros_like(local);
     case StepOp::kRelabel: return local;
@@ -179,25 +194,33 @@ void PendingRedistribute::advance() {
   const DeviceMesh& mesh = plan_.mesh();
   while (next_step_ < plan_.steps().size()) {
     const RedistributeStep& step = plan_.steps()[next_step_++];
-    const int64_t m = step.mesh_dim, n = mesh.size(m), j = mesh.coordinate()[m];
+    const int64_t m = step.mesh_dim, count = step.num_mesh_dims;
+    const int64_t n = shape_numel(std::span(mesh.shape()).subspan(m, count)), j = mesh.flat_index(m, count);
     if (!is_collective(step.op)) {
-      for (Tensor& local : locals_) local = local_step(step, local, n, j);
+      for (size_t i = 0; i < locals_.size(); ++i) {
+        const DTensorSpec& source = plan_.sources()[i];
+        const Shape piece = step.op == StepOp::kPad ? group_piece(source, step) : Shape{};
+        locals_[i] = local_step(step, locals_[i], piece, source.dtype(), n, j);
+      }
       continue;
     }
-    ProcessGroup& group = mesh.group(m);
+    ProcessGroup& group = mesh.flattened_group(m, count);
     auto flight = std::make_unique<InFlight>();
     for (size_t i = 0; i < locals_.size(); ++i) {
       const Tensor& local = locals_[i];
       switch (step.op) {
-        case StepOp::kAllGather:
-          flight->exchanges.push_back(
-              all_gather_exchange(local, group_piece(plan_.sources()[i], step.before, m), step.from.shard_dim(), n));
+        case StepOp::kAllGather: {
+          const int64_t d = step.from.shard_dim(), length = group_piece(plan_.sources()[i], step)[d];
+          flight->exchanges.push_back(all_gather_exchange(local, length, group_chunks(mesh, step, length), d));
           break;
-        case StepOp::kReduceScatter:
-          flight->exchanges.push_back(reduce_scatter_exchange(local, step.to.shard_dim(), n, j));
+        }
+        case StepOp::kReduceScatter: {
+          const int64_t d = step.to.shard_dim();
+          flight->exchanges.push_back(reduce_scatter_exchange(local, group_chunks(mesh, step, local.size(d)), d, j));
           break;
+        }
         case StepOp::kAllToAll:
-          flight->exchanges.push_back(all_to_all_exchange(local, group_piece(plan_.sources()[i], step.before, m),
+          flight->exchanges.push_back(all_to_all_exchange(local, group_piece(plan_.sources()[i], step),
                                                           step.from.shard_dim(), step.to.shard_dim(), n, j));
           break;
         case StepOp::kAllReduce: {

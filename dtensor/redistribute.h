@@ -1,9 +1,9 @@
 // redistribute: runs a RedistributePlan on this rank's local tensors, issuing exactly the
 // collectives the plan lists, one per step (coalesced: one per step for all tensors).
 //
-// Each step works on the group of mesh dim `mesh_dim` holding this rank. Uneven shards are
-// padded to chunk_capacity before a collective and trimmed after it (the plan's byte
-// counts assume it). Local results are fresh contiguous tensors: a redistribute never
+// Each step works on the group of its mesh dims (flattened into one for a merged step)
+// holding this rank. Uneven shards are padded to chunk_capacity before a collective and
+// trimmed after it (the plan's byte counts assume it). Local results are fresh contiguous tensors: a redistribute never
 // writes into or aliases its inputs. Bool tensors (masks) move as int32. With Async::kYes
 // the first step's collective is issued at once and the rest run when the result is first
 // needed, on the calling thread, so every rank issues its collectives in program order.

@@ -3,6 +3,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
+#include <optional>
+#include <tuple>
 
 #include "dtensor/chunking.h"
 #include "dtensor/internal/text_table.h"
@@ -17,6 +20,7 @@ std::string_view step_op_name(StepOp op) {
     case StepOp::kAllReduce: return "all_reduce";
     case StepOp::kReduceScatter: return "reduce_scatter";
     case StepOp::kChunk: return "chunk";
+    case StepOp::kPad: return "pad";
     case StepOp::kPartition: return "partition";
     case StepOp::kRelabel: return "relabel";
   }
@@ -30,11 +34,13 @@ bool is_collective(StepOp op) {
 
 namespace {
 
-// The op that moves one mesh dim of size mesh_size from `from` to `to` (from != to,
-// and never Shard -> Partial: the planner goes through Replicate).
+// The op that moves one mesh dim of size mesh_size from `from` to `to` (from != to).
 StepOp step_op(const Placement& from, const Placement& to, int64_t mesh_size) {
   if (mesh_size == 1) return StepOp::kRelabel;
-  if (from.is_shard()) return to.is_replicate() ? StepOp::kAllGather : StepOp::kAllToAll;
+  if (from.is_shard()) {
+    if (to.is_partial()) return StepOp::kPad;
+    return to.is_replicate() ? StepOp::kAllGather : StepOp::kAllToAll;
+  }
   if (from.is_partial()) return to.is_replicate() ? StepOp::kAllReduce : StepOp::kReduceScatter;
   if (to.is_shard()) return StepOp::kChunk;
   return to.reduce_op() == ReduceOp::kSum ? StepOp::kPartition : StepOp::kRelabel;
@@ -61,47 +67,141 @@ bool nesting_allows(const Placements& current, int64_t mesh_dim, const Placement
   return true;
 }
 
-// PyTorch's greedy order (docs/redistribute_planner.md). Bytes are left at zero.
-std::vector<RedistributeStep> plan_steps(const DeviceMesh& mesh, const Placements& source, const Placements& target) {
+// Whether mesh dim i of `spec`'s tensor, now under `current`, may move to `to` in one step:
+// the nesting rule, no Partial -> Partial, no Shard -> Partial(avg) (its pad would scale by
+// the group size, which is not exact), and a valid spec after it (no Partial ops that do
+// not commute).
+bool legal_move(const DTensorSpec& spec, const Placements& current, int64_t i, const Placement& to) {
+  const Placement& from = current[i];
+  if (from == to || !nesting_allows(current, i, to)) return false;
+  if (from.is_partial() && to.is_partial()) return false;
+  if (from.is_shard() && to == Partial(ReduceOp::kAvg)) return false;
+  Placements after = current;
+  after[i] = to;
+  return DTensorSpec::is_valid(spec.mesh(), after, spec.shape(), spec.dtype());
+}
+
+// How a candidate moves a mesh dim from Shard to a Partial target.
+enum class ShardToPartial : uint8_t {
+  kPadLast,           // pad in the last pass, after the other mesh dims' collectives
+  kPadFirst,          // pad as soon as the dim is visited
+  kThroughReplicate,  // all_gather, then partition or relabel
+};
+
+std::string_view shard_to_partial_name(ShardToPartial how) {
+  switch (how) {
+    case ShardToPartial::kPadLast: return "Shard -> Partial padded last";
+    case ShardToPartial::kPadFirst: return "Shard -> Partial padded first";
+    case ShardToPartial::kThroughReplicate: return "Shard -> Partial through Replicate";
+  }
+  return "?";
+}
+
+RedistributeStep make_step(const DeviceMesh& mesh, const Placements& before, int64_t i, const Placement& to) {
+  Placements after = before;
+  after[i] = to;
+  const size_t n = static_cast<size_t>(mesh.size());
+  return {i,
+          1,
+          before[i],
+          to,
+          step_op(before[i], to, mesh.shape()[i]),
+          before,
+          std::move(after),
+          std::vector<int64_t>(n),
+          std::vector<int64_t>(n),
+          std::vector<int64_t>(n)};
+}
+
+// One candidate: greedy passes, repeated until the target is reached (or nothing moves).
+// 1. If a mesh dim holds a Shard, visit `unshard_order` and move each to its target,
+//    except that a target Shard(d) becomes Replicate when the mesh dims before it shard d
+//    differently now and in the target (misaligned nesting).
+// 2. Visit `order`, moving every mesh dim whose target is a Shard to it.
+// 3. Visit `order`, moving every mesh dim to its target, a Partial one to Replicate for now.
+// 4. Visit `order`, moving every mesh dim still off its target.
+// A Shard with a Partial target pads in pass 1 (kPadFirst) or 4 (kPadLast), or goes through
+// Replicate. Moves that are not legal yet wait for a later pass. nullopt when stuck.
+std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spec, const Placements& target,
+                                                          std::span<const int64_t> unshard_order,
+                                                          std::span<const int64_t> order, ShardToPartial s2p) {
+  const DeviceMesh& mesh = spec.mesh();
   std::vector<RedistributeStep> steps;
-  Placements current = source;
-  const int64_t m = mesh.ndim();
-  auto emit = [&](int64_t i, const Placement& to) {
-    DTR_INTERNAL_ASSERT(nesting_allows(current, i, to), "planned {} -> {} on mesh dim {} of {}", current[i], to, i,
-                        placements_str(current));
-    RedistributeStep step{i, current[i], to, step_op(current[i], to, mesh.shape()[i]), current, {}, {}, {}, {}};
-    current[i] = to;
-    step.after = current;
-    step.send_bytes.assign(mesh.size(), 0);
-    step.buffer_bytes.assign(mesh.size(), 0);
-    step.recv_bytes.assign(mesh.size(), 0);
-    steps.push_back(std::move(step));
+  Placements current = spec.placements();
+  auto try_move = [&](int64_t i, const Placement& to) {
+    if (!legal_move(spec, current, i, to)) return;
+    steps.push_back(make_step(mesh, current, i, to));
+    current = steps.back().after;
   };
-  auto move = [&](int64_t i, Placement to) {
-    if (to.is_partial() && !current[i].is_partial()) to = Replicate();  // the last pass makes it Partial
-    if (current[i] != to) emit(i, to);
-  };
-  const bool source_has_shard =
-      std::any_of(source.begin(), source.end(), [](const Placement& p) { return p.is_shard(); });
-  if (source_has_shard) {
-    for (int64_t i = m - 1; i >= 0; --i) {
-      Placement to = target[i];
-      if (to.is_shard() && sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
-        to = Replicate();
-      }
-      move(i, to);
+  // Where mesh dim i heads in a pass: its target, or Replicate (or its Shard) for a Partial
+  // target that must wait.
+  auto waypoint = [&](int64_t i, bool last_pass) {
+    const Placement& to = target[i];
+    const Placement& from = current[i];
+    if (!to.is_partial() || from.is_partial()) return to;
+    if (from.is_shard() && to.reduce_op() != ReduceOp::kAvg && s2p != ShardToPartial::kThroughReplicate) {
+      return s2p == ShardToPartial::kPadFirst || last_pass ? to : from;
     }
+    return last_pass ? to : Replicate();
+  };
+  auto has_shard = [&] {
+    return std::any_of(current.begin(), current.end(), [](const Placement& p) { return p.is_shard(); });
+  };
+  for (int64_t round = 0; round <= mesh.ndim() && current != target; ++round) {
+    const size_t steps_before = steps.size();
+    if (has_shard()) {
+      for (int64_t i : unshard_order) {
+        Placement to = waypoint(i, false);
+        if (to.is_shard() &&
+            sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
+          to = Replicate();
+        }
+        try_move(i, to);
+      }
+    }
+    for (int64_t i : order) {
+      if (target[i].is_shard()) try_move(i, target[i]);
+    }
+    for (int64_t i : order) try_move(i, waypoint(i, false));
+    for (int64_t i : order) try_move(i, waypoint(i, true));
+    if (steps.size() == steps_before) break;
   }
-  // Outer -> inner: moves to Shard first, so that the all_reduces that remain run on
-  // scattered data (HSDP's (P, P) -> (R, S(0)) reduce_scatters before it all_reduces).
-  for (int64_t i = 0; i < m; ++i) {
-    if (target[i].is_shard()) move(i, target[i]);
-  }
-  for (int64_t i = 0; i < m; ++i) move(i, target[i]);
-  for (int64_t i = 0; i < m; ++i) {
-    if (current[i] != target[i]) emit(i, target[i]);
-  }
+  if (current != target) return std::nullopt;
   return steps;
+}
+
+// Whether steps a then b are one collective on adjacent mesh dims that a single collective
+// over those dims flattened can do: all_gathers of one Shard(d), inner dim first;
+// reduce_scatters of one op to one Shard(d), outer dim first; all_reduces of one op.
+bool mergeable(const RedistributeStep& a, const RedistributeStep& b) {
+  if (a.op != b.op || a.from != b.from || a.to != b.to) return false;
+  const int64_t a_end = a.mesh_dim + a.num_mesh_dims, b_end = b.mesh_dim + b.num_mesh_dims;
+  switch (a.op) {
+    case StepOp::kAllGather: return b_end == a.mesh_dim;
+    case StepOp::kReduceScatter: return a_end == b.mesh_dim;
+    case StepOp::kAllReduce: return b_end == a.mesh_dim || a_end == b.mesh_dim;
+    default: return false;
+  }
+}
+
+// `steps` with every run of mergeable steps over a range the mesh can flatten made one.
+std::vector<RedistributeStep> merge_steps(const DeviceMesh& mesh, const std::vector<RedistributeStep>& steps) {
+  std::vector<RedistributeStep> merged;
+  for (const RedistributeStep& step : steps) {
+    if (!merged.empty() && mergeable(merged.back(), step)) {
+      RedistributeStep& last = merged.back();
+      const int64_t first = std::min(last.mesh_dim, step.mesh_dim);
+      const int64_t count = last.num_mesh_dims + step.num_mesh_dims;
+      if (mesh.can_flatten(first, count)) {
+        last.mesh_dim = first;
+        last.num_mesh_dims = count;
+        last.after = step.after;
+        continue;
+      }
+    }
+    merged.push_back(step);
+  }
+  return merged;
 }
 
 // Elements of `shape` outside the dims in `skip`.
@@ -114,14 +214,17 @@ int64_t numel_without(const Shape& shape, std::initializer_list<int64_t> skip) {
 }
 
 // Adds the bytes every rank sends and receives when `spec`'s tensor takes `step`.
-// Every rank of a group works on the same piece (its box with the step's mesh dim
+// Every rank of a group works on the same piece (its box with the step's mesh dims
 // replicated), chunked into n padded blocks (counts: docs/redistribute_planner.md).
 void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   if (!is_collective(step.op)) return;
   const DeviceMesh& mesh = spec.mesh();
-  const int64_t n = mesh.shape()[step.mesh_dim];
   Placements group_view = step.before;
-  group_view[step.mesh_dim] = Replicate();
+  int64_t n = 1;
+  for (int64_t i = step.mesh_dim; i < step.mesh_dim + step.num_mesh_dims; ++i) {
+    group_view[i] = Replicate();
+    n *= mesh.shape()[i];
+  }
   const int64_t itemsize = static_cast<int64_t>(dtr::itemsize(spec.dtype()));
   for (int64_t k = 0; k < mesh.size(); ++k) {
     const Shape piece = compute_local_box(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
@@ -154,24 +257,173 @@ bool changes_partial_op(const Placement& from, const Placement& to) {
   return from.is_partial() && to.is_partial() && from != to;
 }
 
-// The target checked against `spec` (length, Shard dims; negative dims wrapped), with
-// errors that say they come from redistribute.
+// The target checked against `spec` (length, Shard dims, dtype; negative dims wrapped),
+// with errors that say they come from redistribute.
 Placements checked_target(const DTensorSpec& spec, const Placements& target) {
   const std::string context = fmt::format("redistribute {} to {}: ", spec.to_string(), placements_str(target));
   try {
     return spec.with_placements(target).placements();
   } catch (const IndexError& e) {
     throw IndexError(context + e.what());
+  } catch (const TypeError& e) {
+    throw TypeError(context + e.what());
   } catch (const ValueError& e) {
     throw ValueError(context + e.what());
   }
 }
 
+// Every order of the mesh dims, the greedy default (inner -> outer, or outer -> inner) first.
+std::vector<std::vector<int64_t>> mesh_dim_orders(int64_t m, bool inner_first) {
+  std::vector<int64_t> order(m);
+  for (int64_t i = 0; i < m; ++i) order[i] = inner_first ? m - 1 - i : i;
+  std::vector<std::vector<int64_t>> orders = {order};
+  std::vector<int64_t> perm = order;
+  std::sort(perm.begin(), perm.end());
+  do {
+    if (perm != order) orders.push_back(perm);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return orders;
+}
+
+bool same_moves(const std::vector<RedistributeStep>& a, const std::vector<RedistributeStep>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const RedistributeStep& x, const RedistributeStep& y) {
+    return x.mesh_dim == y.mesh_dim && x.num_mesh_dims == y.num_mesh_dims && x.after == y.after;
+  });
+}
+
+// The ranking key: fewest bytes on the busiest rank, then in all, then fewest collectives
+// and steps.
+std::tuple<int64_t, int64_t, int64_t, size_t> plan_cost(const RedistributePlan& p) {
+  const std::vector<int64_t> send = p.total_send_bytes();
+  return {p.max_send_bytes(), std::accumulate(send.begin(), send.end(), int64_t{0}), p.num_collectives(),
+          p.steps().size()};
+}
+
+std::string order_str(std::span<const int64_t> order) { return fmt::format("{}", fmt::join(order, ", ")); }
+
+// The checks shared by the single and coalesced forms; returns the checked target.
+Placements checked_move(std::span<const DTensorSpec> sources, const Placements& target) {
+  DTR_CHECK(!sources.empty(), ValueError, "redistribute (coalesced) to {}: no tensors given", placements_str(target));
+  const DTensorSpec& first = sources.front();
+  const Placements dst = checked_target(first, target);
+  for (size_t k = 1; k < sources.size(); ++k) {
+    const DTensorSpec& s = sources[k];
+    DTR_CHECK(s.mesh() == first.mesh(), ValueError,
+              "redistribute (coalesced): tensor #{} ({}{}) is on {} but tensor #0 ({}{}) is on {}; tensors moved "
+              "together must share one mesh",
+              k, s.dtype(), s.shape(), s.mesh().to_string(), first.dtype(), first.shape(), first.mesh().to_string());
+    DTR_CHECK(s.placements() == first.placements() && checked_target(s, target) == dst, ValueError,
+              "redistribute (coalesced): tensor #{} ({}{}) moves {} -> {} but tensor #0 ({}{}) moves {} -> {}; "
+              "tensors moved together must make the same move",
+              k, s.dtype(), s.shape(), placements_str(s.placements()), placements_str(checked_target(s, target)),
+              first.dtype(), first.shape(), placements_str(first.placements()), placements_str(dst));
+  }
+  const Placements& src = first.placements();
+  for (size_t i = 0; i < src.size(); ++i) {
+    DTR_CHECK(!changes_partial_op(src[i], dst[i]), ValueError,
+              "redistribute {} to {}: mesh dim {} would go from {} to {}, but a Partial cannot change its reduce "
+              "op; legal: reduce it first ({} -> Replicate), then redistribute Replicate -> {}",
+              first.to_string(), placements_str(dst), first.mesh().dim_label(static_cast<int64_t>(i)), src[i].repr(),
+              dst[i].repr(), src[i].repr(), dst[i].repr());
+  }
+  return dst;
+}
+
+std::vector<RedistributePlan> alternatives_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {
+  const Placements dst = checked_move(sources, target);
+  const DTensorSpec& first = sources.front();
+  const DeviceMesh& mesh = first.mesh();
+  const Placements& src = first.placements();
+  bool shard_to_partial = false;
+  for (size_t i = 0; i < src.size(); ++i) shard_to_partial |= src[i].is_shard() && dst[i].is_partial();
+  std::vector<ShardToPartial> s2p_ways = {ShardToPartial::kThroughReplicate};
+  if (shard_to_partial)
+    s2p_ways = {ShardToPartial::kPadLast, ShardToPartial::kPadFirst, ShardToPartial::kThroughReplicate};
+
+  std::vector<std::pair<std::vector<RedistributeStep>, std::string>> candidates;
+  auto add = [&](std::vector<RedistributeStep> steps, std::string how) {
+    for (const auto& c : candidates) {
+      if (same_moves(c.first, steps)) return;
+    }
+    candidates.emplace_back(std::move(steps), std::move(how));
+  };
+  for (const std::vector<int64_t>& unshard : mesh_dim_orders(mesh.ndim(), true)) {
+    for (const std::vector<int64_t>& order : mesh_dim_orders(mesh.ndim(), false)) {
+      for (ShardToPartial s2p : s2p_ways) {
+        std::optional<std::vector<RedistributeStep>> steps = greedy_steps(first, dst, unshard, order, s2p);
+        if (!steps) continue;
+        std::string how = mesh.ndim() == 1 ? std::string("one mesh dim")
+                                           : fmt::format("unshard over mesh dims ({}), then ({})", order_str(unshard),
+                                                         order_str(order));
+        if (shard_to_partial) how += fmt::format(", {}", shard_to_partial_name(s2p));
+        std::vector<RedistributeStep> merged = merge_steps(mesh, *steps);
+        if (merged.size() != steps->size()) add(std::move(merged), how + ", merged");
+        add(std::move(*steps), how);
+      }
+    }
+  }
+  DTR_INTERNAL_ASSERT(!candidates.empty(), "no plan for {} -> {}", first.to_string(), placements_str(dst));
+  std::vector<RedistributePlan> plans;
+  for (auto& [steps, how] : candidates) {
+    for (RedistributeStep& step : steps) {
+      for (const DTensorSpec& s : sources) add_step_bytes(s, step);
+    }
+    plans.emplace_back(std::vector<DTensorSpec>(sources.begin(), sources.end()), dst, std::move(steps), std::move(how));
+  }
+  return plans;
+}
+
+// "mesh dim 1 (tp)", or "mesh dims 0-1 (dp, tp)" for a merged step.
+std::string mesh_dims_label(const DeviceMesh& mesh, int64_t first, int64_t count) {
+  if (count == 1) return "mesh dim " + mesh.dim_label(first);
+  std::string label = fmt::format("mesh dims {}-{}", first, first + count - 1);
+  if (mesh.dim_names().empty()) return label;
+  const auto names = std::span(mesh.dim_names()).subspan(first, count);
+  return fmt::format("{} ({})", label, fmt::join(names, ", "));
+}
+
+// One line per step: its mesh dims, placements, op and groups.
+std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent) {
+  std::string out;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const RedistributeStep& s = steps[k];
+    const std::string groups = fmt::format("{}", m.group_ranks(s.mesh_dim, s.num_mesh_dims));
+    std::string what;
+    switch (s.op) {
+      case StepOp::kAllGather:
+      case StepOp::kAllToAll: what = fmt::format("{} over groups {}", step_op_name(s.op), groups); break;
+      case StepOp::kAllReduce:
+      case StepOp::kReduceScatter:
+        what = fmt::format("{}({}) over groups {}", step_op_name(s.op), reduce_op_name(s.from.reduce_op()), groups);
+        break;
+      case StepOp::kChunk: what = "chunk (local: each rank keeps its chunk)"; break;
+      case StepOp::kPad:
+        what = fmt::format("pad (local: each rank's shard at its offset, {} elsewhere)",
+                           s.to.reduce_op() == ReduceOp::kSum   ? "zeros"
+                           : s.to.reduce_op() == ReduceOp::kMax ? "the lowest value"
+                                                                : "the highest value");
+        break;
+      case StepOp::kPartition: what = "partition (local: coordinate 0 keeps the value, the others hold zeros)"; break;
+      case StepOp::kRelabel: what = "relabel (no data changes)"; break;
+    }
+    if (s.num_mesh_dims > 1) {
+      what += fmt::format(" (merged: one collective over the {} mesh dims flattened, instead of {})", s.num_mesh_dims,
+                          s.num_mesh_dims);
+    }
+    out += fmt::format("{}step {}: {}: {} -> {}, {}\n", indent, k + 1, mesh_dims_label(m, s.mesh_dim, s.num_mesh_dims),
+                       s.from, s.to, what);
+  }
+  return out;
+}
+
 }  // namespace
 
 RedistributePlan::RedistributePlan(std::vector<DTensorSpec> sources, Placements target,
-                                   std::vector<RedistributeStep> steps)
-    : sources_(std::move(sources)), target_(std::move(target)), steps_(std::move(steps)) {
+                                   std::vector<RedistributeStep> steps, std::string strategy)
+    : sources_(std::move(sources)),
+      target_(std::move(target)),
+      steps_(std::move(steps)),
+      strategy_(std::move(strategy)) {
   DTR_INTERNAL_ASSERT(!sources_.empty(), "a plan with no tensors");
 }
 
@@ -195,6 +447,11 @@ std::vector<int64_t> RedistributePlan::total_recv_bytes() const {
   return total;
 }
 
+int64_t RedistributePlan::max_send_bytes() const {
+  const std::vector<int64_t> send = total_send_bytes();
+  return *std::max_element(send.begin(), send.end());
+}
+
 std::string RedistributePlan::explain() const {
   const DeviceMesh& m = mesh();
   std::vector<std::string> tensors;
@@ -206,28 +463,7 @@ std::string RedistributePlan::explain() const {
   const int64_t collectives = num_collectives();
   out += fmt::format("{} step{}, {} collective{}:\n", steps_.size(), steps_.size() == 1 ? "" : "s", collectives,
                      collectives == 1 ? "" : "s");
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    const RedistributeStep& s = steps_[k];
-    std::string what;
-    switch (s.op) {
-      case StepOp::kAllGather:
-      case StepOp::kAllToAll:
-        what = fmt::format("{} over groups {}", step_op_name(s.op), m.group_ranks(s.mesh_dim));
-        break;
-      case StepOp::kAllReduce:
-        what =
-            fmt::format("all_reduce({}) over groups {}", reduce_op_name(s.from.reduce_op()), m.group_ranks(s.mesh_dim));
-        break;
-      case StepOp::kReduceScatter:
-        what = fmt::format("reduce_scatter({}) over groups {}", reduce_op_name(s.from.reduce_op()),
-                           m.group_ranks(s.mesh_dim));
-        break;
-      case StepOp::kChunk: what = "chunk (local: each rank keeps its chunk)"; break;
-      case StepOp::kPartition: what = "partition (local: coordinate 0 keeps the value, the others hold zeros)"; break;
-      case StepOp::kRelabel: what = "relabel (no data changes)"; break;
-    }
-    out += fmt::format("  step {}: mesh dim {}: {} -> {}, {}\n", k + 1, m.dim_label(s.mesh_dim), s.from, s.to, what);
-  }
+  out += step_lines(m, steps_, "  ");
   if (collectives == 0) return out + "no communication\n";
   out += "bytes per rank (chunks padded to ceil(size/n), so every rank of a group sends equal buffers):\n";
   std::vector<std::vector<std::string>> rows;
@@ -254,43 +490,70 @@ RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& 
   return plan_redistribute_coalesced(std::span(&source, 1), target);
 }
 
+std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const Placements& target) {
+  return alternatives_coalesced(std::span(&source, 1), target);
+}
+
+size_t best_plan_index(const std::vector<RedistributePlan>& alternatives) {
+  DTR_INTERNAL_ASSERT(!alternatives.empty(), "no plans to choose from");
+  size_t best = 0;
+  for (size_t k = 1; k < alternatives.size(); ++k) {
+    if (plan_cost(alternatives[k]) < plan_cost(alternatives[best])) best = k;
+  }
+  return best;
+}
+
 bool can_redistribute(const DTensorSpec& source, const Placements& target) {
-  if (!DTensorSpec::is_valid(source.mesh(), target, source.shape())) return false;
+  if (!DTensorSpec::is_valid(source.mesh(), target, source.shape(), source.dtype())) return false;
   for (size_t i = 0; i < target.size(); ++i) {
     if (changes_partial_op(source.placements()[i], target[i])) return false;
   }
   return true;
 }
 
+std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives) {
+  const size_t best = best_plan_index(alternatives);
+  const RedistributePlan& chosen = alternatives[best];
+  const DeviceMesh& m = chosen.mesh();
+  std::string out = fmt::format("{} plan{} considered for {} -> {} on {}:\n", alternatives.size(),
+                                alternatives.size() == 1 ? "" : "s", chosen.sources().front().to_string(),
+                                placements_str(chosen.target_placements()), m.to_string());
+  for (size_t k = 0; k < alternatives.size(); ++k) {
+    const RedistributePlan& p = alternatives[k];
+    const auto [max_send, total_send, collectives, steps] = plan_cost(p);
+    out += fmt::format("plan {}{}: {}: {} step{}, {} collective{}, bytes sent: {} on the busiest rank, {} in all\n",
+                       k + 1, k == best ? " (chosen)" : "", p.strategy(), steps, steps == 1 ? "" : "s", collectives,
+                       collectives == 1 ? "" : "s", max_send, total_send);
+    out += step_lines(m, p.steps(), "  ");
+  }
+  if (alternatives.size() == 1) return out + "chosen: plan 1, the only one\n";
+  // Why: the first key of the ranking on which the chosen plan beats the runner-up.
+  size_t runner_up = best == 0 ? 1 : 0;
+  for (size_t k = 0; k < alternatives.size(); ++k) {
+    if (k != best && plan_cost(alternatives[k]) < plan_cost(alternatives[runner_up])) runner_up = k;
+  }
+  const auto a = plan_cost(chosen), b = plan_cost(alternatives[runner_up]);
+  std::string why;
+  if (std::get<0>(a) != std::get<0>(b)) {
+    why = fmt::format("the fewest bytes sent by the busiest rank ({} against {})", std::get<0>(a), std::get<0>(b));
+  } else if (std::get<1>(a) != std::get<1>(b)) {
+    why = fmt::format("as few bytes on the busiest rank as plan {}, and the fewest in all ({} against {})",
+                      runner_up + 1, std::get<1>(a), std::get<1>(b));
+  } else if (std::get<2>(a) != std::get<2>(b)) {
+    why = fmt::format("the same bytes as plan {}, and fewer collectives ({} against {})", runner_up + 1, std::get<2>(a),
+                      std::get<2>(b));
+  } else if (std::get<3>(a) != std::get<3>(b)) {
+    why = fmt::format("the same bytes and collectives as plan {}, and fewer steps ({} against {})", runner_up + 1,
+                      std::get<3>(a), std::get<3>(b));
+  } else {
+    why = fmt::format("it ties with plan {} and comes first", runner_up + 1);
+  }
+  return out + fmt::format("chosen: plan {}: {}\n", best + 1, why);
+}
+
 RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {
-  DTR_CHECK(!sources.empty(), ValueError, "redistribute (coalesced) to {}: no tensors given", placements_str(target));
-  const DTensorSpec& first = sources.front();
-  const Placements dst = checked_target(first, target);
-  for (size_t k = 1; k < sources.size(); ++k) {
-    const DTensorSpec& s = sources[k];
-    DTR_CHECK(s.mesh() == first.mesh(), ValueError,
-              "redistribute (coalesced): tensor #{} ({}{}) is on {} but tensor #0 ({}{}) is on {}; tensors moved "
-              "together must share one mesh",
-              k, s.dtype(), s.shape(), s.mesh().to_string(), first.dtype(), first.shape(), first.mesh().to_string());
-    DTR_CHECK(s.placements() == first.placements() && checked_target(s, target) == dst, ValueError,
-              "redistribute (coalesced): tensor #{} ({}{}) moves {} -> {} but tensor #0 ({}{}) moves {} -> {}; "
-              "tensors moved together must make the same move",
-              k, s.dtype(), s.shape(), placements_str(s.placements()), placements_str(checked_target(s, target)),
-              first.dtype(), first.shape(), placements_str(first.placements()), placements_str(dst));
-  }
-  const Placements& src = first.placements();
-  for (size_t i = 0; i < src.size(); ++i) {
-    DTR_CHECK(!changes_partial_op(src[i], dst[i]), ValueError,
-              "redistribute {} to {}: mesh dim {} would go from {} to {}, but a Partial cannot change its reduce "
-              "op; legal: reduce it first ({} -> Replicate), then redistribute Replicate -> {}",
-              first.to_string(), placements_str(dst), first.mesh().dim_label(static_cast<int64_t>(i)), src[i].repr(),
-              dst[i].repr(), src[i].repr(), dst[i].repr());
-  }
-  std::vector<RedistributeStep> steps = plan_steps(first.mesh(), src, dst);
-  for (RedistributeStep& step : steps) {
-    for (const DTensorSpec& s : sources) add_step_bytes(s, step);
-  }
-  return RedistributePlan(std::vector<DTensorSpec>(sources.begin(), sources.end()), dst, std::move(steps));
+  std::vector<RedistributePlan> plans = alternatives_coalesced(sources, target);
+  return std::move(plans[best_plan_index(plans)]);
 }
 
 }  // namespace dtr

@@ -1,13 +1,12 @@
 // RedistributePlan: how a DTensor changes placements, as an ordered list of steps, each
-// on one mesh dim, with the bytes every rank sends and receives. Pure computation: an
-// executor runs the steps one by one and issues exactly the collectives listed.
+// on one mesh dim or on adjacent mesh dims flattened into one group, with the bytes every
+// rank sends and receives. Pure computation: an executor issues exactly its collectives.
 //
 // One mesh dim: S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce, P->S
-// reduce_scatter, R->S chunk and R->P(sum) partition (both local), R->P(avg|max|min) and any
-// move on a mesh dim of size 1 relabel; S->P goes through R; P(op1)->P(op2) is an error.
-// N-D meshes take PyTorch's greedy order, in which a mesh dim adds or drops Shard(d) only as
-// the innermost sharder of d. Bytes assume chunks padded to chunk_capacity. The order, the
-// byte counts and worked examples: docs/redistribute_planner.md.
+// reduce_scatter; R->S chunk, R->P(sum) partition and S->P(sum|max|min) pad are local;
+// S->P(avg) goes through R; P(op1)->P(op2) is an error. N-D moves take the cheapest of
+// candidate plans (mesh dim orders, pad or not, merged or not), every step obeying the
+// nesting rule. Rules, bytes and examples: docs/redistribute_planner.md.
 #pragma once
 
 #include <cstdint>
@@ -28,22 +27,28 @@ enum class StepOp : uint8_t {
   kAllReduce,      // P(op) -> R, reducing with op
   kReduceScatter,  // P(op) -> S(d), reducing with op
   kChunk,          // R -> S(d): keep this rank's chunk, no communication
+  kPad,            // S(d) -> P(sum|max|min): the shard at its offset, op's identity elsewhere
   kPartition,      // R -> P(sum): coordinate 0 keeps the value, the others hold zeros
   kRelabel,        // no data changes: R -> P(avg|max|min), or a mesh dim of size 1
 };
 
-// "all_gather", "all_to_all", "all_reduce", "reduce_scatter", "chunk", "partition", "relabel".
+// "all_gather", "all_to_all", "all_reduce", "reduce_scatter", "chunk", "pad", "partition",
+// "relabel".
 std::string_view step_op_name(StepOp op);
 // True for the four ops that communicate.
 bool is_collective(StepOp op);
 
 struct RedistributeStep {
+  // The mesh dims [mesh_dim, mesh_dim + num_mesh_dims) the step works on: one, or for a
+  // merged collective several adjacent ones flattened into one group (row-major), each
+  // going from `from` to `to`.
   int64_t mesh_dim;
+  int64_t num_mesh_dims;
   Placement from;
   Placement to;
   StepOp op;
   Placements before;  // placements of every mesh dim before this step
-  Placements after;   // and after it (before with [mesh_dim] = to)
+  Placements after;   // and after it
   // Bytes each rank sends and receives in this step, indexed like mesh.ranks(), summed
   // over the tensors of a coalesced plan.
   std::vector<int64_t> send_bytes;
@@ -56,7 +61,10 @@ struct RedistributeStep {
 
 class RedistributePlan {
  public:
-  RedistributePlan(std::vector<DTensorSpec> sources, Placements target, std::vector<RedistributeStep> steps);
+  // `strategy` says how the planner built the steps (the passes' orders, Shard -> Partial,
+  // merging), for explain_alternatives.
+  RedistributePlan(std::vector<DTensorSpec> sources, Placements target, std::vector<RedistributeStep> steps,
+                   std::string strategy);
 
   const DeviceMesh& mesh() const { return sources_.front().mesh(); }
   // The tensors that move: one, or several making the same move (coalesced).
@@ -64,10 +72,13 @@ class RedistributePlan {
   const Placements& source_placements() const { return sources_.front().placements(); }
   const Placements& target_placements() const { return target_; }
   const std::vector<RedistributeStep>& steps() const { return steps_; }
+  const std::string& strategy() const { return strategy_; }
   int64_t num_collectives() const;
   // Bytes each rank sends / receives over the whole plan, indexed like mesh.ranks().
   std::vector<int64_t> total_send_bytes() const;
   std::vector<int64_t> total_recv_bytes() const;
+  // The most any rank sends over the whole plan: what the planner minimises first.
+  int64_t max_send_bytes() const;
 
   // The steps, their collectives and groups, and a table of bytes per rank.
   std::string explain() const;
@@ -76,12 +87,25 @@ class RedistributePlan {
   std::vector<DTensorSpec> sources_;
   Placements target_;
   std::vector<RedistributeStep> steps_;
+  std::string strategy_;
 };
 
-// Plans moving `source` to `target` placements on the same mesh. Throws ValueError /
-// IndexError for a target of the wrong length, a Shard dim out of range, or
-// P(op1) -> P(op2) (legal: P(op1) -> R -> P(op2), as two redistributes).
+// Plans moving `source` to `target` placements on the same mesh: the best of
+// plan_alternatives. Throws ValueError / IndexError / TypeError for a target of the wrong
+// length, a Shard dim out of range, a target spec that is not valid (Partial(avg) of an
+// integer dtype), or P(op1) -> P(op2) (legal: P(op1) -> R -> P(op2), as two redistributes).
 RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& target);
+
+// Every distinct plan the planner weighs for the move, in the order it builds them; the
+// chosen one has the fewest max_send_bytes, then the fewest total bytes, collectives and
+// steps, then comes first. Same errors as plan_redistribute.
+std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const Placements& target);
+
+// The index in `alternatives` of the plan plan_redistribute picks.
+size_t best_plan_index(const std::vector<RedistributePlan>& alternatives);
+
+// Every alternative with its steps and bytes, which one was chosen and why.
+std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives);
 
 // Whether plan_redistribute(source, target) has a plan: the query form of its checks, for
 // callers weighing candidate placements (it builds no message and throws nothing).

@@ -9,10 +9,20 @@ namespace {
 
 thread_local int64_t t_promised_collectives = 0;
 
+// Whether an op may move an input from `from` to `to` to fit a strategy. Shard -> Partial
+// is not offered (PyTorch's redistribute_cost bans it too): the pad costs nothing now, but
+// leaves every rank a full-size Partial whose reduction costs more than the gather it saved.
+bool offered_move(const Placements& from, const Placements& to) {
+  for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
+    if (from[i].is_shard() && to[i].is_partial()) return false;
+  }
+  return true;
+}
+
 // Bytes all ranks receive to move `spec` to `target`, or -1 if the move is not legal.
 // Legality is asked, not caught: an error from planning a legal move is a bug and propagates.
 int64_t move_cost(const DTensorSpec& spec, const Placements& target, int64_t* collectives) {
-  if (!can_redistribute(spec, target)) return -1;
+  if (!offered_move(spec.placements(), target) || !can_redistribute(spec, target)) return -1;
   const RedistributePlan plan = plan_redistribute(spec, target);
   int64_t bytes = 0;
   for (int64_t b : plan.total_recv_bytes()) bytes += b;

@@ -7,7 +7,8 @@
 // picks the candidate whose input moves cost the fewest bytes, summed over every rank, so
 // every rank picks the same one (the first among equals: list the no-communication ones
 // first), redistributes the inputs to it (differentiably) and counts the collectives it
-// promised, for tests to compare with those issued.
+// promised, for tests to compare with those issued. An input is never moved from Shard to
+// Partial to fit (free now, dearer later).
 #pragma once
 
 #include <cstdint>

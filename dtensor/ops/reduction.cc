@@ -1,9 +1,9 @@
 #include "dtensor/ops/reduction.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "dtensor/autograd.h"
+#include "dtensor/internal/reduce_identity.h"
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
@@ -79,9 +79,8 @@ DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std
   const bool empty_shard = std::any_of(dims.begin(), dims.end(), [&](int64_t d) { return local.size(d) == 0; });
   Tensor y_local;
   if (empty_shard) {  // this rank holds none of the reduced elements: the identity of op
-    const double identity = (op == ReduceOp::kMax ? -1 : 1) * std::numeric_limits<double>::infinity();
     DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], r.out_shape, x.dtype());
-    y_local = full(out_spec.local_box().shape, identity, x.dtype(), local.device());
+    y_local = internal::full_of_identity(out_spec.local_box().shape, op, x.dtype(), x.dtype(), local.device());
   } else {
     y_local = op == ReduceOp::kMax ? max(local, dims, keepdim) : min(local, dims, keepdim);
   }

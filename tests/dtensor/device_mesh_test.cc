@@ -48,6 +48,17 @@ TEST_CASE("a permuted 3-D mesh: coordinates, groups and sub-meshes follow the ra
   CHECK(mesh.group_ranks(0) == Groups{{7, 3}, {6, 2}, {5, 1}, {4, 0}});
   CHECK(mesh.group_ranks(1) == Groups{{7, 5}, {6, 4}, {3, 1}, {2, 0}});
   CHECK(mesh.group_ranks(2) == Groups{{7, 6}, {5, 4}, {3, 2}, {1, 0}});
+  // Adjacent mesh dims flattened: groups row-major over the range.
+  CHECK(mesh.group_ranks(1, 2) == Groups{{7, 6, 5, 4}, {3, 2, 1, 0}});
+  CHECK(mesh.group_ranks(0, 2) == Groups{{7, 5, 3, 1}, {6, 4, 2, 0}});
+  CHECK(mesh.group_ranks(0, 3) == Groups{{7, 6, 5, 4, 3, 2, 1, 0}});
+  CHECK(mesh.group_ranks(2, 1) == mesh.group_ranks(2));
+  CHECK(mesh.flat_index(1, 2) == 1);
+  CHECK(mesh.flat_index(0, 2) == 2);
+  CHECK(mesh.flat_index(0, 3) == 5);
+  CHECK(mesh.can_flatten(0, 3));  // a topology plans merges; only a mesh with groups runs them
+  CHECK_THROWS_MATCHES(mesh.flattened_group(0, 2), ValueError, MessageContains("built as a topology"));
+  CHECK_THROWS_AS(mesh.group_ranks(2, 2), IndexError);
 
   const DeviceMesh tp = mesh["tp"];
   CHECK(tp.shape() == Shape{2});

@@ -108,6 +108,31 @@ TEST_CASE("spec checks name the tensor, mesh and placements, and say what is leg
   CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kMax), Partial(ReduceOp::kMax)}, {4}, kFloat32));
   CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Shard(0), Shard(0)}, {4}, kFloat32).local_box(std::vector<int64_t>{2, 0}),
                        IndexError, MessageContains("outside the mesh"));
+  // An integer average truncates: refused when the spec is made, not when it is reduced.
+  for (DType d : {kInt32, kInt64, kBool}) {
+    CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Replicate(), Partial(ReduceOp::kAvg)}, {4}, d), TypeError,
+                         MessageContains("Partial(avg) on mesh dim 1 (tp)") &&
+                             MessageContains(fmt::format("{}[4]", dtype_name(d))) &&
+                             MessageContains("Partial(avg) takes float32, float64, bfloat16 and float16"));
+    CHECK_FALSE(DTensorSpec::is_valid(mesh, {Replicate(), Partial(ReduceOp::kAvg)}, {4}, d));
+    CHECK_NOTHROW(DTensorSpec(mesh, {Replicate(), Partial(ReduceOp::kSum)}, {4}, d));
+  }
+  CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kAvg), Replicate()}, {4}, kBFloat16));
+}
+
+TEST_CASE("an empty shard's offset is the dim's global size, as in PyTorch", "[dtensor_spec]") {
+  // compute_local_shape_and_global_offset: [2, 2] under (S(0), S(0)) on 2x2 gives rank 1
+  // (coordinate (0, 1)) no row; its offset is 2, past every element, never on top of a real shard.
+  const DTensorSpec nested(testing::make_mesh({2, 2}), {Shard(0), Shard(0)}, {2, 2}, kFloat32);
+  CHECK(nested.local_box(std::vector<int64_t>{0, 0}) == LocalBox{{0, 0}, {1, 2}});
+  CHECK(nested.local_box(std::vector<int64_t>{0, 1}) == LocalBox{{2, 0}, {0, 2}});
+  CHECK(nested.local_box(std::vector<int64_t>{1, 0}) == LocalBox{{1, 0}, {1, 2}});
+  CHECK(nested.local_box(std::vector<int64_t>{1, 1}) == LocalBox{{2, 0}, {0, 2}});
+  // 1-D: 2 rows over 4 ranks.
+  const DTensorSpec flat(testing::make_mesh({4}), {Shard(0)}, {2}, kFloat32);
+  std::vector<int64_t> offsets;
+  for (int64_t r = 0; r < 4; ++r) offsets.push_back(flat.local_offset(std::vector<int64_t>{r})[0]);
+  CHECK(offsets == std::vector<int64_t>{0, 1, 2, 2});
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ inline LocalBox reference_box(const Shape& mesh_shape, const Placements& placeme
       const std::vector<int64_t> lengths = reference_chunk_lengths(box.shape[d], mesh_shape[i]);
       box.offset[d] += std::accumulate(lengths.begin(), lengths.begin() + coord[i], int64_t{0});
       box.shape[d] = lengths[coord[i]];
+      if (box.shape[d] == 0) box.offset[d] = shape[d];  // PyTorch's offset for an empty shard
     }
   }
   return box;

@@ -12,3 +12,20 @@ if "$bin" --mesh 2x2 --shape 5 --from S1,R --to R,R 2>"$err"; then
   exit 1
 fi
 grep -q "Shard(dim=1) on mesh dim 0 of placements (S(1), R) is out of range" "$err"
+# An empty --shape and P() are errors that say what is legal.
+if "$bin" --mesh 2 --shape "" --from S0 --to R 2>"$err"; then
+  echo "explain_sharding accepted an empty --shape" >&2
+  exit 1
+fi
+grep -q "give the global tensor's sizes as non-negative integers separated by commas" "$err"
+if "$bin" --mesh 2 --shape 4 --from "P()" --to R 2>"$err"; then
+  echo "explain_sharding accepted P()" >&2
+  exit 1
+fi
+grep -q "'P()' names no reduce op; write P or P(sum)" "$err"
+"$bin" --mesh 2 --shape scalar --from "P(max)" --to R | grep -q "all_reduce(max)"
+# --alternatives lists the plans weighed and the reason for the choice.
+out=${TEST_TMPDIR:-/tmp}/explain_sharding_alternatives.txt
+"$bin" --mesh 2x2 --shape 5,3 --from S0,S0 --to R,R --alternatives >"$out"
+grep -q "^2 plans considered for float32\[5, 3\] (S(0), S(0))" "$out"
+grep -q "^chosen: plan 2: the fewest bytes sent by the busiest rank (60 against 72)" "$out"

@@ -76,6 +76,12 @@ TEST_CASE("parse_placement rejects malformed text, naming it and the legal forms
                          MessageContains(fmt::format("'{}'", bad)) && MessageContains("S(0), S0, Shard(dim=0), R"));
   }
   CHECK_THROWS_MATCHES(parse_placements("S0,,R"), ValueError, MessageContains("cannot read ''"));
+  // Empty parentheses name no reduce op (P alone is P(sum)).
+  for (const char* bad : {"P()", "Partial()"}) {
+    CHECK_THROWS_MATCHES(parse_placement(bad), ValueError,
+                         MessageContains(fmt::format("'{}' names no reduce op", bad)) &&
+                             MessageContains("P or P(sum)") && MessageContains("P(avg), P(max), P(min)"));
+  }
 }
 
 }  // namespace

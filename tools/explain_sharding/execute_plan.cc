@@ -91,12 +91,19 @@ std::string collective_label(const RedistributeStep& step) {
   return std::string(step_op_name(step.op));
 }
 
-// The group along mesh_dim that holds `rank`.
-std::vector<int64_t> group_of(const DeviceMesh& mesh, int64_t mesh_dim, int64_t rank) {
-  for (std::vector<int64_t>& group : mesh.group_ranks(mesh_dim)) {
+// The group of a step's mesh dims (flattened for a merged step) that holds `rank`.
+std::vector<int64_t> group_of(const DeviceMesh& mesh, const RedistributeStep& step, int64_t rank) {
+  for (std::vector<int64_t>& group : mesh.group_ranks(step.mesh_dim, step.num_mesh_dims)) {
     if (std::find(group.begin(), group.end(), rank) != group.end()) return group;
   }
-  DTR_INTERNAL_ASSERT(false, "rank {} is in no group along mesh dim {} of {}", rank, mesh_dim, mesh.to_string());
+  DTR_INTERNAL_ASSERT(false, "rank {} is in no group of mesh dims [{}, {}) of {}", rank, step.mesh_dim,
+                      step.mesh_dim + step.num_mesh_dims, mesh.to_string());
+}
+
+// "1 (tp)" for one mesh dim, "0-1" for a merged step.
+std::string mesh_dims_column(const DeviceMesh& mesh, const RedistributeStep& step) {
+  if (step.num_mesh_dims == 1) return mesh.dim_label(step.mesh_dim);
+  return fmt::format("{}-{}", step.mesh_dim, step.mesh_dim + step.num_mesh_dims - 1);
 }
 
 using CounterKey = std::pair<CollectiveKind, std::string>;
@@ -123,7 +130,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
     const RedistributeStep& s = plan.steps()[k];
     if (!is_collective(s.op)) continue;
     step_numbers.push_back(k + 1);
-    keys.emplace_back(collective_kind(s.op), mesh.group(s.mesh_dim).name());
+    keys.emplace_back(collective_kind(s.op), mesh.flattened_group(s.mesh_dim, s.num_mesh_dims).name());
   }
   const int64_t collectives = static_cast<int64_t>(keys.size());
 
@@ -161,7 +168,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
   // One line per collective step and rank. The counter sums calls of one kind on one
   // group, so the plan's side sums the steps with the same key.
   auto group_label = [&](int64_t i, int64_t rank) {
-    return fmt::format("{}", group_of(mesh, plan.steps()[step_numbers[i] - 1].mesh_dim, rank));
+    return fmt::format("{}", group_of(mesh, plan.steps()[step_numbers[i] - 1], rank));
   };
   size_t group_width = 5;
   for (int64_t i = 0; i < collectives; ++i) {
@@ -183,7 +190,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
       const bool ok = calls == planned_calls && bytes == planned_bytes;
       mismatches += ok ? 0 : 1;
       lines.push_back(fmt::format("{:>4} | {:<8} | {:<19} | {:>4} | {:<{}} | {:>17} | {:>14} | {:>14} | {}",
-                                  step_numbers[i], mesh.dim_label(s.mesh_dim), collective_label(s), rank,
+                                  step_numbers[i], mesh_dims_column(mesh, s), collective_label(s), rank,
                                   group_label(i, rank), group_width,
                                   fmt::format("{}/{}", s.send_bytes[k], s.recv_bytes[k]),
                                   fmt::format("{} x {} B", planned_calls, planned_bytes),

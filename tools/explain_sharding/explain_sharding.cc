@@ -1,15 +1,18 @@
 // explain_sharding: shows which global indices every rank holds before and after a
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
-//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--execute]
+//   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--alternatives] [--execute]
 //
 // The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Without
-// --execute the tables and the plan come from the specs alone; with it, the tool starts
+// --execute the tables and the plan come from the specs alone; --alternatives also lists
+// every plan the planner weighed and why it chose its plan; with --execute, the tool starts
 // itself as the mesh's ranks (launch_self, Gloo over loopback), runs the redistribute and
 // prints the collectives measured next to the planned ones (execute_plan.h). Exit code: 0
 // when all matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own.
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -29,14 +32,42 @@
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
+namespace {
+
+// "8,6" -> [8, 6]; "scalar" -> []. Anything else, the empty text included, is a ValueError
+// saying what is legal.
+dtr::Shape parse_shape(const std::string& text) {
+  if (text == "scalar") return {};
+  const auto fail = [&] {
+    return dtr::ValueError(fmt::format(
+        "--shape '{}': give the global tensor's sizes as non-negative integers separated by commas, e.g. 8,6 or "
+        "0,4, or 'scalar' for a 0-d tensor",
+        text));
+  };
+  dtr::Shape shape;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string_view item = std::string_view(text).substr(start, end - start);
+    int64_t size = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), size);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || size < 0) throw fail();
+    shape.push_back(size);
+    if (end == text.size()) return shape;
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
-  std::vector<int64_t> mesh_shape, shape;
+  std::vector<int64_t> mesh_shape;
   std::vector<std::string> names;
-  std::string from, to;
-  bool execute = false;
+  std::string shape_text, from, to;
+  bool execute = false, alternatives = false;
   app.add_option("--mesh", mesh_shape, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required()->delimiter('x');
-  app.add_option("--shape", shape, "global tensor shape, e.g. 8,6")->required()->delimiter(',');
+  app.add_option("--shape", shape_text, "global tensor shape, e.g. 8,6 (scalar: a 0-d tensor)")->required();
   app.add_option("--from", from, "source placements, one per mesh dim, e.g. S0,R or S(0),P(sum)")->required();
   app.add_option("--to", to, "target placements, e.g. R,S1")->required();
   app.add_option("--names", names, "mesh dim names, e.g. dp,tp")->delimiter(',');
@@ -47,12 +78,15 @@ int main(int argc, char** argv) {
   }
   std::string dtype_name = "float32";
   app.add_option("--dtype", dtype_name, "element type (default float32)")->check(CLI::IsMember(dtypes));
+  app.add_flag("--alternatives", alternatives,
+               "also list every plan the planner weighed, with its steps and bytes, and why it chose its plan");
   app.add_flag("--execute", execute,
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
   CLI11_PARSE(app, argc, argv);
 
   return dtr::tool_main("explain_sharding", [&] {
     const dtr::DType dtype = dtypes.at(dtype_name);
+    const dtr::Shape shape = parse_shape(shape_text);
     if (execute && dtr::launcher::is_rank_process()) {
       dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten
       const bool passed = dtr::execute_plan(
@@ -67,9 +101,10 @@ int main(int argc, char** argv) {
     const dtr::DeviceMesh mesh = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
     const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtype);
     const dtr::RedistributePlan plan = dtr::plan_redistribute(source, dtr::parse_placements(to));
-    std::cout << "source: " << dtr::visualize_sharding(source) << "\n"
-              << plan.explain() << "\n"
-              << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));
+    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << plan.explain() << "\n";
+    if (alternatives)
+      std::cout << dtr::explain_alternatives(dtr::plan_alternatives(source, plan.target_placements())) << "\n";
+    std::cout << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));
     if (!execute) return 0;
     DTR_CHECK(dtype != dtr::kBool, TypeError,
               "--execute with --dtype bool: collectives move float32, float64, bfloat16, float16, int32 and int64 "
