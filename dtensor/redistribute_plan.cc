@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <tuple>
@@ -494,6 +495,11 @@ std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const
   return alternatives_coalesced(std::span(&source, 1), target);
 }
 
+std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTensorSpec> sources,
+                                                          const Placements& target) {
+  return alternatives_coalesced(sources, target);
+}
+
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives) {
   DTR_INTERNAL_ASSERT(!alternatives.empty(), "no plans to choose from");
   size_t best = 0;
@@ -552,8 +558,43 @@ std::string explain_alternatives(const std::vector<RedistributePlan>& alternativ
 }
 
 RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {
-  std::vector<RedistributePlan> plans = alternatives_coalesced(sources, target);
-  return std::move(plans[best_plan_index(plans)]);
+  const Placements dst = checked_move(sources, target);
+  // The chosen steps depend only on the mesh's layout and flattened groups, the placements
+  // and every tensor's shape and dtype: cached per thread under those (PyTorch caches its
+  // plans too), since ops plan the same moves at every step.
+  std::vector<int64_t> key;
+  const DeviceMesh& mesh = sources.front().mesh();
+  key.insert(key.end(), mesh.shape().begin(), mesh.shape().end());
+  key.insert(key.end(), mesh.ranks().begin(), mesh.ranks().end());
+  for (int64_t first = 0; first < mesh.ndim(); ++first) {
+    for (int64_t count = 2; first + count <= mesh.ndim(); ++count) key.push_back(mesh.can_flatten(first, count));
+  }
+  for (const Placements* list : {&sources.front().placements(), &dst}) {
+    for (const Placement& p : *list) {
+      // One code per placement: 0 for Replicate, 1 + op for Partial, 16 + dim for Shard.
+      key.push_back(p.is_replicate() ? 0
+                    : p.is_partial() ? 1 + static_cast<int64_t>(p.reduce_op())
+                                     : 16 + p.shard_dim());
+    }
+  }
+  for (const DTensorSpec& s : sources) {
+    key.push_back(-1 - static_cast<int64_t>(s.dtype()));  // negative: separates the shapes
+    key.insert(key.end(), s.shape().begin(), s.shape().end());
+  }
+  struct Chosen {
+    std::vector<RedistributeStep> steps;
+    std::string strategy;
+  };
+  thread_local std::map<std::vector<int64_t>, Chosen> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 4096) cache.clear();  // a bound, not an LRU: programs plan a few hundred moves
+    std::vector<RedistributePlan> plans = alternatives_coalesced(sources, dst);
+    RedistributePlan& best = plans[best_plan_index(plans)];
+    it = cache.emplace(std::move(key), Chosen{best.steps(), best.strategy()}).first;
+  }
+  return RedistributePlan(std::vector<DTensorSpec>(sources.begin(), sources.end()), dst, it->second.steps,
+                          it->second.strategy);
 }
 
 }  // namespace dtr

@@ -98,8 +98,12 @@ RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& 
 
 // Every distinct plan the planner weighs for the move, in the order it builds them; the
 // chosen one has the fewest max_send_bytes, then the fewest total bytes, collectives and
-// steps, then comes first. Same errors as plan_redistribute.
+// steps, then comes first. Same errors as plan_redistribute. plan_redistribute caches its
+// choice per thread, keyed by everything the steps depend on (mesh layout and flattened
+// groups, placements, shapes, dtypes); these always search.
 std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const Placements& target);
+std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTensorSpec> sources,
+                                                          const Placements& target);
 
 // The index in `alternatives` of the plan plan_redistribute picks.
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives);

@@ -366,6 +366,17 @@ void check_no_needless_moves(const RedistributePlan& plan) {
   for (int m : moves) CHECK(m <= 2);  // at most: to Replicate, then to the target
 }
 
+// The plan's steps chain from the source to `target`, each a legal move (check_step).
+void check_chain(const DTensorSpec& spec, const RedistributePlan& plan, const Placements& target) {
+  Placements current = spec.placements();
+  for (const RedistributeStep& s : plan.steps()) {
+    REQUIRE(s.before == current);
+    check_step(spec, s);
+    current = s.after;
+  }
+  CHECK(current == target);
+}
+
 bool same_steps(const RedistributePlan& a, const RedistributePlan& b) {
   if (a.steps().size() != b.steps().size()) return false;
   for (size_t k = 0; k < a.steps().size(); ++k) {
@@ -415,14 +426,7 @@ TEST_CASE("random plans reach the target through legal steps with consistent byt
     }
     const RedistributePlan p = plan_redistribute(spec, dst);
     INFO(p.explain());
-    // The steps chain from the source to the target.
-    Placements current = src;
-    for (const RedistributeStep& s : p.steps()) {
-      REQUIRE(s.before == current);
-      check_step(spec, s);
-      current = s.after;
-    }
-    CHECK(current == dst);
+    check_chain(spec, p, dst);
     CHECK(p.target_placements() == dst);
     check_no_needless_moves(p);
     // Every alternative is a legal plan too, and none moves fewer bytes.
@@ -431,13 +435,7 @@ TEST_CASE("random plans reach the target through legal steps with consistent byt
     CHECK(same_steps(p, alternatives[best_plan_index(alternatives)]));
     for (const RedistributePlan& alt : alternatives) {
       INFO("alternative: " << alt.strategy() << "\n" << alt.explain());
-      Placements at = src;
-      for (const RedistributeStep& s : alt.steps()) {
-        REQUIRE(s.before == at);
-        check_step(spec, s);
-        at = s.after;
-      }
-      CHECK(at == dst);
+      check_chain(spec, alt, dst);
       CHECK(p.max_send_bytes() <= alt.max_send_bytes());
       merged += std::any_of(alt.steps().begin(), alt.steps().end(),
                             [](const RedistributeStep& s) { return s.num_mesh_dims > 1; });

@@ -4,10 +4,13 @@
 //   bazel run -c opt //tools/explain_sharding:planner_bench
 //
 // Each case is checked first (the plan must end at the target), warmed up, then timed
-// call by call; the table shows the median and the 10th-90th percentile spread in µs.
+// call by call; the table shows the median and the 10th-90th percentile spread in µs of a
+// repeated move (answered by the thread's plan cache), and the median of the candidate
+// search a first move runs, with the number of distinct plans it weighs.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -36,22 +39,31 @@ void run(const Case& c) {
   const Placements& reached = checked.steps().empty() ? checked.source_placements() : checked.steps().back().after;
   DTR_INTERNAL_ASSERT(reached == checked.target_placements(), "the plan of '{}' ends at {}, not {}", c.name,
                       placements_str(reached), placements_str(c.target));
-  constexpr int kWarmup = 200, kSamples = 3000;
   size_t sink = 0;
-  for (int i = 0; i < kWarmup; ++i) sink += plan_redistribute_coalesced(c.sources, c.target).steps().size();
-  std::vector<double> us(kSamples);
-  for (int i = 0; i < kSamples; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    sink += plan_redistribute_coalesced(c.sources, c.target).steps().size();
-    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  }
-  std::sort(us.begin(), us.end());
+  // The median and the 10th and 90th percentiles of `samples` timed calls of f, in µs.
+  auto time = [&](int warmup, int samples, auto f) {
+    for (int i = 0; i < warmup; ++i) sink += f();
+    std::vector<double> us(samples);
+    for (int i = 0; i < samples; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      sink += f();
+      us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::sort(us.begin(), us.end());
+    return std::array<double, 3>{us[samples / 2], us[samples / 10], us[samples * 9 / 10]};
+  };
+  // A repeated move (the thread's plan cache answers), and the search behind a first one.
+  const auto cached = time(200, 3000, [&] { return plan_redistribute_coalesced(c.sources, c.target).steps().size(); });
+  const auto search = time(20, 300, [&] {
+    const std::vector<RedistributePlan> plans = plan_alternatives_coalesced(c.sources, c.target);
+    return plans[best_plan_index(plans)].steps().size();
+  });
   const DTensorSpec& s = c.sources.front();
-  std::printf("%-26s | %-9s | %-40s | %5zu | %5zu | %11lld | %9.2f | %5.2f-%.2f\n", c.name,
+  std::printf("%-26s | %-9s | %-40s | %5zu | %5zu | %11lld | %9.2f | %5.2f-%.2f | %9.2f | %zu\n", c.name,
               fmt::format("{}", fmt::join(s.mesh().shape(), "x")).c_str(),
               fmt::format("{} -> {}", placements_str(s.placements()), placements_str(c.target)).c_str(),
               checked.steps().size(), c.sources.size(), static_cast<long long>(checked.total_send_bytes()[0]),
-              us[kSamples / 2], us[kSamples / 10], us[kSamples * 9 / 10]);
+              cached[0], cached[1], cached[2], search[0], plan_alternatives_coalesced(c.sources, c.target).size());
   if (sink == 0) std::printf("(no steps)\n");
 }
 
@@ -72,8 +84,8 @@ int run_cases() {
        {Replicate(), Shard(1), Shard(0)}},
       {"1-D coalesced 64 params", fsdp, {Replicate()}},
   };
-  std::printf("%-26s | %-9s | %-40s | %5s | %5s | %11s | %9s | %s\n", "case", "mesh", "move", "steps", "specs",
-              "rank0 bytes", "median us", "p10-p90 us");
+  std::printf("%-26s | %-9s | %-40s | %5s | %5s | %11s | %9s | %-11s | %9s | %s\n", "case", "mesh", "move", "steps",
+              "specs", "rank0 bytes", "median us", "p10-p90 us", "search us", "plans");
   for (const Case& c : cases) run(c);
   return 0;
 }
