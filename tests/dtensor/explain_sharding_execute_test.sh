@@ -48,6 +48,13 @@ grep -q "^\[rank0\]: check: local tensor equals the rank's target box: ok$" "$ou
 run_ok 4 --mesh 2x2 --names dp,tp --shape 8,6 --from S0,R --to R,S1
 grep -q "^\[rank0\]:    2 | 0 (dp)   | all_gather          |    1 | \[1, 3\] |             48/48 |       1 x 96 B |       1 x 96 B | ok$" "$out"
 
+# Merged: both mesh dims gather as one all_gather over the flattened group [0, 1, 2, 3].
+run_ok 4 --mesh 2x2 --shape 8,3 --from S0,S0 --to R,R
+grep -q "^\[rank0\]:    1 | 0-1      | all_gather          |    2 | \[0, 1, 2, 3\] |" "$out"
+
+# Shard -> Partial pads locally: the plan has no collective, and the values still add up.
+run_ok 0 --mesh 2x2 --shape 5,3 --from S0,S1 --to "P(max),S1"
+
 # From a Partial, uneven: an all_gather on dim 1, then a reduce_scatter on dim 0.
 run_ok 8 --mesh 2x2 --shape 5,6 --from P,S0 --to S1,R --dtype bfloat16
 
