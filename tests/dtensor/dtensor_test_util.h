@@ -15,21 +15,9 @@
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
+#include "tests/testing/test_util.h"
 
 namespace dtr::testing {
-
-// Matches an exception whose what() contains `part`; combine with && for several parts.
-class MessageContains : public Catch::MatcherBase<std::exception> {
- public:
-  explicit MessageContains(std::string part) : part_(std::move(part)) {}
-  bool match(const std::exception& e) const override {
-    return std::string_view(e.what()).find(part_) != std::string_view::npos;
-  }
-  std::string describe() const override { return "has a message containing \"" + part_ + "\""; }
-
- private:
-  std::string part_;
-};
 
 // A CPU mesh over ranks 0..size-1 in row-major order, seen from rank 0.
 inline DeviceMesh make_mesh(Shape shape, std::vector<std::string> names = {}) {

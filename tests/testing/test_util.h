@@ -1,6 +1,7 @@
-// Test helpers shared by the kernel and dtensor tests: float64 views of tensors, seeded
-// random inputs, strided (non-contiguous) copies, per-dtype tolerances, and a comparison
-// that reports the op, dtype, shape, the first mismatching indices and the mismatch count.
+// Test helpers shared by the test packages: an exception-message matcher, float64 views of
+// tensors, seeded random inputs, strided (non-contiguous) copies, per-dtype tolerances, and
+// a comparison that reports the op, dtype, shape, the first mismatching indices and the
+// mismatch count.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,12 +9,26 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/fill.h"
 #include "kernels/tensor.h"
 
 namespace dtr::testing {
+
+// Matches an exception whose what() contains `part`; combine with && for several parts.
+class MessageContains : public Catch::MatcherBase<std::exception> {
+ public:
+  explicit MessageContains(std::string part) : part_(std::move(part)) {}
+  bool match(const std::exception& e) const override {
+    return std::string_view(e.what()).find(part_) != std::string_view::npos;
+  }
+  std::string describe() const override { return "has a message containing \"" + part_ + "\""; }
+
+ private:
+  std::string part_;
+};
 
 // All elements in row-major order, as double, whatever the dtype and strides.
 inline std::vector<double> to_f64(const Tensor& t) {
