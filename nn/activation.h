@@ -1,0 +1,59 @@
+// Activation and dropout layers: ReLU, GELU(approximate none | tanh), SiLU, Dropout.
+#pragma once
+
+#include "dtensor/ops/pointwise.h"
+#include "nn/module.h"
+
+namespace dtr::nn {
+
+class ReLU : public UnaryModule {
+ public:
+  ReLU() : UnaryModule("ReLU") {}
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override { return relu(x); }
+};
+
+class GELU : public UnaryModule {
+ public:
+  explicit GELU(GeluApproximation approximate = GeluApproximation::kNone)
+      : UnaryModule("GELU"), approximate_(approximate) {}
+  std::string extra_repr() const override {
+    return approximate_ == GeluApproximation::kTanh ? "approximate='tanh'" : "approximate='none'";
+  }
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override { return gelu(x, approximate_); }
+
+ private:
+  GeluApproximation approximate_;
+};
+
+class SiLU : public UnaryModule {
+ public:
+  SiLU() : UnaryModule("SiLU") {}
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override { return silu(x); }
+};
+
+// Zeroes elements with probability p and scales the rest by 1/(1-p) in training mode; the
+// identity in eval mode. Each call draws a fresh seed (nn/init.h's sequence), so every
+// rank drops the same global elements.
+class Dropout : public UnaryModule {
+ public:
+  explicit Dropout(double p = 0.5);
+  std::string extra_repr() const override;
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override;
+
+ private:
+  double p_;
+};
+
+}  // namespace dtr::nn

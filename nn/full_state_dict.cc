@@ -1,0 +1,40 @@
+#include "nn/full_state_dict.h"
+
+#include <map>
+
+#include "nn/parameter.h"
+
+namespace dtr::nn {
+
+TensorMap full_state_dict(Module& module) {
+  TensorMap out;
+  for (const auto& [name, value] : module.state_dict()) out.emplace(name, value.full_tensor().to(kCPU));
+  return out;
+}
+
+LoadResult load_full_state_dict(Module& module, const TensorMap& tensors, Strict strict) {
+  std::map<std::string, DTensorSpec> specs;
+  for (const auto& [name, value] : module.state_dict()) specs.emplace(name, value.spec());
+  StateDict state;
+  for (const auto& [name, full] : tensors) {
+    const auto it = specs.find(name);
+    if (it != specs.end() && full.shape() == it->second.shape()) {
+      // This rank's block, under the module's spec in the file's dtype (a dtype mismatch is
+      // reported by load_state_dict).
+      const DTensorSpec spec(it->second.mesh(), it->second.placements(), full.shape(), full.dtype());
+      const LocalBox box = spec.local_box();
+      Tensor block = full;
+      for (size_t d = 0; d < box.shape.size(); ++d) {
+        block = block.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
+      }
+      state.emplace_back(name, DTensor(block.contiguous().to(spec.mesh().device_type()), spec));
+    } else {
+      // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.
+      const DeviceMesh mesh = single_rank_mesh();
+      state.emplace_back(name, DTensor(full, DTensorSpec(mesh, {Replicate()}, full.shape(), full.dtype())));
+    }
+  }
+  return module.load_state_dict(state, strict);
+}
+
+}  // namespace dtr::nn

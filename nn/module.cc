@@ -1,0 +1,303 @@
+#include "nn/module.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+
+#include "dtensor/autograd.h"
+#include "dtensor/ops/pointwise.h"
+#include "kernels/error.h"
+
+namespace dtr::nn {
+
+struct Module::BackwardState {
+  int64_t pending = 0;
+};
+
+Module::Module(std::string type_name)
+    : type_name_(std::move(type_name)), backward_state_(std::make_shared<BackwardState>()) {}
+
+void Module::check_new_name(const std::string& name) const {
+  DTR_CHECK(!name.empty() && name.find('.') == std::string::npos, ValueError,
+            "{}: the name '{}' is not legal: names are non-empty and contain no '.'", type_name_, name);
+  const bool taken = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; }) ||
+                     std::any_of(children_.begin(), children_.end(), [&](const auto& c) { return c.first == name; });
+  DTR_CHECK(!taken, ValueError, "{}: '{}' is already registered (as a parameter, buffer or child module)", type_name_,
+            name);
+}
+
+DTensor& Module::register_parameter(const std::string& name, DTensor value) {
+  check_new_name(name);
+  if (value.defined()) {
+    DTR_CHECK(is_floating(value.dtype()), TypeError,
+              "{}: parameter '{}' is {}; parameters must be floating (they require gradients)", type_name_, name,
+              value.dtype());
+    if (!value.is_leaf()) value = value.detach();
+    value.requires_grad_(true);
+  }
+  slots_.push_back({name, std::move(value), true, true});
+  return slots_.back().value;
+}
+
+DTensor& Module::register_buffer(const std::string& name, DTensor value, Persistent persistent) {
+  check_new_name(name);
+  slots_.push_back({name, std::move(value), false, persistent == Persistent::kYes});
+  return slots_.back().value;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> module) {
+  check_new_name(name);
+  DTR_CHECK(module != nullptr, ValueError, "{}: child module '{}' is null", type_name_, name);
+  children_.emplace_back(name, std::move(module));
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out = {{"", this}};
+  for (auto& [name, child] : children_) {
+    for (auto& [sub, m] : child->named_modules()) out.emplace_back(sub.empty() ? name : name + "." + sub, m);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_children() {
+  std::vector<std::pair<std::string, Module*>> out;
+  for (auto& [name, child] : children_) out.emplace_back(name, child.get());
+  return out;
+}
+
+namespace {
+
+std::string joined(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, DTensor*>> Module::named_parameters() {
+  std::vector<std::pair<std::string, DTensor*>> out;
+  for (auto& [prefix, m] : named_modules()) {
+    for (Slot& s : m->slots_) {
+      if (!s.is_parameter || !s.value.defined()) continue;
+      // A parameter shared by two modules (tied weights) is listed once, under its first name.
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.second->is_same(s.value); });
+      if (!seen) out.emplace_back(joined(prefix, s.name), &s.value);
+    }
+  }
+  return out;
+}
+
+std::vector<DTensor*> Module::parameters() {
+  std::vector<DTensor*> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, DTensor*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, DTensor*>> out;
+  for (auto& [prefix, m] : named_modules()) {
+    for (Slot& s : m->slots_) {
+      if (!s.is_parameter && s.value.defined()) out.emplace_back(joined(prefix, s.name), &s.value);
+    }
+  }
+  return out;
+}
+
+DTensor& Module::parameter(const std::string& name) {
+  for (Slot& s : slots_) {
+    if (s.is_parameter && s.name == name) return s.value;
+  }
+  std::vector<std::string> names;
+  for (const Slot& s : slots_) {
+    if (s.is_parameter) names.push_back(s.name);
+  }
+  throw ValueError(fmt::format("{}: no parameter '{}'; it has {}", type_name_, name, names));
+}
+
+Module& Module::child(const std::string& name) {
+  for (auto& [n, c] : children_) {
+    if (n == name) return *c;
+  }
+  std::vector<std::string> names;
+  for (const auto& c : children_) names.push_back(c.first);
+  throw ValueError(fmt::format("{}: no child module '{}'; it has {}", type_name_, name, names));
+}
+
+void Module::train(bool on) {
+  apply([on](Module& m) { m.training_ = on; });
+}
+
+void Module::apply(const std::function<void(Module&)>& fn) {
+  for (auto& [name, child] : children_) child->apply(fn);
+  fn(*this);
+}
+
+void Module::to(DType dtype) {
+  NoGradGuard no_grad;
+  apply([dtype](Module& m) {
+    for (Slot& s : m.slots_) {
+      if (!s.value.defined() || !is_floating(s.value.dtype()) || s.value.dtype() == dtype) continue;
+      DTensor converted = dtr::to(s.value, dtype);
+      if (s.is_parameter) converted.requires_grad_(true);
+      s.value = std::move(converted);
+    }
+  });
+}
+
+void Module::zero_grad() {
+  for (DTensor* p : parameters()) p->set_grad(DTensor());
+}
+
+int64_t Module::num_parameters() {
+  int64_t n = 0;
+  for (DTensor* p : parameters()) n += p->numel();
+  return n;
+}
+
+std::string Module::repr_lines(int indent) {
+  std::string line = type_name_ + "(" + extra_repr();
+  if (children_.empty()) return line + ")";
+  const std::string pad(static_cast<size_t>(indent + 2), ' ');
+  line += "\n";
+  for (auto& [name, child] : children_) line += pad + "(" + name + "): " + child->repr_lines(indent + 2) + "\n";
+  return line + std::string(static_cast<size_t>(indent), ' ') + ")";
+}
+
+std::string Module::repr() {
+  std::string out = repr_lines(0) + "\n";
+  std::vector<std::string> shapes;
+  for (auto& [name, p] : named_parameters()) shapes.push_back(fmt::format("{} {}", name, p->shape()));
+  return out +
+         fmt::format("{} parameters in {} tensors: {}\n", num_parameters(), shapes.size(), fmt::join(shapes, ", "));
+}
+
+StateDict Module::state_dict() {
+  StateDict out;
+  for (auto& [prefix, m] : named_modules()) {
+    for (Slot& s : m->slots_) {
+      if (s.value.defined() && s.persistent) out.emplace_back(joined(prefix, s.name), s.value);
+    }
+  }
+  return out;
+}
+
+LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
+  std::map<std::string, const DTensor*> given;
+  for (const auto& [name, value] : state) given[name] = &value;
+  // Every persistent slot under this module, by its dotted name.
+  std::vector<std::pair<std::string, Slot*>> expected;
+  for (auto& [prefix, m] : named_modules()) {
+    for (Slot& s : m->slots_) {
+      if (s.value.defined() && s.persistent) expected.emplace_back(joined(prefix, s.name), &s);
+    }
+  }
+  LoadResult result;
+  std::vector<std::string> mismatches;
+  for (const auto& [name, slot] : expected) {
+    const auto it = given.find(name);
+    if (it == given.end()) {
+      result.missing_keys.push_back(name);
+      continue;
+    }
+    const DTensor& v = *it->second;
+    if (v.shape() != slot->value.shape() || v.dtype() != slot->value.dtype()) {
+      mismatches.push_back(fmt::format("'{}': the state dict holds {}{} but the module has {}{}", name, v.dtype(),
+                                       v.shape(), slot->value.dtype(), slot->value.shape()));
+    } else if (!(v.mesh() == slot->value.mesh())) {
+      mismatches.push_back(fmt::format("'{}': the state dict's tensor is on {} but the module's on {}", name,
+                                       v.mesh().to_string(), slot->value.mesh().to_string()));
+    }
+    given.erase(it);
+  }
+  for (const auto& [name, value] : given) result.unexpected_keys.push_back(name);
+  const bool strict_failure =
+      strict == Strict::kYes && (!result.missing_keys.empty() || !result.unexpected_keys.empty());
+  if (strict_failure || !mismatches.empty()) {
+    std::string message = fmt::format("{}.load_state_dict: ", type_name_);
+    if (strict == Strict::kYes && !result.missing_keys.empty()) {
+      message += fmt::format("missing keys {}; ", result.missing_keys);
+    }
+    if (strict == Strict::kYes && !result.unexpected_keys.empty()) {
+      message += fmt::format("unexpected keys {}; ", result.unexpected_keys);
+    }
+    if (!mismatches.empty()) message += fmt::format("mismatches: {}; ", fmt::join(mismatches, ", "));
+    throw ValueError(message + "nothing was loaded");
+  }
+  NoGradGuard no_grad;
+  std::map<std::string, const DTensor*> by_name;
+  for (const auto& [name, value] : state) by_name[name] = &value;
+  for (const auto& [name, slot] : expected) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) continue;
+    DTensor value = it->second->redistribute(slot->value.placements()).detach();
+    if (slot->is_parameter) value.requires_grad_(true);
+    slot->value = std::move(value);
+  }
+  return result;
+}
+
+Values Module::operator()(Values inputs) {
+  for (const ForwardPreHook& hook : forward_pre_hooks_) {
+    if (std::optional<Values> replaced = hook(*this, inputs)) inputs = std::move(*replaced);
+  }
+  if (!post_backward_hooks_.empty()) arm_post_backward_hooks();
+  Values outputs = forward(inputs);
+  for (const ForwardHook& hook : forward_hooks_) {
+    if (std::optional<Values> replaced = hook(*this, inputs, outputs)) outputs = std::move(*replaced);
+  }
+  if (!backward_pre_hooks_.empty() && grad_mode_enabled()) {
+    // The first output gradient of this call's backward runs the hooks, once.
+    auto fired = std::make_shared<bool>(false);
+    std::weak_ptr<BackwardState> alive = backward_state_;
+    for (const DTensor& y : outputs) {
+      if (!y.defined() || !y.requires_grad()) continue;
+      y.register_hook([this, fired, alive](const DTensor&) {
+        if (!*fired && !alive.expired()) {
+          *fired = true;
+          for (const BackwardHook& hook : backward_pre_hooks_) hook(*this);
+        }
+        return DTensor();
+      });
+    }
+  }
+  return outputs;
+}
+
+void Module::arm_post_backward_hooks() {
+  // Counts down the parameters that require a gradient; each new parameter object (the
+  // first call, or after load_state_dict or to() replaced one) gets the accumulate hook.
+  int64_t pending = 0;
+  for (DTensor* p : parameters()) {
+    if (!p->requires_grad()) continue;
+    ++pending;
+    const bool armed = std::any_of(armed_.begin(), armed_.end(), [&](const DTensor& a) { return a.is_same(*p); });
+    if (armed) continue;
+    std::weak_ptr<BackwardState> state = backward_state_;
+    p->register_post_accumulate_grad_hook([this, state](const DTensor&) {
+      const std::shared_ptr<BackwardState> s = state.lock();
+      if (s && s->pending > 0 && --s->pending == 0) {
+        for (const BackwardHook& hook : post_backward_hooks_) hook(*this);
+      }
+    });
+    armed_.push_back(*p);
+  }
+  // Forget parameters that were replaced, so the module does not keep them alive.
+  const std::vector<DTensor*> current = parameters();
+  std::erase_if(armed_, [&](const DTensor& a) {
+    return std::none_of(current.begin(), current.end(), [&](const DTensor* p) { return p->is_same(a); });
+  });
+  backward_state_->pending = pending;
+}
+
+void Module::register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }
+void Module::register_forward_hook(ForwardHook hook) { forward_hooks_.push_back(std::move(hook)); }
+void Module::register_backward_pre_hook(BackwardHook hook) { backward_pre_hooks_.push_back(std::move(hook)); }
+void Module::register_post_backward_hook(BackwardHook hook) { post_backward_hooks_.push_back(std::move(hook)); }
+
+Values UnaryModule::forward(const Values& inputs) {
+  DTR_CHECK(inputs.size() == 1, ValueError, "{}: takes one tensor, got {}", type_name(), inputs.size());
+  return {forward(inputs[0])};
+}
+
+}  // namespace dtr::nn

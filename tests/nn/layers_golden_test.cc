@@ -1,0 +1,79 @@
+// Each nn layer against PyTorch 2.15: the same weights (loaded from the file through
+// load_full_state_dict), the same input and upstream gradient give the output and every
+// gradient within 1e-5 relative (max norm) in float32. The data: tools/make_nn_testdata.py.
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "dtensor/autograd.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/embedding.h"
+#include "nn/full_state_dict.h"
+#include "nn/linear.h"
+#include "nn/norm.h"
+#include "nn/parameter.h"
+#include "tests/testing/test_util.h"
+
+namespace dtr::nn {
+namespace {
+
+// max |a - b| / max |b|: PyTorch's reference is b.
+double relative_max_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = testing::to_f64(a), y = testing::to_f64(b);
+  REQUIRE(x.size() == y.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return scale == 0 ? diff : diff / scale;
+}
+
+DTensor on_one_rank(const Tensor& t) {
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+}
+
+void check_against_torch(const std::string& name, Module& module) {
+  INFO(name);
+  const TensorMap data = load_file("tests/nn/testdata/layers/" + name + ".safetensors");
+  TensorMap state;
+  for (const auto& [key, t] : data) {
+    if (key.starts_with("state.")) state.emplace(key.substr(6), t);
+  }
+  load_full_state_dict(module, state);
+  DTensor x = on_one_rank(data.at("input"));
+  const bool floating = is_floating(x.dtype());
+  if (floating) x.requires_grad_();
+  DTensor y = module(Values{x}).at(0);
+  CHECK(y.shape() == data.at("output").shape());
+  CHECK(relative_max_error(y.to_local(), data.at("output")) <= 1e-5);
+  y.backward(on_one_rank(data.at("grad_output")));
+  if (floating) CHECK(relative_max_error(x.grad().to_local(), data.at("grad.input")) <= 1e-5);
+  int grads = 0;
+  for (auto& [param, p] : module.named_parameters()) {
+    INFO("gradient of " << param);
+    REQUIRE(p->grad().defined());
+    CHECK(relative_max_error(p->grad().to_local(), data.at("grad." + param)) <= 1e-5);
+    ++grads;
+  }
+  CHECK(grads == static_cast<int>(state.size()));
+}
+
+TEST_CASE("layers match PyTorch 2.15: outputs and gradients", "[nn][golden]") {
+  check_against_torch("linear", *std::make_shared<Linear>(5, 3));
+  check_against_torch("linear_nobias", *std::make_shared<Linear>(5, 3, false));
+  check_against_torch("embedding", *std::make_shared<Embedding>(10, 4, 2));
+  check_against_torch("layer_norm", *std::make_shared<LayerNorm>(Shape{6}));
+  check_against_torch("layer_norm_nobias", *std::make_shared<LayerNorm>(Shape{6}, 1e-5, true, false));
+  check_against_torch("rms_norm", *std::make_shared<RMSNorm>(Shape{6}));
+  check_against_torch("gelu", *std::make_shared<GELU>());
+  check_against_torch("gelu_tanh", *std::make_shared<GELU>(GeluApproximation::kTanh));
+  check_against_torch("relu", *std::make_shared<ReLU>());
+  check_against_torch("silu", *std::make_shared<SiLU>());
+  Sequential ffn({std::make_shared<Linear>(4, 16), std::make_shared<ReLU>(), std::make_shared<Linear>(16, 4)});
+  check_against_torch("ffn", ffn);
+}
+
+}  // namespace
+}  // namespace dtr::nn
