@@ -227,8 +227,21 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
   NoGradGuard no_grad;
   std::map<std::string, const DTensor*> by_name;
   for (const auto& [name, value] : state) by_name[name] = &value;
-  for (const auto& [name, slot] : expected) {
-    const auto it = by_name.find(name);
+  // Slots that share one tensor (tied weights) keep sharing the new one, loaded from the
+  // first of their names that the state dict holds.
+  std::vector<DTensor> before;
+  for (const auto& entry : expected) before.push_back(entry.second->value);
+  for (size_t i = 0; i < expected.size(); ++i) {
+    Slot* slot = expected[i].second;
+    size_t first = i;
+    for (size_t j = 0; j < i && first == i; ++j) {
+      if (before[j].is_same(before[i]) && by_name.count(expected[j].first)) first = j;
+    }
+    if (first != i) {
+      slot->value = expected[first].second->value;
+      continue;
+    }
+    const auto it = by_name.find(expected[i].first);
     if (it == by_name.end()) continue;
     DTensor value = it->second->redistribute(slot->value.placements()).detach();
     if (slot->is_parameter) value.requires_grad_(true);

@@ -97,8 +97,9 @@ class Module {
   // Parameters and persistent buffers (DTensors, as placed).
   StateDict state_dict();
   // Copies values in: each must have its entry's global shape and dtype (it is
-  // redistributed to the entry's placements). Strict::kYes: one ValueError listing every
-  // missing and unexpected key and every shape or dtype mismatch, before anything changes.
+  // redistributed to the entry's placements); tied entries stay tied. Strict::kYes: one
+  // ValueError listing every missing and unexpected key and every shape or dtype mismatch,
+  // before anything changes.
   LoadResult load_state_dict(const StateDict& state, Strict strict = Strict::kYes);
 
   // Runs the hooks around forward.

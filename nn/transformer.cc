@@ -1,0 +1,66 @@
+#include "nn/transformer.h"
+
+#include "dtensor/ops/pointwise.h"
+#include "kernels/error.h"
+#include "kernels/fill.h"
+#include "nn/activation.h"
+
+namespace dtr::nn {
+
+TransformerBlock::TransformerBlock(int64_t dim, int64_t n_heads, bool causal, const ParameterOptions& options)
+    : UnaryModule("TransformerBlock"),
+      causal_(causal),
+      norm1_(register_module("norm1", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
+      attn_(register_module("attn", std::make_shared<MultiheadAttention>(
+                                        dim, n_heads, MultiheadAttentionOptions{.batch_first = true}, options))),
+      norm2_(register_module("norm2", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
+      ffn_(register_module("ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+                                      std::make_shared<Linear>(dim, 4 * dim, true, options), std::make_shared<ReLU>(),
+                                      std::make_shared<Linear>(4 * dim, dim, true, options)}))) {}
+
+DTensor TransformerBlock::forward(const DTensor& x) {
+  const DTensor h = (*norm1_)(x);
+  const DTensor a = (*attn_)(h, h, h, AttentionMasks{.is_causal = causal_, .need_weights = false}).first;
+  const DTensor y = add(x, a);
+  return add(y, (*ffn_)((*norm2_)(y)));
+}
+
+Transformer::Transformer(const TransformerConfig& config, const ParameterOptions& options)
+    : UnaryModule("Transformer"), config_(config) {
+  DTR_CHECK(config.vocab_size > 0 && config.dim > 0 && config.n_layers >= 0 && config.n_heads > 0, ValueError,
+            "Transformer: vocab_size {}, dim {}, n_layers {} and n_heads {} must be positive", config.vocab_size,
+            config.dim, config.n_layers, config.n_heads);
+  embed_ = register_module("embed", std::make_shared<Embedding>(config.vocab_size, config.dim, std::nullopt, options));
+  if (config.max_seq_len > 0) {
+    pos_embed_ = register_module("pos_embed",
+                                 std::make_shared<Embedding>(config.max_seq_len, config.dim, std::nullopt, options));
+  }
+  layers_ = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    layers_->append(std::make_shared<TransformerBlock>(config.dim, config.n_heads, config.causal, options));
+  }
+  if (config.final_norm) {
+    norm_ = register_module("norm", std::make_shared<LayerNorm>(Shape{config.dim}, 1e-5, true, true, options));
+  }
+  output_ = register_module("output",
+                            std::make_shared<Linear>(config.dim, config.vocab_size, !config.tie_embeddings, options));
+  if (config.tie_embeddings) output_->weight() = embed_->weight();
+}
+
+DTensor Transformer::forward(const DTensor& tokens) {
+  DTR_CHECK(tokens.dim() == 2, ValueError, "Transformer: tokens must be [batch, seq], got {}", tokens.shape());
+  DTensor x = (*embed_)(tokens);
+  if (pos_embed_) {
+    const int64_t t = tokens.size(1);
+    DTR_CHECK(t <= config_.max_seq_len, ValueError, "Transformer: {} tokens per sequence but max_seq_len is {}", t,
+              config_.max_seq_len);
+    const DeviceMesh& mesh = tokens.mesh();
+    const Tensor positions = arange(0, static_cast<double>(t), 1, kInt64, mesh.device_type());
+    x = add(x, (*pos_embed_)(DTensor(positions, DTensorSpec(mesh, Placements(mesh.ndim(), Replicate()), {t}, kInt64))));
+  }
+  for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<TransformerBlock>(i)(x);
+  if (norm_) x = (*norm_)(x);
+  return (*output_)(x);
+}
+
+}  // namespace dtr::nn

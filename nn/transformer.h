@@ -1,0 +1,67 @@
+// The seed's Transformer, and the GPT-style model it becomes with a few config fields.
+//
+// TransformerBlock(dim, heads): x = x + attn(norm1(x), norm1(x), norm1(x)), then
+// x = x + ffn(norm2(x)) with ffn = Sequential(Linear(dim, 4 dim), ReLU, Linear(4 dim, dim)).
+// Transformer: embed, layers.0 .. layers.N-1, output; with the config's options also a
+// learned position embedding (pos_embed), a final LayerNorm (norm) and the output weight
+// tied to embed.weight. State-dict names are those of the same module in PyTorch
+// (embed.weight, layers.0.attn.in_proj_weight, layers.0.ffn.0.weight, output.weight, ...).
+#pragma once
+
+#include <memory>
+
+#include "nn/attention.h"
+#include "nn/container.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/norm.h"
+
+namespace dtr::nn {
+
+struct TransformerConfig {
+  int64_t vocab_size = 0;
+  int64_t dim = 0;
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  bool causal = false;          // attention sees earlier tokens only
+  int64_t max_seq_len = 0;      // > 0: a learned position embedding of that many positions
+  bool final_norm = false;      // a LayerNorm before the output projection
+  bool tie_embeddings = false;  // output.weight is embed.weight (the output has no bias then)
+};
+
+class TransformerBlock : public UnaryModule {
+ public:
+  TransformerBlock(int64_t dim, int64_t n_heads, bool causal = false, const ParameterOptions& options = {});
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override;  // [B, T, dim]
+
+ private:
+  bool causal_;
+  std::shared_ptr<LayerNorm> norm1_;
+  std::shared_ptr<MultiheadAttention> attn_;
+  std::shared_ptr<LayerNorm> norm2_;
+  std::shared_ptr<Sequential> ffn_;
+};
+
+class Transformer : public UnaryModule {
+ public:
+  explicit Transformer(const TransformerConfig& config, const ParameterOptions& options = {});
+  const TransformerConfig& config() const { return config_; }
+  ModuleList& layers() { return *layers_; }
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& tokens) override;  // int [B, T] -> logits [B, T, vocab]
+
+ private:
+  TransformerConfig config_;
+  std::shared_ptr<Embedding> embed_;
+  std::shared_ptr<Embedding> pos_embed_;
+  std::shared_ptr<ModuleList> layers_;
+  std::shared_ptr<LayerNorm> norm_;
+  std::shared_ptr<Linear> output_;
+};
+
+}  // namespace dtr::nn
