@@ -4,7 +4,7 @@
 # Debian package: it is taken from $CUDA_HOME (default /usr/local/cuda).
 set -euo pipefail
 
-packages=(bazel-bootstrap bazel-platforms bazel-rules-java libeigen3-dev catch2 libgloo-dev libfmt-dev libcli11-dev nlohmann-json3-dev g++ clang-format-14 clang)
+packages=(bazel-bootstrap bazel-platforms bazel-rules-java libeigen3-dev catch2 libgloo-dev libfmt-dev libcli11-dev nlohmann-json3-dev g++ clang-format-14)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

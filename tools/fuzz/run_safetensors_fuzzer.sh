@@ -5,7 +5,10 @@
 # inputs that add coverage.
 #
 #   tools/fuzz/run_safetensors_fuzzer.sh [SECONDS]   (default 60)
+#
+# Needs Debian's clang (apt-get install clang), which the build itself does not.
 set -euo pipefail
+command -v clang++ >/dev/null || { echo "run_safetensors_fuzzer: clang++ is missing; apt-get install clang" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 corpus=tests/nn/testdata/safetensors_corpus
