@@ -1,0 +1,87 @@
+// Optimizer: the base of SGD, Adam and AdamW (torch.optim.Optimizer), with parameter
+// groups whose hyper-parameters a scheduler may change between steps.
+//
+// A step updates each parameter's local shard in place from its gradient's local shard
+// (gradients are kept in their parameter's placements), so it issues no collective,
+// whatever the placements; the state lives beside each shard, in the state dtype of
+// kernels/optimizer_step.h. Parameters without a gradient are skipped, as in PyTorch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+#include "kernels/elementwise.h"
+
+namespace dtr::optim {
+
+// One group's parameters and hyper-parameters (each optimizer reads the ones it has).
+struct ParamGroup {
+  std::vector<DTensor*> params;
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.0;  // SGD
+  double dampening = 0.0;
+  bool nesterov = false;
+  double beta1 = 0.9;  // Adam, AdamW
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  bool maximize = false;
+  // The lr when the first scheduler was attached: every scheduler's base (PyTorch's initial_lr).
+  std::optional<double> initial_lr;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient.
+  virtual void step() = 0;
+  // Drops every gradient (set_to_none, PyTorch's default).
+  void zero_grad();
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  // Steps taken by a parameter (by its index over the groups, PyTorch's state order).
+  int64_t step_count(size_t index) const { return state_.at(index).step; }
+
+ protected:
+  // ValueError, naming the optimizer and the group, for no parameters, a repeated one, a
+  // parameter that does not require grad, or a negative lr, weight_decay, eps or momentum.
+  Optimizer(std::string name, std::vector<ParamGroup> groups);
+
+  // A parameter's state: the step count and up to two local tensors.
+  struct State {
+    int64_t step = 0;
+    Tensor first;   // momentum buffer, or exp_avg
+    Tensor second;  // exp_avg_sq
+  };
+  // Calls update(group, param local, grad local, state) for every parameter with a
+  // gradient, after counting the step; the gradient is negated first when maximize.
+  template <class F>
+  void for_each_update(F&& update);
+
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<State> state_;  // one per parameter, in group order
+};
+
+template <class F>
+void Optimizer::for_each_update(F&& update) {
+  size_t index = 0;
+  for (ParamGroup& group : groups_) {
+    for (DTensor* p : group.params) {
+      State& state = state_[index++];
+      if (!p->grad().defined()) continue;
+      Tensor param = p->to_local();  // a handle: the update writes the parameter's storage
+      Tensor grad = p->grad().to_local().contiguous();
+      if (group.maximize) grad = neg(grad);
+      ++state.step;
+      update(group, param, grad, state);
+    }
+  }
+}
+
+}  // namespace dtr::optim

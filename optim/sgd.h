@@ -1,0 +1,16 @@
+// SGD (torch.optim.SGD): momentum, dampening, nesterov, L2 weight decay and maximize, one
+// fused kernel pass per parameter shard.
+#pragma once
+
+#include "optim/optimizer.h"
+
+namespace dtr::optim {
+
+class SGD : public Optimizer {
+ public:
+  // nesterov needs momentum > 0 and dampening 0 (ValueError otherwise).
+  explicit SGD(std::vector<ParamGroup> groups);
+  void step() override;
+};
+
+}  // namespace dtr::optim
