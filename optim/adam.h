@@ -11,6 +11,9 @@ class Adam : public Optimizer {
  public:
   explicit Adam(std::vector<ParamGroup> groups);
   void step() override;
+
+ protected:
+  std::pair<std::string, std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 
 // Groups built with AdamW's defaults should set weight_decay (PyTorch's default is 1e-2).
@@ -18,6 +21,9 @@ class AdamW : public Optimizer {
  public:
   explicit AdamW(std::vector<ParamGroup> groups);
   void step() override;
+
+ protected:
+  std::pair<std::string, std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 };
 
 }  // namespace dtr::optim

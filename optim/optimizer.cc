@@ -36,4 +36,76 @@ void Optimizer::zero_grad() {
   }
 }
 
+namespace {
+
+// Every parameter over the groups, in order.
+std::vector<DTensor*> flat_params(const std::vector<ParamGroup>& groups) {
+  std::vector<DTensor*> out;
+  for (const ParamGroup& g : groups) out.insert(out.end(), g.params.begin(), g.params.end());
+  return out;
+}
+
+}  // namespace
+
+OptimizerState Optimizer::state_dict() const {
+  OptimizerState out;
+  const auto [first_name, second_name] = state_names();
+  const std::vector<DTensor*> params = flat_params(groups_);
+  int64_t index = 0;
+  for (const ParamGroup& g : groups_) {
+    OptimizerState::Group group{g, {}};
+    group.hyper.params.clear();
+    for (size_t k = 0; k < g.params.size(); ++k) group.params.push_back(index++);
+    out.param_groups.push_back(std::move(group));
+  }
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const State& s = state_[i];
+    if (s.step == 0) continue;
+    OptimizerState::Param p{s.step, {}};
+    const DTensorSpec& spec = params[i]->spec();
+    for (const auto& [name, t] : {std::pair{first_name, s.first}, std::pair{second_name, s.second}}) {
+      if (name.empty() || !t.defined()) continue;
+      p.tensors.emplace(name, DTensor(t, DTensorSpec(spec.mesh(), spec.placements(), spec.shape(), t.dtype())));
+    }
+    out.state.emplace(static_cast<int64_t>(i), std::move(p));
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const OptimizerState& saved) {
+  DTR_CHECK(saved.param_groups.size() == groups_.size(), ValueError,
+            "{}.load_state_dict: the saved state has {} parameter groups, this optimizer {}", name_,
+            saved.param_groups.size(), groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    DTR_CHECK(saved.param_groups[g].params.size() == groups_[g].params.size(), ValueError,
+              "{}.load_state_dict: group {} saved {} parameters, this optimizer has {}", name_, g,
+              saved.param_groups[g].params.size(), groups_[g].params.size());
+  }
+  const std::vector<DTensor*> params = flat_params(groups_);
+  const auto [first_name, second_name] = state_names();
+  std::vector<State> loaded(params.size());
+  for (const auto& [index, p] : saved.state) {
+    DTR_CHECK(index >= 0 && index < static_cast<int64_t>(params.size()), ValueError,
+              "{}.load_state_dict: state for parameter {} but there are {}", name_, index, params.size());
+    State& s = loaded[static_cast<size_t>(index)];
+    s.step = p.step;
+    for (const auto& [name, t] : p.tensors) {
+      DTR_CHECK(name == first_name || name == second_name, ValueError,
+                "{}.load_state_dict: parameter {} has state '{}'; {} keeps '{}' and '{}'", name_, index, name, name_,
+                first_name, second_name);
+      DTR_CHECK(t.shape() == params[index]->shape(), ValueError,
+                "{}.load_state_dict: state '{}' of parameter {} is {} but the parameter is {}", name_, name, index,
+                t.shape(), params[index]->shape());
+      const Tensor local = t.redistribute(params[index]->placements()).to_local().clone();
+      (name == first_name ? s.first : s.second) = local;
+    }
+  }
+  state_ = std::move(loaded);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<DTensor*> kept = std::move(groups_[g].params);
+    groups_[g] = saved.param_groups[g].hyper;
+    groups_[g].params = std::move(kept);
+  }
+}
+
 }  // namespace dtr::optim

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -33,6 +35,23 @@ struct ParamGroup {
   std::optional<double> initial_lr;
 };
 
+// An optimizer's state in PyTorch's layout: per parameter index (over the groups, in
+// order) its step and state tensors by PyTorch's names ("momentum_buffer", "exp_avg",
+// "exp_avg_sq"), as DTensors placed like the parameter; and per group its
+// hyper-parameters and the indices of its parameters.
+struct OptimizerState {
+  struct Param {
+    int64_t step = 0;
+    std::map<std::string, DTensor> tensors;
+  };
+  struct Group {
+    ParamGroup hyper;  // params left empty
+    std::vector<int64_t> params;
+  };
+  std::map<int64_t, Param> state;  // parameters that have taken a step
+  std::vector<Group> param_groups;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -47,6 +66,11 @@ class Optimizer {
   // Steps taken by a parameter (by its index over the groups, PyTorch's state order).
   int64_t step_count(size_t index) const { return state_.at(index).step; }
 
+  OptimizerState state_dict() const;
+  // Takes state saved from an optimizer of the same kind over the same parameters: the
+  // same groups, sizes, shapes and state names (ValueError naming the first difference).
+  void load_state_dict(const OptimizerState& saved);
+
  protected:
   // ValueError, naming the optimizer and the group, for no parameters, a repeated one, a
   // parameter that does not require grad, or a negative lr, weight_decay, eps or momentum.
@@ -58,6 +82,9 @@ class Optimizer {
     Tensor first;   // momentum buffer, or exp_avg
     Tensor second;  // exp_avg_sq
   };
+  // PyTorch's names of State::first and State::second ("" when unused).
+  virtual std::pair<std::string, std::string> state_names() const = 0;
+
   // Calls update(group, param local, grad local, state) for every parameter with a
   // gradient, after counting the step; the gradient is negated first when maximize.
   template <class F>

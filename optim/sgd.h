@@ -11,6 +11,9 @@ class SGD : public Optimizer {
   // nesterov needs momentum > 0 and dampening 0 (ValueError otherwise).
   explicit SGD(std::vector<ParamGroup> groups);
   void step() override;
+
+ protected:
+  std::pair<std::string, std::string> state_names() const override { return {"momentum_buffer", ""}; }
 };
 
 }  // namespace dtr::optim
