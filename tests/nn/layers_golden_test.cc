@@ -11,6 +11,7 @@
 #include "nn/embedding.h"
 #include "nn/full_state_dict.h"
 #include "nn/linear.h"
+#include "nn/loss.h"
 #include "nn/norm.h"
 #include "nn/parameter.h"
 #include "tests/testing/test_util.h"
@@ -73,6 +74,31 @@ TEST_CASE("layers match PyTorch 2.15: outputs and gradients", "[nn][golden]") {
   check_against_torch("silu", *std::make_shared<SiLU>());
   Sequential ffn({std::make_shared<Linear>(4, 16), std::make_shared<ReLU>(), std::make_shared<Linear>(16, 4)});
   check_against_torch("ffn", ffn);
+}
+
+TEST_CASE("losses match PyTorch: cross_entropy (reductions, ignore_index, label smoothing) and mse_loss",
+          "[nn][golden][loss]") {
+  const std::vector<std::pair<std::string, LossReduction>> reductions = {
+      {"mean", LossReduction::kMean}, {"sum", LossReduction::kSum}, {"none", LossReduction::kNone}};
+  for (const auto& [suffix, reduction] : reductions) {
+    for (const std::string& kind : {"cross_entropy_", "cross_entropy_smooth_", "mse_"}) {
+      const std::string name = kind + suffix;
+      INFO(name);
+      const TensorMap data = load_file("tests/nn/testdata/layers/" + name + ".safetensors");
+      DTensor x = on_one_rank(data.at("input"));
+      x.requires_grad_();
+      const DTensor target = on_one_rank(data.at("target"));
+      const DTensor y =
+          kind == "mse_"
+              ? mse_loss(x, target, reduction)
+              : cross_entropy(x, target,
+                              {.reduction = reduction, .label_smoothing = kind == "cross_entropy_smooth_" ? 0.1 : 0.0});
+      CHECK(y.shape() == data.at("output").shape());
+      CHECK(relative_max_error(y.to_local(), data.at("output")) <= 1e-5);
+      y.backward(on_one_rank(data.at("grad_output")));
+      CHECK(relative_max_error(x.grad().to_local(), data.at("grad.input")) <= 1e-5);
+    }
+  }
 }
 
 }  // namespace

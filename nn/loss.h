@@ -1,0 +1,27 @@
+// Losses with torch.nn.functional's options: cross_entropy (class-index targets;
+// reduction mean | sum | none, ignore_index, label_smoothing) and mse_loss.
+#pragma once
+
+#include <cstdint>
+
+#include "dtensor/dtensor.h"
+
+namespace dtr::nn {
+
+enum class LossReduction : uint8_t { kMean, kSum, kNone };
+
+struct CrossEntropyOptions {
+  LossReduction reduction = LossReduction::kMean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;  // in [0, 1]: (1 - e) * nll + e * mean over classes of -log p
+};
+
+// logits [N, C], target int64 [N]. mean divides by the number of targets not ignored;
+// none gives [N], zeros where ignored. Without label smoothing, mean and sum run the fused
+// op of dtensor/ops/loss.h (sharding rule included); the others compose log_softmax.
+DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossEntropyOptions& options = {});
+
+// (input - target)^2, reduced (mean over every element, sum, or none).
+DTensor mse_loss(const DTensor& input, const DTensor& target, LossReduction reduction = LossReduction::kMean);
+
+}  // namespace dtr::nn
