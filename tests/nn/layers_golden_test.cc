@@ -14,26 +14,14 @@
 #include "nn/loss.h"
 #include "nn/norm.h"
 #include "nn/parameter.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::nn {
 namespace {
 
-// max |a - b| / max |b|: PyTorch's reference is b.
-double relative_max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = testing::to_f64(a), y = testing::to_f64(b);
-  REQUIRE(x.size() == y.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
-}
+using testing::on_one_rank;
+using testing::relative_max_error;
 
 void check_against_torch(const std::string& name, Module& module) {
   INFO(name);

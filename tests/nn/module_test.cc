@@ -18,10 +18,13 @@
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::nn {
 namespace {
+
+using testing::on_one_rank;
 
 using testing::MessageContains;
 
@@ -47,10 +50,6 @@ class Block : public UnaryModule {
  private:
   DTensor* scale_;
 };
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
-}
 
 std::vector<std::string> names(const std::vector<std::pair<std::string, DTensor*>>& items) {
   std::vector<std::string> out;

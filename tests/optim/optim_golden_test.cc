@@ -16,29 +16,18 @@
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
 #include "optim/sgd.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::optim {
 namespace {
 
+using testing::on_one_rank;
+using testing::relative_max_error;
+
 using nn::load_file;
 using nn::TensorMap;
 using testing::MessageContains;
-
-double relative_max_error(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = testing::to_f64(a), y = testing::to_f64(b);
-  REQUIRE(x.size() == y.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(nn::single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
-}
 
 TEST_CASE("schedules give PyTorch's lr at every epoch", "[optim][golden][lr]") {
   const TensorMap data = load_file("tests/optim/testdata/schedules.safetensors");

@@ -1,0 +1,32 @@
+// Helpers of the nn and optim tests: a tensor as a DTensor on the one-rank mesh, and the
+// relative max-norm error the golden tests state their tolerances in.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "nn/parameter.h"
+#include "tests/testing/test_util.h"
+
+namespace dtr::testing {
+
+// t as a Replicate DTensor on nn::single_rank_mesh().
+inline DTensor on_one_rank(const Tensor& t) {
+  return DTensor(t, DTensorSpec(nn::single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+}
+
+// max |a - b| / max |b|, with b the reference (PyTorch's values); max |a - b| when b is 0.
+inline double relative_max_error(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = to_f64(a), y = to_f64(b);
+  REQUIRE(x.size() == y.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return scale == 0 ? diff : diff / scale;
+}
+
+}  // namespace dtr::testing
