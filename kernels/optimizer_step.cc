@@ -67,12 +67,18 @@ void check_adam_options(std::string_view op, double lr, double beta1, double bet
 
 // Adam and AdamW, which differ only in how weight decay applies: checks, then the device switch.
 void adam_family_step(std::string_view op, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                      const Tensor& exp_avg_sq, int64_t step, const AdamOptions& options, cpu::WeightDecay decay) {
+                      const Tensor& exp_avg_sq, const Tensor* max_exp_avg_sq, int64_t step, const AdamOptions& options,
+                      cpu::WeightDecay decay) {
   check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
   check_step_count(op, step);
-  check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  if (max_exp_avg_sq != nullptr) {
+    check_step_tensors(op, param, grad,
+                       {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}, {"max_exp_avg_sq", max_exp_avg_sq}});
+  } else {
+    check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+  }
   switch (param.device().type) {
-    case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, grad, step, options, decay); return;
+    case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, options, decay); return;
     case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
@@ -105,18 +111,20 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
 }
 
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
-                const AdamOptions& options) {
-  adam_family_step("adam_step_", param, grad, exp_avg, exp_avg_sq, step, options, cpu::WeightDecay::kL2);
+                const AdamOptions& options, Tensor* max_exp_avg_sq) {
+  adam_family_step("adam_step_", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, options,
+                   cpu::WeightDecay::kL2);
 }
 
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
-                 const AdamWOptions& options) {
+                 const AdamWOptions& options, Tensor* max_exp_avg_sq) {
   const AdamOptions adam{.lr = options.lr,
                          .beta1 = options.beta1,
                          .beta2 = options.beta2,
                          .eps = options.eps,
                          .weight_decay = options.weight_decay};
-  adam_family_step("adamw_step_", param, grad, exp_avg, exp_avg_sq, step, adam, cpu::WeightDecay::kDecoupled);
+  adam_family_step("adamw_step_", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, adam,
+                   cpu::WeightDecay::kDecoupled);
 }
 
 }  // namespace dtr

@@ -51,11 +51,13 @@ DType optimizer_state_dtype(DType param_dtype);
 // undefined otherwise.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64_t step, const SgdOptions& options);
 // One Adam step: exp_avg and exp_avg_sq are the first and second moments (zeros before step 1),
-// bias-corrected with `step`; weight_decay is L2 (added to the gradient).
+// bias-corrected with `step`; weight_decay is L2 (added to the gradient). With
+// max_exp_avg_sq (zeros before step 1, state dtype) the step is AMSGrad's: the buffer keeps
+// the running maximum of exp_avg_sq and the update divides by its square root instead.
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
-                const AdamOptions& options);
+                const AdamOptions& options, Tensor* max_exp_avg_sq = nullptr);
 // One AdamW step: Adam with the weight decay applied to param directly.
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
-                 const AdamWOptions& options);
+                 const AdamWOptions& options, Tensor* max_exp_avg_sq = nullptr);
 
 }  // namespace dtr

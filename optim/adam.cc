@@ -1,17 +1,20 @@
 #include "optim/adam.h"
 
+#include <array>
+
 #include "kernels/fill.h"
 #include "kernels/optimizer_step.h"
 
 namespace dtr::optim {
 namespace {
 
-// Zeroed moments on a parameter's first step.
-void init_moments(const Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq) {
-  if (exp_avg.defined()) return;
+// Zeroed moments (and AMSGrad's maximum) on a parameter's first step; the maximum, or null.
+Tensor* init_moments(const Tensor& param, bool amsgrad, std::array<Tensor, 3>& state) {
   const DType d = optimizer_state_dtype(param.dtype());
-  exp_avg = zeros(param.shape(), d, param.device());
-  exp_avg_sq = zeros(param.shape(), d, param.device());
+  for (size_t k = 0; k < (amsgrad ? 3u : 2u); ++k) {
+    if (!state[k].defined()) state[k] = zeros(param.shape(), d, param.device());
+  }
+  return amsgrad ? &state[2] : nullptr;
 }
 
 }  // namespace
@@ -20,9 +23,10 @@ Adam::Adam(std::vector<ParamGroup> groups) : Optimizer("Adam", std::move(groups)
 
 void Adam::step() {
   for_each_update([](const ParamGroup& g, Tensor& param, const Tensor& grad, State& state) {
-    init_moments(param, state.first, state.second);
-    adam_step_(param, grad, state.first, state.second, state.step,
-               {.lr = g.lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .weight_decay = g.weight_decay});
+    Tensor* max_exp_avg_sq = init_moments(param, g.amsgrad, state.tensors);
+    adam_step_(param, grad, state.tensors[0], state.tensors[1], state.step,
+               {.lr = g.lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .weight_decay = g.weight_decay},
+               max_exp_avg_sq);
   });
 }
 
@@ -30,9 +34,10 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Optimizer("AdamW", std::move(grou
 
 void AdamW::step() {
   for_each_update([](const ParamGroup& g, Tensor& param, const Tensor& grad, State& state) {
-    init_moments(param, state.first, state.second);
-    adamw_step_(param, grad, state.first, state.second, state.step,
-                {.lr = g.lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .weight_decay = g.weight_decay});
+    Tensor* max_exp_avg_sq = init_moments(param, g.amsgrad, state.tensors);
+    adamw_step_(param, grad, state.tensors[0], state.tensors[1], state.step,
+                {.lr = g.lr, .beta1 = g.beta1, .beta2 = g.beta2, .eps = g.eps, .weight_decay = g.weight_decay},
+                max_exp_avg_sq);
   });
 }
 

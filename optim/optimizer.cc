@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/ranges.h>
+
 #include "kernels/error.h"
 
 namespace dtr::optim {
@@ -49,7 +51,7 @@ std::vector<DTensor*> flat_params(const std::vector<ParamGroup>& groups) {
 
 OptimizerState Optimizer::state_dict() const {
   OptimizerState out;
-  const auto [first_name, second_name] = state_names();
+  const std::array<std::string, 3> names = state_names();
   const std::vector<DTensor*> params = flat_params(groups_);
   int64_t index = 0;
   for (const ParamGroup& g : groups_) {
@@ -63,9 +65,10 @@ OptimizerState Optimizer::state_dict() const {
     if (s.step == 0) continue;
     OptimizerState::Param p{s.step, {}};
     const DTensorSpec& spec = params[i]->spec();
-    for (const auto& [name, t] : {std::pair{first_name, s.first}, std::pair{second_name, s.second}}) {
-      if (name.empty() || !t.defined()) continue;
-      p.tensors.emplace(name, DTensor(t, DTensorSpec(spec.mesh(), spec.placements(), spec.shape(), t.dtype())));
+    for (size_t k = 0; k < names.size(); ++k) {
+      const Tensor& t = s.tensors[k];
+      if (names[k].empty() || !t.defined()) continue;
+      p.tensors.emplace(names[k], DTensor(t, DTensorSpec(spec.mesh(), spec.placements(), spec.shape(), t.dtype())));
     }
     out.state.emplace(static_cast<int64_t>(i), std::move(p));
   }
@@ -82,7 +85,7 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
               saved.param_groups[g].params.size(), groups_[g].params.size());
   }
   const std::vector<DTensor*> params = flat_params(groups_);
-  const auto [first_name, second_name] = state_names();
+  const std::array<std::string, 3> names = state_names();
   std::vector<State> loaded(params.size());
   for (const auto& [index, p] : saved.state) {
     DTR_CHECK(index >= 0 && index < static_cast<int64_t>(params.size()), ValueError,
@@ -90,14 +93,14 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
     State& s = loaded[static_cast<size_t>(index)];
     s.step = p.step;
     for (const auto& [name, t] : p.tensors) {
-      DTR_CHECK(name == first_name || name == second_name, ValueError,
-                "{}.load_state_dict: parameter {} has state '{}'; {} keeps '{}' and '{}'", name_, index, name, name_,
-                first_name, second_name);
+      const auto slot = std::find(names.begin(), names.end(), name);
+      DTR_CHECK(!name.empty() && slot != names.end(), ValueError,
+                "{}.load_state_dict: parameter {} has state '{}'; {} keeps {}", name_, index, name, name_,
+                fmt::join(names.begin(), std::find(names.begin(), names.end(), std::string()), ", "));
       DTR_CHECK(t.shape() == params[index]->shape(), ValueError,
                 "{}.load_state_dict: state '{}' of parameter {} is {} but the parameter is {}", name_, name, index,
                 t.shape(), params[index]->shape());
-      const Tensor local = t.redistribute(params[index]->placements()).to_local().clone();
-      (name == first_name ? s.first : s.second) = local;
+      s.tensors[slot - names.begin()] = t.redistribute(params[index]->placements()).to_local().clone();
     }
   }
   state_ = std::move(loaded);

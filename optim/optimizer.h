@@ -7,6 +7,7 @@
 // kernels/optimizer_step.h. Parameters without a gradient are skipped, as in PyTorch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -30,6 +31,7 @@ struct ParamGroup {
   double beta1 = 0.9;  // Adam, AdamW
   double beta2 = 0.999;
   double eps = 1e-8;
+  bool amsgrad = false;  // Adam, AdamW: divide by the running maximum of exp_avg_sq
   bool maximize = false;
   // The lr when the first scheduler was attached: every scheduler's base (PyTorch's initial_lr).
   std::optional<double> initial_lr;
@@ -76,14 +78,13 @@ class Optimizer {
   // parameter that does not require grad, or a negative lr, weight_decay, eps or momentum.
   Optimizer(std::string name, std::vector<ParamGroup> groups);
 
-  // A parameter's state: the step count and up to two local tensors.
+  // A parameter's state: the step count and up to three local tensors.
   struct State {
     int64_t step = 0;
-    Tensor first;   // momentum buffer, or exp_avg
-    Tensor second;  // exp_avg_sq
+    std::array<Tensor, 3> tensors;  // momentum_buffer; or exp_avg, exp_avg_sq, max_exp_avg_sq
   };
-  // PyTorch's names of State::first and State::second ("" when unused).
-  virtual std::pair<std::string, std::string> state_names() const = 0;
+  // PyTorch's names of State::tensors ("" when unused).
+  virtual std::array<std::string, 3> state_names() const = 0;
 
   // Calls update(group, param local, grad local, state) for every parameter with a
   // gradient, after counting the step; the gradient is negated first when maximize.

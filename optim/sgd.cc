@@ -15,10 +15,10 @@ SGD::SGD(std::vector<ParamGroup> groups) : Optimizer("SGD", std::move(groups)) {
 
 void SGD::step() {
   for_each_update([](const ParamGroup& g, Tensor& param, const Tensor& grad, State& state) {
-    if (g.momentum != 0 && !state.first.defined()) {
-      state.first = Tensor::empty(param.shape(), optimizer_state_dtype(param.dtype()), param.device());
+    if (g.momentum != 0 && !state.tensors[0].defined()) {
+      state.tensors[0] = Tensor::empty(param.shape(), optimizer_state_dtype(param.dtype()), param.device());
     }
-    sgd_step_(param, grad, state.first, state.step,
+    sgd_step_(param, grad, state.tensors[0], state.step,
               {.lr = g.lr,
                .momentum = g.momentum,
                .dampening = g.dampening,

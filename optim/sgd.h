@@ -13,7 +13,7 @@ class SGD : public Optimizer {
   void step() override;
 
  protected:
-  std::pair<std::string, std::string> state_names() const override { return {"momentum_buffer", ""}; }
+  std::array<std::string, 3> state_names() const override { return {"momentum_buffer", "", ""}; }
 };
 
 }  // namespace dtr::optim

@@ -73,6 +73,8 @@ def optimizers():
         "adam": lambda p: torch.optim.Adam([p], lr=0.01, betas=(0.8, 0.99), weight_decay=0.01),
         "adamw": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1),
         "adamw_maximize": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1, maximize=True),
+        "adam_amsgrad": lambda p: torch.optim.Adam([p], lr=0.01, weight_decay=0.01, amsgrad=True),
+        "adamw_amsgrad": lambda p: torch.optim.AdamW([p], lr=0.01, weight_decay=0.1, amsgrad=True),
     }
     for name, make in configs.items():
         p = p0.clone().requires_grad_(True)

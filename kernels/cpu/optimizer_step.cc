@@ -1,8 +1,10 @@
 #include "kernels/cpu/optimizer_step.h"
-#include "kernels/parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+
+#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 
@@ -52,8 +54,8 @@ struct AdamScalars {
   C scale;  // param is first multiplied by it (AdamW: 1 - lr * wd)
 };
 
-template <class T, bool kL2>
-void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, int64_t n, const AdamScalars<acc_t<T>> s) {
+template <class T, bool kL2, bool kAmsgrad>
+void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, int64_t n, const AdamScalars<acc_t<T>> s) {
   using C = acc_t<T>;
 #pragma omp parallel for simd schedule(static) num_threads(num_threads()) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
@@ -64,7 +66,12 @@ void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, int64_t n, const Adam
     const C vi = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = convert<T>(pi - s.step_size * mi / (std::sqrt(vi) / s.bias_correction2_sqrt + s.eps));
+    C denominator = vi;
+    if constexpr (kAmsgrad) {
+      denominator = std::max(v_max[i], vi);
+      v_max[i] = denominator;
+    }
+    p[i] = convert<T>(pi - s.step_size * mi / (std::sqrt(denominator) / s.bias_correction2_sqrt + s.eps));
   }
 }
 
@@ -103,8 +110,8 @@ void sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& 
   });
 }
 
-void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad, int64_t step,
-               const AdamOptions& options, WeightDecay decay) {
+void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* max_exp_avg_sq,
+               const Tensor& grad, int64_t step, const AdamOptions& options, WeightDecay decay) {
   const char* op = decay == WeightDecay::kL2 ? "adam_step_" : "adamw_step_";
   dispatch_param(param.dtype(), op, [&]<class T>(TypeTag<T>) {
     using C = acc_t<T>;
@@ -125,10 +132,19 @@ void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg
     const T* g = grad.data_ptr<T>();
     C* m = exp_avg.data_ptr<C>();
     C* v = exp_avg_sq.data_ptr<C>();
+    C* v_max = max_exp_avg_sq != nullptr ? max_exp_avg_sq->data_ptr<C>() : nullptr;
+    // Each argument is std::true_type or std::false_type: the loop variant to run.
+    auto run = [&](auto l2_on) {
+      if (v_max != nullptr) {
+        adam_loop<T, decltype(l2_on)::value, true>(p, g, m, v, v_max, param.numel(), s);
+      } else {
+        adam_loop<T, decltype(l2_on)::value, false>(p, g, m, v, v_max, param.numel(), s);
+      }
+    };
     if (decay == WeightDecay::kL2 && options.weight_decay != 0.0) {
-      adam_loop<T, true>(p, g, m, v, param.numel(), s);
+      run(std::true_type{});
     } else {
-      adam_loop<T, false>(p, g, m, v, param.numel(), s);
+      run(std::false_type{});
     }
   });
 }

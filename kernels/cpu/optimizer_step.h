@@ -17,7 +17,8 @@ enum class WeightDecay { kL2, kDecoupled };
 // param and the state tensors are updated in place (the outputs, first); grad is read.
 void sgd_step(const Tensor& param, const Tensor& momentum_buffer, const Tensor& grad, int64_t step,
               const SgdOptions& options);
-void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& grad, int64_t step,
-               const AdamOptions& options, WeightDecay decay);
+// max_exp_avg_sq: null, or AMSGrad's running maximum of exp_avg_sq.
+void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor* max_exp_avg_sq,
+               const Tensor& grad, int64_t step, const AdamOptions& options, WeightDecay decay);
 
 }  // namespace dtr::cpu

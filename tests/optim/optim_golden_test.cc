@@ -96,6 +96,16 @@ TEST_CASE("SGD, Adam and AdamW steps match PyTorch", "[optim][golden]") {
          return std::make_unique<AdamW>(
              std::vector<ParamGroup>{{.params = {p}, .lr = 0.01, .weight_decay = 0.1, .maximize = true}});
        }},
+      {"adam_amsgrad",
+       [](DTensor* p) {
+         return std::make_unique<Adam>(
+             std::vector<ParamGroup>{{.params = {p}, .lr = 0.01, .weight_decay = 0.01, .amsgrad = true}});
+       }},
+      {"adamw_amsgrad",
+       [](DTensor* p) {
+         return std::make_unique<AdamW>(
+             std::vector<ParamGroup>{{.params = {p}, .lr = 0.01, .weight_decay = 0.1, .amsgrad = true}});
+       }},
   };
   for (const auto& [name, make] : cases) {
     INFO(name);
