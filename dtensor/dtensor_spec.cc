@@ -24,6 +24,16 @@ LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements,
   return box;
 }
 
+Tensor block_of(const Tensor& full, const LocalBox& box) {
+  DTR_CHECK(full.dim() == static_cast<int64_t>(box.shape.size()), ValueError,
+            "block_of: a {}-d box of a {}-d tensor {}", box.shape.size(), full.dim(), describe(full));
+  Tensor block = full;
+  for (size_t d = 0; d < box.shape.size(); ++d) {
+    block = block.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
+  }
+  return block;
+}
+
 namespace {
 
 // What keeps (mesh, placements, shape) from being a spec.

@@ -33,6 +33,10 @@ struct LocalBox {
 LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
                            std::span<const int64_t> coordinate);
 
+// The block of the whole tensor `full` that `box` names, as a view (no copy): what the rank
+// holding `box` keeps of it.
+Tensor block_of(const Tensor& full, const LocalBox& box);
+
 class DTensorSpec {
  public:
   // Checks one placement per mesh dim, Shard dims within the tensor's ndim (negative

@@ -330,8 +330,8 @@ Placements checked_move(std::span<const DTensorSpec> sources, const Placements& 
   return dst;
 }
 
-std::vector<RedistributePlan> alternatives_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {
-  const Placements dst = checked_move(sources, target);
+// The distinct candidate plans for a move checked_move accepted (dst is its result).
+std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sources, const Placements& dst) {
   const DTensorSpec& first = sources.front();
   const DeviceMesh& mesh = first.mesh();
   const Placements& src = first.placements();
@@ -492,12 +492,12 @@ RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& 
 }
 
 std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const Placements& target) {
-  return alternatives_coalesced(std::span(&source, 1), target);
+  return plan_alternatives_coalesced(std::span(&source, 1), target);
 }
 
 std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTensorSpec> sources,
                                                           const Placements& target) {
-  return alternatives_coalesced(sources, target);
+  return candidate_plans(sources, checked_move(sources, target));
 }
 
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives) {
@@ -589,7 +589,7 @@ RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> source
   auto it = cache.find(key);
   if (it == cache.end()) {
     if (cache.size() >= 4096) cache.clear();  // a bound, not an LRU: programs plan a few hundred moves
-    std::vector<RedistributePlan> plans = alternatives_coalesced(sources, dst);
+    std::vector<RedistributePlan> plans = candidate_plans(sources, dst);
     RedistributePlan& best = plans[best_plan_index(plans)];
     it = cache.emplace(std::move(key), Chosen{best.steps(), best.strategy()}).first;
   }

@@ -22,12 +22,8 @@ LoadResult load_full_state_dict(Module& module, const TensorMap& tensors, Strict
       // This rank's block, under the module's spec in the file's dtype (a dtype mismatch is
       // reported by load_state_dict).
       const DTensorSpec spec(it->second.mesh(), it->second.placements(), full.shape(), full.dtype());
-      const LocalBox box = spec.local_box();
-      Tensor block = full;
-      for (size_t d = 0; d < box.shape.size(); ++d) {
-        block = block.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
-      }
-      state.emplace_back(name, DTensor(block.contiguous().to(spec.mesh().device_type()), spec));
+      const Tensor block = block_of(full, spec.local_box()).contiguous();
+      state.emplace_back(name, DTensor(block.to(spec.mesh().device_type()), spec));
     } else {
       // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.
       const DeviceMesh mesh = single_rank_mesh();

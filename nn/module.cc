@@ -183,8 +183,8 @@ StateDict Module::state_dict() {
 }
 
 LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
-  std::map<std::string, const DTensor*> given;
-  for (const auto& [name, value] : state) given[name] = &value;
+  std::map<std::string, const DTensor*> by_name;
+  for (const auto& [name, value] : state) by_name[name] = &value;
   // Every persistent slot under this module, by its dotted name.
   std::vector<std::pair<std::string, Slot*>> expected;
   for (auto& [prefix, m] : named_modules()) {
@@ -195,8 +195,8 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
   LoadResult result;
   std::vector<std::string> mismatches;
   for (const auto& [name, slot] : expected) {
-    const auto it = given.find(name);
-    if (it == given.end()) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) {
       result.missing_keys.push_back(name);
       continue;
     }
@@ -208,9 +208,11 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
       mismatches.push_back(fmt::format("'{}': the state dict's tensor is on {} but the module's on {}", name,
                                        v.mesh().to_string(), slot->value.mesh().to_string()));
     }
-    given.erase(it);
   }
-  for (const auto& [name, value] : given) result.unexpected_keys.push_back(name);
+  for (const auto& [name, value] : by_name) {
+    const bool wanted = std::any_of(expected.begin(), expected.end(), [&](const auto& e) { return e.first == name; });
+    if (!wanted) result.unexpected_keys.push_back(name);
+  }
   const bool strict_failure =
       strict == Strict::kYes && (!result.missing_keys.empty() || !result.unexpected_keys.empty());
   if (strict_failure || !mismatches.empty()) {
@@ -225,8 +227,6 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
     throw ValueError(message + "nothing was loaded");
   }
   NoGradGuard no_grad;
-  std::map<std::string, const DTensor*> by_name;
-  for (const auto& [name, value] : state) by_name[name] = &value;
   // Slots that share one tensor (tied weights) keep sharing the new one, loaded from the
   // first of their names that the state dict holds.
   std::vector<DTensor> before;

@@ -21,11 +21,7 @@ inline Tensor global_tensor(const Shape& shape, uint64_t seed) {
 }
 
 // The block of `full` that `box` names.
-inline Tensor box_of(const Tensor& full, const LocalBox& box) {
-  Tensor t = full;
-  for (size_t d = 0; d < box.shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
-  return t.contiguous();
-}
+inline Tensor box_of(const Tensor& full, const LocalBox& box) { return block_of(full, box).contiguous(); }
 
 // This rank's term of `full` under `placements`: its box, split over every Partial mesh
 // dim into terms that reduce (with that dim's op) to the value. Terms are random but the

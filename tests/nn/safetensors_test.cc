@@ -20,13 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::MessageContains;
 
-fs::path temp_dir() {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string pattern = (fs::path(root != nullptr ? root : "/tmp") / "safetensors_test.XXXXXX");
-  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-  return pattern;
-}
-
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -51,7 +44,7 @@ Tensor random_tensor(Shape shape, DType dtype, uint64_t seed) {
 }
 
 TEST_CASE("save_file then load_file is bitwise for every dtype, with metadata", "[safetensors]") {
-  const fs::path dir = temp_dir();
+  const fs::path dir = testing::make_temp_dir("safetensors_test");
   TensorMap tensors;
   uint64_t seed = 1;
   for (DType d : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool}) {
@@ -79,7 +72,7 @@ TEST_CASE("save_file then load_file is bitwise for every dtype, with metadata", 
 }
 
 TEST_CASE("the layout on disk: length, JSON header, aligned data, largest elements first", "[safetensors]") {
-  const fs::path dir = temp_dir();
+  const fs::path dir = testing::make_temp_dir("safetensors_test");
   const fs::path path = dir / "layout.safetensors";
   save_file({{"a", random_tensor({3}, kBFloat16, 1)}, {"b", random_tensor({2}, kFloat64, 2)}}, path);
   const std::string bytes = read_bytes(path);
@@ -97,7 +90,7 @@ TEST_CASE("the layout on disk: length, JSON header, aligned data, largest elemen
 }
 
 TEST_CASE("a failed save leaves the existing file intact", "[safetensors][errors]") {
-  const fs::path dir = temp_dir();
+  const fs::path dir = testing::make_temp_dir("safetensors_test");
   const fs::path path = dir / "ckpt.safetensors";
   save_file({{"w", random_tensor({4}, kFloat32, 3)}}, path);
   const std::string before = read_bytes(path);
@@ -117,7 +110,7 @@ std::string image(const std::string& json, size_t data_size) {
 }
 
 TEST_CASE("malformed files are typed errors naming the file and the tensor", "[safetensors][errors]") {
-  const fs::path dir = temp_dir();
+  const fs::path dir = testing::make_temp_dir("safetensors_test");
   int k = 0;
   auto load = [&](const std::string& bytes) {
     const fs::path path = dir / fmt::format("bad{}.safetensors", k++);

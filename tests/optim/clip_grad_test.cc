@@ -26,11 +26,7 @@ DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements
   DTensor p = distribute_tensor(full, mesh, param_placements);
   p.requires_grad_();
   const DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const LocalBox box = spec.local_box();
-  Tensor local = full;
-  for (size_t d = 0; d < box.shape.size(); ++d)
-    local = local.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
-  local = local.clone();  // its own storage: clipping must not scale `full`
+  Tensor local = block_of(full, spec.local_box()).clone();  // its own storage: clipping must not scale `full`
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (placements[m].is_partial() && mesh.coordinate()[m] != 0) local = zeros_like(local);
   }

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <string_view>
@@ -16,6 +18,15 @@
 #include "kernels/tensor.h"
 
 namespace dtr::testing {
+
+// A fresh directory under the test's temporary directory ($TEST_TMPDIR, else /tmp), named
+// `prefix` and a unique suffix.
+inline std::filesystem::path make_temp_dir(const std::string& prefix) {
+  const char* root = std::getenv("TEST_TMPDIR");
+  std::string pattern = (std::filesystem::path(root != nullptr ? root : "/tmp") / (prefix + ".XXXXXX")).string();
+  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
 
 // Matches an exception whose what() contains `part`; combine with && for several parts.
 class MessageContains : public Catch::MatcherBase<std::exception> {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/test_util.h"
 #include "tools/launcher/free_port.h"
 
 extern char** environ;
@@ -51,14 +52,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
-}
-
-// A fresh directory under the test's temporary directory.
-fs::path make_temp_dir() {
-  const char* root = std::getenv("TEST_TMPDIR");
-  std::string pattern = (fs::path(root != nullptr ? root : "/tmp") / "launcher_test.XXXXXX");
-  REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-  return pattern;
 }
 
 // A dtrrun process started by a test, with its stdout and stderr going to files.
@@ -120,7 +113,7 @@ Finished finish(const Launch& launch) {
 }
 
 Finished run_dtrrun(const std::vector<std::string>& args) {
-  return finish(start_dtrrun(args, make_temp_dir(), "dtrrun"));
+  return finish(start_dtrrun(args, dtr::testing::make_temp_dir("launcher_test"), "dtrrun"));
 }
 
 // Waits until `path` exists (a probe's marker file); fails the test after kDeadline.
@@ -261,7 +254,7 @@ TEST_CASE("a rank killed by a signal is reported as the signal, and dtrrun exits
 
 TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {
   // Rank 0 fails only once rank 1 ignores SIGTERM (and has said so with its ready file).
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   const Finished run = finish(start_dtrrun(
       {"--nproc-per-node", "2", "--kill-grace-seconds", "0.5", kProbe, "ignore-sigterm", "ready", dir.string(),
        "wait-for", (dir / "ready.1").string(), "exit-if-rank", "0", "4", "sleep", kLongSleep},
@@ -275,7 +268,7 @@ TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {
 TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
   const int signal = GENERATE(SIGTERM, SIGINT);
   INFO("signal " << signal);
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   const Launch launch = start_dtrrun(
       {"--nproc-per-node", "2", kProbe, "on-signal", dir.string(), "ready", dir.string(), "sleep", kLongSleep}, dir,
       "dtrrun");
@@ -295,7 +288,7 @@ TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
 }
 
 TEST_CASE("no rank outlives a dtrrun killed with SIGKILL") {
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   const Launch launch =
       start_dtrrun({"--nproc-per-node", "2", kProbe, "ready", dir.string(), "sleep", kLongSleep}, dir, "dtrrun");
   wait_for_file(dir / "ready.0");
@@ -367,7 +360,7 @@ TEST_CASE("every launch gets its own run id unless --run-id gives one") {
 
 TEST_CASE("two nodes on loopback make one world of 4 ranks") {
   const int port = dtr::launcher::find_free_port("127.0.0.1");
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   std::vector<Launch> launches;
   for (int node = 0; node < 2; ++node) {
     launches.push_back(
@@ -401,7 +394,7 @@ TEST_CASE("two nodes on loopback make one world of 4 ranks") {
 
 TEST_CASE("two launchers with --nnodes 2 form one Gloo world: an all_reduce spans all 4 ranks") {
   const int port = dtr::launcher::find_free_port("127.0.0.1");
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   std::vector<Launch> launches;
   for (int node = 0; node < 2; ++node) {
     launches.push_back(start_dtrrun({"--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "2",
@@ -429,7 +422,7 @@ TEST_CASE("a rank killed in the middle of a collective: dtrrun names it and stop
 }
 
 TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
-  const fs::path dir = make_temp_dir();
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
   const fs::path not_executable = dir / "data.txt";
   std::ofstream(not_executable) << "not a program\n";
   const fs::path bad_format = dir / "bad_format";

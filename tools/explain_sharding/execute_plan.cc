@@ -28,13 +28,6 @@ Tensor global_values(const Shape& shape) {
   return t;
 }
 
-// A fresh copy of the block of `full` that `box` names.
-Tensor box_of(const Tensor& full, const LocalBox& box) {
-  Tensor t = full;
-  for (size_t d = 0; d < box.shape.size(); ++d) t = t.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
-  return t.clone();
-}
-
 // An integer in [-2, 2]: the random-looking part of group member k's term of element i on
 // mesh dim m. Every member of the group computes it alike.
 double noise(int64_t m, int64_t k, int64_t i) { return static_cast<double>((i + 3 * k + 5 * m) % 5 - 2); }
@@ -45,7 +38,7 @@ double noise(int64_t m, int64_t k, int64_t i) { return static_cast<double>((i + 
 // value, the others values on the losing side of it. Every member of a group along a
 // Partial mesh dim starts from the same value: they agree on every other coordinate.
 Tensor local_values(const Tensor& full, const DTensorSpec& spec) {
-  Tensor value = box_of(full, spec.local_box());
+  Tensor value = block_of(full, spec.local_box()).clone();  // written below: a copy
   double* v = value.data_ptr<double>();
   const DeviceMesh& mesh = spec.mesh();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
@@ -153,7 +146,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
                c.group, c.calls, c.bytes);
   }
   const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_box().shape &&
-                        (target.has_partial() || same_values(local, box_of(full, target.local_box())));
+                        (target.has_partial() || same_values(local, block_of(full, target.local_box())));
   const bool full_ok = same_values(y.full_tensor(), full);
   row.insert(row.end(), {unplanned_calls, unplanned_bytes, local_ok ? 1 : 0, full_ok ? 1 : 0});
 
