@@ -19,9 +19,9 @@ struct MultiheadAttentionOptions {
 // What a call takes besides query, key and value (all optional).
 struct AttentionMasks {
   // [T, S] or [B * heads, T, S]: bool (true = not allowed) or additive floating.
-  DTensor attn_mask;
+  DTensor attn_mask = {};
   // [B, S] bool: true = the key is padding.
-  DTensor key_padding_mask;
+  DTensor key_padding_mask = {};
   bool is_causal = false;    // query i sees keys j <= i
   bool need_weights = true;  // also return the weights averaged over heads, [B, T, S]
 };

@@ -11,7 +11,7 @@ namespace dtr::nn {
 struct ParameterOptions {
   DType dtype = kFloat32;
   // Default: a one-rank CPU mesh, for models that run in one process.
-  std::optional<DeviceMesh> mesh;
+  std::optional<DeviceMesh> mesh = std::nullopt;
 };
 
 // The one-rank CPU mesh layers use by default.

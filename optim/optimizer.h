@@ -22,7 +22,7 @@ namespace dtr::optim {
 
 // One group's parameters and hyper-parameters (each optimizer reads the ones it has).
 struct ParamGroup {
-  std::vector<DTensor*> params;
+  std::vector<DTensor*> params = {};
   double lr = 1e-3;
   double weight_decay = 0.0;
   double momentum = 0.0;  // SGD
@@ -34,7 +34,7 @@ struct ParamGroup {
   bool amsgrad = false;  // Adam, AdamW: divide by the running maximum of exp_avg_sq
   bool maximize = false;
   // The lr when the first scheduler was attached: every scheduler's base (PyTorch's initial_lr).
-  std::optional<double> initial_lr;
+  std::optional<double> initial_lr = std::nullopt;
 };
 
 // An optimizer's state in PyTorch's layout: per parameter index (over the groups, in
