@@ -8,6 +8,7 @@
 #include "dtensor/internal/dtensor_impl.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -25,11 +26,13 @@ DTensor zeros_for(const DTensorSpec& spec) {
   return DTensor(zeros(s.local_box().shape, s.dtype(), s.mesh().device_type()), s);
 }
 
-// The node into which gradients of a leaf flow: accumulates them into leaf.grad.
+// The node into which gradients of a leaf flow: accumulates them into leaf.grad. It serves
+// every op that uses the leaf, so it belongs to no trace region.
 std::shared_ptr<Node> grad_accumulator(const DTensor& leaf) {
   DTensor::Impl& impl = AutogradAccess::impl(leaf);
   if (auto existing = impl.grad_accumulator.lock()) return existing;
   std::weak_ptr<DTensor::Impl> weak = AutogradAccess::shared(leaf);
+  const trace::Region no_region("");
   auto node = std::make_shared<Node>(
       "AccumulateGrad",
       [weak](const std::vector<DTensor>& grads) -> std::vector<DTensor> {
@@ -72,7 +75,8 @@ Node::Node(std::string name, BackwardFn backward, std::vector<Edge> next_edges, 
       next_edges_(std::move(next_edges)),
       output_specs_(std::move(output_specs)),
       saved_(saved),
-      sequence_nr_(g_next_sequence_nr++) {}
+      sequence_nr_(g_next_sequence_nr++),
+      region_(trace::current_region()) {}
 
 std::vector<DTensor> Node::apply(std::vector<DTensor> grad_outputs) {
   DTR_CHECK(backward_ != nullptr, ValueError,
@@ -220,7 +224,12 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
     std::vector<DTensor> grads = std::move(pending[node.get()].grads);
     pending.erase(node.get());
     grads.resize(node->num_outputs());  // outputs that got no gradient are zero-filled by apply
-    std::vector<DTensor> input_grads = node->apply(std::move(grads));
+    std::vector<DTensor> input_grads;
+    {
+      const trace::Region region(node->region());
+      const trace::Span span(node->name(), trace::Category::kAutograd);
+      input_grads = node->apply(std::move(grads));
+    }
     if (retain_graph == RetainGraph::kNo) node->release();
     const auto& edges = node->next_edges();
     DTR_INTERNAL_ASSERT(input_grads.empty() || input_grads.size() == edges.size(),

@@ -45,6 +45,8 @@ class Node {
   size_t num_outputs() const { return output_specs_.size(); }
   // Creation order: later nodes run first.
   uint64_t sequence_nr() const { return sequence_nr_; }
+  // The trace region its op ran in (kernels/trace.h); the engine runs the backward in it.
+  const char* region() const { return region_; }
   // Runs the backward (zero-filling undefined gradients); ValueError once released.
   std::vector<DTensor> apply(std::vector<DTensor> grad_outputs);
   // Hooks on the gradient of output `output_nr`, run before the backward (tensor hooks
@@ -63,6 +65,7 @@ class Node {
   std::vector<DTensorSpec> output_specs_;
   SavedState saved_;
   uint64_t sequence_nr_;
+  const char* region_;
   std::map<int, std::pair<size_t, std::function<DTensor(const DTensor&)>>> pre_hooks_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -26,6 +27,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
   check_logits_target(logits, target, "cross_entropy");
   CrossEntropyOutput out{.loss = Tensor::empty({}, logits.dtype(), logits.device()),
                          .logsumexp = Tensor::empty({logits.size(0)}, acc_dtype(logits.dtype()), logits.device())};
+  const trace::Span span("cross_entropy", trace::Category::kKernel);
   switch (logits.device().type) {
     case kCPU: cpu::cross_entropy(out.loss, out.logsumexp, logits, target, ignore_index, reduction); return out;
     case kCUDA:
@@ -48,6 +50,7 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
             ValueError, "{}: logsumexp {} must be the forward's saved {}[{}] for logits {}", op, describe(logsumexp),
             dtype_name(lse_dtype), logits.size(0), describe(logits));
   Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  const trace::Span span("cross_entropy_backward", trace::Category::kKernel);
   switch (logits.device().type) {
     case kCPU:
       cpu::cross_entropy_backward(grad, logits, target, logsumexp, grad_loss.item(), ignore_index, reduction);

@@ -4,6 +4,7 @@
 #include "kernels/fill.h"
 #include "kernels/internal/device_not_implemented.h"
 #include "kernels/random.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -23,6 +24,7 @@ DropoutOutput dropout(const Tensor& x, double p, uint64_t seed, const std::optio
   DTR_CHECK(is_floating(x.dtype()), TypeError,
             "dropout: input {} is not floating; dropout takes float32, float64, bfloat16 or float16", describe(x));
   resolve_shard_layout(x, layout, "dropout");
+  const trace::Span span("dropout", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU: {
       if (p == 0.0) return {x, ones(x.shape(), kBool)};
@@ -47,6 +49,7 @@ Tensor dropout_backward(const Tensor& grad_y, const Tensor& mask, double p) {
             describe(grad_y));
   if (p == 0.0) return grad_y;
   Tensor grad_x = Tensor::empty(grad_y.shape(), grad_y.dtype(), grad_y.device());
+  const trace::Span span("dropout_backward", trace::Category::kKernel);
   switch (grad_y.device().type) {
     case kCPU: cpu::masked_scale(grad_x, grad_y, mask, keep_scale(p)); return grad_x;
     case kCUDA:

@@ -8,6 +8,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/internal/check_writable.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -62,6 +63,7 @@ Shape broadcast_operands(std::string_view op, std::initializer_list<const Tensor
 template <class CpuKernel>
 void dispatch_device(std::string_view op, const Tensor& out, std::initializer_list<const Tensor*> operands,
                      const CpuKernel& cpu_kernel) {
+  const trace::Span span(op, trace::Category::kKernel);
   switch (out.device().type) {
     case kCPU: cpu_kernel(out); return;
     case kCUDA: throw_device_not_implemented(op, out.device(), describe_operands(operands));

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/embedding.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -22,6 +23,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.size(1));
   Tensor out = Tensor::empty(out_shape, weight.dtype(), weight.device());
+  const trace::Span span("embedding", trace::Category::kKernel);
   switch (weight.device().type) {
     case kCPU: cpu::embedding(out, weight, indices); return out;
     case kCUDA:
@@ -49,6 +51,7 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
     if (*padding_idx < 0) *padding_idx += num_weights;
   }
   Tensor out = Tensor::empty({num_weights, grad.size(-1)}, grad.dtype(), grad.device());
+  const trace::Span span("embedding_backward", trace::Category::kKernel);
   switch (grad.device().type) {
     case kCPU: cpu::embedding_backward(out, grad, indices, padding_idx); return out;
     case kCUDA:

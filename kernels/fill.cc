@@ -4,10 +4,12 @@
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cuda/fill_copy.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
 Tensor& fill_(Tensor& t, double value) {
+  const trace::Span span("fill_", trace::Category::kKernel);
   switch (t.device().type) {
     case kCPU: cpu::fill(t, value); return t;
     case kCUDA:

@@ -3,6 +3,7 @@
 #include "kernels/cpu/index.h"
 #include "kernels/internal/check_writable.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -74,6 +75,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape shape = x.shape();
   shape[dim] = index.numel();
   Tensor out = Tensor::empty(std::move(shape), x.dtype(), x.device());
+  const trace::Span span("index_select", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       check_index_range("index_select", index, dim, x);
@@ -94,6 +96,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
               describe(index), describe(x), d, dim);
   }
   Tensor out = Tensor::empty(index.shape(), x.dtype(), x.device());
+  const trace::Span span("gather", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       check_index_range("gather", index, dim, x);
@@ -114,6 +117,7 @@ Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& so
   DTR_CHECK(source.shape() == expected, ValueError,
             "index_add_: source is {} but x is {} and index has {} entries; source must be {}{}", describe(source),
             describe(x), index.numel(), source.dtype(), expected);
+  const trace::Span span("index_add_", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       check_index_range("index_add_", index, dim, x);
@@ -137,6 +141,7 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
               "needed for every d, and index.size(d) <= x.size(d) for every d != {}",
               describe(index), describe(src), describe(x), d, dim);
   }
+  const trace::Span span("scatter_add_", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       check_index_range("scatter_add_", index, dim, x);

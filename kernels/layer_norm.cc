@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -37,6 +38,7 @@ LayerNormOutput layer_norm(const Tensor& x, const Shape& normalized_shape, const
   LayerNormOutput out{.y = Tensor::empty(x.shape(), x.dtype(), x.device()),
                       .mean = Tensor::empty(row_shape(x, k), acc_dtype(x.dtype()), x.device()),
                       .rstd = Tensor::empty(row_shape(x, k), acc_dtype(x.dtype()), x.device())};
+  const trace::Span span("layer_norm", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       cpu::layer_norm(out.y, out.mean, out.rstd, x, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
@@ -66,6 +68,7 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
   LayerNormGrads grads{.grad_x = Tensor::empty(x.shape(), x.dtype(), x.device()),
                        .grad_weight = Tensor::empty(normalized_shape, x.dtype(), x.device()),
                        .grad_bias = Tensor::empty(normalized_shape, x.dtype(), x.device())};
+  const trace::Span span(op, trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       cpu::layer_norm_backward(grads.grad_x, grads.grad_weight, grads.grad_bias, grad_y, x, mean, rstd,

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -49,6 +50,7 @@ void check_out(const Tensor& out, const Tensor& a, const Tensor& b, const Shape&
 
 // out [B, M, N] = a [B, M, K] b [B, K, N], on the operands' device.
 void dispatch_bmm(const Tensor& out, const Tensor& a, const Tensor& b, std::string_view op) {
+  const trace::Span span(op, trace::Category::kKernel);
   switch (a.device().type) {
     case kCPU: cpu::bmm(out, a, b); return;
     case kCUDA: throw_device_not_implemented(op, a.device(), fmt::format("{} and {}", describe(a), describe(b)));

@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/optimizer_step.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -77,6 +78,7 @@ void adam_family_step(std::string_view op, const Tensor& param, const Tensor& gr
   } else {
     check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
   }
+  const trace::Span span(op, trace::Category::kKernel);
   switch (param.device().type) {
     case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, options, decay); return;
     case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
@@ -103,6 +105,7 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
   } else {
     check_step_tensors(op, param, grad, {});
   }
+  const trace::Span span("sgd_step_", trace::Category::kKernel);
   switch (param.device().type) {
     case kCPU: cpu::sgd_step(param, momentum_buffer, grad, step, options); return;
     case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));

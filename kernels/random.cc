@@ -5,6 +5,7 @@
 #include "kernels/cpu/random.h"
 #include "kernels/internal/check_writable.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -23,6 +24,7 @@ Tensor& uniform_(Tensor& t, double lo, double hi, uint64_t seed, const std::opti
   DTR_CHECK(std::isfinite(lo) && std::isfinite(hi) && lo <= hi, ValueError,
             "uniform_: bounds [{}, {}) for {}: need finite lo <= hi", lo, hi, describe(t));
   const ShardLayout l = resolve_shard_layout(t, layout, "uniform_");
+  const trace::Span span("uniform_", trace::Category::kKernel);
   switch (t.device().type) {
     case kCPU: cpu::uniform(t, lo, hi, seed, l); return t;
     case kCUDA: throw_device_not_implemented("uniform_", t.device(), describe(t));
@@ -35,6 +37,7 @@ Tensor& normal_(Tensor& t, double mean, double std, uint64_t seed, const std::op
   DTR_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0.0, ValueError,
             "normal_: mean {} and std {} for {}: need a finite mean and a finite std >= 0", mean, std, describe(t));
   const ShardLayout l = resolve_shard_layout(t, layout, "normal_");
+  const trace::Span span("normal_", trace::Category::kKernel);
   switch (t.device().type) {
     case kCPU: cpu::normal(t, mean, std, seed, l); return t;
     case kCUDA: throw_device_not_implemented("normal_", t.device(), describe(t));
@@ -45,6 +48,7 @@ Tensor& normal_(Tensor& t, double mean, double std, uint64_t seed, const std::op
 Tensor bernoulli(Shape shape, double p, uint64_t seed, DType dtype, const std::optional<ShardLayout>& layout,
                  Device device) {
   DTR_CHECK(p >= 0.0 && p <= 1.0, ValueError, "bernoulli: p = {} for shape {}; p must lie in [0, 1]", p, shape);
+  const trace::Span span("bernoulli", trace::Category::kKernel);
   switch (device.type) {
     case kCPU: {
       Tensor t = Tensor::empty(std::move(shape), dtype, device);

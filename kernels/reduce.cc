@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/reduce.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -55,6 +56,7 @@ Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>
   }
   const bool integer_sum = op == cpu::ReduceKind::kSum && !is_floating(x.dtype());
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
+  const trace::Span span(name, trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU: cpu::reduce(out, x, op); return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
     case kCUDA: throw_device_not_implemented(name, x.device(), describe(x));
@@ -90,6 +92,7 @@ Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {
   kept[d] = 1;
   squeezed.erase(squeezed.begin() + d);
   Tensor out = Tensor::empty(std::move(kept), kInt64, x.device());
+  const trace::Span span("argmax", trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU:
       cpu::argmax(out, x1, d);

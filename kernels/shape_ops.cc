@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/shape_ops.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -76,6 +77,7 @@ Tensor& cat_out(Tensor& out, const std::vector<Tensor>& tensors, int64_t dim) {
             ValueError, "cat_out: out is {}{}; it must be a contiguous {}{} tensor", describe(out),
             out.defined() && !out.is_contiguous() ? " (not contiguous)" : "", tensors[0].dtype(), shape);
   if (out.numel() == 0) return out;
+  const trace::Span span("cat", trace::Category::kKernel);
   switch (out.device().type) {
     case kCPU: cpu::cat(out, tensors, dim); return out;
     case kCUDA: throw_device_not_implemented("cat", out.device(), describe(out));

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/softmax.h"
 #include "kernels/internal/device_not_implemented.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -13,6 +14,7 @@ Tensor softmax_forward(const Tensor& x, int64_t dim, SoftmaxKind kind, std::stri
             "{}: input {} is not floating; {} takes float32, float64, bfloat16 or float16", op, describe(x), op);
   const int64_t d = wrap_dim(dim, x.dim(), op);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const trace::Span span(op, trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU: cpu::softmax(y, x, d, kind); return y;
     case kCUDA: throw_device_not_implemented(op, x.device(), describe(x));
@@ -27,6 +29,7 @@ Tensor backward(const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind 
             "{}: y {} is not floating; {} takes float32, float64, bfloat16 or float16", op, describe(y), op);
   const int64_t d = wrap_dim(dim, y.dim(), op);
   Tensor grad_x = Tensor::empty(y.shape(), y.dtype(), y.device());
+  const trace::Span span(op, trace::Category::kKernel);
   switch (y.device().type) {
     case kCPU: cpu::softmax_backward(grad_x, grad_y, y, d, kind); return grad_x;
     case kCUDA: throw_device_not_implemented(op, y.device(), fmt::format("{} and {}", describe(grad_y), describe(y)));

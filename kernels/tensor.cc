@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/fill_copy.h"
 #include "kernels/internal/check_writable.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -315,6 +316,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
             describe(*this));
   internal::check_writable("copy_", *this);
   if (numel() == 0) return *this;
+  const trace::Span span("copy_", trace::Category::kKernel);
   if (device().is_cpu() && src.device().is_cpu()) {
     cpu::copy(*this, src);
     return *this;

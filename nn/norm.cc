@@ -6,6 +6,7 @@
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/reduction.h"
 #include "kernels/error.h"
+#include "kernels/trace.h"
 #include "nn/init.h"
 
 namespace dtr::nn {
@@ -49,6 +50,7 @@ std::string LayerNorm::extra_repr() const {
 }
 
 DTensor LayerNorm::forward(const DTensor& x) {
+  const trace::Region region("norm");
   normalized_dims(x, normalized_shape_, "LayerNorm");
   const auto optional = [](const DTensor& t) { return t.defined() ? std::optional<DTensor>(t) : std::nullopt; };
   return layer_norm(x, normalized_shape_, optional(weight_), optional(bias_), eps_);
@@ -70,6 +72,7 @@ std::string RMSNorm::extra_repr() const {
 }
 
 DTensor RMSNorm::forward(const DTensor& x) {
+  const trace::Region region("norm");
   const std::vector<int64_t> dims = normalized_dims(x, normalized_shape_, "RMSNorm");
   double eps = eps_.value_or(0.0);
   if (!eps_) {

@@ -17,6 +17,7 @@
 
 #include "dtensor/dtensor.h"
 #include "kernels/elementwise.h"
+#include "kernels/trace.h"
 
 namespace dtr::optim {
 
@@ -98,6 +99,7 @@ class Optimizer {
 
 template <class F>
 void Optimizer::for_each_update(F&& update) {
+  const trace::Span span(name_ + ".step", trace::Category::kOptimizer);
   size_t index = 0;
   for (ParamGroup& group : groups_) {
     for (DTensor* p : group.params) {

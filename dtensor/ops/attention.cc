@@ -11,6 +11,7 @@
 #include "dtensor/ops/view_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -45,6 +46,7 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
   DTR_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype() && is_floating(q.dtype()), TypeError,
             "scaled_dot_product_attention: q {}, k {}, v {} must share one floating dtype", describe(q), describe(k),
             describe(v));
+  const trace::Region region("attention");  // its backward nodes too (train_step_bench's split)
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
   DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);

@@ -9,6 +9,7 @@
 #include "dtensor/ops/reduction.h"
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
+#include "kernels/trace.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {
@@ -108,6 +109,33 @@ TEST_CASE("autograd errors name what went wrong", "[autograd][errors]") {
   CHECK_THROWS_WITH(c.backward(), Catch::Contains("does not require grad"));
   DTensor y = mul(x, 2.0);
   CHECK_THROWS_WITH(y.requires_grad_(false), Catch::Contains("only leaves"));
+}
+
+TEST_CASE("backward runs each node in the trace region its op ran in, as an autograd span", "[autograd][trace]") {
+  DTensor x = leaf(Tensor::from_vector<double>({1, 2, 3}));
+  DTensor y;
+  {
+    const trace::Region region("square");
+    y = mul(x, x);
+  }
+  const DTensor loss = sum(y);
+  trace::start();
+  loss.backward();
+  std::vector<trace::ThreadEvents> threads = trace::stop();
+  REQUIRE(threads.size() == 1);
+  std::vector<std::pair<std::string, std::string>> nodes;  // name, region
+  for (const trace::Event& e : threads[0].events) {
+    if (e.category == trace::Category::kAutograd) nodes.emplace_back(e.name, e.region);
+    // Kernels a node runs are nested in its span and carry its region.
+    if (e.category == trace::Category::kKernel && e.parent >= 0) {
+      CHECK(std::string_view(e.region) == threads[0].events[e.parent].region);
+    }
+  }
+  // A leaf's accumulator serves every op using the leaf: it belongs to no region.
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"sum", ""}, {"mul", "square"}, {"AccumulateGrad", ""}};
+  CHECK(nodes == expected);
+  CHECK(to_f64(x.grad().to_local()) == std::vector<double>{2, 4, 6});
 }
 
 }  // namespace

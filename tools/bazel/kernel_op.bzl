@@ -2,8 +2,9 @@
 
 The op's files follow the kernel contract (kernels/README.md): <name>.h and <name>.cc hold
 the Tensor-level op, cpu/<name>.h the CPU kernel's declarations (private to the target) and
-cpu_srcs its definitions (default cpu/<name>.cc). Every op depends on :tensor and on the
-error its device switch raises for a device without a kernel.
+cpu_srcs its definitions (default cpu/<name>.cc). Every op depends on :tensor, on the
+error its device switch raises for a device without a kernel, and on :trace (the switch
+times the kernel as a span).
 """
 
 # For the compute-bound kernels (exp, gelu, softmax): with -march=native GCC's tuning can
@@ -16,7 +17,7 @@ def kernel_op(name, cpu_srcs = None, deps = [], **kwargs):
         name = name,
         srcs = [name + ".cc", "cpu/" + name + ".h"] + (cpu_srcs if cpu_srcs != None else ["cpu/" + name + ".cc"]),
         hdrs = [name + ".h"],
-        deps = deps + [":device_not_implemented", ":tensor"],
+        deps = deps + [":device_not_implemented", ":tensor", ":trace"],
         visibility = ["//visibility:public"],
         **kwargs
     )

@@ -1,0 +1,145 @@
+// The tracer: nothing is recorded while it is off, spans nest on a thread with their
+// parents named, each thread's events come back apart, a new run drops the last one's,
+// regions label the spans begun in them, and kernels time themselves as spans.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/fill.h"
+#include "kernels/matmul.h"
+#include "kernels/trace.h"
+
+namespace dtr {
+namespace {
+
+using trace::Category;
+
+// The events of the only thread that recorded; fails the test when there are others.
+std::vector<trace::Event> one_thread(std::vector<trace::ThreadEvents> threads) {
+  REQUIRE(threads.size() == 1);
+  return std::move(threads[0].events);
+}
+
+TEST_CASE("spans while tracing is off record nothing", "[trace]") {
+  { const trace::Span s("before", Category::kKernel); }
+  trace::start();
+  const std::vector<trace::ThreadEvents> threads = trace::stop();
+  CHECK(threads.empty());
+  { const trace::Span s("after", Category::kKernel); }
+  trace::start();
+  CHECK(trace::stop().empty());
+}
+
+TEST_CASE("spans nest on a thread: each names its enclosing span, inside its times", "[trace]") {
+  trace::start();
+  {
+    const trace::Span outer("outer", Category::kAutograd);
+    { const trace::Span a("a", Category::kKernel); }
+    {
+      const trace::Span b("b", Category::kKernel);
+      const trace::Span c("c", Category::kOptimizer);
+    }
+  }
+  { const trace::Span d("d", Category::kKernel); }
+  const std::vector<trace::Event> e = one_thread(trace::stop());
+  REQUIRE(e.size() == 5);
+  CHECK(e[0].name == "outer");
+  CHECK(e[0].category == Category::kAutograd);
+  CHECK(e[1].name == "a");
+  CHECK(e[2].name == "b");
+  CHECK(e[3].name == "c");
+  CHECK(e[3].category == Category::kOptimizer);
+  CHECK(e[4].name == "d");
+  CHECK(e[0].parent == -1);
+  CHECK(e[1].parent == 0);
+  CHECK(e[2].parent == 0);
+  CHECK(e[3].parent == 2);
+  CHECK(e[4].parent == -1);
+  for (const trace::Event& ev : e) {
+    CHECK(ev.begin_ns <= ev.end_ns);
+    if (ev.parent >= 0) {
+      CHECK(e[ev.parent].begin_ns <= ev.begin_ns);
+      CHECK(ev.end_ns <= e[ev.parent].end_ns);
+    }
+  }
+  CHECK(e[1].end_ns <= e[2].begin_ns);
+  CHECK(e[0].end_ns <= e[4].begin_ns);
+}
+
+TEST_CASE("each thread's events come back apart, and a new run drops the last one's", "[trace]") {
+  trace::start();
+  { const trace::Span s("stale", Category::kKernel); }
+  trace::start();
+  { const trace::Span s("main", Category::kKernel); }
+  std::thread([] { const trace::Span s("worker", Category::kKernel); }).join();
+  std::vector<trace::ThreadEvents> threads = trace::stop();
+  REQUIRE(threads.size() == 2);
+  CHECK(threads[0].thread != threads[1].thread);
+  std::vector<std::string> names;
+  for (const trace::ThreadEvents& t : threads) {
+    REQUIRE(t.events.size() == 1);
+    names.push_back(t.events[0].name);
+  }
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"main", "worker"});
+}
+
+TEST_CASE("a span still open when the run stops ends unrecorded", "[trace]") {
+  trace::start();
+  std::vector<trace::ThreadEvents> threads;
+  {
+    const trace::Span s("open", Category::kKernel);
+    threads = trace::stop();
+  }
+  const std::vector<trace::Event> e = one_thread(std::move(threads));
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].end_ns == 0);
+  trace::start();
+  CHECK(trace::stop().empty());
+}
+
+TEST_CASE("regions nest, label the spans begun in them, and hold whether or not tracing is on", "[trace]") {
+  CHECK(std::string_view(trace::current_region()).empty());
+  trace::start();
+  {
+    const trace::Region attention("attention");
+    CHECK(std::string_view(trace::current_region()) == "attention");
+    { const trace::Span s("in", Category::kKernel); }
+    {
+      const trace::Region norm("norm");
+      const trace::Span s("inner", Category::kKernel);
+    }
+    CHECK(std::string_view(trace::current_region()) == "attention");
+  }
+  { const trace::Span s("out", Category::kKernel); }
+  const std::vector<trace::Event> e = one_thread(trace::stop());
+  REQUIRE(e.size() == 3);
+  CHECK(std::string_view(e[0].region) == "attention");
+  CHECK(std::string_view(e[1].region) == "norm");
+  CHECK(std::string_view(e[2].region).empty());
+  CHECK(std::string_view(trace::current_region()).empty());
+}
+
+TEST_CASE("kernels time themselves as kernel spans named after their op", "[trace]") {
+  Tensor a = Tensor::empty({4, 3}, kFloat32), b = Tensor::empty({3, 2}, kFloat32);
+  fill_(a, 1.0);
+  fill_(b, 2.0);
+  trace::start();
+  const Tensor c = matmul(a, b);
+  fill_(a, 0.0);
+  const std::vector<trace::Event> e = one_thread(trace::stop());
+  REQUIRE(e.size() == 2);
+  CHECK(e[0].name == "matmul");
+  CHECK(e[1].name == "fill_");
+  for (const trace::Event& ev : e) {
+    CHECK(ev.category == Category::kKernel);
+    CHECK(ev.parent == -1);
+  }
+  CHECK(c.data_ptr<float>()[0] == 6.0f);  // 3 x 1 x 2
+}
+
+}  // namespace
+}  // namespace dtr
