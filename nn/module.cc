@@ -75,13 +75,14 @@ std::string joined(const std::string& prefix, const std::string& name) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, DTensor*>> Module::named_parameters() {
+std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(bool remove_duplicate) {
   std::vector<std::pair<std::string, DTensor*>> out;
   for (auto& [prefix, m] : named_modules()) {
     for (Slot& s : m->slots_) {
       if (!s.is_parameter || !s.value.defined()) continue;
       // A parameter shared by two modules (tied weights) is listed once, under its first name.
-      const bool seen = std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.second->is_same(s.value); });
+      const bool seen = remove_duplicate &&
+                        std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.second->is_same(s.value); });
       if (!seen) out.emplace_back(joined(prefix, s.name), &s.value);
     }
   }
@@ -251,10 +252,11 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
 }
 
 Values Module::operator()(Values inputs) {
+  // Armed before the pre-hooks, which may swap parameters for the call (fully_shard).
+  if (!post_backward_hooks_.empty()) arm_post_backward_hooks();
   for (const ForwardPreHook& hook : forward_pre_hooks_) {
     if (std::optional<Values> replaced = hook(*this, inputs)) inputs = std::move(*replaced);
   }
-  if (!post_backward_hooks_.empty()) arm_post_backward_hooks();
   Values outputs = forward(inputs);
   for (const ForwardHook& hook : forward_hooks_) {
     if (std::optional<Values> replaced = hook(*this, inputs, outputs)) outputs = std::move(*replaced);

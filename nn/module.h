@@ -65,7 +65,9 @@ class Module {
 
   // Traversals (recursive, this module's own entries first, then each child's in order).
   // The pointers stay valid as long as the module lives; fully_shard swaps values in them.
-  std::vector<std::pair<std::string, DTensor*>> named_parameters();
+  // A parameter shared by several modules (tied weights) is listed once, under its first
+  // name, unless remove_duplicate is false (then every slot holding it is).
+  std::vector<std::pair<std::string, DTensor*>> named_parameters(bool remove_duplicate = true);
   std::vector<DTensor*> parameters();
   std::vector<std::pair<std::string, DTensor*>> named_buffers();
   // Every module under this one, itself first as "", in depth-first registration order.
@@ -105,6 +107,9 @@ class Module {
   // Runs the hooks around forward.
   Values operator()(Values inputs);
 
+  // State a parallel policy keeps with the module (fully_shard's FSDPModule).
+  std::shared_ptr<void>& policy_state() { return policy_state_; }
+
   // Hooks, run in registration order.
   void register_forward_pre_hook(ForwardPreHook hook);
   void register_forward_hook(ForwardHook hook);
@@ -137,6 +142,7 @@ class Module {
   std::vector<ForwardHook> forward_hooks_;
   std::vector<BackwardHook> backward_pre_hooks_;
   std::vector<BackwardHook> post_backward_hooks_;
+  std::shared_ptr<void> policy_state_;
   std::shared_ptr<BackwardState> backward_state_;  // hooks hold it weakly: a lifetime token too
   std::vector<DTensor> armed_;                     // the parameter objects the post-backward count-down watches
 };

@@ -1,0 +1,123 @@
+// fully_shard: FSDP (PyTorch's FSDP2) as placement transitions, built from Module's hooks.
+//
+// fully_shard(module, mesh) makes the module's parameters (those not already owned by a
+// fully_shard call on a submodule: call it bottom-up, each block and then the root) one
+// group of DTensor leaves Shard(0) on the 1-D mesh: each rank keeps its chunk, as
+// torch.chunk cuts it (uneven and empty shards are fine). The optimizer, clip_grad_norm_
+// and state_dict() see these sharded leaves under the parameters' own names.
+//
+// Around each call of the module:
+//   pre-forward   the group's sharded leaves move to Replicate in one coalesced
+//                 redistribute (one all-gather) and the module's slots hold the gathered
+//                 tensors while its forward runs;
+//   post-forward  the slots get the sharded leaves back; with reshard_after_forward the
+//                 gathered storage is released (the tensors autograd saved keep their
+//                 identity, without their bytes);
+//   pre-backward  (the first gradient of the module's outputs) released storage is
+//                 gathered again, in place;
+//   backward      the gradient of the gathered parameters (Partial: the batch is sharded)
+//                 goes back through the redistribute's own backward: Partial -> Shard(0),
+//                 one coalesced reduce-scatter, accumulated into the leaves' grad;
+//   post-backward the gathered tensors are dropped.
+// So every step issues, per group, one all-gather in forward, one more in backward when the
+// group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements.
+//
+// Implicit prefetch: each forward records the order in which groups ran; in the next
+// iteration a group's pre-forward issues the next group's all-gather asynchronously before
+// it computes, and a group's pre-backward that of the group which ran before it in forward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+#include "nn/module.h"
+
+namespace dtr::nn {
+
+struct FullyShardOptions {
+  // Release the gathered parameters after forward and gather them again for backward
+  // (ZeRO-3), or keep them through backward (false; ZeRO-2). Unset: true, except for the
+  // root (the outermost sharded module to run), whose parameters backward needs first.
+  std::optional<bool> reshard_after_forward;
+};
+
+class FSDPModule;
+FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options);
+
+class FSDPModule {
+ public:
+  Module& module() { return module_; }
+  const DeviceMesh& mesh() const { return mesh_; }
+  // The group's parameters by name (relative to the module), in traversal order.
+  const std::vector<std::string>& parameter_names() const { return names_; }
+
+  // Bytes of gathered parameters this group holds now (0 once resharded).
+  int64_t gathered_bytes() const;
+
+  // Gathers the group's parameters now (Async::kYes: issued, waited for at first use).
+  // Outside forward and backward this is the by-hand prefetch of PyTorch's unshard().
+  void unshard(Async async = Async::kNo);
+  // Releases the gathered parameters' storage (what post-forward does when resharding).
+  void reshard();
+  void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
+  // Keep the gathered parameters after backward (false), e.g. between micro-batches.
+  void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
+  // Groups whose all-gather this group's pre-forward (pre-backward) issues, replacing the
+  // implicit order.
+  void set_modules_to_forward_prefetch(std::vector<FSDPModule*> modules);
+  void set_modules_to_backward_prefetch(std::vector<FSDPModule*> modules);
+
+  // Internal: fully_shard builds it; use fully_shard.
+  FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options);
+
+ private:
+  friend FSDPModule& fully_shard(Module&, const DeviceMesh&, const FullyShardOptions&);
+  struct Param;
+  enum class State : uint8_t { kSharded, kUnsharded };
+
+  void pre_forward();
+  void post_forward();
+  void pre_backward();
+  void post_backward();
+  // Makes the gathered parameters readable: waits for an issued gather, or refills
+  // released storage in place.
+  void wait_for_unshard();
+  // The forward's gather: new (recorded by autograd), or a new graph link to parameters
+  // kept from the last backward.
+  void start_forward_gather(Async async);
+  void use_gathered(bool gathered);
+  // The root's record of the groups in the order their forwards began.
+  std::vector<FSDPModule*>& order();
+  enum class Pass : uint8_t { kForward, kBackward };
+  // The group whose all-gather this one's implicit prefetch issues in `pass`, or null.
+  FSDPModule* next_to_run(Pass pass);
+
+  Module& module_;
+  DeviceMesh mesh_;
+  std::vector<std::string> names_;
+  std::vector<std::shared_ptr<Param>> params_;
+  std::optional<bool> reshard_after_forward_;
+  bool reshard_after_backward_ = true;
+  State state_ = State::kSharded;
+  bool released_ = false;        // gathered tensors exist but their storage is freed
+  bool linked_ = false;          // this iteration's graph links the gathered tensors
+  std::vector<DTensor> refill_;  // a pending in-place gather of released storage
+  std::optional<std::vector<FSDPModule*>> forward_prefetch_, backward_prefetch_;
+  FSDPModule* root_ = nullptr;                   // set at the first forward
+  std::vector<FSDPModule*> order_, last_order_;  // the root's: this and the last iteration's
+};
+
+// Shards `module`'s parameters over the 1-D `mesh` (see above) and returns its FSDP handle,
+// which lives as long as the module. Typed errors: a module already sharded, a parameter
+// already sharded (fully_shard on an enclosing module came first: call it bottom-up), a
+// parameter that is not Replicate, or a mesh that is not 1-D.
+FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
+
+// The FSDP handle of a sharded module, or null.
+FSDPModule* fsdp_module(Module& module);
+
+}  // namespace dtr::nn

@@ -1,0 +1,220 @@
+// fully_shard on real ranks: 20 AdamW steps of a small causal Transformer (each block and
+// the root sharded) on 1, 2, 3 (uneven shards, an empty batch shard) and 4 ranks give the
+// one-rank unsharded losses, clipped norms and weights, with reshard_after_forward true,
+// false, and explicit prefetch; every step issues exactly one all-gather per group in
+// forward, one more per resharded group in backward and one reduce-scatter per group; the
+// gathered parameters are released after each block's forward (allocator statistics); a
+// layer with an empty shard trains; mistakes are typed errors.
+#include <catch2/catch.hpp>
+
+#include "collectives/collective_counter.h"
+#include "collectives/init.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/allocator.h"
+#include "nn/container.h"
+#include "nn/full_state_dict.h"
+#include "nn/fully_shard.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/parameter.h"
+#include "nn/transformer.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
+
+namespace dtr::nn {
+namespace {
+
+constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32, kSteps = 20;
+
+enum class Sharding : uint8_t { kNone, kFsdp, kKeepGathered, kExplicitPrefetch };
+
+struct Run {
+  std::vector<double> losses, norms;
+  TensorMap weights;
+};
+
+TransformerConfig config() {
+  return {.vocab_size = kVocab,
+          .dim = 16,
+          .n_layers = 2,
+          .n_heads = 2,
+          .causal = true,
+          .max_seq_len = kSeq,
+          .final_norm = true,
+          .tie_embeddings = true};
+}
+
+int64_t calls(CollectiveKind kind) { return collective_counter().calls(kind); }
+
+// kSteps of AdamW on `mesh` with the batch sharded over it; with FSDP, checks each step's
+// collectives and that blocks hold no gathered parameters after forward.
+Run train(const DeviceMesh& mesh, Sharding sharding) {
+  manual_seed(42);
+  Transformer model(config());
+  std::vector<FSDPModule*> blocks;
+  FSDPModule* root = nullptr;
+  if (sharding != Sharding::kNone) {
+    const FullyShardOptions options{.reshard_after_forward =
+                                        sharding == Sharding::kKeepGathered ? std::optional(false) : std::nullopt};
+    for (auto& [name, m] : model.named_modules()) {
+      if (m->type_name() == "TransformerBlock") blocks.push_back(&fully_shard(*m, mesh, options));
+    }
+    root = &fully_shard(model, mesh, options);
+    if (sharding == Sharding::kExplicitPrefetch) {
+      root->set_modules_to_forward_prefetch({blocks[0], blocks[1]});
+      blocks[1]->set_modules_to_backward_prefetch({blocks[0]});
+    }
+    for (auto& [name, p] : model.named_parameters()) {
+      INFO(name);
+      CHECK(p->placements() == Placements{Shard(0)});
+    }
+  }
+  const DeviceMesh& data_mesh = sharding == Sharding::kNone ? single_rank_mesh() : mesh;
+  const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
+  const Tensor targets = testing::random_tensor({kBatch, kSeq}, kFloat64, 2, 0, kVocab).to(kInt64);
+  const DTensor x = distribute_tensor(tokens, data_mesh, {Shard(0)});
+  const DTensor y = reshape(distribute_tensor(targets, data_mesh, {Shard(0)}), {kBatch * kSeq});
+  optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+  Run run;
+  // Collectives per step (none on one rank: a move over one rank is local).
+  const int64_t groups = mesh.size() > 1 ? static_cast<int64_t>(blocks.size()) + 1 : 0;
+  const int64_t resharded =
+      sharding == Sharding::kKeepGathered || mesh.size() == 1 ? 0 : static_cast<int64_t>(blocks.size());
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step + 1);
+    opt.zero_grad();
+    collective_counter().reset();
+    const DTensor loss = cross_entropy(reshape(model(x), {kBatch * kSeq, kVocab}), y);
+    if (root != nullptr) {
+      CHECK(calls(CollectiveKind::kAllGather) == groups);
+      CHECK(calls(CollectiveKind::kReduceScatter) == 0);
+      // The root keeps its parameters for backward; blocks release theirs (one rank moves
+      // nothing: its "gathered" parameters are the shards).
+      const bool many = mesh.size() > 1;
+      for (FSDPModule* b : blocks) CHECK((b->gathered_bytes() > 0) == (many && sharding == Sharding::kKeepGathered));
+      CHECK((root->gathered_bytes() > 0) == many);
+    }
+    collective_counter().reset();
+    loss.backward();
+    if (root != nullptr) {
+      CHECK(calls(CollectiveKind::kAllGather) == resharded);
+      CHECK(calls(CollectiveKind::kReduceScatter) == groups);
+      CHECK(calls(CollectiveKind::kAllReduce) == 0);
+      CHECK(root->gathered_bytes() == 0);
+      for (FSDPModule* b : blocks) CHECK(b->gathered_bytes() == 0);
+    }
+    run.norms.push_back(optim::clip_grad_norm_(model.parameters(), 1.0));
+    opt.step();
+    run.losses.push_back(loss.item());
+  }
+  run.weights = full_state_dict(model);
+  return run;
+}
+
+void check_same(const Run& many, const Run& one) {
+  for (int64_t step = 0; step < kSteps; ++step) {
+    INFO("step " << step + 1);
+    CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+    CHECK(many.norms[step] == Approx(one.norms[step]).epsilon(1e-5));
+  }
+  REQUIRE(many.weights.size() == one.weights.size());
+  for (const auto& [name, w] : one.weights) {
+    INFO(name);
+    REQUIRE(many.weights.count(name) == 1);
+    if (name.ends_with("in_proj_bias")) continue;  // its key third is AdamW on rounding noise
+    testing::check_close(many.weights.at(name), testing::to_f64(w), {1e-3, 1e-4}, name);
+  }
+}
+
+TEST_CASE("fully_shard trains like one rank on 1, 2, 3 and 4 ranks", "[nn][fully_shard]") {
+  for (int world : {1, 2, 3, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      INFO(world << " ranks");
+      const Run one = train(single_rank_mesh(), Sharding::kNone);
+      check_same(train(init_device_mesh(kCPU, {world}, {"dp"}), Sharding::kFsdp), one);
+    });
+  }
+}
+
+TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch trains like one rank",
+          "[nn][fully_shard]") {
+  testing::run_ranks(3, [](int, int) {
+    const Run one = train(single_rank_mesh(), Sharding::kNone);
+    const DeviceMesh mesh = init_device_mesh(kCPU, {3}, {"dp"});
+    {
+      INFO("reshard_after_forward = false");
+      check_same(train(mesh, Sharding::kKeepGathered), one);
+    }
+    {
+      INFO("explicit prefetch");
+      check_same(train(mesh, Sharding::kExplicitPrefetch), one);
+    }
+  });
+}
+
+TEST_CASE("a layer with an empty shard trains, and unshard/reshard move the allocator's bytes", "[nn][fully_shard]") {
+  testing::run_ranks(3, [](int, int) {
+    auto run = [](const DeviceMesh& mesh, bool shard) {
+      manual_seed(7);
+      Linear layer(4, 2);  // weight [2, 4] and bias [2]: rows 1, 1 and 0 over 3 ranks
+      const DeviceMesh& data_mesh = shard ? mesh : single_rank_mesh();
+      FSDPModule* fsdp = shard ? &fully_shard(layer, mesh) : nullptr;
+      const DTensor x = distribute_tensor(testing::random_tensor({6, 4}, kFloat32, 3), data_mesh, {Shard(0)});
+      const DTensor target = distribute_tensor(testing::random_tensor({6, 2}, kFloat32, 4), data_mesh, {Shard(0)});
+      optim::AdamW opt({{.params = layer.parameters(), .lr = 1e-1}});
+      std::vector<double> losses;
+      for (int step = 0; step < 5; ++step) {
+        opt.zero_grad();
+        const DTensor loss = mse_loss(layer(x), target);
+        loss.backward();
+        opt.step();
+        losses.push_back(loss.item());
+      }
+      if (fsdp != nullptr) {
+        const int64_t before = memory_stats(kCPU).bytes_in_use;
+        fsdp->unshard();
+        CHECK(fsdp->gathered_bytes() == (2 * 4 + 2) * 4);
+        CHECK(memory_stats(kCPU).bytes_in_use - before >= fsdp->gathered_bytes());
+        fsdp->reshard();
+        CHECK(fsdp->gathered_bytes() == 0);
+        CHECK(memory_stats(kCPU).bytes_in_use == before);
+      }
+      return losses;
+    };
+    const DeviceMesh mesh = init_device_mesh(kCPU, {3}, {"dp"});
+    const std::vector<double> one = run(mesh, false), many = run(mesh, true);
+    for (size_t i = 0; i < one.size(); ++i) CHECK(many[i] == Approx(one[i]).epsilon(1e-5));
+  });
+}
+
+TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    {
+      auto inner = std::make_shared<Linear>(4, 4);
+      Sequential seq({inner});
+      fully_shard(seq, mesh);
+      CHECK_THROWS_MATCHES(fully_shard(seq, mesh), ValueError, testing::MessageContains("already sharded"));
+      CHECK_THROWS_MATCHES(fully_shard(*inner, mesh), ValueError,
+                           testing::MessageContains("weight' is DTensor(float32[4, 4] (S(0))"));
+    }
+    {
+      Linear layer(4, 4);
+      CHECK_THROWS_MATCHES(fully_shard(layer, init_device_mesh(kCPU, {1, 2})), ValueError,
+                           testing::MessageContains("the mesh must be 1-D"));
+    }
+    {
+      Linear layer(4, 4);
+      fully_shard(layer, mesh);
+      const DTensor x =
+          distribute_tensor(testing::random_tensor({2, 4}, kFloat32, 5), single_rank_mesh(), {Replicate()});
+      CHECK_THROWS_MATCHES(layer(x), ValueError, testing::MessageContains("on another mesh"));
+    }
+  });
+}
+
+}  // namespace
+}  // namespace dtr::nn
