@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dtensor/autograd.h"
+#include "dtensor/ops/pointwise.h"
 #include "kernels/error.h"
 
 namespace dtr::nn {
@@ -43,7 +44,7 @@ struct FSDPModule::Param {
 };
 
 FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options)
-    : module_(module), mesh_(mesh), reshard_after_forward_(options.reshard_after_forward) {
+    : module_(module), mesh_(mesh), mp_(options.mp_policy), reshard_after_forward_(options.reshard_after_forward) {
   DTR_CHECK(mesh.ndim() == 1, ValueError,
             "fully_shard: {} on {}: the mesh must be 1-D (FSDP); HSDP over a 2-D mesh is not supported yet",
             module.type_name(), mesh.to_string());
@@ -106,22 +107,62 @@ void FSDPModule::use_gathered(bool gathered) {
   }
 }
 
+std::vector<DTensor> FSDPModule::shards_to_gather() const {
+  std::vector<DTensor> out;
+  const NoGradGuard no_grad;  // the link (link_to_leaves) is recorded apart
+  for (const std::shared_ptr<Param>& p : params_) {
+    const std::optional<DType> cast = mp_.param_dtype;
+    out.push_back(cast && is_floating(p->sharded.dtype()) && *cast != p->sharded.dtype() ? to(p->sharded, *cast)
+                                                                                         : p->sharded);
+  }
+  return out;
+}
+
+void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
+  std::vector<DTensor> sharded;
+  std::vector<DType> dtypes;
+  for (const std::shared_ptr<Param>& p : params_) {
+    sharded.push_back(p->sharded);
+    dtypes.push_back(p->sharded.dtype());
+  }
+  const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
+  record("redistribute", sharded, gathered, [reduce_dtype, dtypes](const std::vector<DTensor>& grads) {
+    // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
+    // become Shard(0), one coalesced reduce-scatter in reduce_dtype, then the leaves' dtype.
+    // A gradient that arrives Replicate (zero-filled for an unused parameter) joins as a
+    // Partial term first (a local move), so the group's collective is one on every rank.
+    Placements partial;
+    for (const DTensor& g : grads) {
+      if (g.placements()[0].is_partial()) partial = g.placements();
+    }
+    std::vector<DTensor> g = grads;
+    for (DTensor& t : g) {
+      if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
+      if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
+    }
+    std::vector<DTensor> out = redistribute_coalesced(g, {Shard(0)});
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
+    }
+    return out;
+  });
+}
+
 void FSDPModule::unshard(Async async) {
   if (state_ == State::kUnsharded || params_.empty()) return;
-  std::vector<DTensor> sharded;
-  for (const std::shared_ptr<Param>& p : params_) sharded.push_back(p->sharded);
-  if (released_) {
-    // The tensors autograd saved get their bytes back in place (wait_for_unshard).
+  std::vector<DTensor> gathered;
+  {
     const NoGradGuard no_grad;
-    refill_ = redistribute_coalesced(sharded, replicate_all(mesh_), async);
-    state_ = State::kUnsharded;
+    gathered = redistribute_coalesced(shards_to_gather(), replicate_all(mesh_), async);
+  }
+  state_ = State::kUnsharded;
+  if (released_) {  // the tensors autograd saved get their bytes back in place
+    refill_ = std::move(gathered);
     if (async == Async::kNo) wait_for_unshard();
     return;
   }
-  // A new gather, recorded by autograd: its backward is the reduce-scatter.
-  std::vector<DTensor> gathered = redistribute_coalesced(sharded, replicate_all(mesh_), async);
+  link_to_leaves(gathered);
   for (size_t i = 0; i < params_.size(); ++i) params_[i]->gathered = std::move(gathered[i]);
-  state_ = State::kUnsharded;
 }
 
 void FSDPModule::wait_for_unshard() {
@@ -172,7 +213,21 @@ FSDPModule* FSDPModule::next_to_run(Pass pass) {
   return at - 1 >= 1 ? o[at - 1] : nullptr;
 }
 
-void FSDPModule::pre_forward() {
+namespace {
+
+// `values` with each floating one cast to `dtype` (differentiable); unchanged when unset.
+Values cast_floating(const Values& values, std::optional<DType> dtype) {
+  Values out = values;
+  if (!dtype) return out;
+  for (DTensor& v : out) {
+    if (v.defined() && is_floating(v.dtype()) && v.dtype() != *dtype) v = to(v, *dtype);
+  }
+  return out;
+}
+
+}  // namespace
+
+Values FSDPModule::pre_forward(const Values& inputs) {
   if (t_open_forwards++ == 0) {
     t_root = this;
     root_ = this;
@@ -188,6 +243,7 @@ void FSDPModule::pre_forward() {
   for (FSDPModule* m : next) {
     if (m != nullptr && m != this) m->start_forward_gather(Async::kYes);
   }
+  return mp_.cast_forward_inputs ? cast_floating(inputs, mp_.param_dtype) : inputs;
 }
 
 void FSDPModule::start_forward_gather(Async async) {
@@ -197,25 +253,22 @@ void FSDPModule::start_forward_gather(Async async) {
   }
   if (state_ == State::kUnsharded && !linked_) {
     // Kept from the last backward (reshard_after_backward false): the values stand, but this
-    // forward's graph needs its own link to the leaves, whose backward is the reduce-scatter.
-    std::vector<DTensor> sharded, gathered;
-    for (const std::shared_ptr<Param>& p : params_) {
-      sharded.push_back(p->sharded);
-      gathered.push_back(p->gathered.detach());
-    }
-    record("redistribute", sharded, gathered,
-           [](const std::vector<DTensor>& grads) { return redistribute_coalesced(grads, {Shard(0)}); });
+    // forward's graph needs its own link to the leaves.
+    std::vector<DTensor> gathered;
+    for (const std::shared_ptr<Param>& p : params_) gathered.push_back(p->gathered.detach());
+    link_to_leaves(gathered);
     for (size_t i = 0; i < params_.size(); ++i) params_[i]->gathered = std::move(gathered[i]);
   }
   unshard(async);
   linked_ = grad_mode_enabled();
 }
 
-void FSDPModule::post_forward() {
+Values FSDPModule::post_forward(const Values& outputs) {
   use_gathered(false);
   --t_open_forwards;
   if (t_open_forwards == 0) t_root = nullptr;
   if (reshard_after_forward_.value_or(root_ != this)) reshard();
+  return cast_floating(outputs, mp_.output_dtype);
 }
 
 void FSDPModule::pre_backward() {
@@ -248,13 +301,10 @@ FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShard
                 "fully_shard: {} got input {} on another mesh than its parameters' {}", s->module().type_name(),
                 x.to_string(), s->mesh().to_string());
     }
-    s->pre_forward();
-    return std::nullopt;
+    return s->pre_forward(inputs);
   });
-  module.register_forward_hook([s](Module&, const Values&, const Values&) -> std::optional<Values> {
-    s->post_forward();
-    return std::nullopt;
-  });
+  module.register_forward_hook(
+      [s](Module&, const Values&, const Values& outputs) -> std::optional<Values> { return s->post_forward(outputs); });
   module.register_backward_pre_hook([s](Module&) { s->pre_backward(); });
   module.register_post_backward_hook([s](Module&) { s->post_backward(); });
   module.policy_state() = state;

@@ -38,11 +38,26 @@
 
 namespace dtr::nn {
 
+// PyTorch's MixedPrecisionPolicy. The sharded parameters (and so the optimizer's state)
+// keep their own dtype; each fully_shard call has its own policy.
+struct MixedPrecisionPolicy {
+  // The gathered parameters' dtype, so of the all-gather and the module's compute.
+  std::optional<DType> param_dtype;
+  // The reduce-scatter's dtype (default: the gradients', i.e. param_dtype's); the sharded
+  // gradient is cast back to the parameter's dtype.
+  std::optional<DType> reduce_dtype;
+  // The dtype of the module's floating outputs.
+  std::optional<DType> output_dtype;
+  // Cast the module's floating inputs to param_dtype.
+  bool cast_forward_inputs = true;
+};
+
 struct FullyShardOptions {
   // Release the gathered parameters after forward and gather them again for backward
   // (ZeRO-3), or keep them through backward (false; ZeRO-2). Unset: true, except for the
   // root (the outermost sharded module to run), whose parameters backward needs first.
   std::optional<bool> reshard_after_forward;
+  MixedPrecisionPolicy mp_policy;
 };
 
 class FSDPModule;
@@ -79,8 +94,9 @@ class FSDPModule {
   struct Param;
   enum class State : uint8_t { kSharded, kUnsharded };
 
-  void pre_forward();
-  void post_forward();
+  // The hooks' work; the forward ones return the inputs and outputs cast per mp_policy.
+  Values pre_forward(const Values& inputs);
+  Values post_forward(const Values& outputs);
   void pre_backward();
   void post_backward();
   // Makes the gathered parameters readable: waits for an issued gather, or refills
@@ -89,6 +105,10 @@ class FSDPModule {
   // The forward's gather: new (recorded by autograd), or a new graph link to parameters
   // kept from the last backward.
   void start_forward_gather(Async async);
+  // The shards cast to param_dtype, ready for the all-gather (no graph).
+  std::vector<DTensor> shards_to_gather() const;
+  // Records gathered's autograd node: its backward is the reduce-scatter into the leaves.
+  void link_to_leaves(std::vector<DTensor>& gathered);
   void use_gathered(bool gathered);
   // The root's record of the groups in the order their forwards began.
   std::vector<FSDPModule*>& order();
@@ -98,6 +118,7 @@ class FSDPModule {
 
   Module& module_;
   DeviceMesh mesh_;
+  MixedPrecisionPolicy mp_;
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Param>> params_;
   std::optional<bool> reshard_after_forward_;
