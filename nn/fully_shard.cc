@@ -5,6 +5,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
 #include "kernels/error.h"
+#include "kernels/fill.h"
 
 namespace dtr::nn {
 namespace {
@@ -34,6 +35,12 @@ DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh) {
 
 }  // namespace
 
+// Gradients kept unreduced while gradient sync is off, shared with the backward nodes.
+struct FSDPModule::Unsynced {
+  bool sync = true;
+  std::vector<DTensor> grads;  // Partial, in reduce_dtype; empty when nothing is pending
+};
+
 struct FSDPModule::Param {
   std::vector<DTensor*> slots;  // every slot holding it (tied weights: several)
   DTensor sharded;              // the leaf the optimizer steps
@@ -44,7 +51,11 @@ struct FSDPModule::Param {
 };
 
 FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options)
-    : module_(module), mesh_(mesh), mp_(options.mp_policy), reshard_after_forward_(options.reshard_after_forward) {
+    : module_(module),
+      mesh_(mesh),
+      mp_(options.mp_policy),
+      reshard_after_forward_(options.reshard_after_forward),
+      unsynced_(std::make_shared<Unsynced>()) {
   DTR_CHECK(mesh.ndim() == 1, ValueError,
             "fully_shard: {} on {}: the mesh must be 1-D (FSDP); HSDP over a 2-D mesh is not supported yet",
             module.type_name(), mesh.to_string());
@@ -126,7 +137,8 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
     dtypes.push_back(p->sharded.dtype());
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
-  record("redistribute", sharded, gathered, [reduce_dtype, dtypes](const std::vector<DTensor>& grads) {
+  std::shared_ptr<Unsynced> unsynced = unsynced_;
+  record("redistribute", sharded, gathered, [reduce_dtype, dtypes, unsynced](const std::vector<DTensor>& grads) {
     // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
     // become Shard(0), one coalesced reduce-scatter in reduce_dtype, then the leaves' dtype.
     // A gradient that arrives Replicate (zero-filled for an unused parameter) joins as a
@@ -140,6 +152,22 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
       if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
       if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
     }
+    if (!unsynced->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
+      for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(unsynced->grads[i], g[i]);
+    }
+    if (!unsynced->sync) {
+      // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
+      // parameter on every rank) and give the leaves zeros, so no collective runs now.
+      unsynced->grads = std::move(g);
+      std::vector<DTensor> zeros;
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const DTensorSpec spec = grads[i].spec().with_placements({Shard(0)});
+        zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device_type()),
+                           DTensorSpec(spec.mesh(), {Shard(0)}, spec.shape(), dtypes[i]));
+      }
+      return zeros;
+    }
+    unsynced->grads.clear();
     std::vector<DTensor> out = redistribute_coalesced(g, {Shard(0)});
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
@@ -189,6 +217,12 @@ void FSDPModule::reshard() {
   }
   released_ = true;
   state_ = State::kSharded;
+}
+
+void FSDPModule::set_requires_gradient_sync(bool sync) {
+  for (auto& [name, m] : module_.named_modules()) {
+    if (FSDPModule* f = fsdp_module(*m)) f->unsynced_->sync = sync;
+  }
 }
 
 void FSDPModule::set_modules_to_forward_prefetch(std::vector<FSDPModule*> modules) {

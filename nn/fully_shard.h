@@ -78,6 +78,11 @@ class FSDPModule {
   void unshard(Async async = Async::kNo);
   // Releases the gathered parameters' storage (what post-forward does when resharding).
   void reshard();
+  // Gradient accumulation: with false, backward issues no reduce-scatter; the gradients of
+  // this group and every group under it stay unreduced, a whole (unsharded) gradient per
+  // parameter on every rank in reduce_dtype, and the leaves get zeros. The next backward
+  // with sync on reduces them together with its own, in its one reduce-scatter.
+  void set_requires_gradient_sync(bool sync);
   void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
   // Keep the gathered parameters after backward (false), e.g. between micro-batches.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
@@ -92,6 +97,7 @@ class FSDPModule {
  private:
   friend FSDPModule& fully_shard(Module&, const DeviceMesh&, const FullyShardOptions&);
   struct Param;
+  struct Unsynced;
   enum class State : uint8_t { kSharded, kUnsharded };
 
   // The hooks' work; the forward ones return the inputs and outputs cast per mp_policy.
@@ -128,6 +134,7 @@ class FSDPModule {
   bool linked_ = false;          // this iteration's graph links the gathered tensors
   std::vector<DTensor> refill_;  // a pending in-place gather of released storage
   std::optional<std::vector<FSDPModule*>> forward_prefetch_, backward_prefetch_;
+  std::shared_ptr<Unsynced> unsynced_;
   FSDPModule* root_ = nullptr;                   // set at the first forward
   std::vector<FSDPModule*> order_, last_order_;  // the root's: this and the last iteration's
 };

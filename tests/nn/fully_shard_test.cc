@@ -31,6 +31,10 @@ constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32, kSteps = 20;
 
 enum class Sharding : uint8_t { kNone, kFsdp, kKeepGathered, kExplicitPrefetch, kMixedPrecision };
 
+// Whether each step is one batch, or two micro-batches (halves of it) with the first one's
+// gradients accumulated (under FSDP without sync).
+enum class Accumulation : uint8_t { kNo, kTwoMicroBatches };
+
 struct Run {
   std::vector<double> losses, norms;
   TensorMap weights;
@@ -52,7 +56,7 @@ int64_t calls(CollectiveKind kind) { return collective_counter().calls(kind); }
 
 // kSteps of AdamW on `mesh` with the batch sharded over it; with FSDP, checks each step's
 // collectives and that blocks hold no gathered parameters after forward.
-Run train(const DeviceMesh& mesh, Sharding sharding) {
+Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation = Accumulation::kNo) {
   manual_seed(42);
   Transformer model(config());
   std::vector<FSDPModule*> blocks;
@@ -89,8 +93,27 @@ Run train(const DeviceMesh& mesh, Sharding sharding) {
   for (int step = 0; step < kSteps; ++step) {
     INFO("step " << step + 1);
     opt.zero_grad();
+    if (accumulation == Accumulation::kTwoMicroBatches) {
+      // The first half's gradients, kept unreduced: no reduce-scatter.
+      if (root != nullptr) root->set_requires_gradient_sync(false);
+      const DTensor first = distribute_tensor(tokens.narrow(0, 0, kBatch / 2), data_mesh, {Shard(0)});
+      const DTensor first_y =
+          reshape(distribute_tensor(targets.narrow(0, 0, kBatch / 2), data_mesh, {Shard(0)}), {kBatch / 2 * kSeq});
+      collective_counter().reset();
+      cross_entropy(reshape(model(first), {kBatch / 2 * kSeq, kVocab}), first_y).backward();
+      CHECK(calls(CollectiveKind::kReduceScatter) == 0);
+      if (root != nullptr) root->set_requires_gradient_sync(true);
+    }
+    const DTensor xs = accumulation == Accumulation::kNo
+                           ? x
+                           : distribute_tensor(tokens.narrow(0, kBatch / 2, kBatch / 2), data_mesh, {Shard(0)});
+    const DTensor ys =
+        accumulation == Accumulation::kNo
+            ? y
+            : reshape(distribute_tensor(targets.narrow(0, kBatch / 2, kBatch / 2), data_mesh, {Shard(0)}),
+                      {kBatch / 2 * kSeq});
     collective_counter().reset();
-    const DTensor loss = cross_entropy(reshape(model(x), {kBatch * kSeq, kVocab}), y);
+    const DTensor loss = cross_entropy(reshape(model(xs), {xs.size(0) * kSeq, kVocab}), ys);
     if (step == 0) run.forward_gather_bytes = collective_counter().bytes(CollectiveKind::kAllGather);
     if (root != nullptr) {
       CHECK(calls(CollectiveKind::kAllGather) == groups);
@@ -157,6 +180,13 @@ TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch 
       INFO("explicit prefetch");
       check_same(train(mesh, Sharding::kExplicitPrefetch), one);
     }
+  });
+}
+
+TEST_CASE("fully_shard with gradient accumulation without sync trains like one rank", "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const Run one = train(single_rank_mesh(), Sharding::kNone, Accumulation::kTwoMicroBatches);
+    check_same(train(init_device_mesh(kCPU, {2}, {"dp"}), Sharding::kFsdp, Accumulation::kTwoMicroBatches), one);
   });
 }
 
