@@ -1,0 +1,187 @@
+// fsdp_bench: fully_shard against the replicated baseline (Replicate parameters, each
+// Partial gradient all-reduced as it accumulates) on the reference causal LM, for each
+// rank count in one run: per rank, the bytes of parameters, gradients and optimizer state
+// (and FSDP's divided by the baseline's, next to the ideal 1/N), the peak memory, ms/step
+// and tokens/s. Each rank count is its own launch of this program's ranks (one thread each).
+//
+//   bazel run -c opt //tools/bench:fsdp_bench [-- --ranks 1,2,4 --steps 5 --warmup 2]
+//
+// Reference configuration: vocab 4096, dim 256, 4 layers, 4 heads, sequence 128, 8
+// sequences per rank, AdamW, float32; FSDP shards each block and the root.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/allocator.h"
+#include "kernels/parallel.h"
+#include "kernels/random.h"
+#include "nn/fully_shard.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "nn/transformer.h"
+#include "optim/adam.h"
+#include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
+
+namespace {
+
+using namespace dtr;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kVocab = 4096, kDim = 256, kLayers = 4, kHeads = 4, kSeq = 128, kBatchPerRank = 8;
+
+struct Figures {
+  double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0, ms_per_step = 0;
+};
+
+double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
+  double bytes = 0;
+  for (const DTensor* t : tensors) {
+    const DTensor& v = grads ? t->grad() : *t;
+    if (v.defined()) bytes += static_cast<double>(v.to_local().nbytes());
+  }
+  return bytes;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Trains `steps` timed steps after `warmup`; the largest figure of any rank.
+Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
+  nn::manual_seed(0);
+  const DeviceMesh& param_mesh = mesh;
+  nn::Transformer model({.vocab_size = kVocab,
+                         .dim = kDim,
+                         .n_layers = kLayers,
+                         .n_heads = kHeads,
+                         .causal = true,
+                         .max_seq_len = kSeq,
+                         .final_norm = true},
+                        {.mesh = fsdp ? nn::single_rank_mesh() : param_mesh});
+  if (fsdp) {
+    for (auto& [name, m] : model.named_modules()) {
+      if (m->type_name() == "TransformerBlock") nn::fully_shard(*m, mesh);
+    }
+    nn::fully_shard(model, mesh);
+  }
+  optim::AdamW opt({{.params = model.parameters(), .lr = 3e-4, .weight_decay = 0.1}});
+  const int64_t batch = kBatchPerRank * mesh.size();
+  Tensor u = Tensor::empty({batch, kSeq + 1}, kFloat64);
+  uniform_(u, 0, static_cast<double>(kVocab) - 0.5, 1);
+  const Tensor ids = u.to(kInt64);
+  const DTensor x = distribute_tensor(ids.narrow(1, 0, kSeq).contiguous(), mesh, {Shard(0)});
+  const DTensor y = reshape(distribute_tensor(ids.narrow(1, 1, kSeq).contiguous(), mesh, {Shard(0)}), {batch * kSeq});
+  std::vector<double> times;
+  Figures f;
+  for (int64_t step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) reset_peak_memory_stats(kCPU);
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    const DTensor loss = nn::cross_entropy(reshape(model(x), {batch * kSeq, kVocab}), y);
+    loss.backward();
+    if (step + 1 == warmup + steps) {  // the gradients, before the step drops nothing
+      f.grad_bytes = local_bytes(model.parameters(), true);
+    }
+    opt.step();
+    loss.item();  // a collective: every rank ends the step together
+    if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  f.param_bytes = local_bytes(model.parameters(), false);
+  for (const auto& [index, state] : opt.state_dict().state) {
+    for (const auto& [name, t] : state.tensors) f.optim_bytes += static_cast<double>(t.to_local().nbytes());
+  }
+  f.peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes);
+  f.ms_per_step = median(times);
+  // The largest of every rank's figures.
+  Tensor all = Tensor::from_vector<double>({f.param_bytes, f.grad_bytes, f.optim_bytes, f.peak_bytes, f.ms_per_step});
+  default_group()->all_reduce(all, ReduceOp::kMax).wait();
+  const double* v = all.data_ptr<double>();
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+void rank_main(int64_t steps, int64_t warmup) {
+  init_process_group(Backend::kGloo);
+  set_num_threads(1);
+  const int world = default_group()->size();
+  const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"dp"});
+  const Figures base = run(mesh, false, steps, warmup);
+  const Figures fsdp = run(mesh, true, steps, warmup);
+  if (default_group()->rank() == 0) {
+    const double tokens = static_cast<double>(kBatchPerRank * world * kSeq);
+    const double state_base = base.param_bytes + base.grad_bytes + base.optim_bytes;
+    for (const auto& [name, f] : {std::pair{"replicated", base}, std::pair{"FSDP", fsdp}}) {
+      const double state = f.param_bytes + f.grad_bytes + f.optim_bytes;
+      fmt::print(
+          "{:>5} | {:<10} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
+          "{:>8.1f} | {:>8.1f}\n",
+          world, name, mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(state), state / state_base,
+          1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3));
+    }
+  }
+  destroy_process_group();
+}
+
+std::vector<int> parse_ranks(const std::string& list) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    DTR_CHECK(!item.empty() && *end == '\0' && n >= 1 && n <= 64, ValueError,
+              "fsdp_bench: --ranks '{}': each entry must be a rank count in 1..64", list);
+    out.push_back(static_cast<int>(n));
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fully_shard against the replicated baseline: memory per rank and tokens/s."};
+  std::string ranks = "1,2,4";
+  int64_t steps = 5, warmup = 2;
+  app.add_option("--ranks", ranks, "rank counts, comma-separated (each one launch)");
+  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  return tool_main("fsdp_bench", [&] {
+    if (launcher::is_rank_process()) {
+      rank_main(steps, warmup);
+      return 0;
+    }
+    const std::vector<int> counts = parse_ranks(ranks);
+    fmt::print(
+        "causal LM: vocab {}, dim {}, {} layers, {} heads, seq {}, {} sequences per rank, AdamW, float32, 1 thread "
+        "per rank; medians of {} steps after {} warm-up; the largest figure of any rank\n",
+        kVocab, kDim, kLayers, kHeads, kSeq, kBatchPerRank, steps, warmup);
+    fmt::print("{:>5} | {:<10} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8}\n", "ranks", "mode",
+               "params MiB", "grads MiB", "optim MiB", "total MiB", "total / replicated", "peak MiB", "ms/step",
+               "tokens/s");
+    std::fflush(stdout);
+    for (int n : counts) {
+      const launcher::SelfLaunchResult result = launcher::launch_self(n, std::span(argv, argc));
+      if (result.exit_code != 0) {
+        fmt::print(stderr, "fsdp_bench: {} ranks: {}\n", n, result.failure);
+        return result.exit_code;
+      }
+    }
+    return 0;
+  });
+}
