@@ -21,16 +21,39 @@ bool is_replicate(const DTensor& t) {
   return std::all_of(t.placements().begin(), t.placements().end(), [](const Placement& p) { return p.is_replicate(); });
 }
 
-// This rank's Shard(0) chunk of a Replicate parameter, as a new leaf on `mesh` that owns its
-// memory (the full tensor can be freed).
-DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh) {
-  DTensorSpec spec(mesh, {Shard(0)}, full.shape(), full.dtype());
+// This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
+// that owns its memory (the full tensor can be freed).
+DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements) {
+  DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
   const Tensor block = block_of(full.to_local(), spec.local_box());
   Tensor local = Tensor::empty(block.shape(), block.dtype(), block.device());
   local.copy_(block);
   DTensor sharded(std::move(local), std::move(spec));
   sharded.requires_grad_(full.requires_grad());
   return sharded;
+}
+
+// tensors[i] moved to targets[i], one coalesced redistribute per distinct (source, target)
+// pair of placements, in order of first appearance (the same on every rank).
+std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const std::vector<Placements>& targets,
+                                    Async async = Async::kNo) {
+  std::vector<DTensor> out(tensors.size());
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<size_t> same;
+    std::vector<DTensor> batch;
+    for (size_t j = i; j < tensors.size(); ++j) {
+      if (!done[j] && tensors[j].placements() == tensors[i].placements() && targets[j] == targets[i]) {
+        same.push_back(j);
+        batch.push_back(tensors[j]);
+        done[j] = true;
+      }
+    }
+    std::vector<DTensor> moved = redistribute_coalesced(batch, targets[i], async);
+    for (size_t k = 0; k < same.size(); ++k) out[same[k]] = std::move(moved[k]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -43,6 +66,7 @@ struct FSDPModule::Unsynced {
 
 struct FSDPModule::Param {
   std::vector<DTensor*> slots;  // every slot holding it (tied weights: several)
+  Placements placements;        // the leaf's: Shard(d), or (Replicate, Shard(d)) for HSDP
   DTensor sharded;              // the leaf the optimizer steps
   DTensor gathered;             // Replicate; between forward and backward perhaps released
 
@@ -56,8 +80,9 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       mp_(options.mp_policy),
       reshard_after_forward_(options.reshard_after_forward),
       unsynced_(std::make_shared<Unsynced>()) {
-  DTR_CHECK(mesh.ndim() == 1, ValueError,
-            "fully_shard: {} on {}: the mesh must be 1-D (FSDP); HSDP over a 2-D mesh is not supported yet",
+  DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, ValueError,
+            "fully_shard: {} on {}: the mesh must be 1-D (FSDP) or 2-D (HSDP: replicate over dim 0, shard over "
+            "dim 1)",
             module.type_name(), mesh.to_string());
   // Parameters owned by groups below this module stay theirs (fully_shard goes bottom-up).
   std::vector<DTensor> nested;
@@ -85,14 +110,22 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     DTR_CHECK(slot->dim() > 0, NotImplementedError,
               "fully_shard: {} parameter '{}' is 0-d ({}); Shard(0) needs a dim to split", module.type_name(), name,
               slot->to_string());
+    const std::optional<Placement> chosen =
+        options.shard_placement_fn ? options.shard_placement_fn(name, *slot) : std::nullopt;
+    const Placement shard = chosen.value_or(Shard(0));
+    DTR_CHECK(shard.is_shard() && shard.shard_dim() >= 0 && shard.shard_dim() < slot->dim(), ValueError,
+              "fully_shard: shard_placement_fn chose {} for {} parameter '{}' {}; it must be Shard(d) with "
+              "0 <= d < {}",
+              shard.repr(), module.type_name(), name, slot->to_string(), slot->dim());
     auto param = std::make_shared<Param>();
     param->slots.push_back(slot);
     param->gathered = *slot;
+    param->placements = mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard};
     params_.push_back(std::move(param));
     names_.push_back(name);
   }
   for (const std::shared_ptr<Param>& p : params_) {
-    p->sharded = shard_parameter(p->gathered, mesh);
+    p->sharded = shard_parameter(p->gathered, mesh, p->placements);
     p->gathered = DTensor();
   }
   use_gathered(false);
@@ -132,48 +165,52 @@ std::vector<DTensor> FSDPModule::shards_to_gather() const {
 void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
   std::vector<DTensor> sharded;
   std::vector<DType> dtypes;
+  std::vector<Placements> placements;
   for (const std::shared_ptr<Param>& p : params_) {
     sharded.push_back(p->sharded);
     dtypes.push_back(p->sharded.dtype());
+    placements.push_back(p->placements);
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
   std::shared_ptr<Unsynced> unsynced = unsynced_;
-  record("redistribute", sharded, gathered, [reduce_dtype, dtypes, unsynced](const std::vector<DTensor>& grads) {
-    // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
-    // become Shard(0), one coalesced reduce-scatter in reduce_dtype, then the leaves' dtype.
-    // A gradient that arrives Replicate (zero-filled for an unused parameter) joins as a
-    // Partial term first (a local move), so the group's collective is one on every rank.
-    Placements partial;
-    for (const DTensor& g : grads) {
-      if (g.placements()[0].is_partial()) partial = g.placements();
-    }
-    std::vector<DTensor> g = grads;
-    for (DTensor& t : g) {
-      if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
-      if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
-    }
-    if (!unsynced->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
-      for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(unsynced->grads[i], g[i]);
-    }
-    if (!unsynced->sync) {
-      // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
-      // parameter on every rank) and give the leaves zeros, so no collective runs now.
-      unsynced->grads = std::move(g);
-      std::vector<DTensor> zeros;
-      for (size_t i = 0; i < grads.size(); ++i) {
-        const DTensorSpec spec = grads[i].spec().with_placements({Shard(0)});
-        zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device_type()),
-                           DTensorSpec(spec.mesh(), {Shard(0)}, spec.shape(), dtypes[i]));
-      }
-      return zeros;
-    }
-    unsynced->grads.clear();
-    std::vector<DTensor> out = redistribute_coalesced(g, {Shard(0)});
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
-    }
-    return out;
-  });
+  record("redistribute", sharded, gathered,
+         [reduce_dtype, dtypes, placements, unsynced](const std::vector<DTensor>& grads) {
+           // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
+           // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
+           // all-reduce over the replicate dim), then the leaves' dtype. A gradient that arrives
+           // Replicate (zero-filled for an unused parameter) joins as a Partial term first (a
+           // local move), so the group's collectives are the same on every rank.
+           Placements partial;
+           for (const DTensor& g : grads) {
+             const Placements& gp = g.placements();
+             if (std::any_of(gp.begin(), gp.end(), [](const Placement& q) { return q.is_partial(); })) partial = gp;
+           }
+           std::vector<DTensor> g = grads;
+           for (DTensor& t : g) {
+             if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
+             if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
+           }
+           if (!unsynced->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
+             for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(unsynced->grads[i], g[i]);
+           }
+           if (!unsynced->sync) {
+             // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
+             // parameter on every rank) and give the leaves zeros, so no collective runs now.
+             unsynced->grads = std::move(g);
+             std::vector<DTensor> zeros;
+             for (size_t i = 0; i < grads.size(); ++i) {
+               const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
+               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device_type()), spec);
+             }
+             return zeros;
+           }
+           unsynced->grads.clear();
+           std::vector<DTensor> out = move_coalesced(g, placements);
+           for (size_t i = 0; i < out.size(); ++i) {
+             if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
+           }
+           return out;
+         });
 }
 
 void FSDPModule::unshard(Async async) {
@@ -181,7 +218,7 @@ void FSDPModule::unshard(Async async) {
   std::vector<DTensor> gathered;
   {
     const NoGradGuard no_grad;
-    gathered = redistribute_coalesced(shards_to_gather(), replicate_all(mesh_), async);
+    gathered = move_coalesced(shards_to_gather(), std::vector<Placements>(params_.size(), replicate_all(mesh_)), async);
   }
   state_ = State::kUnsharded;
   if (released_) {  // the tensors autograd saved get their bytes back in place

@@ -2,7 +2,8 @@
 //
 // fully_shard(module, mesh) makes the module's parameters (those not already owned by a
 // fully_shard call on a submodule: call it bottom-up, each block and then the root) one
-// group of DTensor leaves Shard(0) on the 1-D mesh: each rank keeps its chunk, as
+// group of DTensor leaves Shard(0) on a 1-D mesh, or (Replicate, Shard(0)) on a 2-D one
+// (HSDP: replicated over mesh dim 0, sharded over dim 1): each rank keeps its chunk, as
 // torch.chunk cuts it (uneven and empty shards are fine). The optimizer, clip_grad_norm_
 // and state_dict() see these sharded leaves under the parameters' own names.
 //
@@ -28,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +60,10 @@ struct FullyShardOptions {
   // root (the outermost sharded module to run), whose parameters backward needs first.
   std::optional<bool> reshard_after_forward;
   MixedPrecisionPolicy mp_policy;
+  // The Shard(d) of each parameter, by its name (relative to the module) and value; unset
+  // or nullopt: Shard(0). Parameters with different dims move in one collective per
+  // distinct placement.
+  std::function<std::optional<Placement>(const std::string& name, const DTensor& param)> shard_placement_fn;
 };
 
 class FSDPModule;
@@ -142,7 +148,8 @@ class FSDPModule {
 // Shards `module`'s parameters over the 1-D `mesh` (see above) and returns its FSDP handle,
 // which lives as long as the module. Typed errors: a module already sharded, a parameter
 // already sharded (fully_shard on an enclosing module came first: call it bottom-up), a
-// parameter that is not Replicate, or a mesh that is not 1-D.
+// parameter that is not Replicate, a mesh that is not 1-D or 2-D, or a shard_placement_fn
+// choosing a placement that is not Shard(d) of the parameter.
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
 
 // The FSDP handle of a sharded module, or null.

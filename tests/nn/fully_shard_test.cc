@@ -29,7 +29,7 @@ namespace {
 
 constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32, kSteps = 20;
 
-enum class Sharding : uint8_t { kNone, kFsdp, kKeepGathered, kExplicitPrefetch, kMixedPrecision };
+enum class Sharding : uint8_t { kNone, kFsdp, kKeepGathered, kExplicitPrefetch, kMixedPrecision, kShardDim1 };
 
 // Whether each step is one batch, or two micro-batches (halves of it) with the first one's
 // gradients accumulated (under FSDP without sync).
@@ -65,6 +65,11 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     FullyShardOptions options{.reshard_after_forward =
                                   sharding == Sharding::kKeepGathered ? std::optional(false) : std::nullopt};
     if (sharding == Sharding::kMixedPrecision) options.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
+    if (sharding == Sharding::kShardDim1) {  // matrices on their dim 1; vectors keep Shard(0)
+      options.shard_placement_fn = [](const std::string&, const DTensor& p) -> std::optional<Placement> {
+        return p.dim() == 2 ? std::optional(Shard(1)) : std::nullopt;
+      };
+    }
     for (auto& [name, m] : model.named_modules()) {
       if (m->type_name() == "TransformerBlock") blocks.push_back(&fully_shard(*m, mesh, options));
     }
@@ -76,29 +81,36 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     }
     for (auto& [name, p] : model.named_parameters()) {
       INFO(name);
-      CHECK(p->placements() == Placements{Shard(0)});
+      const Placement shard = sharding == Sharding::kShardDim1 && p->dim() == 2 ? Shard(1) : Shard(0);
+      CHECK(p->placements() == (mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard}));
     }
   }
   const DeviceMesh& data_mesh = sharding == Sharding::kNone ? single_rank_mesh() : mesh;
+  // The batch is sharded over every mesh dim (HSDP's too).
+  const Placements batch(data_mesh.ndim(), Shard(0));
   const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
   const Tensor targets = testing::random_tensor({kBatch, kSeq}, kFloat64, 2, 0, kVocab).to(kInt64);
-  const DTensor x = distribute_tensor(tokens, data_mesh, {Shard(0)});
-  const DTensor y = reshape(distribute_tensor(targets, data_mesh, {Shard(0)}), {kBatch * kSeq});
+  const DTensor x = distribute_tensor(tokens, data_mesh, batch);
+  const DTensor y = reshape(distribute_tensor(targets, data_mesh, batch), {kBatch * kSeq});
   optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   Run run;
   // Collectives per step (none on one rank: a move over one rank is local).
-  const int64_t groups = mesh.size() > 1 ? static_cast<int64_t>(blocks.size()) + 1 : 0;
+  // Shard(1) matrices and Shard(0) vectors gather in two collectives per group; HSDP adds
+  // one all-reduce over the replicate dim per group.
+  const int64_t moves = sharding == Sharding::kShardDim1 ? 2 : 1;
+  const int64_t groups = mesh.size() > 1 ? moves * (static_cast<int64_t>(blocks.size()) + 1) : 0;
+  const int64_t all_reduces = mesh.ndim() == 2 ? groups : 0;
   const int64_t resharded =
-      sharding == Sharding::kKeepGathered || mesh.size() == 1 ? 0 : static_cast<int64_t>(blocks.size());
+      sharding == Sharding::kKeepGathered || mesh.size() == 1 ? 0 : moves * static_cast<int64_t>(blocks.size());
   for (int step = 0; step < kSteps; ++step) {
     INFO("step " << step + 1);
     opt.zero_grad();
     if (accumulation == Accumulation::kTwoMicroBatches) {
       // The first half's gradients, kept unreduced: no reduce-scatter.
       if (root != nullptr) root->set_requires_gradient_sync(false);
-      const DTensor first = distribute_tensor(tokens.narrow(0, 0, kBatch / 2), data_mesh, {Shard(0)});
+      const DTensor first = distribute_tensor(tokens.narrow(0, 0, kBatch / 2), data_mesh, batch);
       const DTensor first_y =
-          reshape(distribute_tensor(targets.narrow(0, 0, kBatch / 2), data_mesh, {Shard(0)}), {kBatch / 2 * kSeq});
+          reshape(distribute_tensor(targets.narrow(0, 0, kBatch / 2), data_mesh, batch), {kBatch / 2 * kSeq});
       collective_counter().reset();
       cross_entropy(reshape(model(first), {kBatch / 2 * kSeq, kVocab}), first_y).backward();
       CHECK(calls(CollectiveKind::kReduceScatter) == 0);
@@ -106,12 +118,11 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     }
     const DTensor xs = accumulation == Accumulation::kNo
                            ? x
-                           : distribute_tensor(tokens.narrow(0, kBatch / 2, kBatch / 2), data_mesh, {Shard(0)});
-    const DTensor ys =
-        accumulation == Accumulation::kNo
-            ? y
-            : reshape(distribute_tensor(targets.narrow(0, kBatch / 2, kBatch / 2), data_mesh, {Shard(0)}),
-                      {kBatch / 2 * kSeq});
+                           : distribute_tensor(tokens.narrow(0, kBatch / 2, kBatch / 2), data_mesh, batch);
+    const DTensor ys = accumulation == Accumulation::kNo
+                           ? y
+                           : reshape(distribute_tensor(targets.narrow(0, kBatch / 2, kBatch / 2), data_mesh, batch),
+                                     {kBatch / 2 * kSeq});
     collective_counter().reset();
     const DTensor loss = cross_entropy(reshape(model(xs), {xs.size(0) * kSeq, kVocab}), ys);
     if (step == 0) run.forward_gather_bytes = collective_counter().bytes(CollectiveKind::kAllGather);
@@ -130,7 +141,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     if (root != nullptr) {
       CHECK(calls(CollectiveKind::kAllGather) == resharded);
       CHECK(calls(CollectiveKind::kReduceScatter) == groups);
-      CHECK(calls(CollectiveKind::kAllReduce) == 0);
+      CHECK(calls(CollectiveKind::kAllReduce) == all_reduces);
       CHECK(root->gathered_bytes() == 0);
       for (FSDPModule* b : blocks) CHECK(b->gathered_bytes() == 0);
     }
@@ -179,6 +190,20 @@ TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch 
     {
       INFO("explicit prefetch");
       check_same(train(mesh, Sharding::kExplicitPrefetch), one);
+    }
+  });
+}
+
+TEST_CASE("HSDP on a 2x2 mesh and Shard(1) parameters train like one rank", "[nn][fully_shard]") {
+  testing::run_ranks(4, [](int, int) {
+    const Run one = train(single_rank_mesh(), Sharding::kNone);
+    {
+      INFO("HSDP (Replicate, Shard(0)) on 2x2");
+      check_same(train(init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"}), Sharding::kFsdp), one);
+    }
+    {
+      INFO("shard_placement_fn: Shard(1) for matrices, on 4 ranks");
+      check_same(train(init_device_mesh(kCPU, {4}, {"dp"}), Sharding::kShardDim1), one);
     }
   });
 }
@@ -260,8 +285,15 @@ TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
     }
     {
       Linear layer(4, 4);
-      CHECK_THROWS_MATCHES(fully_shard(layer, init_device_mesh(kCPU, {1, 2})), ValueError,
-                           testing::MessageContains("the mesh must be 1-D"));
+      CHECK_THROWS_MATCHES(fully_shard(layer, init_device_mesh(kCPU, {1, 1, 2})), ValueError,
+                           testing::MessageContains("the mesh must be 1-D (FSDP) or 2-D"));
+    }
+    {
+      Linear layer(4, 4);
+      const FullyShardOptions options{
+          .shard_placement_fn = [](const std::string&, const DTensor&) { return std::optional(Shard(2)); }};
+      CHECK_THROWS_MATCHES(fully_shard(layer, mesh, options), ValueError,
+                           testing::MessageContains("chose Shard(dim=2) for Linear parameter 'weight'"));
     }
     {
       Linear layer(4, 4);
