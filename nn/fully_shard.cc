@@ -362,8 +362,9 @@ void FSDPModule::post_backward() {
 }
 
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options) {
-  DTR_CHECK(fsdp_module(module) == nullptr, ValueError,
-            "fully_shard: this {} is already sharded; call fully_shard once per module", module.type_name());
+  DTR_CHECK(module.policy_state() == nullptr, ValueError,
+            "fully_shard: this {} is already {}; call fully_shard once per module", module.type_name(),
+            fsdp_module(module) != nullptr ? "sharded" : "replicated");
   auto state = std::make_shared<FSDPModule>(module, mesh, options);
   FSDPModule* s = state.get();
   module.register_forward_pre_hook([s](Module&, const Values& inputs) -> std::optional<Values> {
@@ -382,6 +383,6 @@ FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShard
   return *s;
 }
 
-FSDPModule* fsdp_module(Module& module) { return static_cast<FSDPModule*>(module.policy_state().get()); }
+FSDPModule* fsdp_module(Module& module) { return dynamic_cast<FSDPModule*>(module.policy_state().get()); }
 
 }  // namespace dtr::nn

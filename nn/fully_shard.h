@@ -69,7 +69,7 @@ struct FullyShardOptions {
 class FSDPModule;
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options);
 
-class FSDPModule {
+class FSDPModule : public ParallelPolicy {
  public:
   Module& module() { return module_; }
   const DeviceMesh& mesh() const { return mesh_; }

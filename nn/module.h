@@ -37,6 +37,12 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;
 };
 
+// The base of what a parallel policy attaches to a module.
+class ParallelPolicy {
+ public:
+  virtual ~ParallelPolicy() = default;
+};
+
 class Module {
  public:
   using ForwardPreHook = std::function<std::optional<Values>(Module&, const Values& inputs)>;
@@ -107,8 +113,9 @@ class Module {
   // Runs the hooks around forward.
   Values operator()(Values inputs);
 
-  // State a parallel policy keeps with the module (fully_shard's FSDPModule).
-  std::shared_ptr<void>& policy_state() { return policy_state_; }
+  // The state a parallel policy keeps with the module (fully_shard's FSDPModule,
+  // replicate's DDPModule); one policy per module.
+  std::shared_ptr<ParallelPolicy>& policy_state() { return policy_state_; }
 
   // Hooks, run in registration order.
   void register_forward_pre_hook(ForwardPreHook hook);
@@ -142,7 +149,7 @@ class Module {
   std::vector<ForwardHook> forward_hooks_;
   std::vector<BackwardHook> backward_pre_hooks_;
   std::vector<BackwardHook> post_backward_hooks_;
-  std::shared_ptr<void> policy_state_;
+  std::shared_ptr<ParallelPolicy> policy_state_;
   std::shared_ptr<BackwardState> backward_state_;  // hooks hold it weakly: a lifetime token too
   std::vector<DTensor> armed_;                     // the parameter objects the post-backward count-down watches
 };

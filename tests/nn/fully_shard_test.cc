@@ -1,10 +1,12 @@
-// fully_shard on real ranks: 20 AdamW steps of a small causal Transformer (each block and
-// the root sharded) on 1, 2, 3 (uneven shards, an empty batch shard) and 4 ranks give the
-// one-rank unsharded losses, clipped norms and weights, with reshard_after_forward true,
-// false, and explicit prefetch; every step issues exactly one all-gather per group in
-// forward, one more per resharded group in backward and one reduce-scatter per group; the
-// gathered parameters are released after each block's forward (allocator statistics); a
-// layer with an empty shard trains; mistakes are typed errors.
+// fully_shard and replicate on real ranks: 20 AdamW steps of a small causal Transformer
+// (each block and the root sharded) on 1, 2, 3 (uneven shards, an empty batch shard) and 4
+// ranks give the one-rank unsharded losses, clipped norms and weights, also with
+// reshard_after_forward false, explicit prefetch, gradient accumulation, HSDP on 2x2,
+// Shard(1) matrices and bf16 parameters (within a stated tolerance); every step's
+// collectives are counted (one all-gather per group in forward, one more per resharded
+// group in backward, one reduce-scatter per group; DDP: one all-reduce per bucket); the
+// gathered parameters are released after each block's forward; a layer with an empty
+// shard trains; mistakes are typed errors.
 #include <catch2/catch.hpp>
 
 #include "collectives/collective_counter.h"
@@ -18,6 +20,7 @@
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/parameter.h"
+#include "nn/replicate.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
@@ -29,7 +32,16 @@ namespace {
 
 constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32, kSteps = 20;
 
-enum class Sharding : uint8_t { kNone, kFsdp, kKeepGathered, kExplicitPrefetch, kMixedPrecision, kShardDim1 };
+enum class Sharding : uint8_t {
+  kNone,
+  kFsdp,
+  kKeepGathered,
+  kExplicitPrefetch,
+  kMixedPrecision,
+  kShardDim1,
+  kDdp,         // the replicated baseline, one bucket
+  kDdpBuckets,  // with small buckets
+};
 
 // Whether each step is one batch, or two micro-batches (halves of it) with the first one's
 // gradients accumulated (under FSDP without sync).
@@ -61,7 +73,11 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
   Transformer model(config());
   std::vector<FSDPModule*> blocks;
   FSDPModule* root = nullptr;
-  if (sharding != Sharding::kNone) {
+  DDPModule* ddp = nullptr;
+  if (sharding == Sharding::kDdp || sharding == Sharding::kDdpBuckets) {
+    ddp = &replicate(model, mesh, {.bucket_cap_mb = sharding == Sharding::kDdp ? 25 : 0.01});
+    for (auto& [name, p] : model.named_parameters()) CHECK(p->placements() == Placements{Replicate()});
+  } else if (sharding != Sharding::kNone) {
     FullyShardOptions options{.reshard_after_forward =
                                   sharding == Sharding::kKeepGathered ? std::optional(false) : std::nullopt};
     if (sharding == Sharding::kMixedPrecision) options.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
@@ -124,20 +140,31 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
                            : reshape(distribute_tensor(targets.narrow(0, kBatch / 2, kBatch / 2), data_mesh, batch),
                                      {kBatch / 2 * kSeq});
     collective_counter().reset();
-    const DTensor loss = cross_entropy(reshape(model(xs), {xs.size(0) * kSeq, kVocab}), ys);
+    const DTensor logits = model(xs);
+    // The module's forward: one all-gather per FSDP group and nothing else (DDP: nothing).
     if (step == 0) run.forward_gather_bytes = collective_counter().bytes(CollectiveKind::kAllGather);
     if (root != nullptr) {
       CHECK(calls(CollectiveKind::kAllGather) == groups);
-      CHECK(calls(CollectiveKind::kReduceScatter) == 0);
+      CHECK(issued_collectives() == groups);
       // The root keeps its parameters for backward; blocks release theirs (one rank moves
       // nothing: its "gathered" parameters are the shards).
       const bool many = mesh.size() > 1;
       for (FSDPModule* b : blocks) CHECK((b->gathered_bytes() > 0) == (many && sharding == Sharding::kKeepGathered));
       CHECK((root->gathered_bytes() > 0) == many);
     }
+    if (ddp != nullptr) CHECK(issued_collectives() == 0);
+    const DTensor loss = cross_entropy(reshape(logits, {xs.size(0) * kSeq, kVocab}), ys);
     collective_counter().reset();
     loss.backward();
     if (step == 0) run.reduce_scatter_bytes = collective_counter().bytes(CollectiveKind::kReduceScatter);
+    if (ddp != nullptr && mesh.size() > 1) {  // one all-reduce per bucket, nothing else
+      CHECK(calls(CollectiveKind::kAllReduce) == static_cast<int64_t>(ddp->buckets().size()));
+      // With even batch shards nothing else moves. (3 ranks, whose batch shards are 2, 2
+      // and 0 sequences, also issue two all_to_all in the first backward: the model's
+      // own ops, not the buckets.)
+      if (kBatch % mesh.size() == 0) CHECK(issued_collectives() == static_cast<int64_t>(ddp->buckets().size()));
+      for (DTensor* p : model.parameters()) CHECK(p->grad().placements() == Placements{Replicate()});
+    }
     if (root != nullptr) {
       CHECK(calls(CollectiveKind::kAllGather) == resharded);
       CHECK(calls(CollectiveKind::kReduceScatter) == groups);
@@ -206,6 +233,18 @@ TEST_CASE("HSDP on a 2x2 mesh and Shard(1) parameters train like one rank", "[nn
       check_same(train(init_device_mesh(kCPU, {4}, {"dp"}), Sharding::kShardDim1), one);
     }
   });
+}
+
+TEST_CASE("the DDP baseline (replicate) trains like one rank, one all-reduce per bucket", "[nn][replicate]") {
+  for (int world : {2, 3, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      INFO(world << " ranks");
+      const Run one = train(single_rank_mesh(), Sharding::kNone);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"dp"});
+      check_same(train(mesh, Sharding::kDdp), one);
+      check_same(train(mesh, Sharding::kDdpBuckets), one);
+    });
+  }
 }
 
 TEST_CASE("fully_shard with gradient accumulation without sync trains like one rank", "[nn][fully_shard]") {
@@ -282,6 +321,13 @@ TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
       CHECK_THROWS_MATCHES(fully_shard(seq, mesh), ValueError, testing::MessageContains("already sharded"));
       CHECK_THROWS_MATCHES(fully_shard(*inner, mesh), ValueError,
                            testing::MessageContains("weight' is DTensor(float32[4, 4] (S(0))"));
+    }
+    {
+      Linear layer(4, 4);
+      replicate(layer, mesh);
+      CHECK_THROWS_MATCHES(fully_shard(layer, mesh), ValueError, testing::MessageContains("already replicated"));
+      CHECK_THROWS_MATCHES(replicate(layer, mesh), ValueError,
+                           testing::MessageContains("already replicated or sharded"));
     }
     {
       Linear layer(4, 4);
