@@ -4,19 +4,25 @@
 // (and FSDP's divided by the baseline's, next to the ideal 1/N), the peak memory, ms/step
 // and tokens/s. Each rank count is its own launch of this program's ranks (one thread each).
 //
-//   bazel run -c opt //tools/bench:fsdp_bench [-- --ranks 1,2,4 --steps 5 --warmup 2]
+//   bazel run -c opt //tools/bench:fsdp_bench [-- --ranks 1,2,4 --steps 5 --warmup 2 --python PATH]
 //
+// After each rank count, PyTorch 2.15's fully_shard and DDP train the same model on gloo
+// in the same run (tools/bench/fsdp_peer.py under torch.distributed.run; skipped when torch
+// is missing), and the ratios of dtr's tokens/s to theirs are printed.
 // Reference configuration: vocab 4096, dim 256, 4 layers, 4 heads, sequence 128, 8
 // sequences per rank, AdamW, float32; FSDP shards each block and the root.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/init.h"
@@ -31,6 +37,7 @@
 #include "nn/replicate.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
+#include "tools/bench/peer.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -115,6 +122,16 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+// Where rank 0 writes dtr's FSDP tokens/s for the launching process.
+constexpr const char* kResultFileEnv = "DTR_FSDP_BENCH_RESULT";
+
+double read_result(const std::string& path) {
+  double tokens_per_s = 0;
+  std::ifstream in(path);
+  DTR_CHECK(in >> tokens_per_s, ValueError, "fsdp_bench: rank 0 left no result in {}", path);
+  return tokens_per_s;
+}
+
 void rank_main(int64_t steps, int64_t warmup) {
   init_process_group(Backend::kGloo);
   set_num_threads(1);
@@ -124,11 +141,14 @@ void rank_main(int64_t steps, int64_t warmup) {
   const Figures fsdp = run(mesh, true, steps, warmup);
   if (default_group()->rank() == 0) {
     const double tokens = static_cast<double>(kBatchPerRank * world * kSeq);
+    if (const char* path = std::getenv(kResultFileEnv)) {
+      std::ofstream(path) << tokens / (fsdp.ms_per_step / 1e3) << "\n";
+    }
     const double state_base = base.param_bytes + base.grad_bytes + base.optim_bytes;
     for (const auto& [name, f] : {std::pair{"DDP", base}, std::pair{"FSDP", fsdp}}) {
       const double state = f.param_bytes + f.grad_bytes + f.optim_bytes;
       fmt::print(
-          "{:>5} | {:<10} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
+          "{:>5} | {:<11} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
           "{:>8.1f} | {:>8.1f}\n",
           world, name, mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(state), state / state_base,
           1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3));
@@ -157,11 +177,12 @@ std::vector<int> parse_ranks(const std::string& list) {
 
 int main(int argc, char** argv) {
   CLI::App app{"fully_shard against the DDP baseline: memory per rank and tokens/s."};
-  std::string ranks = "1,2,4";
+  std::string ranks = "1,2,4", python = bench::default_peer_python();
   int64_t steps = 5, warmup = 2;
   app.add_option("--ranks", ranks, "rank counts, comma-separated (each one launch)");
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::PositiveNumber);
+  app.add_option("--python", python, "the Python that runs the PyTorch peer");
   CLI11_PARSE(app, argc, argv);
   return tool_main("fsdp_bench", [&] {
     if (launcher::is_rank_process()) {
@@ -173,16 +194,42 @@ int main(int argc, char** argv) {
         "causal LM: vocab {}, dim {}, {} layers, {} heads, seq {}, {} sequences per rank, AdamW, float32, 1 thread "
         "per rank; medians of {} steps after {} warm-up; the largest figure of any rank\n",
         kVocab, kDim, kLayers, kHeads, kSeq, kBatchPerRank, steps, warmup);
-    fmt::print("{:>5} | {:<10} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8}\n", "ranks", "mode",
+    fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8}\n", "ranks", "mode",
                "params MiB", "grads MiB", "optim MiB", "total MiB", "total / DDP", "peak MiB", "ms/step", "tokens/s");
     std::fflush(stdout);
+    bench::enter_workspace();  // the peer script is read from the workspace
+    // Rank 0 of each launch leaves dtr's FSDP tokens/s here, for the ratios to the peer's.
+    const std::string result_file = fmt::format("/tmp/fsdp_bench.{}.result", ::getpid());
+    ::setenv(kResultFileEnv, result_file.c_str(), 1);
     for (int n : counts) {
       const launcher::SelfLaunchResult result = launcher::launch_self(n, std::span(argv, argc));
       if (result.exit_code != 0) {
         fmt::print(stderr, "fsdp_bench: {} ranks: {}\n", n, result.failure);
         return result.exit_code;
       }
+      const std::string peer = bench::command_output(
+          fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/fsdp_peer.py {} {}",
+                      python, n, steps, warmup));
+      const size_t at = peer.find("torch fsdp");
+      double fsdp_ms = 0, fsdp_tps = 0, ddp_ms = 0, ddp_tps = 0;
+      if (at == std::string::npos || std::sscanf(peer.c_str() + at, "torch fsdp %lf %lf ddp %lf %lf", &fsdp_ms,
+                                                 &fsdp_tps, &ddp_ms, &ddp_tps) != 4) {
+        fmt::print("{:>5} | PyTorch peer not run ({}): pip install torch==2.15.0, or pass --python\n", n,
+                   peer.find("torch missing") != std::string::npos ? "torch missing" : "no figures");
+        std::fflush(stdout);
+        continue;
+      }
+      for (const auto& [name, ms, tps] :
+           {std::tuple{"torch FSDP2", fsdp_ms, fsdp_tps}, {"torch DDP", ddp_ms, ddp_tps}}) {
+        fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8.1f} | {:>8.1f}\n", n, name,
+                   "-", "-", "-", "-", "-", "-", ms, tps);
+      }
+      const double dtr_tps = read_result(result_file);
+      fmt::print("{:>5} | dtr FSDP / torch FSDP2 tokens/s: {:.2f}; dtr FSDP / torch DDP tokens/s: {:.2f}\n", n,
+                 dtr_tps / fsdp_tps, dtr_tps / ddp_tps);
+      std::fflush(stdout);
     }
+    std::remove(result_file.c_str());
     return 0;
   });
 }

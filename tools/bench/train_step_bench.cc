@@ -12,16 +12,11 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -38,6 +33,7 @@
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "tools/bench/op_family.h"
+#include "tools/bench/peer.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -62,14 +58,7 @@ DTensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) 
 
 // The peer's output lines, or "" when it could not run.
 std::string run_peer(const std::string& python, const std::string& args) {
-  const std::string command = python + " tools/bench/train_step_peer.py " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
-  if (!pipe) return "";
-  std::string out;
-  std::array<char, 512> buffer;
-  while (std::fgets(buffer.data(), buffer.size(), pipe.get())) out += buffer.data();
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
+  return bench::command_output(python + " tools/bench/train_step_peer.py " + args);
 }
 
 // The peer's split: "torch split" and one figure per family in OpFamily order.
@@ -129,18 +118,14 @@ std::optional<PeerRun> parse_peer(const std::string& peer) {
 int main(int argc, char** argv) {
   CLI::App app{"Tokens/s of one training step of the reference causal LM, against PyTorch on one thread."};
   int64_t vocab = 4096, dim = 256, layers = 4, heads = 4, seq = 128, batch = 8, steps = 5, warmup = 2, rounds = 3;
-  const char* home = std::getenv("HOME");
-  std::string python = home != nullptr ? std::string(home) + "/torch-venv/bin/python3" : "python3";
+  std::string python = bench::default_peer_python();
   app.add_option("--steps", steps, "timed steps per round")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", rounds, "rounds of dtr's steps then the peer's, alternating")->check(CLI::PositiveNumber);
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
   CLI11_PARSE(app, argc, argv);
   return tool_main("train_step_bench", [&] {
-    // bazel run starts in the runfiles tree; the peer script is read from the workspace.
-    if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY")) {
-      if (::chdir(ws) != 0) throw OSError(errno, fmt::format("chdir('{}')", ws));
-    }
+    bench::enter_workspace();  // the peer script is read from the workspace
     set_num_threads(1);
     nn::manual_seed(0);
     nn::Transformer model({.vocab_size = vocab,

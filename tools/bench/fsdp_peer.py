@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""PyTorch peer of fsdp_bench: the same causal LM and configuration under PyTorch 2.15's
+fully_shard (FSDP2: each block, then the root) and DistributedDataParallel, on gloo, one
+thread per rank, started by torch.distributed.run. Rank 0 prints one line:
+"torch fsdp <ms/step> <tokens/s> ddp <ms/step> <tokens/s>" (medians). Needs
+`pip install torch==2.15.0`; without torch it prints "torch missing" and exits 0.
+
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/fsdp_peer.py STEPS WARMUP
+"""
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:
+    print("torch missing")
+    sys.exit(0)
+
+sys.path.insert(0, __file__.rsplit("/", 3)[0] + "/tools")
+from make_transformer_testdata import Transformer  # noqa: E402
+
+VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8
+
+
+def train(model, steps: int, warmup: int) -> float:
+    """Median ms per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    g = torch.Generator().manual_seed(1 + dist.get_rank())
+    ids = torch.randint(0, VOCAB, (BATCH_PER_RANK, SEQ + 1), generator=g)
+    x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
+    times = []
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        if step >= warmup:
+            times.append(1e3 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def main() -> None:
+    steps, warmup = int(sys.argv[1]), int(sys.argv[2])
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    tokens = BATCH_PER_RANK * SEQ * world
+
+    torch.manual_seed(0)
+    model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=SEQ, final_norm=True)
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    fsdp_ms = train(model, steps, warmup)
+
+    torch.manual_seed(0)
+    model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=SEQ, final_norm=True)
+    ddp_ms = train(torch.nn.parallel.DistributedDataParallel(model), steps, warmup)
+
+    times = torch.tensor([fsdp_ms, ddp_ms], dtype=torch.float64)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        f, d = times.tolist()
+        print(f"torch fsdp {f:.1f} {tokens / (f / 1e3):.1f} ddp {d:.1f} {tokens / (d / 1e3):.1f}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
