@@ -78,12 +78,29 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     : module_(module),
       mesh_(mesh),
       mp_(options.mp_policy),
-      reshard_after_forward_(options.reshard_after_forward),
+
       unsynced_(std::make_shared<Unsynced>()) {
   DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, ValueError,
             "fully_shard: {} on {}: the mesh must be 1-D (FSDP) or 2-D (HSDP: replicate over dim 0, shard over "
             "dim 1)",
             module.type_name(), mesh.to_string());
+  if (options.reshard_after_forward && std::holds_alternative<bool>(*options.reshard_after_forward)) {
+    reshard_after_forward_ = std::get<bool>(*options.reshard_after_forward);
+  } else if (options.reshard_after_forward) {
+    const int k = std::get<int>(*options.reshard_after_forward);
+    DTR_CHECK(mesh.ndim() == 1 && k >= 1 && mesh.size() % k == 0, ValueError,
+              "fully_shard: {} on {}: reshard_after_forward = {} must divide the size of a 1-D mesh",
+              module.type_name(), mesh.to_string(), k);
+    reshard_after_forward_ = k > 1;
+    if (k > 1 && k < mesh.size()) {
+      std::vector<int64_t> world(static_cast<size_t>(mesh.size()));
+      for (size_t r = 0; r < world.size(); ++r) world[r] = static_cast<int64_t>(r);
+      DTR_CHECK(mesh.ranks() == world, ValueError,
+                "fully_shard: {} on {}: reshard_after_forward = {} needs the mesh over every rank in order",
+                module.type_name(), mesh.to_string(), k);
+      post_forward_mesh_ = init_device_mesh(mesh.device_type(), {mesh.size() / k, k}, {"replicate", "shard"});
+    }
+  }
   // Parameters owned by groups below this module stay theirs (fully_shard goes bottom-up).
   std::vector<DTensor> nested;
   for (auto& [name, m] : module.named_modules()) {
@@ -218,7 +235,12 @@ void FSDPModule::unshard(Async async) {
   std::vector<DTensor> gathered;
   {
     const NoGradGuard no_grad;
-    gathered = move_coalesced(shards_to_gather(), std::vector<Placements>(params_.size(), replicate_all(mesh_)), async);
+    if (released_ && !post_forward_shards_.empty()) {  // within the k ranks holding the pieces
+      gathered = redistribute_coalesced(post_forward_shards_, replicate_all(*post_forward_mesh_), async);
+    } else {
+      gathered =
+          move_coalesced(shards_to_gather(), std::vector<Placements>(params_.size(), replicate_all(mesh_)), async);
+    }
   }
   state_ = State::kUnsharded;
   if (released_) {  // the tensors autograd saved get their bytes back in place
@@ -241,12 +263,20 @@ void FSDPModule::wait_for_unshard() {
     local.copy_(fresh);
   }
   refill_.clear();
+  post_forward_shards_.clear();
   released_ = false;
 }
 
 void FSDPModule::reshard() {
   if (state_ != State::kUnsharded) return;
   wait_for_unshard();
+  if (post_forward_mesh_ && grad_mode_enabled()) {
+    // Keep this rank's piece over the k-rank group (copied out: the gathered bytes go).
+    for (const std::shared_ptr<Param>& p : params_) {
+      post_forward_shards_.push_back(
+          shard_parameter(p->gathered.detach(), *post_forward_mesh_, {Replicate(), Shard(0)}));
+    }
+  }
   for (const std::shared_ptr<Param>& p : params_) {
     if (p->aliases_shard()) continue;
     Storage storage = p->gathered.to_local().storage();

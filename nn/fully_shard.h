@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -56,9 +57,12 @@ struct MixedPrecisionPolicy {
 
 struct FullyShardOptions {
   // Release the gathered parameters after forward and gather them again for backward
-  // (ZeRO-3), or keep them through backward (false; ZeRO-2). Unset: true, except for the
-  // root (the outermost sharded module to run), whose parameters backward needs first.
-  std::optional<bool> reshard_after_forward;
+  // (true: ZeRO-3), keep them through backward (false: ZeRO-2), or keep 1/k of them, sharded
+  // over groups of k consecutive ranks, so that backward's all-gather stays within k ranks
+  // (an int k dividing the mesh size: ZeRO++'s hpZ; the mesh must hold every rank). Unset:
+  // true, except for the root (the outermost sharded module to run), whose parameters
+  // backward needs first.
+  std::optional<std::variant<bool, int>> reshard_after_forward;
   MixedPrecisionPolicy mp_policy;
   // The Shard(d) of each parameter, by its name (relative to the module) and value; unset
   // or nullopt: Shard(0). Parameters with different dims move in one collective per
@@ -134,6 +138,8 @@ class FSDPModule : public ParallelPolicy {
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Param>> params_;
   std::optional<bool> reshard_after_forward_;
+  std::optional<DeviceMesh> post_forward_mesh_;  // [N / k, k] for reshard_after_forward = k
+  std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward
   bool reshard_after_backward_ = true;
   State state_ = State::kSharded;
   bool released_ = false;        // gathered tensors exist but their storage is freed

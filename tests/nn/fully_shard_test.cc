@@ -39,8 +39,9 @@ enum class Sharding : uint8_t {
   kExplicitPrefetch,
   kMixedPrecision,
   kShardDim1,
-  kDdp,         // the replicated baseline, one bucket
-  kDdpBuckets,  // with small buckets
+  kReshardToPairs,  // reshard_after_forward = 2
+  kDdp,             // the replicated baseline, one bucket
+  kDdpBuckets,      // with small buckets
 };
 
 // Whether each step is one batch, or two micro-batches (halves of it) with the first one's
@@ -78,8 +79,9 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     ddp = &replicate(model, mesh, {.bucket_cap_mb = sharding == Sharding::kDdp ? 25 : 0.01});
     for (auto& [name, p] : model.named_parameters()) CHECK(p->placements() == Placements{Replicate()});
   } else if (sharding != Sharding::kNone) {
-    FullyShardOptions options{.reshard_after_forward =
-                                  sharding == Sharding::kKeepGathered ? std::optional(false) : std::nullopt};
+    FullyShardOptions options;
+    if (sharding == Sharding::kKeepGathered) options.reshard_after_forward = false;
+    if (sharding == Sharding::kReshardToPairs) options.reshard_after_forward = 2;
     if (sharding == Sharding::kMixedPrecision) options.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
     if (sharding == Sharding::kShardDim1) {  // matrices on their dim 1; vectors keep Shard(0)
       options.shard_placement_fn = [](const std::string&, const DTensor& p) -> std::optional<Placement> {
@@ -90,6 +92,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
       if (m->type_name() == "TransformerBlock") blocks.push_back(&fully_shard(*m, mesh, options));
     }
     options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
+    if (sharding == Sharding::kReshardToPairs) options.reshard_after_forward.reset();  // the blocks only
     root = &fully_shard(model, mesh, options);
     if (sharding == Sharding::kExplicitPrefetch) {
       root->set_modules_to_forward_prefetch({blocks[0], blocks[1]});
@@ -167,6 +170,12 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     }
     if (root != nullptr) {
       CHECK(calls(CollectiveKind::kAllGather) == resharded);
+      if (sharding == Sharding::kReshardToPairs) {  // backward's all-gathers stay within pairs of ranks
+        for (const CollectiveCount& c : collective_counter().snapshot()) {
+          INFO(c.group);
+          if (c.kind == CollectiveKind::kAllGather) CHECK(c.group != mesh.group(0).name());
+        }
+      }
       CHECK(calls(CollectiveKind::kReduceScatter) == groups);
       CHECK(calls(CollectiveKind::kAllReduce) == all_reduces);
       CHECK(root->gathered_bytes() == 0);
@@ -221,12 +230,17 @@ TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch 
   });
 }
 
-TEST_CASE("HSDP on a 2x2 mesh and Shard(1) parameters train like one rank", "[nn][fully_shard]") {
+TEST_CASE("HSDP on a 2x2 mesh, resharding onto pairs and Shard(1) parameters train like one rank",
+          "[nn][fully_shard]") {
   testing::run_ranks(4, [](int, int) {
     const Run one = train(single_rank_mesh(), Sharding::kNone);
     {
       INFO("HSDP (Replicate, Shard(0)) on 2x2");
       check_same(train(init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"}), Sharding::kFsdp), one);
+    }
+    {
+      INFO("reshard_after_forward = 2 on 4 ranks");
+      check_same(train(init_device_mesh(kCPU, {4}, {"dp"}), Sharding::kReshardToPairs), one);
     }
     {
       INFO("shard_placement_fn: Shard(1) for matrices, on 4 ranks");
