@@ -11,6 +11,8 @@
 
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/reduction.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
 #include "nn/container.h"
@@ -91,7 +93,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     for (auto& [name, m] : model.named_modules()) {
       if (m->type_name() == "TransformerBlock") blocks.push_back(&fully_shard(*m, mesh, options));
     }
-    options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
+    options.mp_policy.output_dtype = kFloat32;                                         // float32 logits for the loss
     if (sharding == Sharding::kReshardToPairs) options.reshard_after_forward.reset();  // the blocks only
     root = &fully_shard(model, mesh, options);
     if (sharding == Sharding::kExplicitPrefetch) {
@@ -287,6 +289,44 @@ TEST_CASE("fully_shard with bfloat16 parameters and float32 reduction tracks flo
     INFO("worst relative loss difference " << worst);
     CHECK(worst < 2e-2);
     for (const auto& [name, w] : mixed.weights) CHECK(w.dtype() == kFloat32);
+  });
+}
+
+// Two layers of which forward uses only the first.
+class OneOfTwo : public UnaryModule {
+ public:
+  OneOfTwo() : UnaryModule("OneOfTwo") {
+    used_ = register_module("used", std::make_shared<Linear>(4, 4));
+    unused_ = register_module("unused", std::make_shared<Linear>(4, 4));
+  }
+
+ protected:
+  DTensor forward(const DTensor& x) override { return (*used_)(x); }
+
+ private:
+  std::shared_ptr<Linear> used_, unused_;
+};
+
+TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter with a zero gradient",
+          "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    manual_seed(3);
+    OneOfTwo model;
+    fully_shard(model, mesh);
+    const DTensor x = distribute_tensor(testing::random_tensor({4, 4}, kFloat32, 5), mesh, {Shard(0)});
+    const DTensor y = model(x);
+    collective_counter().reset();
+    sum(y).backward();
+    CHECK(calls(CollectiveKind::kReduceScatter) == 1);
+    CHECK(issued_collectives() == 1);
+    for (auto& [name, p] : model.named_parameters()) {
+      INFO(name);
+      REQUIRE(p->grad().defined());
+      CHECK(p->grad().placements() == Placements{Shard(0)});
+      const double magnitude = sum(mul(p->grad(), p->grad())).item();
+      CHECK((magnitude == 0) == name.starts_with("unused"));
+    }
   });
 }
 
