@@ -1,6 +1,7 @@
 #include "nn/fully_shard.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
@@ -58,10 +59,12 @@ std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const s
 
 }  // namespace
 
-// Gradients kept unreduced while gradient sync is off, shared with the backward nodes.
-struct FSDPModule::Unsynced {
+// How the gather's backward reduces, shared with its autograd nodes: whether gradients are
+// synced, those kept unreduced while they are not, and the scale of the reduced gradient.
+struct FSDPModule::ReduceState {
   bool sync = true;
   std::vector<DTensor> grads;  // Partial, in reduce_dtype; empty when nothing is pending
+  double scale = 1;            // N / divide factor (set_gradient_divide_factor)
 };
 
 struct FSDPModule::Param {
@@ -79,7 +82,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       mesh_(mesh),
       mp_(options.mp_policy),
 
-      unsynced_(std::make_shared<Unsynced>()) {
+      reduce_state_(std::make_shared<ReduceState>()) {
   DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, ValueError,
             "fully_shard: {} on {}: the mesh must be 1-D (FSDP) or 2-D (HSDP: replicate over dim 0, shard over "
             "dim 1)",
@@ -189,9 +192,9 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
     placements.push_back(p->placements);
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
-  std::shared_ptr<Unsynced> unsynced = unsynced_;
+  std::shared_ptr<ReduceState> reduce = reduce_state_;
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, unsynced](const std::vector<DTensor>& grads) {
+         [reduce_dtype, dtypes, placements, reduce](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
            // all-reduce over the replicate dim), then the leaves' dtype. A gradient that arrives
@@ -207,13 +210,13 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
              if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
            }
-           if (!unsynced->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
-             for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(unsynced->grads[i], g[i]);
+           if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
+             for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
            }
-           if (!unsynced->sync) {
+           if (!reduce->sync) {
              // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
              // parameter on every rank) and give the leaves zeros, so no collective runs now.
-             unsynced->grads = std::move(g);
+             reduce->grads = std::move(g);
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
@@ -221,9 +224,10 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              }
              return zeros;
            }
-           unsynced->grads.clear();
+           reduce->grads.clear();
            std::vector<DTensor> out = move_coalesced(g, placements);
            for (size_t i = 0; i < out.size(); ++i) {
+             if (reduce->scale != 1) out[i] = mul(out[i], reduce->scale);
              if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
            }
            return out;
@@ -288,8 +292,15 @@ void FSDPModule::reshard() {
 
 void FSDPModule::set_requires_gradient_sync(bool sync) {
   for (auto& [name, m] : module_.named_modules()) {
-    if (FSDPModule* f = fsdp_module(*m)) f->unsynced_->sync = sync;
+    if (FSDPModule* f = fsdp_module(*m)) f->reduce_state_->sync = sync;
   }
+}
+
+void FSDPModule::set_gradient_divide_factor(double factor) {
+  DTR_CHECK(factor > 0 && std::isfinite(factor), ValueError,
+            "set_gradient_divide_factor: {} for {}; the factor must be positive and finite", factor,
+            module_.type_name());
+  reduce_state_->scale = static_cast<double>(mesh_.size()) / factor;
 }
 
 void FSDPModule::set_modules_to_forward_prefetch(std::vector<FSDPModule*> modules) {

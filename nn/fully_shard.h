@@ -93,6 +93,12 @@ class FSDPModule : public ParallelPolicy {
   // parameter on every rank in reduce_dtype, and the leaves get zeros. The next backward
   // with sync on reduces them together with its own, in its one reduce-scatter.
   void set_requires_gradient_sync(bool sync);
+  // The reduced gradient becomes the sum of the ranks' local-loss gradients divided by
+  // `factor`, as in PyTorch, where each rank's loss is a mean over its own batch. dtr's
+  // default gradient is the global loss's, which equals that sum divided by the number of
+  // ranks N; so the gradient is scaled by N / factor (factor 1: the sum, for a loss that the
+  // user scales by the global token count, as torchtitan does).
+  void set_gradient_divide_factor(double factor);
   void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
   // Keep the gathered parameters after backward (false), e.g. between micro-batches.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
@@ -107,7 +113,7 @@ class FSDPModule : public ParallelPolicy {
  private:
   friend FSDPModule& fully_shard(Module&, const DeviceMesh&, const FullyShardOptions&);
   struct Param;
-  struct Unsynced;
+  struct ReduceState;
   enum class State : uint8_t { kSharded, kUnsharded };
 
   // The hooks' work; the forward ones return the inputs and outputs cast per mp_policy.
@@ -146,7 +152,7 @@ class FSDPModule : public ParallelPolicy {
   bool linked_ = false;          // this iteration's graph links the gathered tensors
   std::vector<DTensor> refill_;  // a pending in-place gather of released storage
   std::optional<std::vector<FSDPModule*>> forward_prefetch_, backward_prefetch_;
-  std::shared_ptr<Unsynced> unsynced_;
+  std::shared_ptr<ReduceState> reduce_state_;
   FSDPModule* root_ = nullptr;                   // set at the first forward
   std::vector<FSDPModule*> order_, last_order_;  // the root's: this and the last iteration's
 };

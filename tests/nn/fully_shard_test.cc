@@ -320,13 +320,28 @@ TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter w
     sum(y).backward();
     CHECK(calls(CollectiveKind::kReduceScatter) == 1);
     CHECK(issued_collectives() == 1);
+    std::vector<Tensor> grads;
     for (auto& [name, p] : model.named_parameters()) {
       INFO(name);
       REQUIRE(p->grad().defined());
       CHECK(p->grad().placements() == Placements{Shard(0)});
       const double magnitude = sum(mul(p->grad(), p->grad())).item();
       CHECK((magnitude == 0) == name.starts_with("unused"));
+      grads.push_back(p->grad().full_tensor());
     }
+    // A divide factor of 1: the sum over the 2 ranks of their local-mean gradients, twice
+    // the global gradient.
+    fsdp_module(model)->set_gradient_divide_factor(1.0);
+    model.zero_grad();
+    sum(model(x)).backward();
+    const std::vector<DTensor*> params = model.parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::vector<double> twice = testing::to_f64(grads[i]);
+      for (double& v : twice) v *= 2;
+      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "grad");
+    }
+    CHECK_THROWS_MATCHES(fsdp_module(model)->set_gradient_divide_factor(0), ValueError,
+                         testing::MessageContains("must be positive"));
   });
 }
 
