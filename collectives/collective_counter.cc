@@ -35,6 +35,7 @@ std::vector<CollectiveCount> CollectiveCounter::snapshot() const {
 void CollectiveCounter::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   counts_.clear();
+  wait_ns_.store(0, std::memory_order_relaxed);
 }
 
 CollectiveCounter& collective_counter() {

@@ -7,6 +7,7 @@
 // an operation issued exactly the collectives it should (DTensor's CommDebugMode idea).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -47,9 +48,14 @@ class CollectiveCounter {
   int64_t bytes(CollectiveKind kind) const;
   // Every (kind, group) seen since the last reset, ordered by kind then group.
   std::vector<CollectiveCount> snapshot() const;
+  // Time callers spent in Work::wait (blocked, or running the collective inline), in ns,
+  // over every thread: what the collectives cost the code that waited for them.
+  void record_wait(int64_t ns) { wait_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  int64_t wait_ns() const { return wait_ns_.load(std::memory_order_relaxed); }
   void reset();
 
  private:
+  std::atomic<int64_t> wait_ns_{0};
   mutable std::mutex mutex_;
   std::map<std::pair<CollectiveKind, std::string>, CollectiveCount> counts_;
 };

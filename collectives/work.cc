@@ -1,5 +1,6 @@
 #include "collectives/work.h"
 
+#include "collectives/collective_counter.h"
 #include "collectives/distributed_error.h"
 
 namespace dtr {
@@ -20,6 +21,14 @@ Work::Work(std::string description, std::chrono::milliseconds timeout, std::func
 void Work::wait() const { wait(state_->timeout); }
 
 void Work::wait(std::chrono::milliseconds timeout) const {
+  // The time spent here, whatever the outcome, counts as waiting on collectives.
+  struct WaitTimer {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~WaitTimer() {
+      collective_counter().record_wait(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    }
+  } timer;
   // Running it here is bounded by the collective's own timeout, so only a wait that grants
   // that much may do it.
   if (state_->run_inline && timeout >= state_->timeout && !is_completed()) state_->run_inline();

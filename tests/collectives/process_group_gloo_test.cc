@@ -3,6 +3,8 @@
 // out-of-place and strided, bit for bit against closed forms); bfloat16/float16 exactness;
 // coalesced forms; the collective counter; asynchronous issue; and argument errors.
 #include <catch2/catch.hpp>
+
+#include <chrono>
 #include <cmath>
 
 #include "collectives/collective_counter.h"
@@ -143,7 +145,14 @@ TEST_CASE("gloo collectives are asynchronous and run in issue order; the counter
     double local = 0;
     for (int i = 0; i < 1000000; ++i) local += std::sqrt(static_cast<double>(i));
     CHECK(local > 0);
+    // The counter adds up the time spent in wait(), and only that.
+    CHECK(collective_counter().wait_ns() == 0);
+    const auto waits_begin = std::chrono::steady_clock::now();
     for (auto it = works.rbegin(); it != works.rend(); ++it) it->wait();
+    const auto waits_end = std::chrono::steady_clock::now();
+    CHECK(collective_counter().wait_ns() > 0);
+    CHECK(collective_counter().wait_ns() <=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(waits_end - waits_begin).count());
     for (const Work& w : works) {
       CHECK(w.is_completed());
       CHECK(w.exception() == nullptr);

@@ -1,8 +1,10 @@
 // fsdp_bench: fully_shard against the DDP baseline (nn::replicate: Replicate parameters,
 // gradients all-reduced in 25 MB buckets as they become ready) on the reference causal LM, for each
 // rank count in one run: per rank, the bytes of parameters, gradients and optimizer state
-// (and FSDP's divided by the baseline's, next to the ideal 1/N), the peak memory, ms/step
-// and tokens/s. Each rank count is its own launch of this program's ranks (one thread each).
+// (and FSDP's divided by the baseline's, next to the ideal 1/N), the peak memory, ms/step,
+// tokens/s, and the time per step the compute thread spent waiting on collectives
+// (Work::wait: blocked, or running a collective inline). Each rank count is its own launch of this program's ranks (one
+// thread each).
 //
 //   bazel run -c opt //tools/bench:fsdp_bench [-- --ranks 1,2,4 --steps 5 --warmup 2 --python PATH]
 //
@@ -25,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "dtensor/ops/view_ops.h"
@@ -50,6 +53,7 @@ constexpr int64_t kVocab = 4096, kDim = 256, kLayers = 4, kHeads = 4, kSeq = 128
 
 struct Figures {
   double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0, ms_per_step = 0;
+  double wait_ms_per_step = 0;  // in Work::wait: the compute thread waiting on collectives
 };
 
 double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
@@ -95,7 +99,10 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
   std::vector<double> times;
   Figures f;
   for (int64_t step = 0; step < warmup + steps; ++step) {
-    if (step == warmup) reset_peak_memory_stats(kCPU);
+    if (step == warmup) {
+      reset_peak_memory_stats(kCPU);
+      collective_counter().reset();
+    }
     const auto t0 = Clock::now();
     opt.zero_grad();
     const DTensor loss = nn::cross_entropy(reshape(model(x), {batch * kSeq, kVocab}), y);
@@ -104,7 +111,9 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
       f.grad_bytes = local_bytes(model.parameters(), true);
     }
     opt.step();
-    loss.item();  // a collective: every rank ends the step together
+    if (step + 1 == warmup + steps)
+      f.wait_ms_per_step = static_cast<double>(collective_counter().wait_ns()) / 1e6 / steps;
+    loss.item();  // a collective: every rank ends the step together (not counted as waiting)
     if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   f.param_bytes = local_bytes(model.parameters(), false);
@@ -114,10 +123,11 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
   f.peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes);
   f.ms_per_step = median(times);
   // The largest of every rank's figures.
-  Tensor all = Tensor::from_vector<double>({f.param_bytes, f.grad_bytes, f.optim_bytes, f.peak_bytes, f.ms_per_step});
+  Tensor all = Tensor::from_vector<double>(
+      {f.param_bytes, f.grad_bytes, f.optim_bytes, f.peak_bytes, f.ms_per_step, f.wait_ms_per_step});
   default_group()->all_reduce(all, ReduceOp::kMax).wait();
   const double* v = all.data_ptr<double>();
-  return {v[0], v[1], v[2], v[3], v[4]};
+  return {v[0], v[1], v[2], v[3], v[4], v[5]};
 }
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
@@ -149,9 +159,9 @@ void rank_main(int64_t steps, int64_t warmup) {
       const double state = f.param_bytes + f.grad_bytes + f.optim_bytes;
       fmt::print(
           "{:>5} | {:<11} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
-          "{:>8.1f} | {:>8.1f}\n",
+          "{:>8.1f} | {:>8.1f} | {:>7.1f}\n",
           world, name, mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(state), state / state_base,
-          1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3));
+          1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3), f.wait_ms_per_step);
     }
   }
   destroy_process_group();
@@ -194,8 +204,9 @@ int main(int argc, char** argv) {
         "causal LM: vocab {}, dim {}, {} layers, {} heads, seq {}, {} sequences per rank, AdamW, float32, 1 thread "
         "per rank; medians of {} steps after {} warm-up; the largest figure of any rank\n",
         kVocab, kDim, kLayers, kHeads, kSeq, kBatchPerRank, steps, warmup);
-    fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8}\n", "ranks", "mode",
-               "params MiB", "grads MiB", "optim MiB", "total MiB", "total / DDP", "peak MiB", "ms/step", "tokens/s");
+    fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8} | {:>7}\n", "ranks",
+               "mode", "params MiB", "grads MiB", "optim MiB", "total MiB", "total / DDP", "peak MiB", "ms/step",
+               "tokens/s", "wait ms");
     std::fflush(stdout);
     bench::enter_workspace();  // the peer script is read from the workspace
     // Rank 0 of each launch leaves dtr's FSDP tokens/s here, for the ratios to the peer's.
@@ -221,8 +232,8 @@ int main(int argc, char** argv) {
       }
       for (const auto& [name, ms, tps] :
            {std::tuple{"torch FSDP2", fsdp_ms, fsdp_tps}, {"torch DDP", ddp_ms, ddp_tps}}) {
-        fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8.1f} | {:>8.1f}\n", n, name,
-                   "-", "-", "-", "-", "-", "-", ms, tps);
+        fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8.1f} | {:>8.1f} | {:>7}\n",
+                   n, name, "-", "-", "-", "-", "-", "-", ms, tps, "-");
       }
       const double dtr_tps = read_result(result_file);
       fmt::print("{:>5} | dtr FSDP / torch FSDP2 tokens/s: {:.2f}; dtr FSDP / torch DDP tokens/s: {:.2f}\n", n,
