@@ -12,6 +12,7 @@
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/multi_rank.h"
 #include "tests/testing/test_util.h"
 
@@ -28,15 +29,7 @@ struct Trace {
 // Three steps on `mesh`, the batch sharded over it (Replicate on a one-rank mesh).
 Trace train(const DeviceMesh& mesh, const Tensor& tokens, const Tensor& targets) {
   manual_seed(42);
-  Transformer model({.vocab_size = kVocab,
-                     .dim = 16,
-                     .n_layers = 2,
-                     .n_heads = 2,
-                     .causal = true,
-                     .max_seq_len = kSeq,
-                     .final_norm = true,
-                     .tie_embeddings = true},
-                    {.mesh = mesh});
+  Transformer model(testing::small_causal_lm(kVocab, kSeq), {.mesh = mesh});
   optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   const DTensor x = distribute_tensor(tokens, mesh, {Shard(0)});
   const DTensor y = distribute_tensor(targets, mesh, {Shard(0)});

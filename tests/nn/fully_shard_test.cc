@@ -26,6 +26,7 @@
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/multi_rank.h"
 #include "tests/testing/test_util.h"
 
@@ -56,24 +57,13 @@ struct Run {
   int64_t forward_gather_bytes = 0, reduce_scatter_bytes = 0;  // step 1's
 };
 
-TransformerConfig config() {
-  return {.vocab_size = kVocab,
-          .dim = 16,
-          .n_layers = 2,
-          .n_heads = 2,
-          .causal = true,
-          .max_seq_len = kSeq,
-          .final_norm = true,
-          .tie_embeddings = true};
-}
-
 int64_t calls(CollectiveKind kind) { return collective_counter().calls(kind); }
 
 // kSteps of AdamW on `mesh` with the batch sharded over it; with FSDP, checks each step's
 // collectives and that blocks hold no gathered parameters after forward.
 Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation = Accumulation::kNo) {
   manual_seed(42);
-  Transformer model(config());
+  Transformer model(testing::small_causal_lm(kVocab, kSeq));
   std::vector<FSDPModule*> blocks;
   FSDPModule* root = nullptr;
   DDPModule* ddp = nullptr;

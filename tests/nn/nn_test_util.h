@@ -1,5 +1,6 @@
-// Helpers of the nn and optim tests: a tensor as a DTensor on the one-rank mesh, and the
-// relative max-norm error the golden tests state their tolerances in.
+// Helpers of the nn and optim tests: a tensor as a DTensor on the one-rank mesh, the
+// relative max-norm error the golden tests state their tolerances in, and the small causal
+// model the multi-rank training tests share.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,6 +9,7 @@
 #include <cmath>
 
 #include "nn/parameter.h"
+#include "nn/transformer.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::testing {
@@ -15,6 +17,18 @@ namespace dtr::testing {
 // t as a Replicate DTensor on nn::single_rank_mesh().
 inline DTensor on_one_rank(const Tensor& t) {
   return DTensor(t, DTensorSpec(nn::single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+}
+
+// A small GPT-style model: dim 16, 2 blocks of 2 heads, causal, a final norm, tied embeddings.
+inline nn::TransformerConfig small_causal_lm(int64_t vocab, int64_t seq) {
+  return {.vocab_size = vocab,
+          .dim = 16,
+          .n_layers = 2,
+          .n_heads = 2,
+          .causal = true,
+          .max_seq_len = seq,
+          .final_norm = true,
+          .tie_embeddings = true};
 }
 
 // max |a - b| / max |b|, with b the reference (PyTorch's values); max |a - b| when b is 0.
