@@ -274,6 +274,7 @@ void FSDPModule::wait_for_unshard() {
 void FSDPModule::reshard() {
   if (state_ != State::kUnsharded) return;
   wait_for_unshard();
+  post_forward_shards_.clear();
   if (post_forward_mesh_ && grad_mode_enabled()) {
     // Keep this rank's piece over the k-rank group (copied out: the gathered bytes go).
     for (const std::shared_ptr<Param>& p : params_) {
@@ -340,9 +341,17 @@ Values cast_floating(const Values& values, std::optional<DType> dtype) {
 }  // namespace
 
 Values FSDPModule::pre_forward(const Values& inputs) {
+  // The root of the last iteration begins a new one: no forward is open (one that threw
+  // left the count behind), and a group still linked to the last graph (prefetched but not
+  // run, or run without a backward) holds values from before the optimizer step.
+  if (root_ == this) t_open_forwards = 0;
   if (t_open_forwards++ == 0) {
     t_root = this;
     root_ = this;
+    for (auto& [name, m] : module_.named_modules()) {
+      FSDPModule* g = fsdp_module(*m);
+      if (g != nullptr && g->linked_) g->reset_to_sharded();
+    }
     last_order_ = std::move(order_);
     order_.clear();
   } else {
@@ -350,6 +359,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
   }
   order().push_back(this);
   start_forward_gather(Async::kNo);
+  wait_for_unshard();
   use_gathered(true);
   std::vector<FSDPModule*> next = forward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kForward)});
   for (FSDPModule* m : next) {
@@ -358,21 +368,44 @@ Values FSDPModule::pre_forward(const Values& inputs) {
   return mp_.cast_forward_inputs ? cast_floating(inputs, mp_.param_dtype) : inputs;
 }
 
-void FSDPModule::start_forward_gather(Async async) {
-  if (released_) {  // a forward without backward left its gathered tensors released: gather anew
-    for (const std::shared_ptr<Param>& p : params_) p->gathered = DTensor();
-    released_ = false;
+void FSDPModule::adopt_replaced_leaves() {
+  bool replaced = false;
+  for (const std::shared_ptr<Param>& p : params_) {
+    DTensor& slot = *p->slots.front();
+    if (slot.is_same(p->sharded) || (p->gathered.defined() && slot.is_same(p->gathered))) continue;
+    DTR_CHECK(slot.mesh() == mesh_ && slot.placements() == p->placements && slot.is_leaf(), ValueError,
+              "fully_shard: {}'s parameter was replaced by {}; a sharded module takes leaves placed {} on {} "
+              "(load_state_dict keeps them so)",
+              module_.type_name(), slot.to_string(), placements_str(p->placements), mesh_.to_string());
+    p->sharded = slot;  // load_state_dict or to() replaced the leaf: the group follows
+    replaced = true;
   }
-  if (state_ == State::kUnsharded && !linked_) {
-    // Kept from the last backward (reshard_after_backward false): the values stand, but this
-    // forward's graph needs its own link to the leaves.
+  if (replaced) reset_to_sharded();
+}
+
+void FSDPModule::reset_to_sharded() {
+  for (const std::shared_ptr<Param>& p : params_) p->gathered = DTensor();
+  refill_.clear();
+  post_forward_shards_.clear();
+  released_ = false;
+  linked_ = false;
+  state_ = State::kSharded;
+}
+
+void FSDPModule::start_forward_gather(Async async) {
+  adopt_replaced_leaves();
+  // Released (resharded after a forward whose backward has not run: a second forward
+  // before backward) or kept from the last backward: the gathered tensors stay, refilled in
+  // place when released, and this forward's graph gets its own link to the leaves.
+  const bool relink = released_ || (state_ == State::kUnsharded && !linked_);
+  unshard(async);  // a new gather (linked), a refill, or nothing
+  if (relink && grad_mode_enabled()) {
     std::vector<DTensor> gathered;
     for (const std::shared_ptr<Param>& p : params_) gathered.push_back(p->gathered.detach());
     link_to_leaves(gathered);
     for (size_t i = 0; i < params_.size(); ++i) params_[i]->gathered = std::move(gathered[i]);
   }
-  unshard(async);
-  linked_ = grad_mode_enabled();
+  linked_ = linked_ || grad_mode_enabled();
 }
 
 Values FSDPModule::post_forward(const Values& outputs) {
@@ -389,17 +422,14 @@ void FSDPModule::pre_backward() {
   std::vector<FSDPModule*> previous =
       backward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kBackward)});
   for (FSDPModule* m : previous) {
-    if (m != nullptr && m != this && m->released_) m->unshard(Async::kYes);
+    if (m != nullptr && m != this && m->released_ && m->linked_) m->unshard(Async::kYes);
   }
 }
 
 void FSDPModule::post_backward() {
   linked_ = false;
   if (!reshard_after_backward_) return;
-  wait_for_unshard();
-  for (const std::shared_ptr<Param>& p : params_) p->gathered = DTensor();
-  released_ = false;
-  state_ = State::kSharded;
+  reset_to_sharded();
 }
 
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options) {

@@ -18,10 +18,14 @@
 //                 gathered again, in place;
 //   backward      the gradient of the gathered parameters (Partial: the batch is sharded)
 //                 goes back through the redistribute's own backward: Partial -> Shard(0),
-//                 one coalesced reduce-scatter, accumulated into the leaves' grad;
+//                 one coalesced reduce-scatter (HSDP: and one all-reduce), accumulated into
+//                 the leaves' grad (none while gradient sync is off);
 //   post-backward the gathered tensors are dropped.
 // So every step issues, per group, one all-gather in forward, one more in backward when the
-// group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements.
+// group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements. A
+// group is expected to run forward then backward (a second forward before its backward
+// gathers again and links again: correct, at the cost of the collectives); the root's next
+// forward drops what a step left gathered without a backward.
 //
 // Implicit prefetch: each forward records the order in which groups ran; in the next
 // iteration a group's pre-forward issues the next group's all-gather asynchronously before
@@ -99,8 +103,14 @@ class FSDPModule : public ParallelPolicy {
   // ranks N; so the gradient is scaled by N / factor (factor 1: the sum, for a loss that the
   // user scales by the global token count, as torchtitan does).
   void set_gradient_divide_factor(double factor);
-  void set_reshard_after_forward(bool reshard) { reshard_after_forward_ = reshard; }
-  // Keep the gathered parameters after backward (false), e.g. between micro-batches.
+  // (A bool replaces a rank count given to fully_shard.)
+  void set_reshard_after_forward(bool reshard) {
+    reshard_after_forward_ = reshard;
+    post_forward_mesh_.reset();
+  }
+  // Keep the gathered parameters after backward (false), between micro-batches: the next
+  // forward uses them without a collective. They are not updated by an optimizer step, so
+  // call reshard() (or set true again) before one.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
   // Groups whose all-gather this group's pre-forward (pre-backward) issues, replacing the
   // implicit order.
@@ -125,8 +135,12 @@ class FSDPModule : public ParallelPolicy {
   // released storage in place.
   void wait_for_unshard();
   // The forward's gather: new (recorded by autograd), or a new graph link to parameters
-  // kept from the last backward.
+  // kept from the last backward or released by an earlier forward.
   void start_forward_gather(Async async);
+  // Follows leaves that load_state_dict or to() put in the module's slots.
+  void adopt_replaced_leaves();
+  // Drops every gathered tensor and pending gather: the state after a full backward.
+  void reset_to_sharded();
   // The shards cast to param_dtype, ready for the all-gather (no graph).
   std::vector<DTensor> shards_to_gather() const;
   // Records gathered's autograd node: its backward is the reduce-scatter into the leaves.

@@ -1,6 +1,8 @@
 #include "nn/replicate.h"
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 #include "kernels/error.h"
 
@@ -48,23 +50,41 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
   }
 }
 
-void DDPModule::on_gradient(size_t index) {
-  const size_t b = bucket_of_[index];
-  if (waiting_[b] == 0) waiting_[b] = buckets_[b].size();  // the bucket's first gradient this backward
-  if (--waiting_[b] > 0) return;
+void DDPModule::check_last_backward_complete() const {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    DTR_CHECK(waiting_[b] == 0 && reduced_[b].empty(), ValueError,
+              "replicate: the last backward left bucket {} unreduced: some parameters got no gradient, so their "
+              "gradients were never all-reduced (replicate needs every parameter used in each step)",
+              b);
+  }
+}
+
+void DDPModule::issue(size_t b) {
   std::vector<DTensor> grads;
   for (size_t k : buckets_[b]) grads.push_back(params_[k]->grad());
   reduced_[b] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
 }
 
+void DDPModule::on_gradient(size_t index) {
+  const size_t b = bucket_of_[index];
+  if (!reduced_[b].empty()) return;                        // issued already (by finish_backward)
+  if (waiting_[b] == 0) waiting_[b] = buckets_[b].size();  // the bucket's first gradient this backward
+  if (--waiting_[b] == 0) issue(b);
+}
+
 void DDPModule::finish_backward() {
+  // Every parameter has its gradient now; a bucket whose last hook has not run yet (the
+  // module was called before replicate, so its count-down hook comes first) is issued here.
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    DTR_CHECK(!reduced_[b].empty(), ValueError,
-              "replicate: bucket {} got no all-reduce in this backward: some of its parameters got no gradient "
-              "(every parameter must be used in each step)",
-              b);
-    for (size_t i = 0; i < buckets_[b].size(); ++i) params_[buckets_[b][i]]->set_grad(reduced_[b][i]);
+    if (reduced_[b].empty()) issue(b);
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t i = 0; i < buckets_[b].size(); ++i) {
+      reduced_[b][i].to_local();  // waits for the bucket's all-reduce
+      params_[buckets_[b][i]]->set_grad(reduced_[b][i]);
+    }
     reduced_[b].clear();
+    waiting_[b] = 0;
   }
 }
 
@@ -74,9 +94,17 @@ DDPModule& replicate(Module& module, const DeviceMesh& mesh, const ReplicateOpti
             module.type_name());
   auto state = std::make_shared<DDPModule>(module, mesh, options);
   DDPModule* s = state.get();
+  // The parameters' hooks hold the module's state weakly: a parameter may outlive it.
+  const std::weak_ptr<DDPModule> weak = state;
   for (size_t k = 0; k < s->params_.size(); ++k) {
-    s->params_[k]->register_post_accumulate_grad_hook([s, k](const DTensor&) { s->on_gradient(k); });
+    s->params_[k]->register_post_accumulate_grad_hook([weak, k](const DTensor&) {
+      if (const std::shared_ptr<DDPModule> alive = weak.lock()) alive->on_gradient(k);
+    });
   }
+  module.register_forward_pre_hook([s](Module&, const Values&) -> std::optional<Values> {
+    s->check_last_backward_complete();
+    return std::nullopt;
+  });
   module.register_post_backward_hook([s](Module&) { s->finish_backward(); });
   module.policy_state() = state;
   return *s;

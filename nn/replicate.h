@@ -12,8 +12,9 @@
 // of backward.
 //
 // Every parameter must get a gradient in each backward (PyTorch's find_unused_parameters
-// is not supported), and gradients are not accumulated across backward calls (call
-// zero_grad, or the optimizer's, before each).
+// is not supported): a backward that leaves a bucket unreduced is a ValueError at the next
+// forward (its gradients stayed Partial: do not step on them). Gradients are not
+// accumulated across backward calls (call zero_grad, or the optimizer's, before each).
 #pragma once
 
 #include <memory>
@@ -39,7 +40,10 @@ class DDPModule : public ParallelPolicy {
  private:
   friend DDPModule& replicate(Module&, const DeviceMesh&, const ReplicateOptions&);
   void on_gradient(size_t index);
+  void issue(size_t bucket);
   void finish_backward();
+  // ValueError when the last backward left a bucket unreduced (a parameter got no gradient).
+  void check_last_backward_complete() const;
 
   std::vector<DTensor*> params_;
   std::vector<std::vector<size_t>> buckets_;

@@ -48,8 +48,9 @@ enum class Sharding : uint8_t {
 };
 
 // Whether each step is one batch, or two micro-batches (halves of it) with the first one's
-// gradients accumulated (under FSDP without sync).
-enum class Accumulation : uint8_t { kNo, kTwoMicroBatches };
+// gradients accumulated (under FSDP without sync); or one batch after a forward whose
+// result is dropped (no backward: what it gathered must not leak into the step).
+enum class Accumulation : uint8_t { kNo, kTwoMicroBatches, kDroppedForwardFirst };
 
 struct Run {
   std::vector<double> losses, norms;
@@ -116,6 +117,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
   for (int step = 0; step < kSteps; ++step) {
     INFO("step " << step + 1);
     opt.zero_grad();
+    if (accumulation == Accumulation::kDroppedForwardFirst) model(x);
     if (accumulation == Accumulation::kTwoMicroBatches) {
       // The first half's gradients, kept unreduced: no reduce-scatter.
       if (root != nullptr) root->set_requires_gradient_sync(false);
@@ -127,10 +129,10 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
       CHECK(calls(CollectiveKind::kReduceScatter) == 0);
       if (root != nullptr) root->set_requires_gradient_sync(true);
     }
-    const DTensor xs = accumulation == Accumulation::kNo
+    const DTensor xs = accumulation != Accumulation::kTwoMicroBatches
                            ? x
                            : distribute_tensor(tokens.narrow(0, kBatch / 2, kBatch / 2), data_mesh, batch);
-    const DTensor ys = accumulation == Accumulation::kNo
+    const DTensor ys = accumulation != Accumulation::kTwoMicroBatches
                            ? y
                            : reshape(distribute_tensor(targets.narrow(0, kBatch / 2, kBatch / 2), data_mesh, batch),
                                      {kBatch / 2 * kSeq});
@@ -138,7 +140,8 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     const DTensor logits = model(xs);
     // The module's forward: one all-gather per FSDP group and nothing else (DDP: nothing).
     if (step == 0) run.forward_gather_bytes = collective_counter().bytes(CollectiveKind::kAllGather);
-    if (root != nullptr) {
+    // (After a dropped forward the groups it left gathered are dropped and gathered again.)
+    if (root != nullptr && accumulation != Accumulation::kDroppedForwardFirst) {
       CHECK(calls(CollectiveKind::kAllGather) == groups);
       CHECK(issued_collectives() == groups);
       // The root keeps its parameters for backward; blocks release theirs (one rank moves
@@ -260,6 +263,31 @@ TEST_CASE("fully_shard with gradient accumulation without sync trains like one r
   });
 }
 
+TEST_CASE("fully_shard: a forward without backward changes nothing, and loaded weights are followed",
+          "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    check_same(train(mesh, Sharding::kFsdp, Accumulation::kDroppedForwardFirst),
+               train(single_rank_mesh(), Sharding::kNone));
+    // Weights loaded after fully_shard (a resumed run) are what the next forward gathers.
+    manual_seed(5);
+    Transformer other(testing::small_causal_lm(kVocab, kSeq));
+    const TensorMap weights = full_state_dict(other);
+    manual_seed(42);
+    Transformer model(testing::small_causal_lm(kVocab, kSeq));
+    for (auto& [name, m] : model.named_modules()) {
+      if (m->type_name() == "TransformerBlock") fully_shard(*m, mesh);
+    }
+    fully_shard(model, mesh);
+    const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
+    model(distribute_tensor(tokens, mesh, {Shard(0)}));  // gathers the initial weights once
+    load_full_state_dict(model, weights);
+    const Tensor sharded_logits = model(distribute_tensor(tokens, mesh, {Shard(0)})).full_tensor();
+    const Tensor expected = other(distribute_tensor(tokens, single_rank_mesh(), {Replicate()})).full_tensor();
+    testing::check_close(sharded_logits, testing::to_f64(expected), {1e-5, 1e-5}, "logits after load");
+  });
+}
+
 TEST_CASE("fully_shard with bfloat16 parameters and float32 reduction tracks float32 training", "[nn][fully_shard]") {
   testing::run_ranks(2, [](int, int) {
     const Run one = train(single_rank_mesh(), Sharding::kNone);
@@ -332,6 +360,17 @@ TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter w
     }
     CHECK_THROWS_MATCHES(fsdp_module(model)->set_gradient_divide_factor(0), ValueError,
                          testing::MessageContains("must be positive"));
+  });
+}
+
+TEST_CASE("replicate with a parameter unused in the step fails at the next forward", "[nn][replicate]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    OneOfTwo model;
+    replicate(model, mesh, {.bucket_cap_mb = 1e-5});  // a bucket per parameter
+    const DTensor x = distribute_tensor(testing::random_tensor({4, 4}, kFloat32, 5), mesh, {Shard(0)});
+    sum(model(x)).backward();
+    CHECK_THROWS_MATCHES(model(x), ValueError, testing::MessageContains("left bucket"));
   });
 }
 
