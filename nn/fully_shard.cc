@@ -104,6 +104,14 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       post_forward_mesh_ = init_device_mesh(mesh.device_type(), {mesh.size() / k, k}, {"replicate", "shard"});
     }
   }
+  int64_t shard_dim = mesh.ndim() - 1;  // the mesh dim parameters are sharded over
+  if (!options.shard_mesh_dim.empty()) {
+    const std::vector<std::string>& names = mesh.dim_names();
+    const auto it = std::find(names.begin(), names.end(), options.shard_mesh_dim);
+    DTR_CHECK(it != names.end(), ValueError, "fully_shard: {} on {}: shard_mesh_dim '{}' names no mesh dim",
+              module.type_name(), mesh.to_string(), options.shard_mesh_dim);
+    shard_dim = it - names.begin();
+  }
   // Parameters owned by groups below this module stay theirs (fully_shard goes bottom-up).
   std::vector<DTensor> nested;
   for (auto& [name, m] : module.named_modules()) {
@@ -140,7 +148,8 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     auto param = std::make_shared<Param>();
     param->slots.push_back(slot);
     param->gathered = *slot;
-    param->placements = mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard};
+    param->placements = Placements(mesh.ndim(), Replicate());
+    param->placements[shard_dim] = shard;
     params_.push_back(std::move(param));
     names_.push_back(name);
   }

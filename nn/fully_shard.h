@@ -3,7 +3,8 @@
 // fully_shard(module, mesh) makes the module's parameters (those not already owned by a
 // fully_shard call on a submodule: call it bottom-up, each block and then the root) one
 // group of DTensor leaves Shard(0) on a 1-D mesh, or (Replicate, Shard(0)) on a 2-D one
-// (HSDP: replicated over mesh dim 0, sharded over dim 1): each rank keeps its chunk, as
+// (HSDP: replicated over mesh dim 0, sharded over dim 1, or over the dim named by
+// shard_mesh_dim): each rank keeps its chunk, as
 // torch.chunk cuts it (uneven and empty shards are fine). The optimizer, clip_grad_norm_
 // and state_dict() see these sharded leaves under the parameters' own names.
 //
@@ -72,6 +73,9 @@ struct FullyShardOptions {
   // or nullopt: Shard(0). Parameters with different dims move in one collective per
   // distinct placement.
   std::function<std::optional<Placement>(const std::string& name, const DTensor& param)> shard_placement_fn;
+  // HSDP: the name of the mesh dim parameters are sharded over (the other replicates
+  // them); empty: the last mesh dim.
+  std::string shard_mesh_dim;
 };
 
 class FSDPModule;

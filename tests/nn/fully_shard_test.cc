@@ -43,6 +43,7 @@ enum class Sharding : uint8_t {
   kMixedPrecision,
   kShardDim1,
   kReshardToPairs,  // reshard_after_forward = 2
+  kHsdpByName,      // HSDP sharded over the mesh dim named "shard", mesh dim 0
   kDdp,             // the replicated baseline, one bucket
   kDdpBuckets,      // with small buckets
 };
@@ -75,6 +76,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     FullyShardOptions options;
     if (sharding == Sharding::kKeepGathered) options.reshard_after_forward = false;
     if (sharding == Sharding::kReshardToPairs) options.reshard_after_forward = 2;
+    if (sharding == Sharding::kHsdpByName) options.shard_mesh_dim = "shard";
     if (sharding == Sharding::kMixedPrecision) options.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
     if (sharding == Sharding::kShardDim1) {  // matrices on their dim 1; vectors keep Shard(0)
       options.shard_placement_fn = [](const std::string&, const DTensor& p) -> std::optional<Placement> {
@@ -94,7 +96,9 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     for (auto& [name, p] : model.named_parameters()) {
       INFO(name);
       const Placement shard = sharding == Sharding::kShardDim1 && p->dim() == 2 ? Shard(1) : Shard(0);
-      CHECK(p->placements() == (mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard}));
+      Placements expected = mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard};
+      if (sharding == Sharding::kHsdpByName) expected = {shard, Replicate()};
+      CHECK(p->placements() == expected);
     }
   }
   const DeviceMesh& data_mesh = sharding == Sharding::kNone ? single_rank_mesh() : mesh;
@@ -232,6 +236,10 @@ TEST_CASE("HSDP on a 2x2 mesh, resharding onto pairs and Shard(1) parameters tra
     {
       INFO("HSDP (Replicate, Shard(0)) on 2x2");
       check_same(train(init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"}), Sharding::kFsdp), one);
+    }
+    {
+      INFO("HSDP sharded over mesh dim 0, chosen by name");
+      check_same(train(init_device_mesh(kCPU, {2, 2}, {"shard", "replicate"}), Sharding::kHsdpByName), one);
     }
     {
       INFO("reshard_after_forward = 2 on 4 ranks");
@@ -438,6 +446,8 @@ TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
           .shard_placement_fn = [](const std::string&, const DTensor&) { return std::optional(Shard(2)); }};
       CHECK_THROWS_MATCHES(fully_shard(layer, mesh, options), ValueError,
                            testing::MessageContains("chose Shard(dim=2) for Linear parameter 'weight'"));
+      CHECK_THROWS_MATCHES(fully_shard(layer, mesh, {.shard_mesh_dim = "tp"}), ValueError,
+                           testing::MessageContains("shard_mesh_dim 'tp' names no mesh dim"));
     }
     {
       Linear layer(4, 4);
