@@ -155,6 +155,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   }
   for (const std::shared_ptr<Param>& p : params_) {
     p->sharded = shard_parameter(p->gathered, mesh, p->placements);
+    originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
   use_gathered(false);
@@ -357,6 +358,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
   if (t_open_forwards++ == 0) {
     t_root = this;
     root_ = this;
+    check_ties_once();
     for (auto& [name, m] : module_.named_modules()) {
       FSDPModule* g = fsdp_module(*m);
       if (g != nullptr && g->linked_) g->reset_to_sharded();
@@ -375,6 +377,32 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     if (m != nullptr && m != this) m->start_forward_gather(Async::kYes);
   }
   return mp_.cast_forward_inputs ? cast_floating(inputs, mp_.param_dtype) : inputs;
+}
+
+void FSDPModule::check_ties_once() {
+  // Every fully_shard call under this root has run: a parameter that two groups each
+  // sharded (a tie across groups) would train as two copies.
+  std::vector<std::pair<std::string, FSDPModule*>> groups;
+  for (auto& [name, m] : module_.named_modules()) {
+    if (FSDPModule* g = fsdp_module(*m); g != nullptr && !g->originals_.empty()) groups.emplace_back(name, g);
+  }
+  auto label = [](const std::pair<std::string, FSDPModule*>& g) {
+    return fmt::format("'{}' ({})", g.first.empty() ? "the root" : g.first, g.second->module_.type_name());
+  };
+  for (size_t a = 0; a < groups.size(); ++a) {
+    for (size_t b = a + 1; b < groups.size(); ++b) {
+      for (size_t i = 0; i < groups[a].second->originals_.size(); ++i) {
+        const DTensor& o = groups[a].second->originals_[i];
+        const bool tied = std::any_of(groups[b].second->originals_.begin(), groups[b].second->originals_.end(),
+                                      [&](const DTensor& u) { return u.is_same(o); });
+        DTR_CHECK(!tied, ValueError,
+                  "fully_shard: parameter '{}' of {} is tied to one of {}, which was sharded apart; modules sharing "
+                  "a parameter must be in one group (shard their common parent, e.g. the root, instead)",
+                  groups[a].second->names_[i], label(groups[a]), label(groups[b]));
+      }
+    }
+  }
+  for (auto& [name, g] : groups) g->originals_.clear();  // the full tensors may go now
 }
 
 void FSDPModule::adopt_replaced_leaves() {

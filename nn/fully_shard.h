@@ -141,6 +141,10 @@ class FSDPModule : public ParallelPolicy {
   // The forward's gather: new (recorded by autograd), or a new graph link to parameters
   // kept from the last backward or released by an earlier forward.
   void start_forward_gather(Async async);
+  // At the root's first forward: ValueError for a parameter tied across two groups (each
+  // sharded it); then every group under the root drops the original (full) tensors it kept
+  // for this check.
+  void check_ties_once();
   // Follows leaves that load_state_dict or to() put in the module's slots.
   void adopt_replaced_leaves();
   // Drops every gathered tensor and pending gather: the state after a full backward.
@@ -161,6 +165,7 @@ class FSDPModule : public ParallelPolicy {
   MixedPrecisionPolicy mp_;
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Param>> params_;
+  std::vector<DTensor> originals_;  // the parameters before sharding, until the first forward
   std::optional<bool> reshard_after_forward_;
   std::optional<DeviceMesh> post_forward_mesh_;  // [N / k, k] for reshard_after_forward = k
   std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward

@@ -429,6 +429,18 @@ TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
                            testing::MessageContains("weight' is DTensor(float32[4, 4] (S(0))"));
     }
     {
+      // The tied embedding and output layer in two groups: an error at the first forward.
+      Transformer model(testing::small_causal_lm(kVocab, kSeq));
+      for (auto& [name, m] : model.named_modules()) {
+        if (name == "output") fully_shard(*m, mesh);
+      }
+      fully_shard(model, mesh);
+      const DTensor tokens = distribute_tensor(
+          testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64), mesh, {Shard(0)});
+      CHECK_THROWS_MATCHES(model(tokens), ValueError,
+                           testing::MessageContains("is tied to one of 'output' (Linear), which was sharded apart"));
+    }
+    {
       Linear layer(4, 4);
       replicate(layer, mesh);
       CHECK_THROWS_MATCHES(fully_shard(layer, mesh), ValueError, testing::MessageContains("already replicated"));
