@@ -139,6 +139,10 @@ bool DTensorSpec::has_partial() const {
   return std::any_of(placements_.begin(), placements_.end(), [](const Placement& p) { return p.is_partial(); });
 }
 
+bool DTensorSpec::is_replicated() const {
+  return std::all_of(placements_.begin(), placements_.end(), [](const Placement& p) { return p.is_replicate(); });
+}
+
 std::string DTensorSpec::to_string() const {
   return fmt::format("{}{} {} on {}", dtype_, shape_, placements_str(placements_), mesh_.to_string());
 }

@@ -65,6 +65,8 @@ class DTensorSpec {
   // The mesh dims that shard tensor dim `dim`, in nesting order (outermost first).
   std::vector<int64_t> mesh_dims_sharding(int64_t dim) const;
   bool has_partial() const;
+  // Replicate on every mesh dim: every rank holds the whole tensor.
+  bool is_replicated() const;
 
   // "float32[8, 6] (S(0), R) on DeviceMesh('cpu', [[0, 1], [2, 3]])": for messages.
   std::string to_string() const;

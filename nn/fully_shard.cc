@@ -18,10 +18,6 @@ thread_local int t_open_forwards = 0;
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
-bool is_replicate(const DTensor& t) {
-  return std::all_of(t.placements().begin(), t.placements().end(), [](const Placement& p) { return p.is_replicate(); });
-}
-
 // This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
 // that owns its memory (the full tensor can be freed).
 DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements) {
@@ -131,7 +127,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       (*tied)->slots.push_back(slot);
       continue;
     }
-    DTR_CHECK(is_replicate(*slot), ValueError,
+    DTR_CHECK(slot->spec().is_replicated(), ValueError,
               "fully_shard: {} parameter '{}' is {}, already sharded; fully_shard takes Replicate parameters "
               "(call it bottom-up: each block first, then the root, and each module once)",
               module.type_name(), name, slot->to_string());
@@ -160,7 +156,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   }
   use_gathered(false);
   for (auto& [name, buffer] : module.named_buffers()) {
-    if (buffer->defined() && buffer->mesh() != mesh && is_replicate(*buffer)) {
+    if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
       *buffer = DTensor(buffer->to_local(), DTensorSpec(mesh, replicate_all(mesh), buffer->shape(), buffer->dtype()));
     }
   }
@@ -212,8 +208,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            // local move), so the group's collectives are the same on every rank.
            Placements partial;
            for (const DTensor& g : grads) {
-             const Placements& gp = g.placements();
-             if (std::any_of(gp.begin(), gp.end(), [](const Placement& q) { return q.is_partial(); })) partial = gp;
+             if (g.spec().has_partial()) partial = g.placements();
            }
            std::vector<DTensor> g = grads;
            for (DTensor& t : g) {

@@ -15,10 +15,9 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
             options.bucket_cap_mb);
   const Placements replicate_all{Replicate()};
   for (auto& [name, p] : module.named_parameters()) {
-    const bool replicated = std::all_of(p->placements().begin(), p->placements().end(),
-                                        [](const Placement& q) { return q.is_replicate(); });
-    DTR_CHECK(replicated, ValueError, "replicate: {} parameter '{}' is {}; replicate takes Replicate parameters",
-              module.type_name(), name, p->to_string());
+    DTR_CHECK(p->spec().is_replicated(), ValueError,
+              "replicate: {} parameter '{}' is {}; replicate takes Replicate parameters", module.type_name(), name,
+              p->to_string());
     if (p->mesh() != mesh) {
       DTensor moved(p->to_local(), DTensorSpec(mesh, replicate_all, p->shape(), p->dtype()));
       moved.requires_grad_(p->requires_grad());

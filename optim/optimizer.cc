@@ -9,7 +9,7 @@
 namespace dtr::optim {
 
 Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups)
-    : name_(std::move(name)), groups_(std::move(groups)) {
+    : name_(std::move(name)), step_span_name_(name_ + ".step"), groups_(std::move(groups)) {
   DTR_CHECK(!groups_.empty(), ValueError, "{}: no parameter groups given", name_);
   std::vector<DTensor*> seen;
   for (size_t g = 0; g < groups_.size(); ++g) {

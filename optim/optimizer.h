@@ -93,13 +93,14 @@ class Optimizer {
   void for_each_update(F&& update);
 
   std::string name_;
+  std::string step_span_name_;  // "AdamW.step": the trace span of a step
   std::vector<ParamGroup> groups_;
   std::vector<State> state_;  // one per parameter, in group order
 };
 
 template <class F>
 void Optimizer::for_each_update(F&& update) {
-  const trace::Span span(name_ + ".step", trace::Category::kOptimizer);
+  const trace::Span span(step_span_name_, trace::Category::kOptimizer);
   size_t index = 0;
   for (ParamGroup& group : groups_) {
     for (DTensor* p : group.params) {

@@ -40,6 +40,7 @@
 #include "nn/replicate.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
+#include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
@@ -63,11 +64,6 @@ double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
     if (v.defined()) bytes += static_cast<double>(v.to_local().nbytes());
   }
   return bytes;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Trains `steps` timed steps after `warmup`; the largest figure of any rank.
@@ -121,7 +117,7 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
     for (const auto& [name, t] : state.tensors) f.optim_bytes += static_cast<double>(t.to_local().nbytes());
   }
   f.peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes);
-  f.ms_per_step = median(times);
+  f.ms_per_step = bench::median(times);
   // The largest of every rank's figures.
   Tensor all = Tensor::from_vector<double>(
       {f.param_bytes, f.grad_bytes, f.optim_bytes, f.peak_bytes, f.ms_per_step, f.wait_ms_per_step});

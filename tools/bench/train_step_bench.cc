@@ -32,6 +32,7 @@
 #include "nn/parameter.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
+#include "tools/bench/bench_util.h"
 #include "tools/bench/op_family.h"
 #include "tools/bench/peer.h"
 #include "tools/tool_main.h"
@@ -40,11 +41,6 @@ namespace {
 
 using namespace dtr;
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
@@ -174,7 +170,7 @@ int main(int argc, char** argv) {
         dtr.total.push_back(t[3]);
         round_total.push_back(t[3]);
       }
-      dtr_tps.push_back(static_cast<double>(batch * seq) / (median(round_total) / 1e3));
+      dtr_tps.push_back(static_cast<double>(batch * seq) / (bench::median(round_total) / 1e3));
       const std::string out = run_peer(python, peer_args);
       if (const std::optional<PeerRun> p = parse_peer(out)) {
         peers.push_back(*p);
@@ -201,8 +197,8 @@ int main(int argc, char** argv) {
         vocab, dim, layers, heads, seq, batch, model.num_parameters(), dtr_tps.size(), steps, warmup, loss_value);
     fmt::print("{:<8} | {:>9} | {:>10} | {:>11} | {:>12}   (medians)\n", "", "tokens/s", "forward ms", "backward ms",
                "optimizer ms");
-    fmt::print("{:<8} | {:>9.1f} | {:>10.2f} | {:>11.2f} | {:>12.2f}\n", "dtr", median(dtr_tps), median(dtr.forward),
-               median(dtr.backward), median(dtr.optimizer));
+    fmt::print("{:<8} | {:>9.1f} | {:>10.2f} | {:>11.2f} | {:>12.2f}\n", "dtr", bench::median(dtr_tps),
+               bench::median(dtr.forward), bench::median(dtr.backward), bench::median(dtr.optimizer));
     if (peers.empty()) {
       fmt::print("PyTorch peer not run ({}): pip install torch==2.15.0, or pass --python\n", peer_failure);
       print_split(split, traced_ms, std::nullopt, 0);
@@ -211,11 +207,11 @@ int main(int argc, char** argv) {
     auto peer_median = [&](double PeerRun::*field) {
       std::vector<double> v;
       for (const PeerRun& p : peers) v.push_back(p.*field);
-      return median(v);
+      return bench::median(v);
     };
-    fmt::print("{:<8} | {:>9.1f} | {:>10.2f} | {:>11.2f} | {:>12.2f}\n", "PyTorch", median(torch_tps),
+    fmt::print("{:<8} | {:>9.1f} | {:>10.2f} | {:>11.2f} | {:>12.2f}\n", "PyTorch", bench::median(torch_tps),
                peer_median(&PeerRun::forward), peer_median(&PeerRun::backward), peer_median(&PeerRun::optimizer));
-    fmt::print("dtr / PyTorch tokens/s: {:.2f} (the median of the rounds' ratios {:.2f})\n", median(ratios),
+    fmt::print("dtr / PyTorch tokens/s: {:.2f} (the median of the rounds' ratios {:.2f})\n", bench::median(ratios),
                fmt::join(ratios, ", "));
     const std::optional<bench::FamilyTimes>& torch_split = peers.back().split;
     double torch_step = 0;
