@@ -14,6 +14,8 @@ namespace dtr {
 namespace {
 
 thread_local bool t_grad_mode = true;
+// The callbacks queued for each backward running on this thread, innermost last.
+thread_local std::vector<std::vector<std::function<void()>>> t_callbacks;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 // A zero gradient for an output that received none.
@@ -48,6 +50,10 @@ std::shared_ptr<Node> grad_accumulator(const DTensor& leaf) {
         {
           NoGradGuard no_grad;
           if (g.placements() != target) g = g.redistribute(target);
+          // A grad set elsewhere (a reduced one) accumulates at the grad placements too.
+          if (shared->grad.defined() && shared->grad.placements() != target) {
+            shared->grad = shared->grad.redistribute(target);
+          }
           shared->grad = shared->grad.defined() ? accumulate_gradients(shared->grad, g) : g.detach();
         }
         for (auto& hook : shared->post_accumulate_hooks) hook(leaf);
@@ -135,9 +141,15 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
 
-void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
-  DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError, "backward: {} gradients for {} roots",
-            gradients.size(), roots.size());
+void queue_callback(std::function<void()> callback) {
+  DTR_CHECK(!t_callbacks.empty(), ValueError, "queue_callback: no backward is running on this thread");
+  t_callbacks.back().push_back(std::move(callback));
+}
+
+namespace {
+
+// Runs the nodes reachable from the roots (run_backward without its callbacks).
+void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
   // Seed the roots' gradients.
   struct Pending {
     std::vector<DTensor> grads;
@@ -245,6 +257,24 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
       if (edges[i].node && --pending[edges[i].node.get()].dependencies == 0) ready.push(edges[i].node);
     }
   }
+}
+
+}  // namespace
+
+void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
+  DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError, "backward: {} gradients for {} roots",
+            gradients.size(), roots.size());
+  struct Frame {  // the callbacks of this backward, dropped if it throws
+    Frame() { t_callbacks.emplace_back(); }
+    ~Frame() { t_callbacks.pop_back(); }
+  };
+  std::vector<std::function<void()>> callbacks;
+  {
+    const Frame frame;
+    run_graph(roots, gradients, retain_graph);
+    callbacks = std::move(t_callbacks.back());
+  }
+  for (const std::function<void()>& callback : callbacks) callback();
 }
 
 }  // namespace dtr

@@ -97,6 +97,13 @@ void record(std::string name, std::span<const DTensor> inputs, std::span<DTensor
 // RetainGraph::kYes.
 void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph);
 
+// Runs `callback` once the backward running on this thread has run its last node
+// (PyTorch's Variable._execution_engine.queue_callback): for work that must happen once per
+// backward whatever parts of the graph it reached. Callbacks run in the order queued,
+// outside the engine (one may run a backward of its own); they are dropped when the
+// backward throws. ValueError outside a backward.
+void queue_callback(std::function<void()> callback);
+
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
 DTensor accumulate_gradients(const DTensor& a, const DTensor& b);
 

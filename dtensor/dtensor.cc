@@ -111,7 +111,13 @@ void DTensor::backward(DTensor gradient, RetainGraph retain_graph) const {
 
 DTensor DTensor::detach() const {
   auto impl = std::make_shared<Impl>();
-  impl->local = to_local();
+  const Impl& i = this->impl();
+  if (i.pending) {  // still in flight: the detached tensor waits for the same move
+    impl->pending = i.pending;
+    impl->pending_index = i.pending_index;
+  } else {
+    impl->local = i.local;
+  }
   impl->spec = spec();
   return DTensor(std::move(impl));
 }
