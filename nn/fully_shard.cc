@@ -15,6 +15,15 @@ namespace {
 // many sharded modules' forwards are open.
 thread_local FSDPModule* t_root = nullptr;
 thread_local int t_open_forwards = 0;
+// The results of the last reduce-scatter issued on this thread, still in flight: it runs
+// while backward goes on, and the next group's reduction (or the end of the last
+// backward) waits for it, so at most one is in flight.
+thread_local std::vector<DTensor> t_reduction_in_flight;
+
+void wait_for_reduction() {
+  for (const DTensor& t : t_reduction_in_flight) t.to_local();
+  t_reduction_in_flight.clear();
+}
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
@@ -199,21 +208,27 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
   std::shared_ptr<ReduceState> reduce = reduce_state_;
+  auto link = std::make_shared<Link>();
+  const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, reduce](const std::vector<DTensor>& grads) {
+         [reduce_dtype, dtypes, placements, reduce, link, alive, this](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
-           // all-reduce over the replicate dim), then the leaves' dtype. A gradient that arrives
-           // Replicate (zero-filled for an unused parameter) joins as a Partial term first (a
-           // local move), so the group's collectives are the same on every rank.
-           Placements partial;
-           for (const DTensor& g : grads) {
-             if (g.spec().has_partial()) partial = g.placements();
-           }
+           // all-reduce over the replicate dim), then the leaves' dtype. Every gradient is made
+           // Partial over every mesh dim first (a local move for a Replicate one, such as the
+           // zeros of a parameter unused on this rank), so the group's collectives are the same
+           // on every rank, whatever this rank's loss reached.
+           link->ran = true;
+           // Groups linked after this one that the engine has not run are not reached by this
+           // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
+           // them do, so the order of the reductions is the same everywhere.
+           if (!alive.expired() && root_ != nullptr) root_->reduce_unreached_from(link->sequence_nr);
+           const Placements partial(placements.front().size(), Partial());
            std::vector<DTensor> g = grads;
            for (DTensor& t : g) {
-             if (!partial.empty() && t.placements() != partial) t = t.redistribute(partial);
              if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
+             if (t.placements() != partial) t = t.redistribute(partial);
+             if (reduce->scale != 1) t = mul(t, reduce->scale);  // linear: scaling the terms scales the sum
            }
            if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
@@ -230,13 +245,23 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              return zeros;
            }
            reduce->grads.clear();
-           std::vector<DTensor> out = move_coalesced(g, placements);
+           wait_for_reduction();
+           std::vector<DTensor> out = move_coalesced(g, placements, Async::kYes);
+           bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
-             if (reduce->scale != 1) out[i] = mul(out[i], reduce->scale);
-             if (out[i].dtype() != dtypes[i]) out[i] = to(out[i], dtypes[i]);
+             if (out[i].dtype() != dtypes[i]) {
+               out[i] = to(out[i], dtypes[i]);  // waits: the reduced gradient goes back to the leaf's dtype
+               cast = true;
+             }
            }
+           // Pending gradients accumulate into undefined grads without waiting.
+           if (!cast) t_reduction_in_flight = out;
            return out;
          });
+  if (gathered.front().grad_fn() != nullptr) {
+    link->sequence_nr = gathered.front().grad_fn()->sequence_nr();
+    link_ = std::move(link);
+  }
 }
 
 void FSDPModule::unshard(Async async) {
@@ -417,6 +442,7 @@ void FSDPModule::adopt_replaced_leaves() {
 
 void FSDPModule::reset_to_sharded() {
   for (const std::shared_ptr<Param>& p : params_) p->gathered = DTensor();
+  link_.reset();
   refill_.clear();
   post_forward_shards_.clear();
   released_ = false;
@@ -449,12 +475,68 @@ Values FSDPModule::post_forward(const Values& outputs) {
 }
 
 void FSDPModule::pre_backward() {
+  if (this == root_) {
+    std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
+    queue_callback([alive, this] {
+      if (!alive.expired()) finish_backward();
+    });
+  }
+  // Groups after this one in forward order still released are gathered first, latest
+  // first: where the loss reaches them their backward ran first (or prefetched them), so
+  // every rank issues the backward's all-gathers in the same order, whatever it reached.
+  const std::vector<FSDPModule*>& o = root_->order_;
+  const auto self = std::find(o.begin(), o.end(), this);
+  for (auto later = o.rbegin(); self != o.end() && later.base() != self + 1; ++later) {
+    if ((*later)->released_ && (*later)->linked_) (*later)->unshard(Async::kYes);
+  }
   unshard(Async::kNo);  // refills released storage; a no-op when kept or prefetched
   wait_for_unshard();
   std::vector<FSDPModule*> previous =
       backward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kBackward)});
   for (FSDPModule* m : previous) {
     if (m != nullptr && m != this && m->released_ && m->linked_) m->unshard(Async::kYes);
+  }
+}
+
+void FSDPModule::finish_backward() {
+  reduce_unreached_from(0);
+  if (!is_last_backward_) return;
+  wait_for_reduction();
+  // The leaves' grads share the reductions waited for: reading them marks them done.
+  for (FSDPModule* g : order_) {
+    for (const std::shared_ptr<Param>& p : g->params_) {
+      if (p->sharded.grad().defined()) p->sharded.grad().to_local();
+    }
+  }
+}
+
+void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
+  std::vector<FSDPModule*> unreached;
+  for (FSDPModule* g : order_) {
+    const bool waiting = g->linked_ && g->link_ != nullptr && !g->link_->ran;
+    if (waiting && g->link_->sequence_nr >= sequence_nr &&
+        std::find(unreached.begin(), unreached.end(), g) == unreached.end()) {
+      unreached.push_back(g);
+    }
+  }
+  std::sort(unreached.begin(), unreached.end(),
+            [](FSDPModule* a, FSDPModule* b) { return a->link_->sequence_nr > b->link_->sequence_nr; });
+  for (FSDPModule* g : unreached) {
+    // The group's forward ran but this rank's loss did not depend on it: its gradients are
+    // zeros, reduced (its link's backward runs) with the other ranks' real ones.
+    std::vector<DTensor> roots, zero_grads;
+    for (const std::shared_ptr<Param>& p : g->params_) {
+      const DTensorSpec& spec = p->gathered.spec();
+      roots.push_back(p->gathered);
+      zero_grads.emplace_back(dtr::zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device_type()), spec);
+    }
+    run_backward(roots, zero_grads, RetainGraph::kNo);
+  }
+}
+
+void FSDPModule::set_is_last_backward(bool last) {
+  for (auto& [name, m] : module_.named_modules()) {
+    if (FSDPModule* f = fsdp_module(*m)) f->is_last_backward_ = last;
   }
 }
 

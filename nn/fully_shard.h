@@ -20,8 +20,12 @@
 //   backward      the gradient of the gathered parameters (Partial: the batch is sharded)
 //                 goes back through the redistribute's own backward: Partial -> Shard(0),
 //                 one coalesced reduce-scatter (HSDP: and one all-reduce), accumulated into
-//                 the leaves' grad (none while gradient sync is off);
+//                 the leaves' grad (none while gradient sync is off); it is issued
+//                 asynchronously and runs while the next group's backward computes;
 //   post-backward the gathered tensors are dropped.
+// At the end of backward the root reduces, with zero gradients, every group whose forward
+// ran but which this rank's loss did not reach, so ranks never issue mismatched collectives
+// (a group's forward must run on every rank, as its all-gather is collective).
 // So every step issues, per group, one all-gather in forward, one more in backward when the
 // group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements. A
 // group is expected to run forward then backward (a second forward before its backward
@@ -116,6 +120,13 @@ class FSDPModule : public ParallelPolicy {
   // forward uses them without a collective. They are not updated by an optimizer step, so
   // call reshard() (or set true again) before one.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
+  // Whether the next backwards are the last before an optimizer step (default true; it
+  // applies to this group and every group under it, until set again). The reduce-scatters
+  // run while backward goes on, each waited for by the next group's reduction; a last
+  // backward waits for the final one before it returns. With false the final one may still
+  // be in flight when backward returns (the leaf's grad() is pending; reading it waits),
+  // overlapping the next micro-batch's forward.
+  void set_is_last_backward(bool last);
   // Groups whose all-gather this group's pre-forward (pre-backward) issues, replacing the
   // implicit order.
   void set_modules_to_forward_prefetch(std::vector<FSDPModule*> modules);
@@ -135,6 +146,13 @@ class FSDPModule : public ParallelPolicy {
   Values post_forward(const Values& outputs);
   void pre_backward();
   void post_backward();
+  // The root's, once at the end of each backward: reduces the groups this rank's loss did
+  // not reach, and waits for the reduction in flight on a last backward.
+  void finish_backward();
+  // The root's: runs, with zero gradients and the latest link first, the backward of each
+  // group linked at or after `sequence_nr` whose backward has not run (its reduce-scatter,
+  // as on the ranks whose loss reaches it).
+  void reduce_unreached_from(uint64_t sequence_nr);
   // Makes the gathered parameters readable: waits for an issued gather, or refills
   // released storage in place.
   void wait_for_unshard();
@@ -171,8 +189,14 @@ class FSDPModule : public ParallelPolicy {
   std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward
   bool reshard_after_backward_ = true;
   State state_ = State::kSharded;
-  bool released_ = false;        // gathered tensors exist but their storage is freed
-  bool linked_ = false;          // this iteration's graph links the gathered tensors
+  bool released_ = false;  // gathered tensors exist but their storage is freed
+  bool linked_ = false;    // this iteration's graph links the gathered tensors
+  struct Link {
+    bool ran = false;          // its backward has run
+    uint64_t sequence_nr = 0;  // its autograd node's
+  };
+  std::shared_ptr<Link> link_;  // the newest graph link's, until the group resets
+  bool is_last_backward_ = true;
   std::vector<DTensor> refill_;  // a pending in-place gather of released storage
   std::optional<std::vector<FSDPModule*>> forward_prefetch_, backward_prefetch_;
   std::shared_ptr<ReduceState> reduce_state_;

@@ -4,11 +4,14 @@
 #include <memory>
 #include <optional>
 
+#include "dtensor/autograd.h"
 #include "kernels/error.h"
+#include "kernels/fill.h"
 
 namespace dtr::nn {
 
-DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options) {
+DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options)
+    : type_name_(module.type_name()) {
   DTR_CHECK(mesh.ndim() == 1, ValueError, "replicate: {} on {}: the mesh must be 1-D", module.type_name(),
             mesh.to_string());
   DTR_CHECK(options.bucket_cap_mb > 0, ValueError, "replicate: bucket_cap_mb is {}; it must be positive",
@@ -44,47 +47,69 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
   }
   waiting_.resize(buckets_.size());
   reduced_.resize(buckets_.size());
+  arrived_.resize(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     params_[k]->set_grad_placements({Partial()});  // kept unreduced until its bucket moves
   }
 }
 
 void DDPModule::check_last_backward_complete() const {
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    DTR_CHECK(waiting_[b] == 0 && reduced_[b].empty(), ValueError,
-              "replicate: the last backward left bucket {} unreduced: some parameters got no gradient, so their "
-              "gradients were never all-reduced (replicate needs every parameter used in each step)",
-              b);
-  }
+  DTR_CHECK(!in_backward_, ValueError,
+            "replicate: the last backward through this {} did not finish (it threw), so some of its gradients were "
+            "never all-reduced; the ranks' collectives may no longer match",
+            type_name_);
 }
 
-void DDPModule::issue(size_t b) {
-  std::vector<DTensor> grads;
-  for (size_t k : buckets_[b]) grads.push_back(params_[k]->grad());
-  reduced_[b] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
+void DDPModule::issue_ready_buckets() {
+  // In bucket order on every rank, whatever order this rank's gradients arrived in.
+  while (next_bucket_ < buckets_.size() && waiting_[next_bucket_] == 0) {
+    std::vector<DTensor> grads;
+    for (size_t k : buckets_[next_bucket_]) {
+      const DTensor& g = params_[k]->grad();
+      grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
+    }
+    reduced_[next_bucket_++] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
+  }
 }
 
 void DDPModule::on_gradient(size_t index) {
-  const size_t b = bucket_of_[index];
-  if (!reduced_[b].empty()) return;                        // issued already (by finish_backward)
-  if (waiting_[b] == 0) waiting_[b] = buckets_[b].size();  // the bucket's first gradient this backward
-  if (--waiting_[b] == 0) issue(b);
+  if (!sync_) return;
+  if (!in_backward_) {  // this backward's first gradient
+    in_backward_ = true;
+    next_bucket_ = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) waiting_[b] = buckets_[b].size();
+    std::fill(arrived_.begin(), arrived_.end(), false);
+    const std::weak_ptr<ParallelPolicy> alive = self_;
+    queue_callback([alive, this] {
+      if (!alive.expired()) finish_backward();
+    });
+  }
+  if (arrived_[index]) return;  // a second gradient for the parameter in this backward
+  arrived_[index] = true;
+  --waiting_[bucket_of_[index]];
+  issue_ready_buckets();
 }
 
 void DDPModule::finish_backward() {
-  // Every parameter has its gradient now; a bucket whose last hook has not run yet (the
-  // module was called before replicate, so its count-down hook comes first) is issued here.
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (reduced_[b].empty()) issue(b);
+  // A parameter this rank's loss did not reach gets a zero gradient and joins its bucket,
+  // so every rank all-reduces every bucket.
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (arrived_[k]) continue;
+    if (!params_[k]->grad().defined()) {
+      const DTensorSpec spec = params_[k]->spec().with_placements({Partial()});
+      params_[k]->set_grad(DTensor(zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device_type()), spec));
+    }
   }
+  std::fill(waiting_.begin(), waiting_.end(), 0);
+  issue_ready_buckets();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t i = 0; i < buckets_[b].size(); ++i) {
       reduced_[b][i].to_local();  // waits for the bucket's all-reduce
       params_[buckets_[b][i]]->set_grad(reduced_[b][i]);
     }
     reduced_[b].clear();
-    waiting_[b] = 0;
   }
+  in_backward_ = false;
 }
 
 DDPModule& replicate(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options) {
@@ -104,7 +129,7 @@ DDPModule& replicate(Module& module, const DeviceMesh& mesh, const ReplicateOpti
     s->check_last_backward_complete();
     return std::nullopt;
   });
-  module.register_post_backward_hook([s](Module&) { s->finish_backward(); });
+  s->self_ = state;
   module.policy_state() = state;
   return *s;
 }

@@ -4,20 +4,22 @@
 // replicate(module, mesh) makes every parameter of the module a DTensor leaf Replicate on
 // the 1-D mesh. Its gradients, Partial because the batch is sharded, are kept unreduced as
 // they accumulate and gathered into buckets of about bucket_cap_mb, in reverse
-// registration order (roughly the order backward produces them). When every gradient of
-// a bucket has arrived, the bucket's Partial -> Replicate move is issued asynchronously
-// (one coalesced all-reduce) while backward goes on; when the module's last gradient has
-// arrived, every bucket is waited for and each parameter's grad() is the reduced,
-// Replicate gradient. So backward issues one all-reduce per bucket, overlapping the rest
-// of backward.
+// registration order (roughly the order backward produces them). Buckets are issued in
+// that order, each once all its gradients have arrived and every bucket before it is
+// issued: its Partial -> Replicate move runs asynchronously (one coalesced all-reduce)
+// while backward goes on. At the end of backward a parameter this rank's loss did not
+// reach (unused in the step, or on this rank only) gets a zero gradient and its bucket is
+// issued, every bucket is waited for, and each parameter's grad() is the reduced,
+// Replicate gradient. So every rank issues one all-reduce per bucket, in the same order.
 //
-// Every parameter must get a gradient in each backward (PyTorch's find_unused_parameters
-// is not supported): a backward that leaves a bucket unreduced is a ValueError at the next
-// forward (its gradients stayed Partial: do not step on them). Gradients are not
-// accumulated across backward calls (call zero_grad, or the optimizer's, before each).
+// Gradients accumulate across backward calls, as in PyTorch: with gradient sync off
+// (set_requires_gradient_sync(false), PyTorch DDP's no_sync()) they stay Partial, unreduced
+// (no collective, no memory beyond the gradients); the next synced backward adds its own
+// and all-reduces the sum.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -33,6 +35,9 @@ class DDPModule : public ParallelPolicy {
  public:
   // The buckets, each a list of parameter indices into module.parameters().
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+  // Gradient accumulation: with false, backward issues no all-reduce and the gradients stay
+  // Partial (each rank's local sum) until a backward with sync on.
+  void set_requires_gradient_sync(bool sync) { sync_ = sync; }
 
   // Internal: replicate builds it; use replicate.
   DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options);
@@ -40,15 +45,23 @@ class DDPModule : public ParallelPolicy {
  private:
   friend DDPModule& replicate(Module&, const DeviceMesh&, const ReplicateOptions&);
   void on_gradient(size_t index);
-  void issue(size_t bucket);
+  // Issues, in order, the buckets from next_bucket_ on whose gradients have all arrived.
+  void issue_ready_buckets();
+  // Queued by the first gradient of each synced backward: see above.
   void finish_backward();
-  // ValueError when the last backward left a bucket unreduced (a parameter got no gradient).
+  // ValueError when the last backward threw before it finished.
   void check_last_backward_complete() const;
 
+  std::string type_name_;
+  std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks
   std::vector<DTensor*> params_;
   std::vector<std::vector<size_t>> buckets_;
-  std::vector<size_t> bucket_of_;              // per parameter
+  std::vector<size_t> bucket_of_;  // per parameter
+  bool sync_ = true;
+  bool in_backward_ = false;                   // a synced backward's gradients are arriving
+  std::vector<bool> arrived_;                  // per parameter, in this backward
   std::vector<size_t> waiting_;                // per bucket: gradients still to arrive
+  size_t next_bucket_ = 0;                     // the next bucket to issue
   std::vector<std::vector<DTensor>> reduced_;  // per bucket: the pending all-reduce's results
 };
 

@@ -123,15 +123,19 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     opt.zero_grad();
     if (accumulation == Accumulation::kDroppedForwardFirst) model(x);
     if (accumulation == Accumulation::kTwoMicroBatches) {
-      // The first half's gradients, kept unreduced: no reduce-scatter.
+      // The first half's gradients, kept unreduced: no reduce-scatter (DDP: no all-reduce).
       if (root != nullptr) root->set_requires_gradient_sync(false);
+      if (ddp != nullptr) ddp->set_requires_gradient_sync(false);
       const DTensor first = distribute_tensor(tokens.narrow(0, 0, kBatch / 2), data_mesh, batch);
       const DTensor first_y =
           reshape(distribute_tensor(targets.narrow(0, 0, kBatch / 2), data_mesh, batch), {kBatch / 2 * kSeq});
+      const DTensor first_loss = cross_entropy(reshape(model(first), {kBatch / 2 * kSeq, kVocab}), first_y);
       collective_counter().reset();
-      cross_entropy(reshape(model(first), {kBatch / 2 * kSeq, kVocab}), first_y).backward();
+      first_loss.backward();
       CHECK(calls(CollectiveKind::kReduceScatter) == 0);
+      CHECK(calls(CollectiveKind::kAllReduce) == 0);
       if (root != nullptr) root->set_requires_gradient_sync(true);
+      if (ddp != nullptr) ddp->set_requires_gradient_sync(true);
     }
     const DTensor xs = accumulation != Accumulation::kTwoMicroBatches
                            ? x
@@ -264,10 +268,13 @@ TEST_CASE("the DDP baseline (replicate) trains like one rank, one all-reduce per
   }
 }
 
-TEST_CASE("fully_shard with gradient accumulation without sync trains like one rank", "[nn][fully_shard]") {
+TEST_CASE("fully_shard and replicate with gradient accumulation without sync train like one rank",
+          "[nn][fully_shard][replicate]") {
   testing::run_ranks(2, [](int, int) {
     const Run one = train(single_rank_mesh(), Sharding::kNone, Accumulation::kTwoMicroBatches);
-    check_same(train(init_device_mesh(kCPU, {2}, {"dp"}), Sharding::kFsdp, Accumulation::kTwoMicroBatches), one);
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    check_same(train(mesh, Sharding::kFsdp, Accumulation::kTwoMicroBatches), one);
+    check_same(train(mesh, Sharding::kDdpBuckets, Accumulation::kTwoMicroBatches), one);
   });
 }
 
@@ -371,14 +378,108 @@ TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter w
   });
 }
 
-TEST_CASE("replicate with a parameter unused in the step fails at the next forward", "[nn][replicate]") {
+// Two layers, each its own group (or replicated), whose outputs are summed; with
+// `drop_second` the forward still runs the second but returns the first alone, so the loss
+// does not reach the second layer (as on a rank whose batch skips a branch). The second
+// has no bias: its weight's gradient is Partial (each rank's own rows), so the ranks'
+// different graphs still define it; a bias gradient would be Replicate, which claims every
+// rank computed the same thing.
+class TwoBranches : public UnaryModule {
+ public:
+  TwoBranches() : UnaryModule("TwoBranches") {
+    first = register_module("first", std::make_shared<Linear>(4, 4));
+    second = register_module("second", std::make_shared<Linear>(4, 4, /*bias=*/false));
+  }
+  std::shared_ptr<Linear> first, second;
+  bool drop_second = false;
+
+ protected:
+  DTensor forward(const DTensor& x) override {
+    const DTensor a = (*first)(x), b = (*second)(x);
+    return drop_second ? a : add(a, b);
+  }
+};
+
+// The gradients when the loss is sum(first(x)) + sum(second(rows)) on one rank: what two
+// ranks give when rank 1's loss drops the second branch and rank 0 holds `rows` of x.
+TensorMap unreached_reference(const Tensor& x, const Tensor& rows) {
+  manual_seed(3);
+  TwoBranches model;
+  const DeviceMesh& one = single_rank_mesh();
+  add(sum((*model.first)(distribute_tensor(x, one, {Replicate()}))),
+      sum((*model.second)(distribute_tensor(rows, one, {Replicate()}))))
+      .backward();
+  TensorMap grads;
+  for (auto& [name, p] : model.named_parameters()) grads.emplace(name, p->grad().full_tensor());
+  return grads;
+}
+
+TEST_CASE("a group or parameter the loss does not reach on one rank is reduced with zero gradients there",
+          "[nn][fully_shard][replicate]") {
+  testing::run_ranks(2, [](int rank, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const Tensor x = testing::random_tensor({4, 4}, kFloat32, 5);
+    const TensorMap expected = unreached_reference(x, x.narrow(0, 0, 2));
+    for (const bool sharded : {true, false}) {
+      INFO((sharded ? "fully_shard" : "replicate"));
+      manual_seed(3);
+      TwoBranches model;
+      model.drop_second = rank == 1;
+      if (sharded) {
+        fully_shard(*model.first, mesh);
+        fully_shard(*model.second, mesh);
+        fully_shard(model, mesh);
+      } else {
+        replicate(model, mesh, {.bucket_cap_mb = 1e-5});  // a bucket per parameter
+      }
+      const DTensor input = distribute_tensor(x, mesh, {Shard(0)});
+      for (int step = 0; step < 2; ++step) {  // the second step finds no state left behind
+        INFO("step " << step);
+        model.zero_grad();
+        const DTensor y = model(input);
+        collective_counter().reset();
+        sum(y).backward();
+        // Every rank issues the same reductions: one reduce-scatter per group (the root's
+        // holds no parameter), or one all-reduce per parameter's bucket.
+        if (sharded) CHECK(calls(CollectiveKind::kReduceScatter) == 2);
+        if (!sharded) CHECK(calls(CollectiveKind::kAllReduce) == 3);
+        for (auto& [name, p] : model.named_parameters()) {
+          INFO(name);
+          REQUIRE(p->grad().defined());
+          testing::check_close(p->grad().full_tensor(), testing::to_f64(expected.at(name)), {1e-6, 1e-6}, name);
+        }
+      }
+    }
+  });
+}
+
+TEST_CASE("a reduce-scatter still in flight after a backward that is not the last", "[nn][fully_shard]") {
   testing::run_ranks(2, [](int, int) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    manual_seed(3);
     OneOfTwo model;
-    replicate(model, mesh, {.bucket_cap_mb = 1e-5});  // a bucket per parameter
+    FSDPModule& root = fully_shard(model, mesh);
     const DTensor x = distribute_tensor(testing::random_tensor({4, 4}, kFloat32, 5), mesh, {Shard(0)});
     sum(model(x)).backward();
-    CHECK_THROWS_MATCHES(model(x), ValueError, testing::MessageContains("left bucket"));
+    std::vector<Tensor> once;
+    for (DTensor* p : model.parameters()) {
+      CHECK_FALSE(p->grad().is_pending());  // a last backward waits for its reduction
+      once.push_back(p->grad().full_tensor());
+    }
+    model.zero_grad();
+    root.set_is_last_backward(false);
+    sum(model(x)).backward();
+    for (DTensor* p : model.parameters()) CHECK(p->grad().is_pending());
+    // A second micro-batch accumulates into the pending gradients (reading them waits).
+    root.set_is_last_backward(true);
+    sum(model(x)).backward();
+    const std::vector<DTensor*> params = model.parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      CHECK_FALSE(params[i]->grad().is_pending());
+      std::vector<double> twice = testing::to_f64(once[i]);
+      for (double& v : twice) v *= 2;
+      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "accumulated grad");
+    }
   });
 }
 
