@@ -7,22 +7,27 @@
 
 namespace dtr::nn {
 
-TransformerBlock::TransformerBlock(int64_t dim, int64_t n_heads, bool causal, const ParameterOptions& options)
+TransformerBlock::TransformerBlock(int64_t dim, int64_t n_heads, bool causal, const ParameterOptions& options,
+                                   double dropout)
     : UnaryModule("TransformerBlock"),
       causal_(causal),
       norm1_(register_module("norm1", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
-      attn_(register_module("attn", std::make_shared<MultiheadAttention>(
-                                        dim, n_heads, MultiheadAttentionOptions{.batch_first = true}, options))),
+      attn_(register_module(
+          "attn", std::make_shared<MultiheadAttention>(
+                      dim, n_heads, MultiheadAttentionOptions{.batch_first = true, .dropout = dropout}, options))),
       norm2_(register_module("norm2", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
       ffn_(register_module("ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
                                       std::make_shared<Linear>(dim, 4 * dim, true, options), std::make_shared<ReLU>(),
-                                      std::make_shared<Linear>(4 * dim, dim, true, options)}))) {}
+                                      std::make_shared<Linear>(4 * dim, dim, true, options)}))) {
+  if (dropout > 0) dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
+}
 
 DTensor TransformerBlock::forward(const DTensor& x) {
+  auto branch = [&](const DTensor& b) { return dropout_ ? (*dropout_)(b) : b; };
   const DTensor h = (*norm1_)(x);
   const DTensor a = (*attn_)(h, h, h, AttentionMasks{.is_causal = causal_, .need_weights = false}).first;
-  const DTensor y = add(x, a);
-  return add(y, (*ffn_)((*norm2_)(y)));
+  const DTensor y = add(x, branch(a));
+  return add(y, branch((*ffn_)((*norm2_)(y))));
 }
 
 Transformer::Transformer(const TransformerConfig& config, const ParameterOptions& options)
@@ -37,7 +42,8 @@ Transformer::Transformer(const TransformerConfig& config, const ParameterOptions
   }
   layers_ = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < config.n_layers; ++i) {
-    layers_->append(std::make_shared<TransformerBlock>(config.dim, config.n_heads, config.causal, options));
+    layers_->append(
+        std::make_shared<TransformerBlock>(config.dim, config.n_heads, config.causal, options, config.dropout));
   }
   if (config.final_norm) {
     norm_ = register_module("norm", std::make_shared<LayerNorm>(Shape{config.dim}, 1e-5, true, true, options));

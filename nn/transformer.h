@@ -1,7 +1,9 @@
 // The seed's Transformer, and the GPT-style model it becomes with a few config fields.
 //
 // TransformerBlock(dim, heads): x = x + attn(norm1(x), norm1(x), norm1(x)), then
-// x = x + ffn(norm2(x)) with ffn = Sequential(Linear(dim, 4 dim), ReLU, Linear(4 dim, dim)).
+// x = x + ffn(norm2(x)) with ffn = Sequential(Linear(dim, 4 dim), ReLU, Linear(4 dim, dim));
+// with dropout p, on the attention weights and on each branch before its residual add
+// (GPT-2's places; training mode only).
 // Transformer: embed, layers.0 .. layers.N-1, output; with the config's options also a
 // learned position embedding (pos_embed), a final LayerNorm (norm) and the output weight
 // tied to embed.weight. State-dict names are those of the same module in PyTorch
@@ -10,6 +12,7 @@
 
 #include <memory>
 
+#include "nn/activation.h"
 #include "nn/attention.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
@@ -27,11 +30,13 @@ struct TransformerConfig {
   int64_t max_seq_len = 0;      // > 0: a learned position embedding of that many positions
   bool final_norm = false;      // a LayerNorm before the output projection
   bool tie_embeddings = false;  // output.weight is embed.weight (the output has no bias then)
+  double dropout = 0.0;         // in every block (see TransformerBlock)
 };
 
 class TransformerBlock : public UnaryModule {
  public:
-  TransformerBlock(int64_t dim, int64_t n_heads, bool causal = false, const ParameterOptions& options = {});
+  TransformerBlock(int64_t dim, int64_t n_heads, bool causal = false, const ParameterOptions& options = {},
+                   double dropout = 0.0);
 
  protected:
   using UnaryModule::forward;
@@ -43,6 +48,7 @@ class TransformerBlock : public UnaryModule {
   std::shared_ptr<MultiheadAttention> attn_;
   std::shared_ptr<LayerNorm> norm2_;
   std::shared_ptr<Sequential> ffn_;
+  std::shared_ptr<Dropout> dropout_;  // null without dropout
 };
 
 class Transformer : public UnaryModule {

@@ -1,0 +1,407 @@
+// train: sharded training of a causal language model on CPU ranks, the README's main job.
+//
+//   dtrrun --nproc-per-node 2 bazel-bin/tools/train/train [flags]    (or one process: train [flags])
+//
+// Each rank builds the same model from --seed, shards it per --parallel (fully_shard on each
+// block and the root, or replicate), reads its rows of every micro-batch (data order:
+// tools/train/token_data.h) and steps AdamW. Rank 0 prints the start block, a progress line
+// every --log-every steps and the monitoring table at the end, and writes under --out:
+// metrics.jsonl (a line per step, every rank's memory), loss.svg (train and validation
+// loss), summary.json, config.json (the command line and configuration) and, for BPE, the
+// tokenizer. SIGINT (forwarded by dtrrun to every rank) stops all ranks at the same step
+// boundary, and the summary so far is printed.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "collectives/collective_counter.h"
+#include "collectives/distributed_error.h"
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "dtensor/autograd.h"
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/allocator.h"
+#include "kernels/error.h"
+#include "kernels/parallel.h"
+#include "nn/full_state_dict.h"
+#include "nn/fully_shard.h"
+#include "nn/init.h"
+#include "nn/loss.h"
+#include "nn/parameter.h"
+#include "nn/replicate.h"
+#include "nn/safetensors.h"
+#include "nn/transformer.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "optim/lr_scheduler.h"
+#include "tools/launcher/free_port.h"
+#include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
+#include "tools/train/loss_plot.h"
+#include "tools/train/train_config.h"
+#include "tools/train/train_data.h"
+#include "tools/train/train_report.h"
+
+namespace {
+
+using namespace dtr;
+using namespace dtr::train;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Rank 0's lines; the others stay quiet (dtrrun prefixes every line with its rank).
+bool is_rank0() { return default_group()->rank() == 0; }
+
+// The seed's health check: an all-reduce of ones must give the world size everywhere.
+void health_check() {
+  const std::shared_ptr<ProcessGroup> group = default_group();
+  Tensor ones = Tensor::from_vector<float>({1.0f});
+  group->all_reduce(ones, ReduceOp::kSum).wait();
+  const double got = ones.item();
+  if (got != group->size()) {
+    throw DistributedError(DistributedErrorKind::kBackend,
+                           fmt::format("train: health check failed on rank {}: an all-reduce of ones gave {}, not "
+                                       "the world size {}",
+                                       group->rank(), got, group->size()));
+  }
+}
+
+// The lr factor of step s (0-based): linear warm-up to 1, then the schedule.
+double lr_factor(const TrainConfig& c, int64_t s) {
+  if (s < c.warmup) return static_cast<double>(s + 1) / static_cast<double>(c.warmup + 1);
+  const double span = static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
+  const double progress = std::min(1.0, static_cast<double>(s - c.warmup) / span);
+  if (c.lr_schedule == "constant") return 1.0;
+  if (c.lr_schedule == "linear") return 1.0 - progress;
+  return 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress));  // cosine to 10%
+}
+
+double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
+  double bytes = 0;
+  for (const DTensor* t : tensors) {
+    const DTensor& v = grads ? t->grad() : *t;
+    if (v.defined()) bytes += static_cast<double>(v.to_local().nbytes());
+  }
+  return bytes;
+}
+
+double optimizer_bytes(const optim::Optimizer& opt) {
+  double bytes = 0;
+  for (const auto& [index, state] : opt.state_dict().state) {
+    for (const auto& [name, t] : state.tensors) bytes += static_cast<double>(t.to_local().nbytes());
+  }
+  return bytes;
+}
+
+// The model and its parallelism, as --parallel and the rest say.
+struct Model {
+  std::unique_ptr<nn::Transformer> net;
+  std::vector<nn::FSDPModule*> blocks;  // fsdp/hsdp
+  nn::FSDPModule* root = nullptr;
+  nn::DDPModule* ddp = nullptr;
+
+  void set_gradient_sync(bool sync) {
+    if (root != nullptr) root->set_requires_gradient_sync(sync);
+    if (ddp != nullptr) ddp->set_requires_gradient_sync(sync);
+  }
+};
+
+Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
+  const ArchSwitches a = arch_switches(c);
+  nn::manual_seed(c.seed);
+  Model m;
+  m.net = std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = vocab,
+                                                                  .dim = c.dim,
+                                                                  .n_layers = c.layers,
+                                                                  .n_heads = c.heads,
+                                                                  .causal = a.causal,
+                                                                  .max_seq_len = a.pos_embed ? c.seq_len : 0,
+                                                                  .final_norm = a.final_norm,
+                                                                  .tie_embeddings = a.tie_embeddings,
+                                                                  .dropout = c.dropout});
+  if (c.arch == "gpt") {
+    // GPT-2's embedding init: with the output tied to it, PyTorch's N(0, 1) would start
+    // from logits of standard deviation sqrt(dim).
+    for (auto& [name, p] : m.net->named_parameters()) {
+      if (name == "embed.weight" || name == "pos_embed.weight") nn::normal_(*p, 0.0, 0.02);
+    }
+  }
+  const Parallel parallel = parallel_of(c);
+  if (parallel == Parallel::kDdp) {
+    m.ddp = &nn::replicate(*m.net, mesh);
+  } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
+    nn::FullyShardOptions options;
+    if (c.mixed_precision) {
+      options.mp_policy.param_dtype = kBFloat16;
+      options.mp_policy.reduce_dtype = kFloat32;
+    }
+    if (c.reshard_after_forward == "false") options.reshard_after_forward = false;
+    if (c.reshard_after_forward != "true" && c.reshard_after_forward != "false") {
+      options.reshard_after_forward = std::stoi(c.reshard_after_forward);
+    }
+    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = mesh.dim_names().back();
+    for (size_t i = 0; i < m.net->layers().size(); ++i) {
+      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), mesh, options));
+    }
+    options.reshard_after_forward.reset();      // the root keeps its parameters for backward
+    options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
+    m.root = &nn::fully_shard(*m.net, mesh, options);
+    if (c.prefetch > 0) {  // each block prefetches the next N (backward: the previous N)
+      const auto n = static_cast<int64_t>(m.blocks.size());
+      auto span = [&](int64_t from, int64_t to) {
+        std::vector<nn::FSDPModule*> out;
+        for (int64_t k = std::max<int64_t>(0, from); k < std::min(n, to); ++k) out.push_back(m.blocks[k]);
+        return out;
+      };
+      m.root->set_modules_to_forward_prefetch(span(0, c.prefetch));
+      for (int64_t i = 0; i < n; ++i) {
+        m.blocks[i]->set_modules_to_forward_prefetch(span(i + 1, i + 1 + c.prefetch));
+        m.blocks[i]->set_modules_to_backward_prefetch(span(i - c.prefetch, i));
+      }
+    }
+  }
+  if (!c.init_from.empty()) nn::load_full_state_dict(*m.net, nn::load_file(c.init_from));
+  return m;
+}
+
+std::string placements_summary(nn::Transformer& net) {
+  std::map<std::string, int64_t> counts;
+  for (auto& [name, p] : net.named_parameters()) ++counts[placements_str(p->placements())];
+  std::string out;
+  for (const auto& [placements, n] : counts) out += fmt::format("{}{} x {}", out.empty() ? "" : ", ", n, placements);
+  return out;
+}
+
+// The mean loss over --eval-batches global batches of held-out windows, in order.
+double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const WindowOrder& val_order,
+                const DeviceMesh& mesh, int64_t vocab) {
+  const NoGradGuard no_grad;
+  m.net->eval();
+  const int64_t rows = c.batch_size / c.grad_accum;
+  double total = 0;
+  const int64_t batches = std::min(c.eval_batches, std::max<int64_t>(1, val_order.num_windows() / rows));
+  for (int64_t b = 0; b < batches; ++b) {
+    const Batch batch = make_batch(data.val, val_order, b * rows, rows, c.seq_len, mesh);
+    total += nn::cross_entropy(reshape((*m.net)(batch.tokens), {rows * c.seq_len, vocab}), batch.targets).item();
+  }
+  m.net->train();
+  return total / static_cast<double>(batches);
+}
+
+struct Record {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0, ms = 0;
+  std::optional<double> val_loss;
+};
+
+int run(const TrainConfig& c, const std::vector<std::string>& argv) {
+  set_default_timeout(std::chrono::seconds(c.timeout_s));
+  init_process_group(Backend::kGloo);
+  set_num_threads(static_cast<int>(c.threads));
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+  const std::shared_ptr<ProcessGroup> group = default_group();
+  const int64_t world = group->size();
+  health_check();
+
+  const bool rank0 = is_rank0();
+  if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);
+  std::fflush(stdout);
+  TrainData data = load_train_data(c);
+  validate(c, world, data.vocab);
+  const int64_t vocab = c.vocab > 0 ? c.vocab : data.vocab;
+
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  for (const auto& [name, size] : mesh_dims(c, world)) {
+    names.push_back(name);
+    shape.push_back(size);
+  }
+  // --parallel none: the parameters' own one-rank mesh.
+  const DeviceMesh mesh =
+      parallel_of(c) == Parallel::kNone ? nn::single_rank_mesh() : init_device_mesh(kCPU, shape, names);
+  Model m = build_model(c, vocab, mesh);
+  optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
+  optim::LambdaLR schedule(opt, [&c](int64_t s) { return lr_factor(c, s); });
+
+  const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, data_order_of(c), c.seed);
+  const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
+  const double param_bytes = local_bytes(m.net->parameters(), false);
+  int64_t n_params = 0;
+  for (auto& [name, p] : m.net->named_parameters()) n_params += p->numel();
+
+  std::filesystem::create_directories(c.out);
+  if (rank0) {
+    nlohmann::json config = {{"command", argv}, {"world_size", world}, {"vocab", vocab}, {"config", to_json(c)}};
+    std::ofstream(std::filesystem::path(c.out) / "config.json") << config.dump(2) << "\n";
+    if (data.tokenizer && data.tokenizer->kind() == "bpe") {
+      data.tokenizer->save((std::filesystem::path(c.out) / "tokenizer.json").string());
+    }
+    fmt::print("world      {} ranks (gloo over TCP), {} thread(s) each\n", world, c.threads);
+    fmt::print("mesh       {}\n", mesh.to_string());
+    fmt::print("parallel   {}{}\n", c.parallel, c.mixed_precision ? ", bf16 parameters, float32 reduction" : "");
+    fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", c.arch, c.layers,
+               c.dim, c.heads, vocab, c.seq_len, n_params);
+    fmt::print("placements {}\n", placements_summary(*m.net));
+    fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
+               data.val.size(), c.data_order, data.tokenizer ? data.tokenizer->kind() : "(ids)");
+    fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
+               c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
+    fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0)\n",
+               mib(param_bytes), mib(param_bytes), mib(2 * param_bytes));
+    std::fflush(stdout);
+  }
+
+  std::ofstream metrics;
+  if (rank0) metrics.open(std::filesystem::path(c.out) / "metrics.jsonl");
+  std::vector<Record> records;
+  const int64_t micro_rows = c.batch_size / c.grad_accum;
+  const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len);
+  reset_peak_memory_stats(kCPU);
+  collective_counter().reset();
+  const auto start = Clock::now();
+  auto last_line = start;
+  int64_t step = 0;
+  bool stopped = false;
+  for (; step < c.steps; ++step) {
+    const auto t0 = Clock::now();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
+      m.set_gradient_sync(micro + 1 == c.grad_accum);
+      const int64_t first = (step * c.grad_accum + micro) * micro_rows;
+      const Batch batch = make_batch(data.train, train_order, first, micro_rows, c.seq_len, mesh);
+      DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
+      if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
+      loss.backward();
+      loss_sum += loss.item();
+    }
+    const double norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
+                                        : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
+    const double lr = opt.param_groups()[0].lr;
+    opt.step();
+    schedule.step();
+    opt.zero_grad();
+    // Every rank's peak memory and whether any was interrupted, in one small all-reduce.
+    std::vector<double> shared(static_cast<size_t>(world + 1), 0.0);
+    shared[static_cast<size_t>(group->rank())] = static_cast<double>(memory_stats(kCPU).peak_bytes);
+    shared.back() = g_interrupted.load() ? 1 : 0;
+    Tensor t = Tensor::from_vector<double>(shared);
+    group->all_reduce(t, ReduceOp::kSum).wait();
+    const double* v = t.data_ptr<double>();
+    Record r{
+        .step = step + 1, .loss = loss_sum, .grad_norm = norm, .lr = lr, .ms = seconds_since(t0) * 1e3, .val_loss = {}};
+    if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps)) {
+      r.val_loss = evaluate(m, c, data, val_order, mesh, vocab);
+    }
+    records.push_back(r);
+    if (rank0) {
+      nlohmann::json line = {{"step", r.step},
+                             {"loss", r.loss},
+                             {"grad_norm", r.grad_norm},
+                             {"lr", r.lr},
+                             {"ms", r.ms},
+                             {"tokens_per_s", tokens_per_step / (r.ms / 1e3)},
+                             {"peak_bytes", std::vector<double>(v, v + world)}};
+      if (r.val_loss) line["val_loss"] = *r.val_loss;
+      metrics << line.dump() << "\n";
+      const double elapsed = seconds_since(start);
+      if ((step + 1) % c.log_every == 0 || step == 0 || step + 1 == c.steps || r.val_loss ||
+          seconds_since(last_line) > 5) {
+        const double per_step = elapsed / static_cast<double>(step + 1);
+        double peak = 0;
+        for (int64_t k = 0; k < world; ++k) peak = std::max(peak, v[k]);
+        fmt::print(
+            "step {:>{}}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms/step | {:.0f} tokens/s "
+            "| peak {:.1f} MiB/rank | ETA {}\n",
+            step + 1, std::to_string(c.steps).size(), c.steps, r.loss,
+            r.val_loss ? fmt::format(" | val {:.4f}", *r.val_loss) : "", r.grad_norm, r.lr, r.ms,
+            tokens_per_step / (r.ms / 1e3), mib(peak), format_duration(per_step * (c.steps - step - 1)));
+        std::fflush(stdout);
+        last_line = Clock::now();
+      }
+    }
+    if (v[world] > 0) {
+      stopped = true;
+      ++step;
+      break;
+    }
+  }
+  const double train_s = seconds_since(start);
+
+  RankFigures mine{.param_bytes = param_bytes,
+                   .grad_bytes = param_bytes,  // the last step's gradients were as large as the parameters
+                   .optim_bytes = optimizer_bytes(opt),
+                   .peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
+                   .wait_s = static_cast<double>(collective_counter().wait_ns()) / 1e9,
+                   .train_s = train_s,
+                   .tokens = tokens_per_step * static_cast<double>(step) / static_cast<double>(world)};
+  const std::vector<RankFigures> ranks = gather_rank_figures(mine);
+  if (rank0) {
+    if (stopped) fmt::print("train: interrupted; stopped after step {} on every rank\n", step);
+    fmt::print("\n{}", monitoring_table(ranks));
+    std::vector<std::pair<double, double>> train_curve, val_curve;
+    for (const Record& r : records) {
+      train_curve.emplace_back(static_cast<double>(r.step), r.loss);
+      if (r.val_loss) val_curve.emplace_back(static_cast<double>(r.step), *r.val_loss);
+    }
+    const std::filesystem::path out(c.out);
+    write_loss_plot(
+        (out / "loss.svg").string(),
+        {{.label = "train", .color = "#1f77b4", .points = train_curve},
+         {.label = "validation", .color = "#d62728", .points = val_curve}},
+        {.title = fmt::format("dtr train: {} on {} ranks", c.parallel, world), .x_label = "step", .y_label = "loss"});
+    nlohmann::json summary = {{"steps", step},
+                              {"interrupted", stopped},
+                              {"train_s", train_s},
+                              {"tokens_per_s", tokens_per_step * static_cast<double>(step) / train_s},
+                              {"first_loss", records.empty() ? 0.0 : records.front().loss},
+                              {"final_loss", records.empty() ? 0.0 : records.back().loss},
+                              {"ranks", nlohmann::json::array()}};
+    for (const Record& r : records) {
+      if (r.val_loss) summary["final_val_loss"] = *r.val_loss;
+    }
+    for (const RankFigures& f : ranks) summary["ranks"].push_back(to_json(f));
+    std::ofstream(out / "summary.json") << summary.dump(2) << "\n";
+    fmt::print("\nwrote {}/metrics.jsonl, {}/loss.svg, {}/summary.json, {}/config.json\n", c.out, c.out, c.out, c.out);
+  }
+  destroy_process_group();
+  return stopped ? 130 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dtr train: sharded training of a causal language model on CPU ranks.\n"
+      "Run N ranks with: dtrrun --nproc-per-node N train [flags]; without dtrrun it runs as one process."};
+  TrainConfig config;
+  add_train_flags(app, config);
+  CLI11_PARSE(app, argc, argv);
+  const std::vector<std::string> args(argv, argv + argc);
+  return tool_main("train", [&] {
+    if (!launcher::is_rank_process()) {  // one process: a world of one on a free local port
+      setenv("RANK", "0", 1);
+      setenv("LOCAL_RANK", "0", 1);
+      setenv("WORLD_SIZE", "1", 1);
+      setenv("LOCAL_WORLD_SIZE", "1", 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(launcher::find_free_port("127.0.0.1")).c_str(), 1);
+    }
+    return run(config, args);
+  });
+}

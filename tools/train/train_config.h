@@ -1,0 +1,74 @@
+// The train program's configuration: every flag, its default, and the checks that turn a
+// bad or contradictory combination into one ValueError line naming the flag and what is
+// legal (tool_main prints it and exits 1).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tools/train/token_data.h"
+
+namespace dtr::train {
+
+enum class Parallel : uint8_t { kFsdp, kHsdp, kDdp, kNone };
+
+struct TrainConfig {
+  // Model.
+  int64_t dim = 128, layers = 4, heads = 4;
+  int64_t vocab = 0;  // 0: the tokenizer's
+  int64_t seq_len = 128;
+  std::string arch = "gpt";  // seed | gpt; the four below override it one by one when given
+  std::string causal, pos_embed, final_norm, tie_embeddings;  // "", "true" or "false"
+  double dropout = 0;
+  // Training.
+  int64_t steps = 1000, batch_size = 16, grad_accum = 1;
+  double lr = 2e-3;
+  int64_t warmup = 50;
+  std::string lr_schedule = "cosine";
+  double weight_decay = 0.1, grad_clip = 1.0;
+  uint64_t seed = 1234;
+  std::string init_from;
+  // Parallelism.
+  std::string parallel = "fsdp", mesh;
+  bool mixed_precision = false;
+  int64_t prefetch = 0;
+  std::string reshard_after_forward = "true";
+  int64_t threads = 1;
+  std::string device = "cpu";
+  int64_t timeout_s = 60;
+  // Data and output.
+  std::string data, data_order = "sequential", tokenizer = "byte";
+  int64_t bpe_vocab = 512;
+  int64_t eval_every = 100, eval_batches = 4, log_every = 10;
+  std::string out = "train_out";
+  bool use_dcp_checkpointing = false;
+};
+
+// Registers every flag on `app`, writing into `config`.
+void add_train_flags(CLI::App& app, TrainConfig& config);
+
+// The model switches after --arch and the four overrides.
+struct ArchSwitches {
+  bool causal = true, pos_embed = true, final_norm = true, tie_embeddings = true;
+};
+ArchSwitches arch_switches(const TrainConfig& config);
+
+Parallel parallel_of(const TrainConfig& config);
+DataOrder data_order_of(const TrainConfig& config);
+
+// The mesh's dims as (name, size): --mesh parsed ("dp=4", "replicate=2,shard=2"), or the
+// default for --parallel over `world_size` ranks.
+std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& config, int64_t world_size);
+
+// ValueError (one line: the flag, the value, what is legal) for a bad or contradictory
+// configuration on `world_size` ranks; `vocab` is the tokenizer's when --vocab is 0.
+void validate(const TrainConfig& config, int64_t world_size, int64_t tokenizer_vocab);
+
+nlohmann::json to_json(const TrainConfig& config);
+
+}  // namespace dtr::train

@@ -1,0 +1,36 @@
+// What the train program prints and writes about the ranks: every rank's memory and time
+// gathered on rank 0, the seed's monitoring table, and the progress line.
+//
+// Memory per rank is the allocator's: parameters, gradients and optimizer state are the
+// local bytes of the sharded tensors; activations are the rest of the peak (everything else
+// alive at the highest point: saved activations, gathered parameters, workspaces).
+// Communication share is the time the compute thread waited on collectives (Work::wait),
+// so communication hidden behind compute does not count; compute share is the rest.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dtr::train {
+
+struct RankFigures {
+  double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0;
+  double wait_s = 0, train_s = 0;  // waiting on collectives, and all of the timed steps
+  double tokens = 0;               // this rank's tokens in the timed steps
+};
+
+// Every rank's figures, in rank order, on every rank (one all-reduce of the default group).
+std::vector<RankFigures> gather_rank_figures(const RankFigures& mine);
+
+// The seed's monitoring table, one row per rank.
+std::string monitoring_table(const std::vector<RankFigures>& ranks);
+nlohmann::json to_json(const RankFigures& figures);
+
+// "1m05s", "42s".
+std::string format_duration(double seconds);
+double mib(double bytes);
+
+}  // namespace dtr::train
