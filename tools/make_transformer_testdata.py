@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Writes tests/nn/testdata/transformer/<case>.safetensors: PyTorch's values for
 MultiheadAttention (with each kind of mask) and for the seed's Transformer and its causal
-variant, which tests/nn/transformer_golden_test.cc checks dtr against.
+variant, which tests/nn/transformer_golden_test.cc checks dtr against; and
+tests/train/testdata/init_from/: a GPT-style model's state dict as PyTorch saves it, a
+nanoGPT token file and the loss of the train program's first batch of it, which
+tests/train/train_test.cc reproduces with --init-from.
 
     ~/torch-venv/bin/python3 tools/make_transformer_testdata.py
 
@@ -94,6 +97,23 @@ def model_case(name, **config):
     save(name, model, {"tokens": tokens, "targets": targets, "logits": logits.detach(), "loss": loss.detach()})
 
 
+def train_init_case():
+    """The train program's first step: global batch 2 of windows 0 and 1 (sequential order)."""
+    out = OUT.parent.parent.parent / "train/testdata/init_from"
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(1)
+    model = Transformer(32, 16, 2, 2, causal=True, max_seq_len=8, final_norm=True, tie=True)
+    stream = torch.randint(0, 32, (400,))
+    stream.to(torch.int32).numpy().astype("<u2").tofile(str(out / "tokens.bin"))
+    seq = 8
+    x = torch.stack([stream[w * seq : w * seq + seq] for w in range(2)])
+    y = torch.stack([stream[w * seq + 1 : w * seq + seq + 1] for w in range(2)])
+    loss = nn.functional.cross_entropy(model(x).reshape(-1, 32), y.reshape(-1))
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(out / "model.safetensors"))
+    (out / "first_loss.txt").write_text(f"{loss.item():.9g}\n")
+    print("train init_from: first loss", loss.item())
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
@@ -105,6 +125,7 @@ def main() -> None:
     attention_case("mha_causal", True, attn_mask=torch.ones(5, 5, dtype=torch.bool).triu(1), is_causal=True)
     model_case("seed")
     model_case("causal_lm", causal=True, max_seq_len=8, final_norm=True, tie=True)
+    train_init_case()
 
 
 if __name__ == "__main__":

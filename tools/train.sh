@@ -11,5 +11,5 @@ if [[ ${1:-} == --nproc ]]; then
   nproc=$2
   shift 2
 fi
-bazel build //tools/train //tools/launcher:dtrrun >&2
+bazel build --noshow_progress --ui_event_filters=-info //tools/train //tools/launcher:dtrrun >&2
 exec bazel-bin/tools/launcher/dtrrun --nproc-per-node "$nproc" bazel-bin/tools/train/train "$@"

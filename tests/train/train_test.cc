@@ -177,3 +177,45 @@ TEST_CASE("a rank killed mid-run makes dtrrun exit non-zero naming it", "[train]
   CHECK(r.exit_code != 0);
   CHECK(r.output.find("was killed by signal 9") != std::string::npos);
 }
+
+TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's first loss", "[train]") {
+  // tools/make_transformer_testdata.py: a GPT-style model (vocab 32, dim 16, 2 blocks),
+  // a token file and the loss of windows 0 and 1 (the first global batch of 2).
+  const std::string data = "tests/train/testdata/init_from/";
+  const double expected = std::stod(read_file(data + "first_loss.txt"));
+  for (const int ranks : {0, 2}) {
+    INFO(ranks << " ranks");
+    const std::vector<double> losses =
+        train_losses(fmt::format("init{}", ranks), ranks,
+                     fmt::format("--data {}tokens.bin --init-from {}model.safetensors --dim 16 --layers 2 --heads 2 "
+                                 "--seq-len 8 --vocab 32 --batch-size 2 --steps 1 --eval-every 0 --parallel {}",
+                                 data, data, ranks == 0 ? "none" : "fsdp"));
+    REQUIRE(losses.size() == 1);
+    CHECK(losses[0] == Approx(expected).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary so far", "[train]") {
+  const fs::path dir = fresh_dir("sigint");
+  const fs::path out = dir / "out";
+  std::thread interrupter([&] {
+    for (int i = 0; i < 600 && !fs::exists(out / "metrics.jsonl"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::system(fmt::format("pkill -INT -f '^[^ ]*{} .*--out {}'", kDtrrun, out.string()).c_str());
+  });
+  const Result r = run(fmt::format("{} --nproc-per-node 2 {} --dim 32 --layers 1 --heads 2 --seq-len 16 "
+                                   "--batch-size 4 --steps 100000 --log-every 100 --out {}",
+                                   kDtrrun, kTrain, out.string()),
+                       dir);
+  interrupter.join();
+  INFO(r.output);
+  CHECK(r.exit_code == 130);
+  CHECK(r.output.find("interrupted; stopped after step") != std::string::npos);
+  CHECK(r.output.find("comm %") != std::string::npos);
+  const nlohmann::json summary = nlohmann::json::parse(read_file(out / "summary.json"));
+  CHECK(summary.at("interrupted") == true);
+  CHECK(summary.at("steps").get<int64_t>() > 0);
+  CHECK(summary.at("steps").get<int64_t>() < 100000);
+}
