@@ -91,23 +91,6 @@ double lr_factor(const TrainConfig& c, int64_t s) {
   return 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress));  // cosine to 10%
 }
 
-double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
-  double bytes = 0;
-  for (const DTensor* t : tensors) {
-    const DTensor& v = grads ? t->grad() : *t;
-    if (v.defined()) bytes += static_cast<double>(v.to_local().nbytes());
-  }
-  return bytes;
-}
-
-double optimizer_bytes(const optim::Optimizer& opt) {
-  double bytes = 0;
-  for (const auto& [index, state] : opt.state_dict().state) {
-    for (const auto& [name, t] : state.tensors) bytes += static_cast<double>(t.to_local().nbytes());
-  }
-  return bytes;
-}
-
 // The model and its parallelism, as --parallel and the rest say.
 struct Model {
   std::unique_ptr<nn::Transformer> net;
@@ -241,7 +224,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
 
   const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, data_order_of(c), c.seed);
   const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
-  const double param_bytes = local_bytes(m.net->parameters(), false);
+  const double param_bytes = parameter_bytes(m.net->parameters());
   int64_t n_params = 0;
   for (auto& [name, p] : m.net->named_parameters()) n_params += p->numel();
 
@@ -278,6 +261,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   auto last_line = start;
   int64_t step = 0;
   bool stopped = false;
+  double grad_bytes = 0;  // the last step's gradients
   for (; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     double loss_sum = 0;
@@ -293,6 +277,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     const double norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
                                         : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
     const double lr = opt.param_groups()[0].lr;
+    grad_bytes = gradient_bytes(m.net->parameters());
     opt.step();
     schedule.step();
     opt.zero_grad();
@@ -344,8 +329,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const double train_s = seconds_since(start);
 
   RankFigures mine{.param_bytes = param_bytes,
-                   .grad_bytes = param_bytes,  // the last step's gradients were as large as the parameters
-                   .optim_bytes = optimizer_bytes(opt),
+                   .grad_bytes = grad_bytes,
+                   .optim_bytes = optimizer_state_bytes(opt),
                    .peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
                    .wait_s = static_cast<double>(collective_counter().wait_ns()) / 1e9,
                    .train_s = train_s,

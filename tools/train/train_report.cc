@@ -12,6 +12,28 @@ namespace dtr::train {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+double parameter_bytes(const std::vector<DTensor*>& params) {
+  double bytes = 0;
+  for (const DTensor* p : params) bytes += static_cast<double>(p->to_local().nbytes());
+  return bytes;
+}
+
+double gradient_bytes(const std::vector<DTensor*>& params) {
+  double bytes = 0;
+  for (const DTensor* p : params) {
+    if (p->grad().defined()) bytes += static_cast<double>(p->grad().to_local().nbytes());
+  }
+  return bytes;
+}
+
+double optimizer_state_bytes(const optim::Optimizer& opt) {
+  double bytes = 0;
+  for (const auto& [index, state] : opt.state_dict().state) {
+    for (const auto& [name, t] : state.tensors) bytes += static_cast<double>(t.to_local().nbytes());
+  }
+  return bytes;
+}
+
 std::vector<RankFigures> gather_rank_figures(const RankFigures& mine) {
   constexpr int64_t kFields = 7;
   const std::shared_ptr<ProcessGroup> group = default_group();

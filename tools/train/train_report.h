@@ -14,7 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/dtensor.h"
+#include "optim/optimizer.h"
+
 namespace dtr::train {
+
+// This rank's bytes of the parameters, of their gradients (those defined), and of an
+// optimizer's state (its local tensors).
+double parameter_bytes(const std::vector<DTensor*>& params);
+double gradient_bytes(const std::vector<DTensor*>& params);
+double optimizer_state_bytes(const optim::Optimizer& opt);
 
 struct RankFigures {
   double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0;
