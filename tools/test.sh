@@ -6,7 +6,9 @@
 # test`. `tools/test.sh --gpu` also runs the tests tagged gpu (a machine with a GPU);
 # `tools/test.sh --multi-gpu` runs those and the ones tagged multi_gpu too (two or more
 # GPUs: a multi_gpu test fails, never passes, on a machine with fewer). The format check
-# (tools/format.sh --check) runs after the tests and counts as one test.
+# (tools/format.sh --check) runs after the tests and counts as one test. A Catch2 test case
+# that cannot run on this machine warns "SKIPPED: <why>" (tools/count_catch2.py); it counts
+# as neither passed nor failed, and a line before the last one names its target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -31,8 +33,9 @@ while read -r target result; do
     counts=$(python3 tools/count_catch2.py "$file")
   fi
   if [[ -n $counts ]]; then
-    read -r p f <<<"$counts"
+    read -r p f s <<<"$counts"
     passed=$((passed + p)) failed=$((failed + f))
+    if ((s > 0)); then echo "$target: $s test case(s) skipped, see $file"; fi
   elif [[ $result == PASSED ]]; then
     passed=$((passed + 1))
   else
