@@ -44,6 +44,7 @@
 #include "tools/bench/peer.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
+#include "tools/train/train_report.h"
 
 namespace {
 
@@ -56,15 +57,6 @@ struct Figures {
   double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0, ms_per_step = 0;
   double wait_ms_per_step = 0;  // in Work::wait: the compute thread waiting on collectives
 };
-
-double local_bytes(const std::vector<DTensor*>& tensors, bool grads) {
-  double bytes = 0;
-  for (const DTensor* t : tensors) {
-    const DTensor& v = grads ? t->grad() : *t;
-    if (v.defined()) bytes += static_cast<double>(v.to_local().nbytes());
-  }
-  return bytes;
-}
 
 // Trains `steps` timed steps after `warmup`; the largest figure of any rank.
 Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
@@ -104,7 +96,7 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
     const DTensor loss = nn::cross_entropy(reshape(model(x), {batch * kSeq, kVocab}), y);
     loss.backward();
     if (step + 1 == warmup + steps) {  // the gradients, before the step drops nothing
-      f.grad_bytes = local_bytes(model.parameters(), true);
+      f.grad_bytes = train::gradient_bytes(model.parameters());
     }
     opt.step();
     if (step + 1 == warmup + steps)
@@ -112,10 +104,8 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
     loss.item();  // a collective: every rank ends the step together (not counted as waiting)
     if (step >= warmup) times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
-  f.param_bytes = local_bytes(model.parameters(), false);
-  for (const auto& [index, state] : opt.state_dict().state) {
-    for (const auto& [name, t] : state.tensors) f.optim_bytes += static_cast<double>(t.to_local().nbytes());
-  }
+  f.param_bytes = train::parameter_bytes(model.parameters());
+  f.optim_bytes = train::optimizer_state_bytes(opt);
   f.peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes);
   f.ms_per_step = bench::median(times);
   // The largest of every rank's figures.
@@ -125,8 +115,6 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
   const double* v = all.data_ptr<double>();
   return {v[0], v[1], v[2], v[3], v[4], v[5]};
 }
-
-double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // Where rank 0 writes dtr's FSDP tokens/s for the launching process.
 constexpr const char* kResultFileEnv = "DTR_FSDP_BENCH_RESULT";
@@ -156,8 +144,9 @@ void rank_main(int64_t steps, int64_t warmup) {
       fmt::print(
           "{:>5} | {:<11} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
           "{:>8.1f} | {:>8.1f} | {:>7.1f}\n",
-          world, name, mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(state), state / state_base,
-          1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3), f.wait_ms_per_step);
+          world, name, train::mib(f.param_bytes), train::mib(f.grad_bytes), train::mib(f.optim_bytes),
+          train::mib(state), state / state_base, 1.0 / world, train::mib(f.peak_bytes), f.ms_per_step,
+          tokens / (f.ms_per_step / 1e3), f.wait_ms_per_step);
     }
   }
   destroy_process_group();

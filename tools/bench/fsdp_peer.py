@@ -2,11 +2,16 @@
 """PyTorch peer of fsdp_bench: the same causal LM and configuration under PyTorch 2.15's
 fully_shard (FSDP2: each block, then the root) and DistributedDataParallel, on gloo, one
 thread per rank, started by torch.distributed.run. Rank 0 prints one line:
-"torch fsdp <ms/step> <tokens/s> ddp <ms/step> <tokens/s>" (medians). Needs
+"torch fsdp <ms/step> <tokens/s> ddp <ms/step> <tokens/s>" (medians). With
+--mixed-precision it trains only fully_shard under MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=float32; the root's outputs float32, as dtr's train does) and prints
+"torch fsdp_mp <ms/step> <tokens/s>". A non-finite loss fails the run. Needs
 `pip install torch==2.15.0`; without torch it prints "torch missing" and exits 0.
 
-    python3 -m torch.distributed.run --nproc_per_node N tools/bench/fsdp_peer.py STEPS WARMUP
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/fsdp_peer.py STEPS WARMUP [--mixed-precision]
 """
+import argparse
+import math
 import statistics
 import sys
 import time
@@ -37,14 +42,21 @@ def train(model, steps: int, warmup: int) -> float:
         loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y)
         loss.backward()
         opt.step()
-        loss.item()
+        value = loss.item()
+        if not math.isfinite(value):
+            raise RuntimeError(f"fsdp_peer: step {step}: loss {value} is not finite")
         if step >= warmup:
             times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)
 
 
 def main() -> None:
-    steps, warmup = int(sys.argv[1]), int(sys.argv[2])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("steps", type=int)
+    parser.add_argument("warmup", type=int)
+    parser.add_argument("--mixed-precision", action="store_true")
+    args = parser.parse_args()
+    steps, warmup = args.steps, args.warmup
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
@@ -52,7 +64,23 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=SEQ, final_norm=True)
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if args.mixed_precision:
+        block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        root_mp = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32
+        )
+        for layer in model.layers:
+            fully_shard(layer, mp_policy=block_mp)
+        fully_shard(model, mp_policy=root_mp)
+        times = torch.tensor([train(model, steps, warmup)], dtype=torch.float64)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        if dist.get_rank() == 0:
+            f = times.item()
+            print(f"torch fsdp_mp {f:.1f} {tokens / (f / 1e3):.1f}")
+        dist.destroy_process_group()
+        return
 
     for layer in model.layers:
         fully_shard(layer)
