@@ -385,6 +385,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     }
     last_order_ = std::move(order_);
     order_.clear();
+    ended_.clear();
   } else {
     root_ = t_root;
   }
@@ -468,6 +469,7 @@ void FSDPModule::start_forward_gather(Async async) {
 
 Values FSDPModule::post_forward(const Values& outputs) {
   use_gathered(false);
+  root_->ended_.push_back(this);
   --t_open_forwards;
   if (t_open_forwards == 0) t_root = nullptr;
   if (reshard_after_forward_.value_or(root_ != this)) reshard();
@@ -481,12 +483,13 @@ void FSDPModule::pre_backward() {
       if (!alive.expired()) finish_backward();
     });
   }
-  // Groups after this one in forward order still released are gathered first, latest
-  // first: where the loss reaches them their backward ran first (or prefetched them), so
-  // every rank issues the backward's all-gathers in the same order, whatever it reached.
-  const std::vector<FSDPModule*>& o = root_->order_;
-  const auto self = std::find(o.begin(), o.end(), this);
-  for (auto later = o.rbegin(); self != o.end() && later.base() != self + 1; ++later) {
+  // Groups whose forward ended after this one's get their output gradients first, so
+  // where the loss reaches them their backward has begun (or prefetched them): those
+  // still released are gathered first, latest first, so that every rank issues the
+  // backward's all-gathers in the same order, whatever its loss reached.
+  const std::vector<FSDPModule*>& ended = root_->ended_;
+  const auto self = std::find(ended.begin(), ended.end(), this);
+  for (auto later = ended.rbegin(); self != ended.end() && later.base() != self + 1; ++later) {
     if ((*later)->released_ && (*later)->linked_) (*later)->unshard(Async::kYes);
   }
   unshard(Async::kNo);  // refills released storage; a no-op when kept or prefetched

@@ -202,6 +202,7 @@ class FSDPModule : public ParallelPolicy {
   std::shared_ptr<ReduceState> reduce_state_;
   FSDPModule* root_ = nullptr;                   // set at the first forward
   std::vector<FSDPModule*> order_, last_order_;  // the root's: this and the last iteration's
+  std::vector<FSDPModule*> ended_;               // the root's: this iteration's groups as their forwards ended
 };
 
 // Shards `module`'s parameters over the 1-D `mesh` (see above) and returns its FSDP handle,

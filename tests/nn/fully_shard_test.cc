@@ -159,10 +159,21 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
       CHECK((root->gathered_bytes() > 0) == many);
     }
     if (ddp != nullptr) CHECK(issued_collectives() == 0);
+    // When backward reaches the logits the root has prefetched the last block, and only it:
+    // the other blocks gather when their own backward begins (memory stays one block deep).
+    int64_t gathered_at_backward = -1;
+    if (sharding == Sharding::kFsdp && mesh.size() > 1 && accumulation == Accumulation::kNo) {
+      logits.register_hook([&](const DTensor&) {
+        gathered_at_backward =
+            std::count_if(blocks.begin(), blocks.end(), [](FSDPModule* b) { return b->gathered_bytes() > 0; });
+        return DTensor();
+      });
+    }
     const DTensor loss = cross_entropy(reshape(logits, {xs.size(0) * kSeq, kVocab}), ys);
     collective_counter().reset();
     loss.backward();
     if (step == 0) run.reduce_scatter_bytes = collective_counter().bytes(CollectiveKind::kReduceScatter);
+    if (gathered_at_backward >= 0) CHECK(gathered_at_backward == 1);
     if (ddp != nullptr && mesh.size() > 1) {  // one all-reduce per bucket, nothing else
       CHECK(calls(CollectiveKind::kAllReduce) == static_cast<int64_t>(ddp->buckets().size()));
       // With even batch shards nothing else moves. (3 ranks, whose batch shards are 2, 2
