@@ -243,6 +243,55 @@ ProcessGroup& DeviceMesh::flattened_group(int64_t first_dim, int64_t num_dims) c
   return *flattened_groups_.at({first_dim, num_dims});
 }
 
+void DeviceMesh::make_groups(const std::shared_ptr<ProcessGroup>& parent) {
+  for (int64_t m = 0; m < ndim(); ++m) {
+    if (ndim() == 1) {
+      groups_.push_back(parent);
+      break;
+    }
+    // The groups along m are the ranks that agree on every other coordinate: colour by
+    // the row-major index of those coordinates.
+    int64_t colour = 0;
+    for (int64_t k = 0; k < ndim(); ++k) {
+      if (k != m) colour = colour * size(k) + coordinate()[k];
+    }
+    groups_.push_back(split_group(*parent, static_cast<int>(colour)));
+    DTR_INTERNAL_ASSERT(groups_.back()->rank() == coordinate()[m], "group rank {} at coordinate {}",
+                        groups_.back()->rank(), coordinate());
+  }
+  // One group per range of two or more adjacent mesh dims, for collectives merged over them.
+  for (int64_t first = 0; first < ndim(); ++first) {
+    for (int64_t count = 2; first + count <= ndim(); ++count) {
+      if (count == ndim()) {
+        flattened_groups_[{first, count}] = parent;  // row-major over every dim: the parent's order
+        continue;
+      }
+      int64_t colour = 0;
+      for (int64_t k = 0; k < ndim(); ++k) {
+        if (k < first || k >= first + count) colour = colour * size(k) + coordinate()[k];
+      }
+      std::shared_ptr<ProcessGroup> group = split_group(*parent, static_cast<int>(colour));
+      DTR_INTERNAL_ASSERT(group->rank() == flat_index(first, count), "flattened group rank {} at coordinate {}",
+                          group->rank(), coordinate());
+      flattened_groups_[{first, count}] = std::move(group);
+    }
+  }
+}
+
+DeviceMesh DeviceMesh::unflatten(Shape shape, std::vector<std::string> dim_names) const {
+  DTR_CHECK(ndim() == 1 && has_groups(), ValueError,
+            "DeviceMesh.unflatten: {} must be a 1-D mesh with a process group (made by init_device_mesh, or a "
+            "1-D sub-mesh of one)",
+            to_string());
+  DTR_CHECK(shape_numel(shape) == size(), ValueError,
+            "DeviceMesh.unflatten: a shape of {} holds {} ranks but {} has {}; the shape must hold exactly its ranks",
+            shape, shape_numel(shape), to_string(), size());
+  (void)DeviceMesh::row_major(device_type_, shape, dim_names, 0, size());  // checks the shape and names
+  DeviceMesh mesh(Unchecked{}, device_type_, std::move(shape), ranks_, std::move(dim_names), this_rank_);
+  mesh.make_groups(groups_.front());
+  return mesh;
+}
+
 DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names) {
   if (!is_initialized()) init_process_group(device_type == kCPU ? Backend::kGloo : Backend::kNccl);
   std::shared_ptr<ProcessGroup> world = default_group();
@@ -252,38 +301,7 @@ DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std
             shape, mesh_size, world->size());
   DeviceMesh mesh =
       DeviceMesh::row_major(device_type, std::move(shape), std::move(dim_names), world->rank(), world->size());
-  for (int64_t m = 0; m < mesh.ndim(); ++m) {
-    if (mesh.ndim() == 1) {
-      mesh.groups_.push_back(world);
-      break;
-    }
-    // The groups along m are the ranks that agree on every other coordinate: colour by
-    // the row-major index of those coordinates.
-    int64_t colour = 0;
-    for (int64_t k = 0; k < mesh.ndim(); ++k) {
-      if (k != m) colour = colour * mesh.size(k) + mesh.coordinate()[k];
-    }
-    mesh.groups_.push_back(split_group(*world, static_cast<int>(colour)));
-    DTR_INTERNAL_ASSERT(mesh.groups_.back()->rank() == mesh.coordinate()[m], "group rank {} at coordinate {}",
-                        mesh.groups_.back()->rank(), mesh.coordinate());
-  }
-  // One group per range of two or more adjacent mesh dims, for collectives merged over them.
-  for (int64_t first = 0; first < mesh.ndim(); ++first) {
-    for (int64_t count = 2; first + count <= mesh.ndim(); ++count) {
-      if (count == mesh.ndim()) {
-        mesh.flattened_groups_[{first, count}] = world;  // row-major over every dim: the world's order
-        continue;
-      }
-      int64_t colour = 0;
-      for (int64_t k = 0; k < mesh.ndim(); ++k) {
-        if (k < first || k >= first + count) colour = colour * mesh.size(k) + mesh.coordinate()[k];
-      }
-      std::shared_ptr<ProcessGroup> group = split_group(*world, static_cast<int>(colour));
-      DTR_INTERNAL_ASSERT(group->rank() == mesh.flat_index(first, count), "flattened group rank {} at coordinate {}",
-                          group->rank(), mesh.coordinate());
-      mesh.flattened_groups_[{first, count}] = std::move(group);
-    }
-  }
+  mesh.make_groups(world);
   return mesh;
 }
 

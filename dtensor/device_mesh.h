@@ -94,6 +94,13 @@ class DeviceMesh {
   // when can_flatten is false or the mesh is a topology.
   ProcessGroup& flattened_group(int64_t first_dim, int64_t num_dims) const;
 
+  // This 1-D mesh's ranks, in order, as a mesh of `shape` (PyTorch's DeviceMesh._unflatten):
+  // [4] over ranks (0, 2, 4, 6) as [2, 2] gives [[0, 2], [4, 6]]. Its process groups are split
+  // from this mesh's group, so the call is collective over this mesh's ranks only (each calls
+  // it, in the same order). ValueError unless this mesh is 1-D with a group and shape holds
+  // exactly its ranks.
+  DeviceMesh unflatten(Shape shape, std::vector<std::string> dim_names) const;
+
   // PyTorch's repr: "DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))".
   std::string to_string() const;
   // Meshes are equal when device type, shape, ranks and names agree (this_rank aside:
@@ -106,6 +113,9 @@ class DeviceMesh {
              std::vector<std::string> dim_names, int64_t this_rank);
   void check_mesh_dim(int64_t mesh_dim, std::string_view op) const;
   void check_dim_range(int64_t first_dim, int64_t num_dims, std::string_view op) const;
+  // Gives this mesh (of the same ranks as `parent`, in its order) a group per mesh dim and per
+  // range of adjacent dims, split from `parent`: collective over it.
+  void make_groups(const std::shared_ptr<ProcessGroup>& parent);
   friend DeviceMesh init_device_mesh(DeviceType, Shape, std::vector<std::string>);
 
   DeviceType device_type_;

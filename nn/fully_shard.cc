@@ -100,14 +100,8 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
               "fully_shard: {} on {}: reshard_after_forward = {} must divide the size of a 1-D mesh",
               module.type_name(), mesh.to_string(), k);
     reshard_after_forward_ = k > 1;
-    if (k > 1 && k < mesh.size()) {
-      std::vector<int64_t> world(static_cast<size_t>(mesh.size()));
-      for (size_t r = 0; r < world.size(); ++r) world[r] = static_cast<int64_t>(r);
-      DTR_CHECK(mesh.ranks() == world, ValueError,
-                "fully_shard: {} on {}: reshard_after_forward = {} needs the mesh over every rank in order",
-                module.type_name(), mesh.to_string(), k);
-      post_forward_mesh_ = init_device_mesh(mesh.device_type(), {mesh.size() / k, k}, {"replicate", "shard"});
-    }
+    // The mesh's ranks as [N / k, k]: groups of k consecutive ranks (collective over the mesh).
+    if (k > 1 && k < mesh.size()) post_forward_mesh_ = mesh.unflatten({mesh.size() / k, k}, {"replicate", "shard"});
   }
   int64_t shard_dim = mesh.ndim() - 1;  // the mesh dim parameters are sharded over
   if (!options.shard_mesh_dim.empty()) {

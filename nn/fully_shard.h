@@ -67,8 +67,9 @@ struct MixedPrecisionPolicy {
 struct FullyShardOptions {
   // Release the gathered parameters after forward and gather them again for backward
   // (true: ZeRO-3), keep them through backward (false: ZeRO-2), or keep 1/k of them, sharded
-  // over groups of k consecutive ranks, so that backward's all-gather stays within k ranks
-  // (an int k dividing the mesh size: ZeRO++'s hpZ; the mesh must hold every rank). Unset:
+  // over groups of k consecutive ranks of the mesh, so that backward's all-gather stays
+  // within k ranks (an int k dividing the mesh size: ZeRO++'s hpZ; the mesh may be a 1-D
+  // sub-mesh, e.g. mesh["dp"] of a 2-D one). Unset:
   // true, except for the root (the outermost sharded module to run), whose parameters
   // backward needs first.
   std::optional<std::variant<bool, int>> reshard_after_forward;

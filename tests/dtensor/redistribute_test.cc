@@ -155,6 +155,26 @@ TEST_CASE("random redistributes on a 2x2x2 mesh of 8 ranks", "[dtensor][redistri
   });
 }
 
+TEST_CASE("a 1-D sub-mesh unflattened gets its own groups, made among its ranks only", "[dtensor][redistribute]") {
+  run_ranks(8, [](int rank, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 4}, {"pp", "dp"});
+    const DeviceMesh dp = mesh["dp"];  // ranks 0..3 or 4..7
+    const DeviceMesh pairs = dp.unflatten({2, 2}, {"replicate", "shard"});
+    CHECK(pairs.ranks() == dp.ranks());
+    const int base = rank / 4 * 4;
+    const std::vector<int> pair =
+        rank % 4 < 2 ? std::vector<int>{base, base + 1} : std::vector<int>{base + 2, base + 3};
+    CHECK(pairs.group(1).global_ranks() == pair);
+    CHECK(&pairs.flattened_group(0, 2) == &dp.group(0));
+    std::mt19937_64 gen(7);
+    int ran = 0;
+    for (uint64_t c = 0; c < 20; ++c) ran += run_random_case(pairs, gen, c);
+    CHECK(ran >= 10);
+    CHECK_THROWS_MATCHES(mesh.unflatten({4, 2}, {}), ValueError, testing::MessageContains("must be a 1-D mesh"));
+    CHECK_THROWS_MATCHES(dp.unflatten({3, 2}, {}), ValueError, testing::MessageContains("holds 6 ranks"));
+  });
+}
+
 TEST_CASE("merged collectives run over the flattened group, even and uneven", "[dtensor][redistribute][merged]") {
   run_ranks(4, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});

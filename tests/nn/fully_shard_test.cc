@@ -267,6 +267,15 @@ TEST_CASE("HSDP on a 2x2 mesh, resharding onto pairs and Shard(1) parameters tra
   });
 }
 
+TEST_CASE("resharding onto pairs within a sub-mesh of the world trains like one rank", "[nn][fully_shard]") {
+  testing::run_ranks(8, [](int, int) {
+    // FSDP over mesh["dp"] (4 of the 8 ranks) with reshard_after_forward = 2: backward's
+    // all-gathers run within pairs of the dp group's ranks.
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 4}, {"pp", "dp"});
+    check_same(train(mesh["dp"], Sharding::kReshardToPairs), train(single_rank_mesh(), Sharding::kNone));
+  });
+}
+
 TEST_CASE("the DDP baseline (replicate) trains like one rank, one all-reduce per bucket", "[nn][replicate]") {
   for (int world : {2, 3, 4}) {
     testing::run_ranks(world, [](int, int world) {
