@@ -18,35 +18,22 @@
 #include <thread>
 #include <vector>
 
+#include "tests/train/train_runner.h"
+
+namespace dtr {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Runfiles paths (a test runs in its workspace's runfiles root).
-const std::string kDtrrun = "tools/launcher/dtrrun";
-const std::string kTrain = "tools/train/train";
-// The tiny model every comparison trains: 12 sequences split over 1, 2, 3 or 4 ranks.
-const std::string kTiny =
-    "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 12 --steps 10 --eval-every 5 --eval-batches 1 "
-    "--log-every 5 --warmup 2";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using testing::CommandResult;
+using testing::kDtrrun;
+using testing::kTinyTrainFlags;
+using testing::kTrain;
+using testing::read_file;
 
 // Runs `command` through the shell, its output captured in `dir`.
-Result run(const std::string& command, const fs::path& dir) {
-  const fs::path log = dir / "output.txt";
-  const int status = std::system(fmt::format("{} > {} 2>&1", command, log.string()).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(log)};
+CommandResult run(const std::string& command, const fs::path& dir) {
+  return testing::run_command(command, dir / "output.txt");
 }
 
 fs::path fresh_dir(const std::string& name) {
@@ -61,17 +48,10 @@ fs::path fresh_dir(const std::string& name) {
 std::vector<double> train_losses(const std::string& name, int ranks, const std::string& flags) {
   const fs::path dir = fresh_dir(name);
   const std::string program = ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, ranks, kTrain);
-  const Result r = run(fmt::format("{} {} --out {}", program, flags, (dir / "out").string()), dir);
+  const CommandResult r = run(fmt::format("{} {} --out {}", program, flags, (dir / "out").string()), dir);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  std::vector<double> losses;
-  std::ifstream metrics(dir / "out" / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    losses.push_back(j.at("loss").get<double>());
-    CHECK(j.at("peak_bytes").size() == static_cast<size_t>(std::max(ranks, 1)));
-  }
-  return losses;
+  return testing::losses_in(dir / "out" / "metrics.jsonl", static_cast<size_t>(std::max(ranks, 1)));
 }
 
 void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance) {
@@ -85,27 +65,28 @@ void check_same_losses(const std::vector<double>& got, const std::vector<double>
 }  // namespace
 
 TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]") {
-  const std::vector<double> none = train_losses("none", 0, kTiny + " --parallel none");
+  const std::vector<double> none = train_losses("none", 0, kTinyTrainFlags + " --parallel none");
   REQUIRE(none.size() == 10);
-  check_same_losses(train_losses("fsdp2", 2, kTiny), none, 1e-5);
-  check_same_losses(train_losses("fsdp3", 3, kTiny), none, 1e-5);
-  check_same_losses(train_losses("ddp2", 2, kTiny + " --parallel ddp"), none, 1e-5);
-  check_same_losses(train_losses("hsdp4", 4, kTiny + " --parallel hsdp --mesh replicate=2,shard=2"), none, 1e-5);
+  check_same_losses(train_losses("fsdp2", 2, kTinyTrainFlags), none, 1e-5);
+  check_same_losses(train_losses("fsdp3", 3, kTinyTrainFlags), none, 1e-5);
+  check_same_losses(train_losses("ddp2", 2, kTinyTrainFlags + " --parallel ddp"), none, 1e-5);
+  check_same_losses(train_losses("hsdp4", 4, kTinyTrainFlags + " --parallel hsdp --mesh replicate=2,shard=2"), none,
+                    1e-5);
   // Two micro-batches per step (sync on the second only) and explicit prefetch: the same.
-  check_same_losses(train_losses("accum", 2, kTiny + " --grad-accum 2 --prefetch 1"), none, 1e-5);
+  check_same_losses(train_losses("accum", 2, kTinyTrainFlags + " --grad-accum 2 --prefetch 1"), none, 1e-5);
   // bf16 parameters and compute round each weight and activation to 8 significant bits (a
   // relative error of up to 2^-9, 0.2%, per value); the loss averages over 192 tokens, and
   // over 10 steps at this size it moved by at most 0.025% (measured), so 1% is the bound.
-  check_same_losses(train_losses("mixed", 2, kTiny + " --mixed-precision"), none, 1e-2);
+  check_same_losses(train_losses("mixed", 2, kTinyTrainFlags + " --mixed-precision"), none, 1e-2);
 }
 
 TEST_CASE("train on the built-in corpus: the loss falls, and the output files parse", "[train]") {
   const fs::path dir = fresh_dir("corpus");
   const fs::path out = dir / "out";
-  const Result r = run(fmt::format("{} --nproc-per-node 2 {} --dim 64 --layers 2 --heads 4 --seq-len 32 "
-                                   "--batch-size 16 --steps 80 --eval-every 40 --log-every 20 --out {}",
-                                   kDtrrun, kTrain, out.string()),
-                       dir);
+  const CommandResult r = run(fmt::format("{} --nproc-per-node 2 {} --dim 64 --layers 2 --heads 4 --seq-len 32 "
+                                          "--batch-size 16 --steps 80 --eval-every 40 --log-every 20 --out {}",
+                                          kDtrrun, kTrain, out.string()),
+                              dir);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("health check passed") != std::string::npos);
@@ -149,7 +130,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
     INFO(c.flags);
     const std::string program =
         c.ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, c.ranks, kTrain);
-    const Result r = run(fmt::format("{} --steps 1 {} --out {}", program, c.flags, (dir / "out").string()), dir);
+    const CommandResult r = run(fmt::format("{} --steps 1 {} --out {}", program, c.flags, (dir / "out").string()), dir);
     INFO(r.output);
     CHECK(r.exit_code != 0);
     CHECK(r.output.find(c.expected) != std::string::npos);
@@ -163,6 +144,7 @@ TEST_CASE("a rank killed mid-run makes dtrrun exit non-zero naming it", "[train]
       "{} --nproc-per-node 2 {} --dim 32 --layers 1 --heads 2 --seq-len 16 "
       "--batch-size 4 --steps 100000 --log-every 1 --out {}",
       kDtrrun, kTrain, out.string());
+  int killed = -1;  // pkill's exit code: 0 when it signalled a process
   std::thread killer([&] {
     // Once training runs (metrics appear), SIGKILL the oldest rank: the ranks' command lines
     // start with the program's path, dtrrun's with its own.
@@ -170,11 +152,14 @@ TEST_CASE("a rank killed mid-run makes dtrrun exit non-zero naming it", "[train]
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    std::system(fmt::format("pkill -KILL -o -f '^[^ ]*{} .*--out {}'", kTrain, out.string()).c_str());
+    killed = testing::run_command(fmt::format("pkill -KILL -o -f '^[^ ]*{} .*--out {}'", kTrain, out.string()),
+                                  dir / "pkill.txt")
+                 .exit_code;
   });
-  const Result r = run(command, dir);
+  const CommandResult r = run(command, dir);
   killer.join();
   INFO(r.output);
+  CHECK(killed == 0);
   CHECK(r.exit_code != 0);
   CHECK(r.output.find("was killed by signal 9") != std::string::npos);
 }
@@ -199,19 +184,23 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
 TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary so far", "[train]") {
   const fs::path dir = fresh_dir("sigint");
   const fs::path out = dir / "out";
+  int interrupted = -1;
   std::thread interrupter([&] {
     for (int i = 0; i < 600 && !fs::exists(out / "metrics.jsonl"); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    std::system(fmt::format("pkill -INT -f '^[^ ]*{} .*--out {}'", kDtrrun, out.string()).c_str());
+    interrupted = testing::run_command(fmt::format("pkill -INT -f '^[^ ]*{} .*--out {}'", kDtrrun, out.string()),
+                                       dir / "pkill.txt")
+                      .exit_code;
   });
-  const Result r = run(fmt::format("{} --nproc-per-node 2 {} --dim 32 --layers 1 --heads 2 --seq-len 16 "
-                                   "--batch-size 4 --steps 100000 --log-every 100 --out {}",
-                                   kDtrrun, kTrain, out.string()),
-                       dir);
+  const CommandResult r = run(fmt::format("{} --nproc-per-node 2 {} --dim 32 --layers 1 --heads 2 --seq-len 16 "
+                                          "--batch-size 4 --steps 100000 --log-every 100 --out {}",
+                                          kDtrrun, kTrain, out.string()),
+                              dir);
   interrupter.join();
   INFO(r.output);
+  CHECK(interrupted == 0);
   CHECK(r.exit_code == 130);
   CHECK(r.output.find("interrupted; stopped after step") != std::string::npos);
   CHECK(r.output.find("comm %") != std::string::npos);
@@ -220,3 +209,5 @@ TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary 
   CHECK(summary.at("steps").get<int64_t>() > 0);
   CHECK(summary.at("steps").get<int64_t>() < 100000);
 }
+
+}  // namespace dtr

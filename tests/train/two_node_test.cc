@@ -24,17 +24,18 @@
 #include <string>
 #include <vector>
 
+#include "tests/train/train_runner.h"
+
+namespace dtr {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Runfiles paths (a test runs in its workspace's runfiles root).
-const std::string kDtrrun = "tools/launcher/dtrrun";
-const std::string kTrain = "tools/train/train";
-// The tiny model of train_test: 12 sequences split over 4 ranks.
-const std::string kTiny =
-    "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 12 --steps 10 --eval-every 5 --eval-batches 1 "
-    "--log-every 5 --warmup 2";
+using testing::kDtrrun;
+using testing::kTrain;
+using Result = testing::CommandResult;
+using testing::read_file;
+const std::string& kTiny = testing::kTinyTrainFlags;  // 12 sequences split over 4 ranks
 // Namespaces are named kPrefix<pid>_<node>; the pid tells a later run whether they are stale.
 const std::string kPrefix = "dtr_two_node_";
 // Any port will do: node 0's namespace is fresh, nothing else listens in it.
@@ -42,23 +43,7 @@ constexpr int kMasterPort = 29500;
 // A launcher that has not finished by then is stopped (SIGTERM, forwarded to its ranks).
 constexpr int kLaunchTimeoutSeconds = 300;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
-
-// Runs `command` through the shell, its output captured in `log`.
-Result run(const std::string& command, const fs::path& log) {
-  const int status = std::system(fmt::format("{} > {} 2>&1 < /dev/null", command, log.string()).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(log)};
-}
+Result run(const std::string& command, const fs::path& log) { return testing::run_command(command, log); }
 
 fs::path fresh_dir(const std::string& name) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -171,18 +156,6 @@ class VethPair {
   bool made_veth_ = false;
 };
 
-// Each line of metrics.jsonl: the step's loss; every one lists the memory of `ranks` ranks.
-std::vector<double> read_losses(const fs::path& metrics, size_t ranks) {
-  std::vector<double> losses;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    losses.push_back(j.at("loss").get<double>());
-    CHECK(j.at("peak_bytes").size() == ranks);
-  }
-  return losses;
-}
-
 }  // namespace
 
 TEST_CASE("train on two nodes (network namespaces joined by a veth pair) gives one node's losses", "[train]") {
@@ -229,12 +202,12 @@ TEST_CASE("train on two nodes (network namespaces joined by a veth pair) gives o
   const fs::path metrics = dir / "node0" / "out" / "metrics.jsonl";
   REQUIRE(fs::exists(metrics));
   CHECK(!fs::exists(dir / "node1" / "out" / "metrics.jsonl"));
-  const std::vector<double> two_nodes = read_losses(metrics, 4);
+  const std::vector<double> two_nodes = testing::losses_in(metrics, 4);
   {
     INFO("one node:\n" << reference.output);
     REQUIRE(reference.exit_code == 0);
   }
-  const std::vector<double> one_node = read_losses(one / "out" / "metrics.jsonl", 4);
+  const std::vector<double> one_node = testing::losses_in(one / "out" / "metrics.jsonl", 4);
   REQUIRE(one_node.size() == 10);
   REQUIRE(two_nodes.size() == one_node.size());
   for (size_t s = 0; s < one_node.size(); ++s) {
@@ -242,3 +215,5 @@ TEST_CASE("train on two nodes (network namespaces joined by a veth pair) gives o
     CHECK(two_nodes[s] == Approx(one_node[s]).epsilon(1e-5));
   }
 }
+
+}  // namespace dtr
