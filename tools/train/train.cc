@@ -201,12 +201,13 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const std::shared_ptr<ProcessGroup> group = default_group();
   const int64_t world = group->size();
   health_check();
+  validate(c, world);
 
   const bool rank0 = is_rank0();
   if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);
   std::fflush(stdout);
   TrainData data = load_train_data(c);
-  validate(c, world, data.vocab);
+  check_vocab(c, data.vocab);
   const int64_t vocab = c.vocab > 0 ? c.vocab : data.vocab;
 
   std::vector<int64_t> shape;
@@ -376,6 +377,8 @@ int main(int argc, char** argv) {
       "Run N ranks with: dtrrun --nproc-per-node N train [flags]; without dtrrun it runs as one process."};
   TrainConfig config;
   add_train_flags(app, config);
+  // A bad flag is one line naming it and what is legal (CLI11's own message).
+  app.failure_message([](const CLI::App*, const CLI::Error& e) { return fmt::format("train: {}\n", e.what()); });
   CLI11_PARSE(app, argc, argv);
   const std::vector<std::string> args(argv, argv + argc);
   return tool_main("train", [&] {

@@ -205,7 +205,13 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int
   return dims;
 }
 
-void validate(const TrainConfig& c, int64_t world_size, int64_t tokenizer_vocab) {
+void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
+  DTR_CHECK(c.vocab == 0 || c.vocab >= tokenizer_vocab, ValueError,
+            "--vocab {} is smaller than the tokenizer's {} tokens; give at least {} (or leave it out)", c.vocab,
+            tokenizer_vocab, tokenizer_vocab);
+}
+
+void validate(const TrainConfig& c, int64_t world_size) {
   DTR_CHECK(!c.use_dcp_checkpointing, ValueError,
             "--use-dcp-checkpointing: distributed checkpoints are not available yet (the checkpoint issue builds "
             "them); run without the flag");
@@ -213,9 +219,6 @@ void validate(const TrainConfig& c, int64_t world_size, int64_t tokenizer_vocab)
             "--device {}: training on CUDA is not available yet (the CUDA issues build it); legal now: cpu", c.device);
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",
             c.heads, c.dim);
-  DTR_CHECK(c.vocab == 0 || c.vocab >= tokenizer_vocab, ValueError,
-            "--vocab {} is smaller than the tokenizer's {} tokens; give at least {} (or leave it out)", c.vocab,
-            tokenizer_vocab, tokenizer_vocab);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
   const Parallel parallel = parallel_of(c);
   DTR_CHECK(parallel != Parallel::kNone || world_size == 1, ValueError,

@@ -66,8 +66,10 @@ DataOrder data_order_of(const TrainConfig& config);
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& config, int64_t world_size);
 
 // ValueError (one line: the flag, the value, what is legal) for a bad or contradictory
-// configuration on `world_size` ranks; `vocab` is the tokenizer's when --vocab is 0.
-void validate(const TrainConfig& config, int64_t world_size, int64_t tokenizer_vocab);
+// configuration on `world_size` ranks (before any data is read).
+void validate(const TrainConfig& config, int64_t world_size);
+// ValueError when --vocab is given and smaller than the tokenizer's vocabulary.
+void check_vocab(const TrainConfig& config, int64_t tokenizer_vocab);
 
 nlohmann::json to_json(const TrainConfig& config);
 
