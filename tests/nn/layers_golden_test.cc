@@ -69,7 +69,7 @@ TEST_CASE("losses match PyTorch: cross_entropy (reductions, ignore_index, label 
   const std::vector<std::pair<std::string, LossReduction>> reductions = {
       {"mean", LossReduction::kMean}, {"sum", LossReduction::kSum}, {"none", LossReduction::kNone}};
   for (const auto& [suffix, reduction] : reductions) {
-    for (const char* kind : {"cross_entropy_", "cross_entropy_smooth_", "mse_"}) {
+    for (const std::string kind : {"cross_entropy_", "cross_entropy_smooth_", "mse_"}) {
       const std::string name = kind + suffix;
       INFO(name);
       const TensorMap data = load_file("tests/nn/testdata/layers/" + name + ".safetensors");
