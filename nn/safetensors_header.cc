@@ -10,29 +10,12 @@
 #include <tuple>
 
 #include "kernels/error.h"
+#include "kernels/safetensors_dtype.h"
 
 namespace dtr::nn {
 namespace {
 
 using Json = nlohmann::json;
-
-constexpr std::array<std::pair<DType, std::string_view>, 7> kDTypeNames = {{
-    {kFloat32, "F32"},
-    {kFloat64, "F64"},
-    {kBFloat16, "BF16"},
-    {kFloat16, "F16"},
-    {kInt32, "I32"},
-    {kInt64, "I64"},
-    {kBool, "BOOL"},
-}};
-
-std::string_view safetensors_dtype(DType d) {
-  for (const auto& [dtype, name] : kDTypeNames) {
-    if (dtype == d) return name;
-  }
-  DTR_INTERNAL_ASSERT(false, "no safetensors name for {}", d);
-  return {};
-}
 
 // A non-negative integer that fits int64, or nullopt.
 std::optional<int64_t> non_negative(const Json& v) {
@@ -52,11 +35,10 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, std::string
   }
   DTR_CHECK(v.contains("dtype") && v["dtype"].is_string(), ValueError, "{}: no dtype string", where());
   const std::string dtype = v["dtype"].get<std::string>();
-  const auto known =
-      std::find_if(kDTypeNames.begin(), kDTypeNames.end(), [&](const auto& p) { return p.second == dtype; });
-  DTR_CHECK(known != kDTypeNames.end(), TypeError,
+  const std::optional<DType> known = dtype_from_safetensors(dtype);
+  DTR_CHECK(known.has_value(), TypeError,
             "{}: dtype '{}' is not one dtr reads; it reads F32, F64, BF16, F16, I32, I64 and BOOL", where(), dtype);
-  SafetensorsEntry entry{name, known->first, {}, 0, 0};
+  SafetensorsEntry entry{name, *known, {}, 0, 0};
   DTR_CHECK(v.contains("shape") && v["shape"].is_array(), ValueError, "{}: no shape array", where());
   int64_t numel = 1;
   for (const Json& size : v["shape"]) {

@@ -1,0 +1,489 @@
+#include "dtensor/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "dtensor/internal/all_gather_json.h"
+#include "dtensor/internal/checkpoint_metadata.h"
+#include "dtensor/internal/chunk_file.h"
+#include "dtensor/internal/posix_file.h"
+#include "dtensor/internal/rank_failure.h"
+#include "kernels/error.h"
+
+namespace dtr::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::CheckpointMetadata;
+using internal::SavedChunk;
+using internal::SavedTensor;
+using Json = nlohmann::json;
+
+constexpr std::string_view kSave = "checkpoint::save";
+constexpr std::string_view kLoad = "checkpoint::load";
+
+// The default group (none: a world of one process).
+struct World {
+  std::shared_ptr<ProcessGroup> group;
+  int rank = 0;
+  int size = 1;
+};
+
+World world() {
+  if (!is_initialized()) return {};
+  std::shared_ptr<ProcessGroup> group = default_group();
+  const int rank = group->rank(), size = group->size();
+  return {std::move(group), rank, size};
+}
+
+// Where the exchange buffers live: NCCL moves only tensors on this rank's GPU, which the
+// state's CUDA tensors are on.
+Device exchange_device(const World& w, const std::map<std::string, DTensor>& tensors, std::string_view op) {
+  if (w.group == nullptr || w.group->backend_name() != "nccl") return kCPU;
+  for (const auto& [name, t] : tensors) {
+    if (t.defined() && t.to_local().device().is_cuda()) return t.to_local().device();
+  }
+  throw ValueError(
+      fmt::format("{}: the default group is NCCL but no tensor of the state is on a GPU to exchange "
+                  "the plans through; initialise a Gloo default group for CPU states",
+                  op));
+}
+
+std::vector<Json> exchange(const World& w, const Json& mine, Device device) {
+  return internal::all_gather_json(w.group.get(), mine, device);
+}
+
+// The checkpoint directory as an absolute path without a trailing separator.
+fs::path checkpoint_path(const std::string& dir, std::string_view op) {
+  DTR_CHECK(!dir.empty(), ValueError, "{}: the checkpoint directory is an empty string", op);
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "ckpt/" -> "ckpt"
+  DTR_CHECK(p.has_filename() && p.filename() != "." && p.filename() != "..", ValueError,
+            "{}: '{}' does not name a directory that can be replaced (it has no last component)", op, dir);
+  return p;
+}
+
+std::string rank_file(int rank) { return fmt::format("__{}_0.safetensors", rank); }
+
+bool is_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / internal::kMetadataFile, ec);
+}
+
+// Siblings `<dir>.tmp-*` (saves that did not commit) and `<dir>.old-*` (the previous
+// checkpoint during a commit without an atomic exchange).
+std::vector<fs::path> leftover_siblings(const fs::path& target) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const std::string tmp = target.filename().string() + ".tmp-", old = target.filename().string() + ".old-";
+  for (fs::directory_iterator it(target.parent_path(), ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with(tmp) || name.starts_with(old)) out.push_back(it->path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Rank 0's checks before anything is written: `dir` must be absent, empty or a checkpoint.
+void check_replaceable(const fs::path& target) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(target, ec);
+  if (!fs::exists(st)) return;
+  DTR_CHECK(fs::is_directory(st), ValueError, "{}: '{}' exists and is not a directory; refusing to replace it", kSave,
+            target.string());
+  DTR_CHECK(is_checkpoint(target) || fs::is_empty(target, ec), ValueError,
+            "{}: '{}' exists and is not a dtr checkpoint (it has no {}); refusing to replace it: remove it or save "
+            "elsewhere",
+            kSave, target.string(), internal::kMetadataFile);
+}
+
+std::string make_token() {
+  std::random_device device;
+  const uint64_t r = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return fmt::format("{}-{:016x}", ::getpid(), r);
+}
+
+Json mesh_json(const DeviceMesh& mesh) {
+  return {{"device_type", mesh.device_type() == kCPU ? "cpu" : "cuda"},
+          {"shape", mesh.shape()},
+          {"ranks", mesh.ranks()},
+          {"dim_names", mesh.dim_names()}};
+}
+
+void check_saveable(const State& state, int world_size) {
+  for (const auto& [name, t] : state.tensors) {
+    DTR_CHECK(t.defined(), ValueError, "{}: tensor '{}' is undefined", kSave, name);
+    DTR_CHECK(!t.spec().has_partial(), ValueError,
+              "{}: tensor '{}' is {}: a Partial tensor holds terms of a reduction, not values; reduce it first "
+              "(redistribute to Replicate or Shard)",
+              kSave, name, t.spec().to_string());
+    DTR_CHECK(t.mesh().size() == world_size, ValueError,
+              "{}: tensor '{}' is on {} ({} ranks) but the default group has {}; a checkpoint holds tensors of the "
+              "whole world",
+              kSave, name, t.mesh().to_string(), t.mesh().size(), world_size);
+  }
+}
+
+// Whether this rank writes its box of `t`: a non-empty box, and coordinate 0 on every
+// mesh dim where t is Replicate (the others hold the same values).
+bool writes_box(const DTensor& t, const LocalBox& box) {
+  if (shape_numel(box.shape) == 0) return false;
+  const std::vector<int64_t>& coordinate = t.mesh().coordinate();
+  for (size_t m = 0; m < t.placements().size(); ++m) {
+    if (t.placements()[m].is_replicate() && coordinate[m] != 0) return false;
+  }
+  return true;
+}
+
+// Writes this rank's file; returns {"tensors": {name: spec}, "chunks": [...], "extra"}.
+Json write_rank_file(const State& state, const fs::path& temp, int rank) {
+  std::vector<internal::ChunkToWrite> chunks;
+  std::vector<LocalBox> boxes;
+  Json signatures = Json::object();
+  for (const auto& [name, t] : state.tensors) {
+    signatures[name] = t.spec().to_string();
+    const LocalBox box = t.spec().local_box();
+    if (!writes_box(t, box)) continue;
+    chunks.push_back({name, t.to_local().to(kCPU).contiguous()});
+    boxes.push_back(box);
+  }
+  const std::string file = rank_file(rank);
+  const std::vector<internal::WrittenChunk> written = internal::write_chunk_file((temp / file).string(), chunks);
+  internal::sync_directory(temp.string(), kSave);
+  Json listed = Json::array();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    listed.push_back({{"name", chunks[i].name},
+                      {"offset", boxes[i].offset},
+                      {"shape", boxes[i].shape},
+                      {"file", file},
+                      {"byte_range", {written[i].begin, written[i].end}},
+                      {"rows_per_block", written[i].rows_per_block},
+                      {"crc32c", written[i].crc32c}});
+  }
+  return {{"tensors", std::move(signatures)}, {"chunks", std::move(listed)}, {"extra", state.extra}};
+}
+
+// Every rank must have saved the same tensors (names and specs) and the same extra.
+void check_ranks_agree(const std::vector<Json>& outcomes) {
+  const Json& first = outcomes[0]["tensors"];
+  for (size_t r = 1; r < outcomes.size(); ++r) {
+    const Json& mine = outcomes[r]["tensors"];
+    for (const auto& [name, spec] : first.items()) {
+      DTR_CHECK(mine.contains(name), ValueError,
+                "{}: rank 0 saves tensor '{}' but rank {} does not; every rank must save the same tensors", kSave, name,
+                r);
+      DTR_CHECK(mine[name] == spec, ValueError,
+                "{}: tensor '{}' is {} on rank 0 but {} on rank {}; every rank must save the same tensors", kSave, name,
+                spec.get<std::string>(), mine[name].get<std::string>(), r);
+    }
+    for (const auto& [name, spec] : mine.items()) {
+      DTR_CHECK(first.contains(name), ValueError,
+                "{}: rank {} saves tensor '{}' but rank 0 does not; every rank must save the same tensors", kSave, r,
+                name);
+    }
+    DTR_CHECK(outcomes[r]["extra"] == outcomes[0]["extra"], ValueError,
+              "{}: extra differs between rank 0 ({}) and rank {} ({}); it is saved once, so every rank must pass the "
+              "same (store per-rank values under keys that name the rank)",
+              kSave, outcomes[0]["extra"].dump(), r, outcomes[r]["extra"].dump());
+  }
+}
+
+CheckpointMetadata build_metadata(const State& state, const std::vector<Json>& outcomes) {
+  CheckpointMetadata m;
+  m.world_size = static_cast<int64_t>(outcomes.size());
+  m.extra = state.extra;
+  for (const auto& [name, t] : state.tensors) {
+    SavedTensor& s = m.tensors[name];
+    s.dtype = t.dtype();
+    s.shape = t.shape();
+    s.mesh = mesh_json(t.mesh());
+    for (const Placement& p : t.placements()) s.placements.push_back(p.str());
+  }
+  for (const Json& outcome : outcomes) {
+    for (const Json& c : outcome["chunks"]) {
+      m.tensors.at(c["name"].get<std::string>())
+          .chunks.push_back(SavedChunk{c["offset"].get<Shape>(), c["shape"].get<Shape>(), c["file"].get<std::string>(),
+                                       c["byte_range"][0].get<int64_t>(), c["byte_range"][1].get<int64_t>(),
+                                       c["rows_per_block"].get<int64_t>(), c["crc32c"].get<std::vector<uint32_t>>()});
+    }
+  }
+  for (auto& [name, s] : m.tensors) {
+    std::sort(s.chunks.begin(), s.chunks.end(),
+              [](const SavedChunk& a, const SavedChunk& b) { return a.offset < b.offset; });
+  }
+  return m;
+}
+
+// Moves the complete `temp` to `target`. With an existing checkpoint there, renameat2's
+// RENAME_EXCHANGE swaps the two directories in one atomic step and the previous one is
+// then removed; where the filesystem cannot exchange, the previous one moves aside to
+// `<dir>.old-<token>` first (a crash between the two renames leaves no `dir`, the previous
+// checkpoint there and the new complete one at `temp`). The parent is fsync'ed after.
+void commit(const fs::path& temp, const fs::path& target, const std::string& token) {
+  const std::string parent = target.parent_path().string();
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(target, ec))) {
+    if (::rename(temp.c_str(), target.c_str()) != 0) {
+      throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
+    }
+    internal::sync_directory(parent, kSave);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    internal::sync_directory(parent, kSave);
+    fs::remove_all(temp, ec);  // the previous checkpoint, now under the temporary name
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+    throw OSError(errno,
+                  fmt::format("{}: renameat2('{}', '{}', RENAME_EXCHANGE)", kSave, temp.string(), target.string()));
+  }
+  const fs::path old = target.string() + ".old-" + token;
+  if (::rename(target.c_str(), old.c_str()) != 0) {
+    throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, target.string(), old.string()));
+  }
+  if (::rename(temp.c_str(), target.c_str()) != 0) {
+    const int error = errno;
+    ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
+    throw OSError(error, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
+  }
+  internal::sync_directory(parent, kSave);
+  fs::remove_all(old, ec);
+}
+
+// Rank 0's temporary directory, removed unless the save committed it.
+struct TempDirGuard {
+  fs::path path;
+  bool committed = false;
+  ~TempDirGuard() {
+    std::error_code ec;
+    if (!committed && !path.empty()) fs::remove_all(path, ec);
+  }
+};
+
+// Runs f, returning the exception it threw (or null) and recording it in `outcome`.
+template <class F>
+std::exception_ptr capture(Json& outcome, F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (...) {
+    std::exception_ptr e = std::current_exception();
+    outcome["error"] = internal::failure_json(e);
+    return e;
+  }
+}
+
+// --- load ---
+
+CheckpointMetadata read_metadata(const fs::path& target) {
+  std::error_code ec;
+  if (!fs::is_directory(target, ec)) {
+    std::string hint;
+    for (const fs::path& p : leftover_siblings(target)) {
+      if (p.filename().string().starts_with(target.filename().string() + ".old-")) {
+        hint = fmt::format(" (a save interrupted while replacing it left the previous checkpoint at '{}')", p.string());
+      }
+    }
+    throw OSError(ENOENT, fmt::format("{}: no checkpoint directory '{}'{}", kLoad, target.string(), hint));
+  }
+  const fs::path path = target / internal::kMetadataFile;
+  DTR_CHECK(fs::exists(fs::symlink_status(path, ec)), ValueError,
+            "{}: '{}' has no {}: an incomplete checkpoint (a save that did not finish) or not a checkpoint", kLoad,
+            target.string(), internal::kMetadataFile);
+  FileDescriptor fd = internal::open_file(path.string(), O_RDONLY, kLoad);
+  const int64_t size = internal::file_size(fd.get(), path.string(), kLoad);
+  std::string text(static_cast<size_t>(size), '\0');
+  DTR_CHECK(internal::read_at(fd.get(), text.data(), text.size(), 0, path.string(), kLoad) == text.size(), ValueError,
+            "{}: '{}' ended early (changed while being read?)", kLoad, path.string());
+  try {
+    return internal::metadata_from_json(Json::parse(text), path.string());
+  } catch (const Json::exception& e) {
+    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", kLoad, path.string(), e.what()));
+  }
+}
+
+// Every requested tensor exists with the same shape and dtype, and is not Partial; one
+// message lists every problem.
+void check_loadable(const State& state, const CheckpointMetadata& meta, const fs::path& target) {
+  std::vector<std::string> problems;
+  bool missing = false;
+  for (const auto& [name, t] : state.tensors) {
+    if (!t.defined()) {
+      problems.push_back(fmt::format("tensor '{}' is undefined (give a DTensor of the wanted spec)", name));
+      continue;
+    }
+    const auto it = meta.tensors.find(name);
+    if (it == meta.tensors.end()) {
+      problems.push_back(fmt::format("tensor '{}' is not in the checkpoint", name));
+      missing = true;
+      continue;
+    }
+    const SavedTensor& s = it->second;
+    if (s.shape != t.shape() || s.dtype != t.dtype()) {
+      problems.push_back(fmt::format("tensor '{}' is {}{} in the checkpoint but {}{} in the state", name, s.dtype,
+                                     s.shape, t.dtype(), t.shape()));
+    }
+    if (t.spec().has_partial()) {
+      problems.push_back(
+          fmt::format("tensor '{}' is {}: a Partial target has no one value to load into; load into "
+                      "Replicate or Shard placements",
+                      name, t.spec().to_string()));
+    }
+  }
+  if (problems.empty()) return;
+  std::string message = fmt::format("{}: '{}': {}", kLoad, target.string(), fmt::join(problems, "; "));
+  if (missing) {
+    std::vector<std::string> names;
+    for (const auto& [name, s] : meta.tensors) {
+      if (names.size() == 8) {
+        names.push_back("...");
+        break;
+      }
+      names.push_back(fmt::format("'{}'", name));
+    }
+    message += fmt::format(" (it holds {} tensors: {})", meta.tensors.size(), fmt::join(names, ", "));
+  }
+  throw ValueError(message);
+}
+
+// The common box of `a` and a chunk, or none when they share no element.
+std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const Shape& shape) {
+  LocalBox out{Shape(a.offset.size()), Shape(a.offset.size())};
+  for (size_t d = 0; d < a.offset.size(); ++d) {
+    const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offset[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return out;
+}
+
+// This rank's box of `target`, read from the chunks it overlaps.
+DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
+                    internal::ChunkFileReader& files, const fs::path& dir) {
+  const DTensorSpec& spec = target.spec();
+  const LocalBox box = spec.local_box();
+  Tensor local = Tensor::empty(box.shape, spec.dtype(), kCPU);
+  if (shape_numel(box.shape) > 0) {
+    std::vector<LocalBox> filled;
+    int64_t covered = 0;
+    for (const SavedChunk& chunk : saved.chunks) {
+      const std::optional<LocalBox> common = intersect(box, chunk.offset, chunk.shape);
+      if (!common) continue;
+      for (const LocalBox& other : filled) {
+        DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
+                  "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
+                  name, common->offset);
+      }
+      const int64_t ndim = static_cast<int64_t>(box.shape.size());
+      // The rows of the chunk the common box spans (a 0-d chunk is one row).
+      const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
+      const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
+      internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
+      Tensor src = rows.data, dst = local;
+      for (int64_t d = 0; d < ndim; ++d) {
+        const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
+        src = src.narrow(d, src_start, common->shape[d]);
+        dst = dst.narrow(d, common->offset[d] - box.offset[d], common->shape[d]);
+      }
+      dst.copy_(src);
+      filled.push_back(*common);
+      covered += shape_numel(common->shape);
+    }
+    DTR_CHECK(covered == shape_numel(box.shape), ValueError,
+              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's box at offset {} of "
+              "shape {} (corrupt metadata)",
+              kLoad, dir.string(), name, covered, shape_numel(box.shape), box.offset, box.shape);
+  }
+  DTensor out(local.to(target.to_local().device()), spec);
+  if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
+  return out;
+}
+
+}  // namespace
+
+void save(const State& state, const std::string& dir) {
+  const World w = world();
+  const fs::path target = checkpoint_path(dir, kSave);
+  const Device device = exchange_device(w, state.tensors, kSave);
+  TempDirGuard guard;
+
+  // 1. Every rank checks its state; rank 0 checks `dir`, clears leftovers of interrupted
+  // saves (only while a committed checkpoint is there: otherwise they may hold the only
+  // copy) and names the temporary directory.
+  Json outcome = Json::object();
+  std::exception_ptr error = capture(outcome, [&] {
+    check_saveable(state, w.size);
+    if (w.rank != 0) return;
+    check_replaceable(target);
+    if (is_checkpoint(target)) {
+      std::error_code ec;
+      for (const fs::path& p : leftover_siblings(target)) fs::remove_all(p, ec);
+    }
+    outcome["token"] = make_token();
+  });
+  std::vector<Json> outcomes = exchange(w, outcome, device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+  const std::string token = outcomes[0]["token"].get<std::string>();
+  const fs::path temp = target.string() + ".tmp-" + token;
+  if (w.rank == 0) guard.path = temp;
+
+  // 2. Every rank writes its file into the temporary directory and fsyncs it; the exchange
+  // of the chunk lists is the barrier after which every file is on disk.
+  outcome = Json::object();
+  error = capture(outcome, [&] {
+    std::error_code ec;
+    fs::create_directories(temp, ec);
+    if (ec) throw OSError(ec.value(), fmt::format("{}: create_directories('{}')", kSave, temp.string()));
+    outcome.update(write_rank_file(state, temp, w.rank));
+  });
+  outcomes = exchange(w, outcome, device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+  check_ranks_agree(outcomes);
+
+  // 3. Rank 0 writes the metadata last, fsyncs it, and commits; every rank learns how that went.
+  outcome = Json::object();
+  error = capture(outcome, [&] {
+    if (w.rank != 0) return;
+    const std::string text = internal::metadata_to_json(build_metadata(state, outcomes)).dump(1);
+    internal::write_file_durably((temp / internal::kMetadataFile).string(), text, kSave);
+    internal::sync_directory(temp.string(), kSave);
+    commit(temp, target, token);
+    guard.committed = true;
+  });
+  outcomes = exchange(w, outcome, device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+}
+
+void load(State& state, const std::string& dir) {
+  const World w = world();
+  const fs::path target = checkpoint_path(dir, kLoad);
+  const Device device = exchange_device(w, state.tensors, kLoad);
+  std::map<std::string, DTensor> loaded;
+  Json extra;
+  Json outcome = Json::object();
+  const std::exception_ptr error = capture(outcome, [&] {
+    const CheckpointMetadata meta = read_metadata(target);
+    check_loadable(state, meta, target);
+    internal::ChunkFileReader files(target.string());
+    for (const auto& [name, t] : state.tensors)
+      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, target);
+    extra = meta.extra;
+  });
+  internal::raise_if_any_failed(exchange(w, outcome, device), error, kLoad);
+  for (auto& [name, t] : state.tensors) t = std::move(loaded.at(name));
+  state.extra = std::move(extra);
+}
+
+}  // namespace dtr::checkpoint

@@ -1,0 +1,47 @@
+// Distributed checkpoints (PyTorch's torch.distributed.checkpoint, "DCP"): a flat state of
+// DTensors saved by every rank writing only its own shards, and loaded by every rank reading
+// only the byte ranges its shards overlap, so a checkpoint saved on one mesh loads on any
+// other (any world size, mesh shape and placements: resharding is free).
+//
+// A checkpoint is a directory: `__<rank>_0.safetensors` per rank (its boxes; a Replicate
+// tensor's only from the ranks at coordinate 0 of its replicated mesh dims, so it is
+// written once) and `.metadata.json` (every tensor's global shape, dtype, mesh, placements
+// and chunks with byte ranges and CRC32C checksums, and `extra`). save writes everything
+// into `<dir>.tmp-<token>`, fsyncs it, and once every rank is done renames it to `dir`: a
+// save that dies midway leaves the previous checkpoint intact. docs/checkpoint.md has the
+// format, the commit protocol and what load verifies.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+
+#include "dtensor/dtensor.h"
+
+namespace dtr::checkpoint {
+
+// A flat state: stable names ("model.layers.0.attn.in_proj_weight", "optim.state.3.exp_avg")
+// to DTensors, and small JSON entries (step, RNG seed, data position) in `extra`.
+struct State {
+  std::map<std::string, DTensor> tensors;
+  nlohmann::json extra;
+};
+
+// Saves `state` into `dir`, replacing a checkpoint already there atomically (a directory
+// that is neither empty nor a checkpoint is refused). Collective over the default process
+// group (a world of one without one): every rank calls it with the same names, shapes,
+// dtypes, placements and `extra` (ValueError otherwise). A Partial tensor is a ValueError:
+// reduce it first. When any rank fails, every rank throws and `dir` is unchanged.
+void save(const State& state, const std::string& dir);
+
+// Loads every tensor of `state.tensors` from `dir` under its current mesh and placements,
+// and `state.extra`. Each entry is replaced by a new DTensor of the same spec (locals are
+// values: nothing is written into the old one's storage; a leaf that required grad still
+// does). A name missing from the checkpoint, a shape or dtype that differs, a directory
+// without metadata (an incomplete save) are ValueErrors; a missing file an OSError; a
+// truncated file or a checksum mismatch a ValueError naming the file and the tensor.
+// Collective like save; when any rank fails every rank throws and `state` is unchanged.
+void load(State& state, const std::string& dir);
+
+}  // namespace dtr::checkpoint

@@ -1,0 +1,24 @@
+// all_gather_json: every rank's JSON value on every rank, through a process group: the one
+// way checkpoint ranks exchange plans and outcomes (and, being collective, a barrier).
+//
+// The text travels as int64 words (the dtypes process groups move): one all-gather of the
+// lengths, then one uneven all-gather (all_gather_v) of the words.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "kernels/device.h"
+
+namespace dtr {
+class ProcessGroup;
+}
+
+namespace dtr::checkpoint::internal {
+
+// Rank r's `mine` at index r. Collective over `group`; a null group is a world of one.
+// `device` is where the buffers live: the CPU for Gloo, this rank's GPU for NCCL.
+std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine, Device device);
+
+}  // namespace dtr::checkpoint::internal

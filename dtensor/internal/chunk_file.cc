@@ -1,0 +1,157 @@
+#include "dtensor/internal/chunk_file.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+
+#include "dtensor/internal/crc32c.h"
+#include "dtensor/internal/posix_file.h"
+#include "kernels/error.h"
+#include "kernels/safetensors_dtype.h"
+
+namespace dtr::checkpoint::internal {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "checkpoint files are little-endian; so must the host be");
+
+using Json = nlohmann::json;
+
+constexpr int64_t kMaxHeaderBytes = 100'000'000;  // the safetensors reference's limit
+constexpr std::string_view kSave = "checkpoint::save";
+constexpr std::string_view kLoad = "checkpoint::load";
+
+std::string tensor_context(const std::string& name, const SavedChunk& chunk) {
+  return fmt::format("tensor '{}' (chunk at offset {} of shape {})", name, chunk.offset, chunk.shape);
+}
+
+}  // namespace
+
+std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks) {
+  // Largest element first (then as given): every chunk starts at a multiple of its element size.
+  std::vector<size_t> order(chunks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return chunks[a].data.itemsize() > chunks[b].data.itemsize(); });
+  Json header = Json::object();
+  std::vector<int64_t> data_begin(chunks.size());
+  int64_t offset = 0;
+  for (size_t i : order) {
+    const Tensor& t = chunks[i].data;
+    DTR_INTERNAL_ASSERT(t.device().is_cpu() && t.is_contiguous(), "chunk '{}' must be a contiguous CPU tensor",
+                        chunks[i].name);
+    data_begin[i] = offset;
+    offset += static_cast<int64_t>(t.nbytes());
+    header[chunks[i].name] = {{"dtype", std::string(safetensors_dtype(t.dtype()))},
+                              {"shape", t.shape()},
+                              {"data_offsets", {data_begin[i], offset}}};
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
+  const int64_t data_start = 8 + static_cast<int64_t>(json.size());
+
+  FileDescriptor fd = open_file(path, O_WRONLY | O_CREAT | O_EXCL, kSave);
+  write_all(fd.get(), prefix.data(), prefix.size(), path, kSave);
+  write_all(fd.get(), json.data(), json.size(), path, kSave);
+  std::vector<WrittenChunk> written(chunks.size());
+  for (size_t i : order) {
+    const Tensor& t = chunks[i].data;
+    WrittenChunk& w = written[i];
+    w.begin = data_start + data_begin[i];
+    w.end = w.begin + static_cast<int64_t>(t.nbytes());
+    w.rows_per_block = rows_per_block_for(t.shape(), t.dtype());
+    const int64_t rows = chunk_rows(t.shape()), row_bytes = chunk_row_bytes(t.shape(), t.dtype());
+    const auto* bytes = static_cast<const uint8_t*>(t.data());
+    // One pass per block: checksum it while it is in cache, then write it.
+    for (int64_t row = 0; row < rows; row += w.rows_per_block) {
+      const size_t n = static_cast<size_t>(std::min(w.rows_per_block, rows - row) * row_bytes);
+      w.crc32c.push_back(crc32c(bytes + row * row_bytes, n));
+      write_all(fd.get(), bytes + row * row_bytes, n, path, kSave);
+    }
+  }
+  sync_and_close(std::move(fd), path, kSave);
+  return written;
+}
+
+ChunkFileReader::OpenFile& ChunkFileReader::open(const std::string& file, const std::string& tensor) {
+  const auto it = files_.find(file);
+  if (it != files_.end()) return it->second;
+  OpenFile f;
+  f.path = dir_ + "/" + file;
+  f.fd = open_file(f.path, O_RDONLY, fmt::format("{}, {}", kLoad, tensor));
+  f.size = file_size(f.fd.get(), f.path, kLoad);
+  const std::string where = fmt::format("{}: file '{}', {}", kLoad, f.path, tensor);
+  std::array<uint8_t, 8> prefix{};
+  DTR_CHECK(read_at(f.fd.get(), prefix.data(), 8, 0, f.path, kLoad) == 8, ValueError,
+            "{}: truncated: {} bytes, too short for a safetensors header length", where, f.size);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | prefix[i];
+  DTR_CHECK(n <= static_cast<uint64_t>(kMaxHeaderBytes), ValueError,
+            "{}: a safetensors header of {} bytes is over the {}-byte limit (a corrupt file?)", where, n,
+            kMaxHeaderBytes);
+  DTR_CHECK(static_cast<int64_t>(n) <= f.size - 8, ValueError,
+            "{}: truncated: the header says {} bytes but only {} follow its length", where, n, f.size - 8);
+  std::string json(n, '\0');
+  DTR_CHECK(read_at(f.fd.get(), json.data(), n, 8, f.path, kLoad) == n, ValueError,
+            "{}: the file ended early (changed while being read?)", where);
+  try {
+    const Json header = Json::parse(json);
+    DTR_CHECK(header.is_object(), ValueError, "{}: the safetensors header is not a JSON object", where);
+    for (const auto& [name, v] : header.items()) {
+      if (name == "__metadata__") continue;
+      const Json& offsets = v.at("data_offsets");
+      f.entries[name] = Entry{v.at("dtype").get<std::string>(), v.at("shape").get<Shape>(),
+                              8 + static_cast<int64_t>(n) + offsets.at(0).get<int64_t>(),
+                              8 + static_cast<int64_t>(n) + offsets.at(1).get<int64_t>()};
+    }
+  } catch (const Json::exception& e) {
+    throw ValueError(fmt::format("{}: the safetensors header is not valid: {}", where, e.what()));
+  }
+  return files_.emplace(file, std::move(f)).first->second;
+}
+
+ChunkRows ChunkFileReader::read_rows(const std::string& name, DType dtype, const SavedChunk& chunk, int64_t row_begin,
+                                     int64_t row_end) {
+  const std::string tensor = tensor_context(name, chunk);
+  OpenFile& f = open(chunk.file, tensor);
+  const std::string where = fmt::format("{}: file '{}', {}", kLoad, f.path, tensor);
+  const auto entry = f.entries.find(name);
+  DTR_CHECK(entry != f.entries.end(), ValueError,
+            "{}: the file's header does not list the tensor (is the file from another checkpoint?)", where);
+  const Entry& e = entry->second;
+  DTR_CHECK(
+      e.dtype == safetensors_dtype(dtype) && e.shape == chunk.shape && e.begin == chunk.begin && e.end == chunk.end,
+      ValueError,
+      "{}: the file's header lists {} {} at bytes [{}, {}) but the metadata says {} {} at [{}, {}) (is the "
+      "file from another checkpoint?)",
+      where, e.dtype, e.shape, e.begin, e.end, safetensors_dtype(dtype), chunk.shape, chunk.begin, chunk.end);
+  DTR_CHECK(f.size >= chunk.end, ValueError,
+            "{}: truncated: the chunk is bytes [{}, {}) but the file has only {} bytes", where, chunk.begin, chunk.end,
+            f.size);
+
+  const int64_t rows = chunk_rows(chunk.shape), row_bytes = chunk_row_bytes(chunk.shape, dtype);
+  const int64_t per_block = chunk.rows_per_block;
+  const int64_t first_block = row_begin / per_block, end_block = num_blocks(row_end, per_block);
+  const int64_t first_row = first_block * per_block, last_row = std::min(rows, end_block * per_block);
+  Shape shape = chunk.shape;
+  if (!shape.empty()) shape[0] = last_row - first_row;
+  ChunkRows out{Tensor::empty(shape, dtype, kCPU), first_row};
+  auto* bytes = static_cast<uint8_t*>(out.data.data());
+  const size_t want = static_cast<size_t>((last_row - first_row) * row_bytes);
+  DTR_CHECK(read_at(f.fd.get(), bytes, want, chunk.begin + first_row * row_bytes, f.path, kLoad) == want, ValueError,
+            "{}: the file ended early (changed while being read?)", where);
+  for (int64_t b = first_block; b < end_block; ++b) {
+    const int64_t r0 = b * per_block, r1 = std::min(rows, r0 + per_block);
+    const uint32_t crc = crc32c(bytes + (r0 - first_row) * row_bytes, static_cast<size_t>((r1 - r0) * row_bytes));
+    DTR_CHECK(crc == chunk.crc32c[b], ValueError,
+              "{}: checksum mismatch in rows {}:{} of the chunk (bytes [{}, {}) of the file): CRC32C {:#010x}, "
+              "expected {:#010x}; the file is corrupt",
+              where, r0, r1, chunk.begin + r0 * row_bytes, chunk.begin + r1 * row_bytes, crc, chunk.crc32c[b]);
+  }
+  return out;
+}
+
+}  // namespace dtr::checkpoint::internal
