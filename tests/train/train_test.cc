@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -124,7 +125,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--mesh dp=3", "--mesh dp=3", 2},
       {"--batch-size 5", "--batch-size 5", 2},
       {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes a 2-D mesh", 2},
-      {"--use-dcp-checkpointing", "--use-dcp-checkpointing: distributed checkpoints are not available yet", 0},
+      {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
       {"--reshard-after-forward maybe", "--reshard-after-forward maybe", 0},
   };
   for (const Case& c : cases) {
@@ -211,6 +212,98 @@ TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary 
   CHECK(summary.at("interrupted") == true);
   CHECK(summary.at("steps").get<int64_t>() > 0);
   CHECK(summary.at("steps").get<int64_t>() < 100000);
+}
+
+// The (step, loss) lines of a run's metrics.jsonl.
+std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
+  std::map<int64_t, double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return out;
+}
+
+TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ranks, closely on others", "[train]") {
+  const std::string flags = kTinyTrainFlags + " --use-dcp-checkpointing --checkpoint-every 5 --keep-last 3";
+  const fs::path dir = fresh_dir("resume");
+  const fs::path whole = dir / "whole";
+  const CommandResult r =
+      run(fmt::format("{} --nproc-per-node 2 {} {} --out {}", kDtrrun, kTrain, flags, whole.string()), dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::map<int64_t, double> expected = losses_by_step(whole / "metrics.jsonl");
+  REQUIRE(expected.size() == 10);
+  CHECK(fs::exists(whole / "checkpoints" / "step_00000005" / ".metadata.json"));
+  CHECK(fs::exists(whole / "checkpoints" / "step_00000010" / ".metadata.json"));
+  const std::string step5 = (whole / "checkpoints" / "step_00000005").string();
+  struct Case {
+    int ranks;
+    std::string parallel;
+    double tolerance;  // 0: bitwise
+  };
+  for (const Case& c : std::vector<Case>{{2, "fsdp", 0}, {3, "fsdp", 1e-5}, {2, "ddp", 1e-5}, {0, "none", 1e-5}}) {
+    INFO(c.ranks << " ranks, " << c.parallel);
+    const fs::path out = dir / fmt::format("resumed_{}_{}", c.ranks, c.parallel);
+    const std::string program =
+        c.ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, c.ranks, kTrain);
+    const CommandResult resumed =
+        run(fmt::format("{} {} --parallel {} --resume {} --checkpoint-dir {} --out {}", program, flags, c.parallel,
+                        step5, (out / "ckpt").string(), out.string()),
+            dir);
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(resumed.output.find("resumed    from") != std::string::npos);
+    const std::map<int64_t, double> got = losses_by_step(out / "metrics.jsonl");
+    REQUIRE(got.size() == 5);
+    for (const auto& [step, loss] : got) {
+      INFO("step " << step);
+      REQUIRE(step > 5);
+      if (c.tolerance == 0) CHECK(loss == expected.at(step));
+      if (c.tolerance > 0) CHECK(loss == Approx(expected.at(step)).epsilon(c.tolerance));
+    }
+  }
+}
+
+TEST_CASE("a rank killed mid-run under --max-restarts resumes from the last checkpoint and ends as if unbroken",
+          "[train]") {
+  const std::string flags =
+      "--dim 32 --layers 1 --heads 2 --seq-len 16 --batch-size 4 --steps 300 --eval-every 0 --log-every 50 "
+      "--use-dcp-checkpointing --checkpoint-every 50 --resume latest";
+  const fs::path dir = fresh_dir("restart");
+  const fs::path whole = dir / "whole", broken = dir / "broken";
+  const CommandResult reference =
+      run(fmt::format("{} --nproc-per-node 2 {} {} --out {}", kDtrrun, kTrain, flags, whole.string()), dir);
+  INFO(reference.output);
+  REQUIRE(reference.exit_code == 0);
+  int killed = -1;
+  std::thread killer([&] {
+    // Once the first checkpoint committed, SIGKILL a rank: dtrrun restarts the ranks, which
+    // resume from the latest checkpoint.
+    for (int i = 0; i < 600 && !fs::exists(broken / "checkpoints" / "step_00000050" / ".metadata.json"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    killed = testing::run_command(fmt::format("pkill -KILL -o -f '^[^ ]*{} .*--out {}'", kTrain, broken.string()),
+                                  dir / "pkill.txt")
+                 .exit_code;
+  });
+  const CommandResult r =
+      run(fmt::format("{} --nproc-per-node 2 --max-restarts 1 {} {} --out {}", kDtrrun, kTrain, flags, broken.string()),
+          dir);
+  killer.join();
+  INFO(r.output);
+  CHECK(killed == 0);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("resumed    from") != std::string::npos);
+  const std::map<int64_t, double> expected = losses_by_step(whole / "metrics.jsonl");
+  const std::map<int64_t, double> got = losses_by_step(broken / "metrics.jsonl");
+  REQUIRE(got.count(300) == 1);
+  CHECK(got.at(300) == expected.at(300));
+  // --keep-last 2: only the two newest checkpoints are left.
+  int kept = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(broken / "checkpoints")) kept += e.is_directory();
+  CHECK(kept == 2);
 }
 
 }  // namespace dtr

@@ -49,6 +49,7 @@
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/loss_plot.h"
+#include "tools/train/train_checkpoint.h"
 #include "tools/train/train_config.h"
 #include "tools/train/train_data.h"
 #include "tools/train/train_report.h"
@@ -186,6 +187,19 @@ double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const Win
   return total / static_cast<double>(batches);
 }
 
+// Keeps the lines of a metrics file up to `step` (a resumed run redoes the steps after its
+// checkpoint; a rank killed mid-write may have left half a line).
+void keep_metrics_up_to(const std::filesystem::path& path, int64_t step) {
+  std::vector<std::string> kept;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].get<int64_t>() <= step) kept.push_back(line);
+  }
+  std::ofstream out(path, std::ios::trunc);
+  for (const std::string& line : kept) out << line << "\n";
+}
+
 struct Record {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
@@ -223,6 +237,15 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
   optim::LambdaLR schedule(opt, [&c](int64_t s) { return lr_factor(c, s); });
 
+  RunPosition start_at;
+  std::string resumed_from;
+  if (c.use_dcp_checkpointing && !c.resume.empty()) {
+    resumed_from = resume_path(c.resume, checkpoint_dir_of(c));
+    if (!resumed_from.empty()) {
+      start_at = load_checkpoint(resumed_from, *m.net, opt);
+      for (int64_t s = 0; s < start_at.step; ++s) schedule.step();
+    }
+  }
   const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, data_order_of(c), c.seed);
   const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
   const double param_bytes = parameter_bytes(m.net->parameters());
@@ -248,11 +271,19 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
     fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0)\n",
                mib(param_bytes), mib(param_bytes), mib(2 * param_bytes));
+    if (!resumed_from.empty()) {
+      fmt::print("resumed    from {}: step {}, data window {}\n", resumed_from, start_at.step, start_at.window);
+    }
     std::fflush(stdout);
   }
 
   std::ofstream metrics;
-  if (rank0) metrics.open(std::filesystem::path(c.out) / "metrics.jsonl");
+  // A resumed run goes on writing the run's metrics (lines carry their step).
+  if (rank0) {
+    const std::filesystem::path path = std::filesystem::path(c.out) / "metrics.jsonl";
+    if (!resumed_from.empty()) keep_metrics_up_to(path, start_at.step);
+    metrics.open(path, resumed_from.empty() ? std::ios::trunc : std::ios::app);
+  }
   std::vector<Record> records;
   const int64_t micro_rows = c.batch_size / c.grad_accum;
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len);
@@ -260,7 +291,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   collective_counter().reset();
   const auto start = Clock::now();
   auto last_line = start;
-  int64_t step = 0;
+  int64_t step = start_at.step;
+  int64_t window = start_at.window;  // the data position: the next window of the order
   bool stopped = false;
   double grad_bytes = 0;  // the last step's gradients
   for (; step < c.steps; ++step) {
@@ -268,8 +300,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     double loss_sum = 0;
     for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
       m.set_gradient_sync(micro + 1 == c.grad_accum);
-      const int64_t first = (step * c.grad_accum + micro) * micro_rows;
-      const Batch batch = make_batch(data.train, train_order, first, micro_rows, c.seq_len, mesh);
+      const Batch batch = make_batch(data.train, train_order, window, micro_rows, c.seq_len, mesh);
+      window += micro_rows;
       DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
       if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
       loss.backward();
@@ -304,11 +336,11 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                              {"tokens_per_s", tokens_per_step / (r.ms / 1e3)},
                              {"peak_bytes", std::vector<double>(v, v + world)}};
       if (r.val_loss) line["val_loss"] = *r.val_loss;
-      metrics << line.dump() << "\n";
+      metrics << line.dump() << std::endl;  // flushed: a killed run keeps its lines
       const double elapsed = seconds_since(start);
-      if ((step + 1) % c.log_every == 0 || step == 0 || step + 1 == c.steps || r.val_loss ||
+      if ((step + 1) % c.log_every == 0 || step == start_at.step || step + 1 == c.steps || r.val_loss ||
           seconds_since(last_line) > 5) {
-        const double per_step = elapsed / static_cast<double>(step + 1);
+        const double per_step = elapsed / static_cast<double>(step + 1 - start_at.step);
         double peak = 0;
         for (int64_t k = 0; k < world; ++k) peak = std::max(peak, v[k]);
         fmt::print(
@@ -321,12 +353,19 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
         last_line = Clock::now();
       }
     }
-    if (v[world] > 0) {
+    const bool stop = v[world] > 0;
+    if (c.use_dcp_checkpointing &&
+        (stop || step + 1 == c.steps || (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0))) {
+      save_checkpoint(checkpoint_dir_of(c), c.keep_last, {.step = step + 1, .window = window}, *m.net, opt);
+      if (rank0) fmt::print("checkpoint {}\n", checkpoint_path(checkpoint_dir_of(c), step + 1));
+    }
+    if (stop) {
       stopped = true;
       ++step;
       break;
     }
   }
+  const int64_t steps_run = step - start_at.step;
   const double train_s = seconds_since(start);
 
   RankFigures mine{.param_bytes = param_bytes,
@@ -335,7 +374,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                    .peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
                    .wait_s = static_cast<double>(collective_counter().wait_ns()) / 1e9,
                    .train_s = train_s,
-                   .tokens = tokens_per_step * static_cast<double>(step) / static_cast<double>(world)};
+                   .tokens = tokens_per_step * static_cast<double>(steps_run) / static_cast<double>(world)};
   const std::vector<RankFigures> ranks = gather_rank_figures(mine);
   if (rank0) {
     if (stopped) fmt::print("train: interrupted; stopped after step {} on every rank\n", step);
@@ -354,7 +393,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     nlohmann::json summary = {{"steps", step},
                               {"interrupted", stopped},
                               {"train_s", train_s},
-                              {"tokens_per_s", tokens_per_step * static_cast<double>(step) / train_s},
+                              {"tokens_per_s", tokens_per_step * static_cast<double>(steps_run) / train_s},
+                              {"resumed_from", resumed_from},
                               {"first_loss", records.empty() ? 0.0 : records.front().loss},
                               {"final_loss", records.empty() ? 0.0 : records.back().loss},
                               {"ranks", nlohmann::json::array()}};

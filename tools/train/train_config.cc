@@ -161,8 +161,23 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--out", c.out, "directory for metrics, plots, summary and configuration")
       ->capture_default_str()
       ->group("Data and output");
-  app.add_flag("--use-dcp-checkpointing", c.use_dcp_checkpointing, "distributed checkpoints (not available yet)")
-      ->group("Data and output");
+  app.add_flag("--use-dcp-checkpointing", c.use_dcp_checkpointing,
+               "save distributed checkpoints (each rank its shards) every --checkpoint-every steps and at the end")
+      ->group("Checkpoints");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir, "where checkpoints go (default: OUT/checkpoints)")
+      ->group("Checkpoints");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group("Checkpoints");
+  app.add_option("--keep-last", c.keep_last, "checkpoints kept (older ones deleted after a newer one committed)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group("Checkpoints");
+  app.add_option("--resume", c.resume,
+                 "latest (the newest checkpoint under --checkpoint-dir; none yet: start fresh) or a checkpoint's "
+                 "directory; any world size and mesh")
+      ->group("Checkpoints");
 }
 
 ArchSwitches arch_switches(const TrainConfig& c) {
@@ -205,6 +220,10 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int
   return dims;
 }
 
+std::string checkpoint_dir_of(const TrainConfig& c) {
+  return c.checkpoint_dir.empty() ? c.out + "/checkpoints" : c.checkpoint_dir;
+}
+
 void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
   DTR_CHECK(c.vocab == 0 || c.vocab >= tokenizer_vocab, ValueError,
             "--vocab {} is smaller than the tokenizer's {} tokens; give at least {} (or leave it out)", c.vocab,
@@ -212,9 +231,8 @@ void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
 }
 
 void validate(const TrainConfig& c, int64_t world_size) {
-  DTR_CHECK(!c.use_dcp_checkpointing, ValueError,
-            "--use-dcp-checkpointing: distributed checkpoints are not available yet (the checkpoint issue builds "
-            "them); run without the flag");
+  DTR_CHECK(c.resume.empty() || c.use_dcp_checkpointing, ValueError,
+            "--resume {}: resuming reads distributed checkpoints; add --use-dcp-checkpointing", c.resume);
   DTR_CHECK(c.device == "cpu", ValueError,
             "--device {}: training on CUDA is not available yet (the CUDA issues build it); legal now: cpu", c.device);
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",
@@ -297,7 +315,12 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"eval_every", c.eval_every},
           {"eval_batches", c.eval_batches},
           {"log_every", c.log_every},
-          {"out", c.out}};
+          {"out", c.out},
+          {"use_dcp_checkpointing", c.use_dcp_checkpointing},
+          {"checkpoint_dir", checkpoint_dir_of(c)},
+          {"checkpoint_every", c.checkpoint_every},
+          {"keep_last", c.keep_last},
+          {"resume", c.resume}};
 }
 
 }  // namespace dtr::train

@@ -46,8 +46,15 @@ struct TrainConfig {
   int64_t bpe_vocab = 512;
   int64_t eval_every = 100, eval_batches = 4, log_every = 10;
   std::string out = "train_out";
+  // Checkpoints.
   bool use_dcp_checkpointing = false;
+  std::string checkpoint_dir;  // "": <out>/checkpoints
+  int64_t checkpoint_every = 100, keep_last = 2;
+  std::string resume;  // "", "latest" or a checkpoint's path
 };
+
+// --checkpoint-dir, or <out>/checkpoints.
+std::string checkpoint_dir_of(const TrainConfig& config);
 
 // Registers every flag on `app`, writing into `config`.
 void add_train_flags(CLI::App& app, TrainConfig& config);

@@ -1,0 +1,119 @@
+#include "tools/train/train_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "dtensor/autograd.h"
+#include "dtensor/checkpoint.h"
+#include "kernels/error.h"
+#include "kernels/fill.h"
+
+namespace dtr::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPrefix = "step_";
+
+DType dtype_named(const std::string& name) {
+  for (DType d : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool}) {
+    if (dtype_name(d) == name) return d;
+  }
+  throw ValueError(fmt::format("train: a checkpoint's optimizer state has an unknown dtype '{}'", name));
+}
+
+// The committed checkpoints under `dir`, oldest first (a save in progress or killed is a
+// temporary directory, not a step_* one).
+std::vector<fs::path> committed(const std::string& dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.starts_with(kPrefix) && name.find('.') == std::string::npos &&
+        fs::exists(e.path() / ".metadata.json")) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
+  return (fs::path(checkpoint_dir) / fmt::format("{}{:08d}", kPrefix, step)).string();
+}
+
+void save_checkpoint(const std::string& checkpoint_dir, int64_t keep_last, const RunPosition& position,
+                     nn::Module& model, optim::Optimizer& opt) {
+  checkpoint::State state;
+  for (auto& [name, p] : model.named_parameters()) state.tensors.emplace("model." + name, *p);
+  nlohmann::json optim = nlohmann::json::object();
+  for (const auto& [index, param] : opt.state_dict().state) {
+    nlohmann::json dtypes = nlohmann::json::object();
+    for (const auto& [name, t] : param.tensors) {
+      state.tensors.emplace(fmt::format("optim.{}.{}", index, name), t);
+      dtypes[name] = std::string(dtype_name(t.dtype()));
+    }
+    optim[std::to_string(index)] = {{"step", param.step}, {"dtypes", dtypes}};
+  }
+  state.extra = {{"step", position.step}, {"window", position.window}, {"optim", optim}};
+  fs::create_directories(checkpoint_dir);
+  checkpoint::save(state, checkpoint_path(checkpoint_dir, position.step));
+  if (default_group()->rank() != 0) return;
+  std::vector<fs::path> all = committed(checkpoint_dir);
+  for (size_t k = 0; k + static_cast<size_t>(keep_last) < all.size(); ++k) fs::remove_all(all[k]);
+}
+
+std::string resume_path(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume != "latest") return resume;
+  const std::vector<fs::path> all = committed(checkpoint_dir);
+  return all.empty() ? "" : all.back().string();
+}
+
+RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
+  // The step counts and dtypes of the optimizer's state come first, from `extra`.
+  checkpoint::State header;
+  checkpoint::load(header, path);
+  checkpoint::State state;
+  std::vector<DTensor*> params;
+  for (auto& [name, p] : model.named_parameters()) {
+    state.tensors.emplace("model." + name, *p);
+    params.push_back(p);
+  }
+  optim::OptimizerState saved = opt.state_dict();
+  for (const auto& [key, entry] : header.extra.at("optim").items()) {
+    const int64_t index = std::stoll(key);
+    DTR_CHECK(index >= 0 && index < static_cast<int64_t>(params.size()), ValueError,
+              "train: checkpoint {} has optimizer state for parameter {} but the model has {} parameters", path, index,
+              params.size());
+    optim::OptimizerState::Param& param = saved.state[index];
+    param.step = entry.at("step").get<int64_t>();
+    for (const auto& [name, dtype] : entry.at("dtypes").items()) {
+      const DTensorSpec spec = params[static_cast<size_t>(index)]->spec();
+      const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), dtype_named(dtype.get<std::string>()));
+      const DTensor empty(zeros(typed.local_box().shape, typed.dtype(), typed.mesh().device_type()), typed);
+      state.tensors.emplace(fmt::format("optim.{}.{}", index, name), empty);
+      param.tensors[name] = empty;
+    }
+  }
+  checkpoint::load(state, path);
+  {
+    const NoGradGuard no_grad;
+    for (auto& [name, p] : model.named_parameters()) {
+      Tensor local = p->to_local();
+      local.copy_(state.tensors.at("model." + name).to_local());
+    }
+  }
+  for (auto& [index, param] : saved.state) {
+    for (auto& [name, t] : param.tensors) t = state.tensors.at(fmt::format("optim.{}.{}", index, name));
+  }
+  opt.load_state_dict(saved);
+  return {.step = state.extra.at("step").get<int64_t>(), .window = state.extra.at("window").get<int64_t>()};
+}
+
+}  // namespace dtr::train
