@@ -538,6 +538,33 @@ TEST_CASE("a layer with an empty shard trains, and unshard/reshard move the allo
   });
 }
 
+TEST_CASE("an optimizer built before fully_shard steps the sharded leaves, as one built after", "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const DTensor x = distribute_tensor(testing::random_tensor({4, 4}, kFloat32, 5), mesh, {Shard(0)});
+    auto trained = [&](bool optimizer_first) {
+      manual_seed(9);
+      Linear layer(4, 3);
+      std::unique_ptr<optim::AdamW> opt;
+      if (optimizer_first)
+        opt = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{.params = layer.parameters(), .lr = 0.1}});
+      fully_shard(layer, mesh);
+      if (!optimizer_first)
+        opt = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{.params = layer.parameters(), .lr = 0.1}});
+      for (int step = 0; step < 3; ++step) {
+        opt->zero_grad();
+        const DTensor y = layer(x);
+        sum(mul(y, y)).backward();
+        opt->step();
+      }
+      for (auto& [name, p] : layer.named_parameters()) CHECK(p->placements() == Placements{Shard(0)});
+      return full_state_dict(layer);
+    };
+    const TensorMap before = trained(true), after = trained(false);
+    for (const auto& [name, w] : after) testing::check_close(before.at(name), testing::to_f64(w), {0, 0}, name);
+  });
+}
+
 TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
   testing::run_ranks(2, [](int, int) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
