@@ -1,0 +1,415 @@
+#include "nn/full_state_dict_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "collectives/file_descriptor.h"
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "kernels/error.h"
+#include "nn/safetensors_header.h"
+
+namespace dtr::nn {
+namespace {
+
+constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kSingleFileName = "model.safetensors";
+
+int world_rank() { return is_initialized() ? default_group()->rank() : 0; }
+
+int64_t entry_bytes(const DTensor& value) {
+  return shape_numel(value.shape()) * static_cast<int64_t>(itemsize(value.dtype()));
+}
+
+std::string describe(DType dtype, const Shape& shape) { return fmt::format("{}[{}]", dtype, fmt::join(shape, ", ")); }
+
+// ---- Writing (rank 0) ---------------------------------------------------------------------
+
+void write_all(int fd, const void* data, size_t size, const std::string& path, std::string_view op) {
+  const char* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t w = ::write(fd, bytes, size);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) throw OSError(errno, fmt::format("{}: write('{}')", op, path));
+    bytes += w;
+    size -= static_cast<size_t>(w);
+  }
+}
+
+// fsync(fd), close it and rename `temp` over `path`: the file appears whole or not at all.
+void commit(FileDescriptor fd, const std::string& temp, const std::string& path, std::string_view op) {
+  if (::fsync(fd.get()) != 0) throw OSError(errno, fmt::format("{}: fsync('{}')", op, temp));
+  if (::close(fd.release()) != 0) throw OSError(errno, fmt::format("{}: close('{}')", op, temp));
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    throw OSError(errno, fmt::format("{}: rename('{}', '{}')", op, temp, path));
+  }
+}
+
+// fsyncs a directory, so that the renames into it are durable.
+void sync_directory(const std::string& dir, std::string_view op) {
+  FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, dir));
+  if (::fsync(fd.get()) != 0) throw OSError(errno, fmt::format("{}: fsync('{}')", op, dir));
+}
+
+std::string parent_directory(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+// One file to write: its path and the state entries (indices into the state dict) it holds.
+struct FilePlan {
+  std::string path;
+  std::vector<size_t> entries;
+};
+
+// Writes each plan's file: its header first, then its tensors as they are gathered, one at a
+// time (every rank takes part in each gather; ranks other than 0 drop the result at once).
+// A failure on rank 0 lands in `failure` and stops its writing, but not its part in the
+// gathers, so that every rank reaches the outcome's broadcast (agree) instead of hanging.
+void write_files(const StateDict& state, const std::vector<FilePlan>& plans, std::string_view op,
+                 std::exception_ptr& failure) {
+  const bool writer = world_rank() == 0;
+  for (const FilePlan& plan : plans) {
+    // Largest element size first, as save_file does: every tensor starts aligned.
+    std::vector<size_t> order = plan.entries;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return itemsize(state[a].second.dtype()) > itemsize(state[b].second.dtype());
+    });
+    std::vector<SafetensorsEntry> entries;
+    int64_t offset = 0;
+    for (size_t i : order) {
+      const DTensor& value = state[i].second;
+      entries.push_back({state[i].first, value.dtype(), value.shape(), offset, offset + entry_bytes(value)});
+      offset = entries.back().end;
+    }
+    const std::string temp = plan.path + ".tmp";
+    FileDescriptor fd;
+    auto attempt = [&](auto&& step) {
+      if (!writer || failure) return;
+      try {
+        step();
+      } catch (...) {
+        failure = std::current_exception();
+        fd = FileDescriptor();
+        ::unlink(temp.c_str());
+      }
+    };
+    attempt([&] {
+      // {"format": "pt"}: what transformers' from_pretrained looks for.
+      const std::string header = safetensors_header_bytes(entries, {{"format", "pt"}});
+      fd = FileDescriptor(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
+      write_all(fd.get(), header.data(), header.size(), temp, op);
+    });
+    for (size_t k = 0; k < order.size(); ++k) {
+      Tensor full = state[order[k]].second.full_tensor();  // collective: every rank, every entry
+      attempt([&] {
+        full = full.to(kCPU).contiguous();
+        DTR_INTERNAL_ASSERT(static_cast<int64_t>(full.nbytes()) == entries[k].end - entries[k].begin,
+                            "'{}' gathered {} bytes, its header entry holds {}", entries[k].name, full.nbytes(),
+                            entries[k].end - entries[k].begin);
+        write_all(fd.get(), full.data(), full.nbytes(), temp, op);
+      });
+    }
+    attempt([&] { commit(std::move(fd), temp, plan.path, op); });
+  }
+}
+
+// Where the outcome's broadcast buffer lives: NCCL moves only tensors on this rank's GPU.
+Device exchange_device(const StateDict& state) {
+  if (default_group()->backend_name() != "nccl") return kCPU;
+  for (const auto& [name, value] : state) {
+    if (value.to_local().device().is_cuda()) return value.to_local().device();
+  }
+  return kCPU;  // a CPU module under NCCL: nothing was gathered through it either
+}
+
+// Rank 0 tells every rank whether it wrote everything; a failure is thrown on every rank.
+void agree(std::exception_ptr failure, const StateDict& state, std::string_view op, const std::string& path) {
+  if (is_initialized() && default_group()->size() > 1) {
+    Tensor flag = Tensor::empty({1}, kInt64, kCPU);
+    *static_cast<int64_t*>(flag.data()) = failure ? 1 : 0;
+    flag = flag.to(exchange_device(state));
+    default_group()->broadcast(flag, 0).wait();
+    flag = flag.to(kCPU);
+    if (!failure && *static_cast<const int64_t*>(flag.data()) != 0) {
+      throw Error(fmt::format("{} '{}': rank 0, which writes it, failed (its own error says why)", op, path));
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// ---- Reading (every rank, its own blocks) -------------------------------------------------
+
+// A .safetensors file opened and its header parsed and checked (nn/safetensors_header.h).
+struct OpenFile {
+  std::string path;
+  FileDescriptor fd;
+  int64_t data_start = 0;
+  SafetensorsHeader header;
+};
+
+// Reads exactly `size` bytes at `offset`; the header was checked against the file's size, so
+// a short read means the file changed underneath.
+void read_exact(const OpenFile& file, void* data, int64_t size, int64_t offset, std::string_view tensor,
+                std::string_view op) {
+  char* bytes = static_cast<char*>(data);
+  while (size > 0) {
+    const ssize_t r = ::pread(file.fd.get(), bytes, static_cast<size_t>(size), offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw OSError(errno, fmt::format("{}: read('{}') of tensor '{}'", op, file.path, tensor));
+    DTR_CHECK(r > 0, ValueError, "{}: safetensors file '{}' ended early in tensor '{}' (changed while being read?)", op,
+              file.path, tensor);
+    bytes += r;
+    size -= r;
+    offset += r;
+  }
+}
+
+std::unique_ptr<OpenFile> open_safetensors(const std::string& path, std::string_view op) {
+  auto file = std::make_unique<OpenFile>();
+  file->path = path;
+  file->fd = FileDescriptor(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file->fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, path));
+  struct stat st {};
+  if (::fstat(file->fd.get(), &st) != 0) throw OSError(errno, fmt::format("{}: fstat('{}')", op, path));
+  const int64_t size = st.st_size;
+  std::array<uint8_t, 8> prefix{};
+  if (size >= 8) read_exact(*file, prefix.data(), 8, 0, "(header)", op);
+  const int64_t n = safetensors_header_length(prefix, size, path);
+  std::string json(static_cast<size_t>(n), '\0');
+  read_exact(*file, json.data(), n, 8, "(header)", op);
+  file->header = parse_safetensors_header(json, size - 8 - n, path);
+  file->data_start = 8 + n;
+  return file;
+}
+
+// The block `box` of tensor `e`, read with one pread per contiguous run: the innermost dims
+// the box covers whole join the run of the outermost dim it cuts (a Shard(0) block is one
+// run; a Shard(1) block of a matrix one run per row).
+Tensor read_block(const OpenFile& file, const SafetensorsEntry& e, const LocalBox& box, std::string_view op) {
+  Tensor out = Tensor::empty(box.shape, e.dtype, kCPU);
+  if (out.numel() == 0) return out;
+  const auto item = static_cast<int64_t>(itemsize(e.dtype));
+  const auto ndim = static_cast<int64_t>(e.shape.size());
+  char* dst = static_cast<char*>(out.data());
+  if (ndim == 0) {
+    read_exact(file, dst, item, file.data_start + e.begin, e.name, op);
+    return out;
+  }
+  std::vector<int64_t> stride(ndim, 1);  // in elements, row-major
+  for (int64_t d = ndim - 2; d >= 0; --d) stride[d] = stride[d + 1] * e.shape[d + 1];
+  int64_t k = ndim - 1;
+  while (k > 0 && box.shape[k] == e.shape[k]) --k;
+  const int64_t run = box.shape[k] * stride[k] * item;
+  std::vector<int64_t> index(k, 0);  // over dims [0, k) of the box
+  for (;;) {
+    int64_t element = box.offset[k] * stride[k];
+    for (int64_t d = 0; d < k; ++d) element += (box.offset[d] + index[d]) * stride[d];
+    read_exact(file, dst, run, file.data_start + e.begin + element * item, e.name, op);
+    dst += run;
+    int64_t d = k - 1;
+    for (; d >= 0; --d) {
+      if (++index[d] < box.shape[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  if (e.dtype == kBool) {
+    const auto* bytes = static_cast<const uint8_t*>(out.data());
+    const bool valid = std::all_of(bytes, bytes + out.numel(), [](uint8_t b) { return b <= 1; });
+    DTR_CHECK(valid, ValueError, "{}: safetensors file '{}', tensor '{}': a BOOL byte is neither 0 nor 1", op,
+              file.path, e.name);
+  }
+  return out;
+}
+
+// Where each name's bytes are.
+struct Source {
+  const OpenFile* file;
+  const SafetensorsEntry* entry;
+};
+
+// Checks names, shapes and dtypes (every problem before anything is read), then reads each
+// rank's blocks and hands them to load_state_dict under the entries' own specs.
+LoadResult load_sources(Module& module, const std::map<std::string, Source>& sources, const std::string& where,
+                        Strict strict, std::string_view op) {
+  const StateDict current = module.state_dict();
+  LoadResult result;
+  std::set<std::string> known;
+  for (const auto& [name, value] : current) {
+    known.insert(name);
+    if (!sources.contains(name)) result.missing_keys.push_back(name);
+  }
+  for (const auto& [name, source] : sources) {
+    if (!known.contains(name)) result.unexpected_keys.push_back(name);
+  }
+  DTR_CHECK(strict == Strict::kNo || (result.missing_keys.empty() && result.unexpected_keys.empty()), ValueError,
+            "{}: '{}' does not match the module: missing keys (the module's, not in the file): [{}]; unexpected "
+            "keys (in the file, not the module's): [{}]; Strict::kNo loads the names that match",
+            op, where, fmt::join(result.missing_keys, ", "), fmt::join(result.unexpected_keys, ", "));
+  for (const auto& [name, value] : current) {
+    const auto it = sources.find(name);
+    if (it == sources.end()) continue;
+    const SafetensorsEntry& e = *it->second.entry;
+    DTR_CHECK(e.shape == value.shape(), ValueError,
+              "{}: tensor '{}' of safetensors file '{}' is {}, the module's entry is {}: a different model?", op, name,
+              it->second.file->path, describe(e.dtype, e.shape), describe(value.dtype(), value.shape()));
+    DTR_CHECK(e.dtype == value.dtype(), TypeError,
+              "{}: tensor '{}' of safetensors file '{}' is {}, the module's entry is {}; convert the module (to()) "
+              "or the file",
+              op, name, it->second.file->path, describe(e.dtype, e.shape), describe(value.dtype(), value.shape()));
+  }
+  StateDict blocks;
+  for (const auto& [name, value] : current) {
+    const auto it = sources.find(name);
+    if (it == sources.end()) continue;
+    // A Partial entry takes the whole value as Replicate; load_state_dict redistributes it.
+    Placements placements = value.placements();
+    for (Placement& p : placements) {
+      if (p.is_partial()) p = Replicate();
+    }
+    const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
+    const Tensor block = read_block(*it->second.file, *it->second.entry, spec.local_box(), op);
+    blocks.emplace_back(name, DTensor(block.to(spec.mesh().device_type()), spec));
+  }
+  module.load_state_dict(blocks, Strict::kNo);
+  return result;
+}
+
+std::map<std::string, Source> sources_of(const OpenFile& file) {
+  std::map<std::string, Source> sources;
+  for (const SafetensorsEntry& e : file.header.entries) sources.emplace(e.name, Source{&file, &e});
+  return sources;
+}
+
+}  // namespace
+
+void save_full_state_dict(Module& module, const std::string& path) {
+  constexpr std::string_view op = "save_full_state_dict";
+  const StateDict state = module.state_dict();
+  FilePlan plan{path, {}};
+  for (size_t i = 0; i < state.size(); ++i) plan.entries.push_back(i);
+  std::exception_ptr failure;
+  write_files(state, {plan}, op, failure);
+  if (world_rank() == 0 && !failure) {
+    try {
+      sync_directory(parent_directory(path), op);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, state, op, path);
+}
+
+LoadResult load_full_state_dict_file(Module& module, const std::string& path, Strict strict) {
+  constexpr std::string_view op = "load_full_state_dict_file";
+  const std::unique_ptr<OpenFile> file = open_safetensors(path, op);
+  return load_sources(module, sources_of(*file), path, strict, op);
+}
+
+void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shard_bytes) {
+  constexpr std::string_view op = "save_hf_checkpoint";
+  DTR_CHECK(max_shard_bytes > 0, ValueError, "{} '{}': max_shard_bytes must be positive, got {}", op, dir,
+            max_shard_bytes);
+  const StateDict state = module.state_dict();
+  // Entries in order fill a file while they fit; a file always takes its first entry.
+  std::vector<std::vector<size_t>> groups(1);
+  int64_t filled = 0, total = 0;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const int64_t bytes = entry_bytes(state[i].second);
+    if (!groups.back().empty() && filled + bytes > max_shard_bytes) {
+      groups.emplace_back();
+      filled = 0;
+    }
+    groups.back().push_back(i);
+    filled += bytes;
+    total += bytes;
+  }
+  std::vector<FilePlan> plans;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
+    plans.push_back({dir + "/" + name, groups[g]});
+    for (size_t i : groups[g]) weight_map[state[i].first] = name;
+  }
+  std::exception_ptr failure;
+  if (world_rank() == 0) {
+    try {
+      std::filesystem::create_directories(dir);
+    } catch (const std::filesystem::filesystem_error& e) {
+      failure = std::make_exception_ptr(OSError(e.code().value(), fmt::format("{}: mkdir('{}')", op, dir)));
+    }
+  }
+  write_files(state, plans, op, failure);
+  if (world_rank() == 0 && !failure) {
+    // The index last: a reader that finds it finds every file it names.
+    try {
+      nlohmann::ordered_json index;
+      index["metadata"] = {{"total_size", total}};
+      index["weight_map"] = weight_map;
+      const std::string text = index.dump(2) + "\n";
+      const std::string path = dir + "/" + std::string(kIndexName), temp = path + ".tmp";
+      FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
+      write_all(fd.get(), text.data(), text.size(), temp, op);
+      commit(std::move(fd), temp, path, op);
+      sync_directory(dir, op);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  agree(failure, state, op, dir);
+}
+
+LoadResult load_hf_checkpoint(Module& module, const std::string& dir, Strict strict) {
+  constexpr std::string_view op = "load_hf_checkpoint";
+  const std::string index_path = dir + "/" + std::string(kIndexName);
+  if (!std::filesystem::exists(index_path)) {
+    const std::string single = dir + "/" + std::string(kSingleFileName);
+    if (std::filesystem::exists(single)) return load_full_state_dict_file(module, single, strict);
+    throw OSError(ENOENT, fmt::format("{}: '{}' holds neither {} nor {}", op, dir, kIndexName, kSingleFileName));
+  }
+  std::ifstream in(index_path);
+  if (!in) throw OSError(errno, fmt::format("{}: open('{}')", op, index_path));
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  DTR_CHECK(
+      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      ValueError, "{}: index '{}' is not JSON with a \"weight_map\" object", op, index_path);
+  std::map<std::string, std::unique_ptr<OpenFile>> files;
+  std::map<std::string, Source> sources;
+  for (const auto& [name, file_name] : index["weight_map"].items()) {
+    DTR_CHECK(file_name.is_string(), ValueError, "{}: index '{}' maps '{}' to {}, not a file name", op, index_path,
+              name, file_name.dump());
+    const std::string base = file_name.get<std::string>();
+    DTR_CHECK(!base.empty() && base.find('/') == std::string::npos && base != "..", ValueError,
+              "{}: index '{}' maps '{}' to '{}', not a file name in the directory", op, index_path, name, base);
+    auto& file = files[base];
+    if (!file) file = open_safetensors(dir + "/" + base, op);
+    const auto it = std::find_if(file->header.entries.begin(), file->header.entries.end(),
+                                 [&](const SafetensorsEntry& e) { return e.name == name; });
+    DTR_CHECK(it != file->header.entries.end(), ValueError,
+              "{}: index '{}' maps tensor '{}' to '{}', which does not hold it", op, index_path, name, file->path);
+    sources.emplace(name, Source{file.get(), &*it});
+  }
+  return load_sources(module, sources, dir, strict, op);
+}
+
+}  // namespace dtr::nn
