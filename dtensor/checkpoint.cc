@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "collectives/init.h"
 #include "collectives/process_group.h"
@@ -21,6 +22,9 @@
 #include "kernels/error.h"
 
 namespace dtr::checkpoint {
+namespace internal {
+struct StagedSave;
+}
 namespace {
 
 namespace fs = std::filesystem;
@@ -145,33 +149,13 @@ bool writes_box(const DTensor& t, const LocalBox& box) {
   return true;
 }
 
-// Writes this rank's file; returns {"tensors": {name: spec}, "chunks": [...], "extra"}.
-Json write_rank_file(const State& state, const fs::path& temp, int rank) {
-  std::vector<internal::ChunkToWrite> chunks;
-  std::vector<LocalBox> boxes;
-  Json signatures = Json::object();
-  for (const auto& [name, t] : state.tensors) {
-    signatures[name] = t.spec().to_string();
-    const LocalBox box = t.spec().local_box();
-    if (!writes_box(t, box)) continue;
-    chunks.push_back({name, t.to_local().to(kCPU).contiguous()});
-    boxes.push_back(box);
-  }
-  const std::string file = rank_file(rank);
-  const std::vector<internal::WrittenChunk> written = internal::write_chunk_file((temp / file).string(), chunks);
-  internal::sync_directory(temp.string(), kSave);
-  Json listed = Json::array();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    listed.push_back({{"name", chunks[i].name},
-                      {"offset", boxes[i].offset},
-                      {"shape", boxes[i].shape},
-                      {"file", file},
-                      {"byte_range", {written[i].begin, written[i].end}},
-                      {"rows_per_block", written[i].rows_per_block},
-                      {"crc32c", written[i].crc32c}});
-  }
-  return {{"tensors", std::move(signatures)}, {"chunks", std::move(listed)}, {"extra", state.extra}};
-}
+// Whether save's host copies share the tensors' storage (save: they are written before it
+// returns) or are copies (async_save: the tensors may change while they are written).
+enum class Staging { kShare, kCopy };
+
+// This rank's boxes as contiguous CPU tensors, with each tensor's spec (for the ranks'
+// agreement check) and metadata entry without its chunks.
+void stage(const State& state, Staging staging, internal::StagedSave& s);
 
 // Every rank must have saved the same tensors (names and specs) and the same extra.
 void check_ranks_agree(const std::vector<Json>& outcomes) {
@@ -198,17 +182,12 @@ void check_ranks_agree(const std::vector<Json>& outcomes) {
   }
 }
 
-CheckpointMetadata build_metadata(const State& state, const std::vector<Json>& outcomes) {
+CheckpointMetadata build_metadata(const std::map<std::string, SavedTensor>& skeleton, const Json& extra,
+                                  const std::vector<Json>& outcomes) {
   CheckpointMetadata m;
   m.world_size = static_cast<int64_t>(outcomes.size());
-  m.extra = state.extra;
-  for (const auto& [name, t] : state.tensors) {
-    SavedTensor& s = m.tensors[name];
-    s.dtype = t.dtype();
-    s.shape = t.shape();
-    s.mesh = mesh_json(t.mesh());
-    for (const Placement& p : t.placements()) s.placements.push_back(p.str());
-  }
+  m.extra = extra;
+  m.tensors = skeleton;
   for (const Json& outcome : outcomes) {
     for (const Json& c : outcome["chunks"]) {
       m.tensors.at(c["name"].get<std::string>())
@@ -265,6 +244,9 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
 struct TempDirGuard {
   fs::path path;
   bool committed = false;
+  TempDirGuard() = default;
+  TempDirGuard(const TempDirGuard&) = delete;
+  TempDirGuard& operator=(const TempDirGuard&) = delete;
   ~TempDirGuard() {
     std::error_code ec;
     if (!committed && !path.empty()) fs::remove_all(path, ec);
@@ -282,6 +264,137 @@ std::exception_ptr capture(Json& outcome, F&& f) {
     outcome["error"] = internal::failure_json(e);
     return e;
   }
+}
+
+}  // namespace
+
+// A save between its checks (step 1, on the calling thread) and its commit (step 3): what
+// the rank file write (step 2, on any thread) needs, and what the commit needs after it.
+struct internal::StagedSave {
+  World w;
+  Device device = kCPU;
+  fs::path target, temp;
+  std::string token;
+  std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host
+  std::vector<LocalBox> boxes;
+  Json signatures = Json::object();  // name -> spec string
+  Json extra;
+  std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
+  TempDirGuard guard;                           // rank 0's temporary directory
+};
+
+// An async_save between its call and its wait(): the staged save, its writer thread and
+// what the writer produced; then whether it is finished and how.
+struct internal::PendingSave {
+  std::unique_ptr<StagedSave> staged;
+  std::thread writer;
+  Json written = Json::object();  // the writer's outcome: chunk list, or {"error"}
+  std::exception_ptr write_error;
+  bool finished = false;
+  std::exception_ptr result;  // wait()'s error, once finished
+  ~PendingSave() {
+    if (writer.joinable()) writer.join();
+  }
+};
+
+namespace {
+
+using internal::StagedSave;
+
+void stage(const State& state, Staging staging, StagedSave& s) {
+  for (const auto& [name, t] : state.tensors) {
+    s.signatures[name] = t.spec().to_string();
+    SavedTensor& saved = s.skeleton[name];
+    saved.dtype = t.dtype();
+    saved.shape = t.shape();
+    saved.mesh = mesh_json(t.mesh());
+    for (const Placement& p : t.placements()) saved.placements.push_back(p.str());
+    const LocalBox box = t.spec().local_box();
+    if (!writes_box(t, box)) continue;
+    const Tensor& local = t.to_local();
+    // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
+    Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
+    s.chunks.push_back({name, std::move(host)});
+    s.boxes.push_back(box);
+  }
+  s.extra = state.extra;
+}
+
+// Step 1: every rank checks and stages its state; rank 0 checks `dir`, clears leftovers of
+// interrupted saves (only while a committed checkpoint is there: otherwise they may hold
+// the only copy) and names the temporary directory.
+std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& dir, Staging staging) {
+  auto s = std::make_unique<StagedSave>();
+  s->w = world();
+  s->target = checkpoint_path(dir, kSave);
+  s->device = exchange_device(s->w, state.tensors, kSave);
+  Json outcome = Json::object();
+  std::exception_ptr error = capture(outcome, [&] {
+    check_saveable(state, s->w.size);
+    stage(state, staging, *s);
+    if (s->w.rank != 0) return;
+    check_replaceable(s->target);
+    if (is_checkpoint(s->target)) {
+      std::error_code ec;
+      for (const fs::path& p : leftover_siblings(s->target)) fs::remove_all(p, ec);
+    }
+    outcome["token"] = make_token();
+  });
+  const std::vector<Json> outcomes = exchange(s->w, outcome, s->device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+  s->token = outcomes[0]["token"].get<std::string>();
+  s->temp = s->target.string() + ".tmp-" + s->token;
+  if (s->w.rank == 0) s->guard.path = s->temp;
+  return s;
+}
+
+// Step 2 (no communication, any thread): writes this rank's file into the temporary
+// directory and fsyncs it; returns {"tensors": {name: spec}, "chunks": [...], "extra"}.
+Json write_staged(const StagedSave& s) {
+  std::error_code ec;
+  fs::create_directories(s.temp, ec);
+  if (ec) throw OSError(ec.value(), fmt::format("{}: create_directories('{}')", kSave, s.temp.string()));
+  const std::string file = rank_file(s.w.rank);
+  const std::vector<internal::WrittenChunk> written = internal::write_chunk_file((s.temp / file).string(), s.chunks);
+  internal::sync_directory(s.temp.string(), kSave);
+  Json listed = Json::array();
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    listed.push_back({{"name", s.chunks[i].name},
+                      {"offset", s.boxes[i].offset},
+                      {"shape", s.boxes[i].shape},
+                      {"file", file},
+                      {"byte_range", {written[i].begin, written[i].end}},
+                      {"rows_per_block", written[i].rows_per_block},
+                      {"crc32c", written[i].crc32c}});
+  }
+  return {{"tensors", s.signatures}, {"chunks", std::move(listed)}, {"extra", s.extra}};
+}
+
+// The exchange of step 2's outcomes is the barrier after which every file is on disk; then
+// step 3: rank 0 writes the metadata last, fsyncs it, and commits; every rank learns how
+// that went. `written` is this rank's step 2 outcome ({"error"} when `error` is set).
+void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
+  std::vector<Json> outcomes = exchange(s.w, written, s.device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+  check_ranks_agree(outcomes);
+  Json outcome = Json::object();
+  error = capture(outcome, [&] {
+    if (s.w.rank != 0) return;
+    const std::string text = internal::metadata_to_json(build_metadata(s.skeleton, s.extra, outcomes)).dump(1);
+    internal::write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
+    internal::sync_directory(s.temp.string(), kSave);
+    commit(s.temp, s.target, s.token);
+    s.guard.committed = true;
+  });
+  outcomes = exchange(s.w, outcome, s.device);
+  internal::raise_if_any_failed(outcomes, error, kSave);
+}
+
+// This process's latest async_save, until the next one (or its wait()) finishes it; not
+// owning: an AsyncSave destroyed before wait() is abandoned.
+std::weak_ptr<internal::PendingSave>& latest_async_save() {
+  static std::weak_ptr<internal::PendingSave> latest;
+  return latest;
 }
 
 // --- load ---
@@ -374,6 +487,16 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
                     internal::ChunkFileReader& files, const fs::path& dir) {
   const DTensorSpec& spec = target.spec();
   const LocalBox box = spec.local_box();
+  // A chunk that is exactly this rank's box (a load on the mesh and placements it was saved
+  // from) is read straight into the local, without a second buffer and a copy.
+  for (const SavedChunk& chunk : saved.chunks) {
+    if (shape_numel(box.shape) == 0 || chunk.offset != box.offset || chunk.shape != box.shape) continue;
+    DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
+                    .data.to(target.to_local().device()),
+                spec);
+    if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
+    return out;
+  }
   Tensor local = Tensor::empty(box.shape, spec.dtype(), kCPU);
   if (shape_numel(box.shape) > 0) {
     std::vector<LocalBox> filled;
@@ -414,56 +537,10 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
 }  // namespace
 
 void save(const State& state, const std::string& dir) {
-  const World w = world();
-  const fs::path target = checkpoint_path(dir, kSave);
-  const Device device = exchange_device(w, state.tensors, kSave);
-  TempDirGuard guard;
-
-  // 1. Every rank checks its state; rank 0 checks `dir`, clears leftovers of interrupted
-  // saves (only while a committed checkpoint is there: otherwise they may hold the only
-  // copy) and names the temporary directory.
-  Json outcome = Json::object();
-  std::exception_ptr error = capture(outcome, [&] {
-    check_saveable(state, w.size);
-    if (w.rank != 0) return;
-    check_replaceable(target);
-    if (is_checkpoint(target)) {
-      std::error_code ec;
-      for (const fs::path& p : leftover_siblings(target)) fs::remove_all(p, ec);
-    }
-    outcome["token"] = make_token();
-  });
-  std::vector<Json> outcomes = exchange(w, outcome, device);
-  internal::raise_if_any_failed(outcomes, error, kSave);
-  const std::string token = outcomes[0]["token"].get<std::string>();
-  const fs::path temp = target.string() + ".tmp-" + token;
-  if (w.rank == 0) guard.path = temp;
-
-  // 2. Every rank writes its file into the temporary directory and fsyncs it; the exchange
-  // of the chunk lists is the barrier after which every file is on disk.
-  outcome = Json::object();
-  error = capture(outcome, [&] {
-    std::error_code ec;
-    fs::create_directories(temp, ec);
-    if (ec) throw OSError(ec.value(), fmt::format("{}: create_directories('{}')", kSave, temp.string()));
-    outcome.update(write_rank_file(state, temp, w.rank));
-  });
-  outcomes = exchange(w, outcome, device);
-  internal::raise_if_any_failed(outcomes, error, kSave);
-  check_ranks_agree(outcomes);
-
-  // 3. Rank 0 writes the metadata last, fsyncs it, and commits; every rank learns how that went.
-  outcome = Json::object();
-  error = capture(outcome, [&] {
-    if (w.rank != 0) return;
-    const std::string text = internal::metadata_to_json(build_metadata(state, outcomes)).dump(1);
-    internal::write_file_durably((temp / internal::kMetadataFile).string(), text, kSave);
-    internal::sync_directory(temp.string(), kSave);
-    commit(temp, target, token);
-    guard.committed = true;
-  });
-  outcomes = exchange(w, outcome, device);
-  internal::raise_if_any_failed(outcomes, error, kSave);
+  const std::unique_ptr<StagedSave> staged = begin_save(state, dir, Staging::kShare);
+  Json written = Json::object();
+  const std::exception_ptr error = capture(written, [&] { written.update(write_staged(*staged)); });
+  finish_save(*staged, error, written);
 }
 
 void load(State& state, const std::string& dir) {
@@ -484,6 +561,39 @@ void load(State& state, const std::string& dir) {
   internal::raise_if_any_failed(exchange(w, outcome, device), error, kLoad);
   for (auto& [name, t] : state.tensors) t = std::move(loaded.at(name));
   state.extra = std::move(extra);
+}
+
+void AsyncSave::wait() {
+  if (pending_ == nullptr) return;
+  internal::PendingSave& p = *pending_;
+  if (!p.finished) {
+    if (p.writer.joinable()) p.writer.join();
+    p.finished = true;
+    try {
+      finish_save(*p.staged, p.write_error, p.written);
+    } catch (...) {
+      p.result = std::current_exception();
+    }
+    p.staged.reset();  // frees the host copies; rank 0 removes an uncommitted temporary directory
+  }
+  if (p.result) std::rethrow_exception(p.result);
+}
+
+bool AsyncSave::done() const { return pending_ == nullptr || pending_->finished; }
+
+AsyncSave async_save(const State& state, const std::string& dir) {
+  std::weak_ptr<internal::PendingSave>& latest = latest_async_save();
+  const std::shared_ptr<internal::PendingSave> previous = latest.lock();
+  latest.reset();
+  if (previous != nullptr && !previous->finished) AsyncSave(previous).wait();
+
+  auto pending = std::make_shared<internal::PendingSave>();
+  pending->staged = begin_save(state, dir, Staging::kCopy);
+  internal::PendingSave* p = pending.get();
+  pending->writer =
+      std::thread([p] { p->write_error = capture(p->written, [p] { p->written.update(write_staged(*p->staged)); }); });
+  latest = pending;
+  return AsyncSave(pending);
 }
 
 }  // namespace dtr::checkpoint

@@ -8,13 +8,16 @@
 // written once) and `.metadata.json` (every tensor's global shape, dtype, mesh, placements
 // and chunks with byte ranges and CRC32C checksums, and `extra`). save writes everything
 // into `<dir>.tmp-<token>`, fsyncs it, and once every rank is done renames it to `dir`: a
-// save that dies midway leaves the previous checkpoint intact. docs/checkpoint.md has the
-// format, the commit protocol and what load verifies.
+// save that dies midway leaves the previous checkpoint intact. async_save stages the shards
+// to host memory and writes them on a background thread, committing at wait(); every
+// collective stays on the calling thread. docs/checkpoint.md has the format, the commit
+// protocol, what load verifies and async save's design.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "dtensor/dtensor.h"
@@ -43,5 +46,38 @@ void save(const State& state, const std::string& dir);
 // truncated file or a checksum mismatch a ValueError naming the file and the tensor.
 // Collective like save; when any rank fails every rank throws and `state` is unchanged.
 void load(State& state, const std::string& dir);
+
+namespace internal {
+struct PendingSave;
+}
+
+// The handle of an async_save (PyTorch's dcp.async_save future). wait() is collective:
+// every rank calls it (or the next async_save, which calls it for them).
+class AsyncSave {
+ public:
+  AsyncSave() = default;  // nothing to wait for
+  explicit AsyncSave(std::shared_ptr<internal::PendingSave> pending) : pending_(std::move(pending)) {}
+
+  // Waits for this rank's background write, then commits on every rank as save does; throws
+  // the error save would have (every rank throws when one failed). Once done, a further
+  // wait() returns, or rethrows the same error, without communicating.
+  void wait();
+  // Whether the save is done (committed or failed); false while wait() is still due.
+  bool done() const;
+
+ private:
+  std::shared_ptr<internal::PendingSave> pending_;
+};
+
+// Saves `state` into `dir` as save does, but returns once every local shard is copied to
+// host memory: the tensors may change right away. The rank files are written and fsync'ed
+// on a background thread; the commit (metadata, rename) happens at wait(). Every
+// collective runs on the calling thread (here and in wait()), never on the background one,
+// so training's collectives on the same groups cannot interleave with the checkpoint's.
+// First waits for the previous async_save of this process still pending; if that one
+// failed, its error is thrown here and no new save starts. Errors in the checks (Partial,
+// ranks that disagree, a directory that is not a checkpoint) are thrown here, at once.
+// Collective over the default process group, like save.
+AsyncSave async_save(const State& state, const std::string& dir);
 
 }  // namespace dtr::checkpoint

@@ -7,12 +7,15 @@
 // metadata, a missing tensor and a shape or dtype mismatch are typed errors naming the
 // file and the tensor on every rank; a save replaces the previous checkpoint atomically,
 // and a save interrupted (partial temp directory, or a rank killed by the kernel inside
-// write()) leaves it loadable.
+// write()) leaves it loadable. async_save saves the state at the call while the tensors
+// change, a second one waits for the first, a failed background write throws at wait() on
+// every rank, and training collectives overlap its write.
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -590,6 +593,138 @@ TEST_CASE("a save replaces the previous checkpoint; an interrupted one leaves it
   save_at(1, dir, 23);
   CHECK(leftovers(dir).empty());
   CHECK(read_metadata(dir)["extra"] == extra_for(23));
+}
+
+// --- async_save ---
+
+// Overwrites every rank's local of every tensor of `s` with the values of `seed`'s state
+// (in place: the storage async_save was called with).
+void overwrite_locals(State& s, uint64_t seed) {
+  for (const Case& c : cases()) {
+    Tensor local = s.tensors.at(c.name).to_local();
+    local.copy_(block_of(full_value(c, seed), s.tensors.at(c.name).spec().local_box()));
+  }
+  s.extra = extra_for(seed);
+}
+
+TEST_CASE("async_save saves the state at the call even though the tensors change right after", "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_async");
+  for (int world : {1, 2}) {
+    const fs::path dir = root / fmt::format("ckpt{}", world);
+    run_ranks(world, [&](int, int n) {
+      const DeviceMesh mesh = init_device_mesh(kCPU, {n});
+      State s = saved_state(mesh, 31);
+      checkpoint::AsyncSave pending = checkpoint::async_save(s, dir.string());
+      overwrite_locals(s, 32);  // training goes on
+      pending.wait();
+      CHECK(pending.done());
+      pending.wait();  // done: returns without communicating
+      State loaded = load_targets(mesh);
+      checkpoint::load(loaded, dir.string());
+      check_loaded(loaded, 31, "async_save, then the tensors changed");
+    });
+    check_files(dir, world, 31);
+    CHECK(leftovers(dir).empty());
+  }
+}
+
+TEST_CASE("a second async_save waits for the first, which is committed when it returns", "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_async_twice");
+  const fs::path dir = root / "ckpt";
+  run_ranks(2, [&](int, int n) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {n});
+    State s = saved_state(mesh, 41);
+    checkpoint::AsyncSave first = checkpoint::async_save(s, dir.string());
+    overwrite_locals(s, 42);
+    checkpoint::AsyncSave second = checkpoint::async_save(s, dir.string());
+    CHECK(first.done());
+    first.wait();
+    State loaded = load_targets(mesh);
+    checkpoint::load(loaded, dir.string());  // the first, committed; the second is still pending
+    check_loaded(loaded, 41, "after the second async_save returned");
+    overwrite_locals(s, 43);
+    second.wait();
+    checkpoint::load(loaded, dir.string());
+    check_loaded(loaded, 42, "after the second async_save's wait()");
+  });
+  CHECK(leftovers(dir).empty());
+}
+
+TEST_CASE("a failed background write throws at wait() (or the next async_save) on every rank", "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_async_fail");
+  const fs::path dir = root / "ckpt";
+  save_at(2, dir, 51);
+  run_ranks(2, [&](int rank, int n) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {n});
+    State s;
+    s.tensors["big"] = sharded(full({2048, 1024}, 1.5), mesh, {Shard(0)});  // 4 MiB per rank
+    rlimit limit{};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &limit) == 0);
+    const rlim_t unlimited = limit.rlim_cur;
+    auto limit_files = [&](rlim_t bytes) {
+      if (rank != 1) return;
+      limit.rlim_cur = bytes;
+      REQUIRE(::setrlimit(RLIMIT_FSIZE, &limit) == 0);
+    };
+    // Rank 1 may write files of 1 MiB only; with SIGXFSZ ignored, write() fails with EFBIG.
+    REQUIRE(std::signal(SIGXFSZ, SIG_IGN) != SIG_ERR);
+    limit_files(1 << 20);
+    checkpoint::AsyncSave pending = checkpoint::async_save(s, dir.string());
+    if (rank == 0) {
+      CHECK_THROWS_MATCHES(pending.wait(), OSError, MessageContains("rank 1 failed"));
+    } else {
+      CHECK_THROWS_AS(pending.wait(), OSError);
+    }
+    CHECK(pending.done());
+    CHECK_THROWS_AS(pending.wait(), OSError);  // the same error again, without communicating
+
+    // Not waited for: the next async_save throws its error and starts nothing.
+    checkpoint::AsyncSave unwaited = checkpoint::async_save(s, dir.string());
+    CHECK_THROWS_AS(checkpoint::async_save(s, dir.string()), OSError);
+    CHECK_THROWS_AS(unwaited.wait(), OSError);
+
+    limit_files(unlimited);
+    State previous = load_targets(mesh);
+    checkpoint::load(previous, dir.string());
+    check_loaded(previous, 51, "after failed async saves");
+    checkpoint::async_save(s, dir.string()).wait();
+  });
+  CHECK(leftovers(dir).empty());
+  CHECK(read_metadata(dir)["tensors"].contains("big"));
+}
+
+TEST_CASE("training collectives overlap an async_save's background write on 2 ranks", "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_async_train");
+  const fs::path dir = root / "ckpt";
+  run_ranks(2, [&](int, int n) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {n});
+    State s;
+    for (int i = 0; i < 4; ++i) {
+      s.tensors[fmt::format("w{}", i)] = sharded(full({1024, 1024}, i + 0.5), mesh, {Shard(0)});  // 4 MiB each
+    }
+    s.extra = {{"step", 7}};
+    const Tensor x_full = testing::random_tensor({64, 256}, kFloat32, 5);
+    DTensor x = sharded(x_full, mesh, {Shard(0)});
+    checkpoint::AsyncSave pending = checkpoint::async_save(s, dir.string());
+    for (int step = 0; step < 50; ++step) {
+      CHECK(same_bits(x.redistribute({Replicate()}).to_local(), x_full));  // an all-gather per step
+      for (auto& [name, t] : s.tensors) {
+        Tensor local = t.to_local();
+        local.copy_(full(local.shape(), -1.0));
+      }
+    }
+    pending.wait();
+    State loaded;
+    for (int i = 0; i < 4; ++i) {
+      loaded.tensors[fmt::format("w{}", i)] = sharded(zeros({1024, 1024}), mesh, {Shard(0)});
+    }
+    checkpoint::load(loaded, dir.string());
+    for (int i = 0; i < 4; ++i) {
+      const DTensor& t = loaded.tensors.at(fmt::format("w{}", i));
+      CHECK(same_bits(t.to_local(), full(t.to_local().shape(), i + 0.5)));
+    }
+    CHECK(loaded.extra == Json{{"step", 7}});
+  });
 }
 
 }  // namespace

@@ -1,0 +1,201 @@
+// checkpoint_tool: a dtr checkpoint (dtensor/checkpoint.h) inspected, assembled into one
+// safetensors file of full tensors, or written from one.
+//
+//   checkpoint_tool list DIR                                every tensor, its chunks and bytes
+//   checkpoint_tool to-full DIR OUT.safetensors              full tensors, one at a time
+//   checkpoint_tool to-sharded IN.safetensors DIR --ranks N  as if saved by N ranks, Shard(0)
+//
+// to-full streams: the header comes from the metadata, then each tensor is assembled from
+// its chunks (every checksum block verified, as load does) and written before the next is
+// read, so memory holds one full tensor at a time. to-sharded starts N ranks of itself
+// (launch_self) that each take their Shard(0) box (Replicate for 0-d tensors) and call
+// checkpoint::save, so the files are exactly what a real N-rank save writes.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collectives/init.h"
+#include "dtensor/checkpoint.h"
+#include "dtensor/device_mesh.h"
+#include "dtensor/dtensor.h"
+#include "dtensor/dtensor_spec.h"
+#include "dtensor/internal/checkpoint_metadata.h"
+#include "dtensor/internal/chunk_file.h"
+#include "dtensor/internal/posix_file.h"
+#include "kernels/error.h"
+#include "kernels/tensor.h"
+#include "nn/safetensors.h"
+#include "nn/safetensors_header.h"
+#include "tools/launcher/self_launch.h"
+#include "tools/tool_main.h"
+
+namespace dtr::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::internal::CheckpointMetadata;
+using checkpoint::internal::SavedChunk;
+using checkpoint::internal::SavedTensor;
+using Json = nlohmann::json;
+
+CheckpointMetadata read_metadata(const std::string& dir, std::string_view op) {
+  const fs::path path = fs::path(dir) / checkpoint::internal::kMetadataFile;
+  std::error_code ec;
+  DTR_CHECK(fs::is_directory(dir, ec), ValueError, "{}: '{}' is not a directory", op, dir);
+  DTR_CHECK(fs::is_regular_file(path, ec), ValueError,
+            "{}: '{}' has no {}: not a dtr checkpoint, or an incomplete one (a save that did not finish)", op, dir,
+            checkpoint::internal::kMetadataFile);
+  FileDescriptor fd = checkpoint::internal::open_file(path.string(), O_RDONLY, op);
+  std::string text(static_cast<size_t>(checkpoint::internal::file_size(fd.get(), path.string(), op)), '\0');
+  checkpoint::internal::read_at(fd.get(), text.data(), text.size(), 0, path.string(), op);
+  try {
+    return checkpoint::internal::metadata_from_json(Json::parse(text), path.string());
+  } catch (const Json::exception& e) {
+    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", op, path.string(), e.what()));
+  }
+}
+
+int64_t tensor_bytes(const SavedTensor& t) { return shape_numel(t.shape) * static_cast<int64_t>(itemsize(t.dtype)); }
+
+int list(const std::string& dir) {
+  const CheckpointMetadata meta = read_metadata(dir, "list");
+  int64_t total = 0;
+  for (const auto& [name, t] : meta.tensors) total += tensor_bytes(t);
+  fmt::print("checkpoint {}: saved by {} ranks, {} tensors, {} bytes\n", dir, meta.world_size, meta.tensors.size(),
+             total);
+  fmt::print("extra: {}\n", meta.extra.dump());
+  for (const auto& [name, t] : meta.tensors) {
+    fmt::print("{}: {} {} bytes {} mesh {} {} ranks {} placements [{}] chunks {}\n", name, dtype_name(t.dtype), t.shape,
+               tensor_bytes(t), t.mesh.value("device_type", "?"), t.mesh.value("shape", Json::array()).dump(),
+               t.mesh.value("ranks", Json::array()).dump(), fmt::join(t.placements, ", "), t.chunks.size());
+    for (const SavedChunk& c : t.chunks) {
+      fmt::print("  offset {} shape {} file {} bytes [{}, {})\n", c.offset, c.shape, c.file, c.begin, c.end);
+    }
+  }
+  return 0;
+}
+
+// The full value of tensor `name`, assembled from its chunks (which tile it).
+Tensor assemble(const std::string& name, const SavedTensor& t, checkpoint::internal::ChunkFileReader& files) {
+  Tensor full = Tensor::empty(t.shape, t.dtype, kCPU);
+  int64_t covered = 0;
+  for (const SavedChunk& c : t.chunks) {
+    checkpoint::internal::ChunkRows rows =
+        files.read_rows(name, t.dtype, c, 0, checkpoint::internal::chunk_rows(c.shape));
+    Tensor dst = full;
+    for (size_t d = 0; d < c.shape.size(); ++d) dst = dst.narrow(static_cast<int64_t>(d), c.offset[d], c.shape[d]);
+    dst.copy_(rows.data);
+    covered += shape_numel(c.shape);
+  }
+  DTR_CHECK(covered == shape_numel(t.shape), ValueError,
+            "to-full: tensor '{}': its chunks cover {} of its {} elements (corrupt metadata)", name, covered,
+            shape_numel(t.shape));
+  return full;
+}
+
+int to_full(const std::string& dir, const std::string& out) {
+  const CheckpointMetadata meta = read_metadata(dir, "to-full");
+  // Largest element size first (every tensor aligned), then by name: nn::save_file's order.
+  std::vector<std::string> order;
+  for (const auto& [name, t] : meta.tensors) order.push_back(name);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    return itemsize(meta.tensors.at(a).dtype) > itemsize(meta.tensors.at(b).dtype);
+  });
+  std::vector<nn::SafetensorsEntry> entries;
+  int64_t offset = 0;
+  for (const std::string& name : order) {
+    const SavedTensor& t = meta.tensors.at(name);
+    entries.push_back({name, t.dtype, t.shape, offset, offset + tensor_bytes(t)});
+    offset += tensor_bytes(t);
+  }
+  const std::string temp = out + ".tmp";
+  std::error_code ec;
+  fs::remove(temp, ec);
+  {
+    FileDescriptor fd = checkpoint::internal::open_file(temp, O_WRONLY | O_CREAT | O_EXCL, "to-full");
+    const std::string header = nn::safetensors_header_bytes(entries, {});
+    checkpoint::internal::write_all(fd.get(), header.data(), header.size(), temp, "to-full");
+    checkpoint::internal::ChunkFileReader files(dir);
+    for (const std::string& name : order) {
+      const Tensor full = assemble(name, meta.tensors.at(name), files);
+      checkpoint::internal::write_all(fd.get(), full.data(), full.nbytes(), temp, "to-full");
+    }
+    checkpoint::internal::sync_and_close(std::move(fd), temp, "to-full");
+  }
+  fs::rename(temp, out, ec);
+  if (ec) throw OSError(ec.value(), fmt::format("to-full: rename('{}', '{}')", temp, out));
+  fmt::print("wrote {} tensors ({} bytes of data) to {}\n", entries.size(), offset, out);
+  return 0;
+}
+
+// The parent's check of IN before it starts ranks: it exists and its header parses.
+void check_safetensors(const std::string& in) {
+  FileDescriptor fd = checkpoint::internal::open_file(in, O_RDONLY, "to-sharded");
+  const int64_t size = checkpoint::internal::file_size(fd.get(), in, "to-sharded");
+  std::vector<uint8_t> prefix(8);
+  const size_t got = checkpoint::internal::read_at(fd.get(), prefix.data(), prefix.size(), 0, in, "to-sharded");
+  prefix.resize(got);
+  const int64_t length = nn::safetensors_header_length(prefix, size, in);
+  std::string json(static_cast<size_t>(length), '\0');
+  checkpoint::internal::read_at(fd.get(), json.data(), json.size(), 8, in, "to-sharded");
+  nn::parse_safetensors_header(json, size - 8 - length, in);
+}
+
+// One rank of to-sharded: its Shard(0) box of every tensor (0-d ones Replicate), saved.
+int to_sharded_rank(const std::string& in, const std::string& dir) {
+  init_process_group(Backend::kGloo);
+  const DeviceMesh mesh = init_device_mesh(kCPU, {default_group()->size()});
+  checkpoint::State state;
+  nn::Metadata metadata;
+  for (const auto& [name, full] : nn::load_file(in, &metadata)) {
+    const Placements placements = {full.dim() == 0 ? Placement(Replicate()) : Placement(Shard(0))};
+    DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
+    state.tensors[name] = DTensor(block_of(full, spec.local_box()).contiguous(), spec);
+  }
+  state.extra = {{"converted_from", in}};
+  checkpoint::save(state, dir);
+  if (mesh.this_rank() == 0) fmt::print("wrote {} tensors to {} as {} ranks\n", state.tensors.size(), dir, mesh.size());
+  destroy_process_group();
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtr::tools
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspect dtr checkpoints and convert them to and from one safetensors file."};
+  app.require_subcommand(1);
+  std::string dir, file;
+  int ranks = 1;
+  CLI::App* list = app.add_subcommand("list", "every tensor: dtype, shape, mesh, placements, chunks, bytes");
+  list->add_option("DIR", dir, "checkpoint directory")->required();
+  CLI::App* to_full = app.add_subcommand("to-full", "assemble full tensors into one safetensors file");
+  to_full->add_option("DIR", dir, "checkpoint directory")->required();
+  to_full->add_option("OUT", file, "output .safetensors file")->required();
+  CLI::App* to_sharded = app.add_subcommand("to-sharded", "write a checkpoint as if saved by N ranks with Shard(0)");
+  to_sharded->add_option("IN", file, "input .safetensors file")->required();
+  to_sharded->add_option("DIR", dir, "checkpoint directory to write")->required();
+  to_sharded->add_option("--ranks", ranks, "ranks of the saving world")->check(CLI::Range(1, 64));
+  app.failure_message(
+      [](const CLI::App*, const CLI::Error& e) { return fmt::format("checkpoint_tool: {}\n", e.what()); });
+  CLI11_PARSE(app, argc, argv);
+  return dtr::tool_main("checkpoint_tool", [&] {
+    if (*list) return dtr::tools::list(dir);
+    if (*to_full) return dtr::tools::to_full(dir, file);
+    if (dtr::launcher::is_rank_process()) return dtr::tools::to_sharded_rank(file, dir);
+    dtr::tools::check_safetensors(file);
+    const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(ranks, std::span(argv, argc));
+    if (result.exit_code != 0) std::cerr << "checkpoint_tool: " << result.failure << "\n";
+    return result.exit_code;
+  });
+}
