@@ -291,6 +291,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   collective_counter().reset();
   const auto start = Clock::now();
   auto last_line = start;
+  std::optional<Checkpointer> checkpoints;
+  if (c.use_dcp_checkpointing) checkpoints.emplace(checkpoint_dir_of(c), c.keep_last);
   int64_t step = start_at.step;
   int64_t window = start_at.window;  // the data position: the next window of the order
   bool stopped = false;
@@ -356,8 +358,9 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     const bool stop = v[world] > 0;
     if (c.use_dcp_checkpointing &&
         (stop || step + 1 == c.steps || (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0))) {
-      save_checkpoint(checkpoint_dir_of(c), c.keep_last, {.step = step + 1, .window = window}, *m.net, opt);
-      if (rank0) fmt::print("checkpoint {}\n", checkpoint_path(checkpoint_dir_of(c), step + 1));
+      checkpoints->save({.step = step + 1, .window = window}, *m.net, opt);
+      if (rank0)
+        fmt::print("checkpoint {} (writing in the background)\n", checkpoint_path(checkpoint_dir_of(c), step + 1));
     }
     if (stop) {
       stopped = true;
@@ -366,6 +369,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     }
   }
   const int64_t steps_run = step - start_at.step;
+  if (checkpoints) checkpoints->finish();  // the last save committed before the run ends
   const double train_s = seconds_since(start);
 
   RankFigures mine{.param_bytes = param_bytes,

@@ -48,8 +48,11 @@ std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
   return (fs::path(checkpoint_dir) / fmt::format("{}{:08d}", kPrefix, step)).string();
 }
 
-void save_checkpoint(const std::string& checkpoint_dir, int64_t keep_last, const RunPosition& position,
-                     nn::Module& model, optim::Optimizer& opt) {
+Checkpointer::Checkpointer(std::string checkpoint_dir, int64_t keep_last)
+    : dir_(std::move(checkpoint_dir)), keep_last_(keep_last) {}
+
+void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::Optimizer& opt) {
+  commit();
   checkpoint::State state;
   for (auto& [name, p] : model.named_parameters()) state.tensors.emplace("model." + name, *p);
   nlohmann::json optim = nlohmann::json::object();
@@ -62,11 +65,26 @@ void save_checkpoint(const std::string& checkpoint_dir, int64_t keep_last, const
     optim[std::to_string(index)] = {{"step", param.step}, {"dtypes", dtypes}};
   }
   state.extra = {{"step", position.step}, {"window", position.window}, {"optim", optim}};
-  fs::create_directories(checkpoint_dir);
-  checkpoint::save(state, checkpoint_path(checkpoint_dir, position.step));
+  fs::create_directories(dir_);
+  in_flight_ = checkpoint::async_save(state, checkpoint_path(dir_, position.step));
+}
+
+void Checkpointer::finish() { commit(); }
+
+void Checkpointer::commit() {
+  if (in_flight_.done()) return;  // nothing in flight (or already committed)
+  in_flight_.wait();
   if (default_group()->rank() != 0) return;
-  std::vector<fs::path> all = committed(checkpoint_dir);
-  for (size_t k = 0; k + static_cast<size_t>(keep_last) < all.size(); ++k) fs::remove_all(all[k]);
+  std::vector<fs::path> all = committed(dir_);
+  for (size_t k = 0; k + static_cast<size_t>(keep_last_) < all.size(); ++k) fs::remove_all(all[k]);
+  // No save is in flight now: any temporary directory is what a killed save left.
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(kPrefix) &&
+        (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos)) {
+      fs::remove_all(e.path());
+    }
+  }
 }
 
 std::string resume_path(const std::string& resume, const std::string& checkpoint_dir) {

@@ -6,13 +6,16 @@
 // Names: "model.<parameter name>" (PyTorch's), "optim.<parameter index>.<state name>"
 // ("exp_avg", "exp_avg_sq"); `extra` holds {"step", "window" (the data position: the next
 // window of token_data.h's order), "optim": {index: {"step", "dtypes": {name: dtype}}}}.
-// A step's checkpoint is committed atomically; the older ones beyond --keep-last are
-// deleted only after a newer one committed.
+// Saves are asynchronous: the state is staged to host memory and written by a background
+// thread while training goes on; a save is committed atomically when the next one starts
+// (or at the end of the run), and the older ones beyond --keep-last are deleted only after
+// a newer one committed.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "dtensor/checkpoint.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 
@@ -27,10 +30,25 @@ struct RunPosition {
 // The directory of the checkpoint after `step` steps.
 std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step);
 
-// Saves the run after position.step steps, then deletes all but the newest `keep_last`
-// committed checkpoints (rank 0). Collective.
-void save_checkpoint(const std::string& checkpoint_dir, int64_t keep_last, const RunPosition& position,
-                     nn::Module& model, optim::Optimizer& opt);
+// The run's saves, one in flight at a time. Collective, like the checkpoint's save.
+class Checkpointer {
+ public:
+  Checkpointer(std::string checkpoint_dir, int64_t keep_last);
+  // Commits the previous save, then stages the run after position.step steps and starts
+  // writing it in the background.
+  void save(const RunPosition& position, nn::Module& model, optim::Optimizer& opt);
+  // Commits the save in flight (the end of the run).
+  void finish();
+
+ private:
+  // Waits for the save in flight and commits it, then deletes all but the newest
+  // keep_last committed checkpoints and what killed saves left (rank 0).
+  void commit();
+
+  std::string dir_;
+  int64_t keep_last_;
+  checkpoint::AsyncSave in_flight_;
+};
 
 // The checkpoint --resume names: "latest" is the newest committed step_* under
 // checkpoint_dir ("" when there is none yet: a fresh start), anything else a path.
