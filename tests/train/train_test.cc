@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <sys/wait.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
