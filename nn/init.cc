@@ -61,6 +61,13 @@ void manual_seed(uint64_t seed) {
 
 uint64_t next_seed() { return mix(g_seed * 0x100000001B3ull + g_draws++); }
 
+SeedState seed_state() { return {.seed = g_seed, .draws = g_draws}; }
+
+void set_seed_state(const SeedState& state) {
+  g_seed = state.seed;
+  g_draws = state.draws;
+}
+
 void uniform_(DTensor& p, double lo, double hi) {
   ShardLayout layout;
   Tensor t = local_of(p, &layout);

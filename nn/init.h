@@ -18,6 +18,14 @@ namespace dtr::nn {
 void manual_seed(uint64_t seed);
 // The next seed of the sequence.
 uint64_t next_seed();
+// Where the sequence stands (the seed and the draws taken), for a checkpoint to save and a
+// resumed run to continue from: dropout masks then repeat exactly.
+struct SeedState {
+  uint64_t seed = 0;
+  uint64_t draws = 0;
+};
+SeedState seed_state();
+void set_seed_state(const SeedState& state);
 
 void uniform_(DTensor& p, double lo = 0.0, double hi = 1.0);
 void normal_(DTensor& p, double mean = 0.0, double std = 1.0);

@@ -227,7 +227,10 @@ std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
 }
 
 TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ranks, closely on others", "[train]") {
-  const std::string flags = kTinyTrainFlags + " --use-dcp-checkpointing --checkpoint-every 5 --keep-last 3";
+  // With dropout: the resumed run must continue the seed sequence too (masks depend on the
+  // seed and the global element index only, so they agree across world sizes).
+  const std::string flags =
+      kTinyTrainFlags + " --dropout 0.1 --use-dcp-checkpointing --checkpoint-every 5 --keep-last 3";
   const fs::path dir = fresh_dir("resume");
   const fs::path whole = dir / "whole";
   const CommandResult r =

@@ -11,6 +11,7 @@
 #include "dtensor/checkpoint.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
+#include "nn/init.h"
 
 namespace dtr::train {
 namespace {
@@ -64,7 +65,11 @@ void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::O
     }
     optim[std::to_string(index)] = {{"step", param.step}, {"dtypes", dtypes}};
   }
-  state.extra = {{"step", position.step}, {"window", position.window}, {"optim", optim}};
+  const nn::SeedState rng = nn::seed_state();
+  state.extra = {{"step", position.step},
+                 {"window", position.window},
+                 {"rng", {{"seed", rng.seed}, {"draws", rng.draws}}},
+                 {"optim", optim}};
   fs::create_directories(dir_);
   in_flight_ = checkpoint::async_save(state, checkpoint_path(dir_, position.step));
 }
@@ -131,6 +136,8 @@ RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::O
     for (auto& [name, t] : param.tensors) t = state.tensors.at(fmt::format("optim.{}.{}", index, name));
   }
   opt.load_state_dict(saved);
+  const nlohmann::json& rng = state.extra.at("rng");
+  nn::set_seed_state({.seed = rng.at("seed").get<uint64_t>(), .draws = rng.at("draws").get<uint64_t>()});
   return {.step = state.extra.at("step").get<int64_t>(), .window = state.extra.at("window").get<int64_t>()};
 }
 

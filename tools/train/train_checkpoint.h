@@ -5,7 +5,8 @@
 //
 // Names: "model.<parameter name>" (PyTorch's), "optim.<parameter index>.<state name>"
 // ("exp_avg", "exp_avg_sq"); `extra` holds {"step", "window" (the data position: the next
-// window of token_data.h's order), "optim": {index: {"step", "dtypes": {name: dtype}}}}.
+// window of token_data.h's order), "rng" (nn's seed sequence: dropout masks continue
+// exactly), "optim": {index: {"step", "dtypes": {name: dtype}}}}.
 // Saves are asynchronous: the state is staged to host memory and written by a background
 // thread while training goes on; a save is committed atomically when the next one starts
 // (or at the end of the run), and the older ones beyond --keep-last are deleted only after
