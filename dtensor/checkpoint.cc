@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -76,6 +77,37 @@ fs::path checkpoint_path(const std::string& dir, std::string_view op) {
             "{}: '{}' does not name a directory that can be replaced (it has no last component)", op, dir);
   return p;
 }
+
+// Calls a progress callback at most every kProgressInterval while bytes move, and once at
+// the end with done == total.
+class ProgressMeter {
+ public:
+  static constexpr std::chrono::seconds kProgressInterval{1};
+
+  ProgressMeter(const ProgressCallback& on_progress, int64_t total)
+      : on_progress_(on_progress), progress_{0, total}, last_(std::chrono::steady_clock::now()) {}
+
+  void add(int64_t bytes) {
+    progress_.done_bytes += bytes;
+    if (!on_progress_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < kProgressInterval) return;
+    last_ = now;
+    on_progress_(progress_);
+  }
+
+  void finish() {
+    DTR_INTERNAL_ASSERT(progress_.done_bytes == progress_.total_bytes,
+                        "checkpoint progress counted {} of {} bytes at the end (a bug)", progress_.done_bytes,
+                        progress_.total_bytes);
+    if (on_progress_) on_progress_(progress_);
+  }
+
+ private:
+  const ProgressCallback& on_progress_;
+  Progress progress_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 std::string rank_file(int rank) { return fmt::format("__{}_0.safetensors", rank); }
 
@@ -281,6 +313,7 @@ struct internal::StagedSave {
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
   TempDirGuard guard;                           // rank 0's temporary directory
+  ProgressCallback on_progress;                 // called by the writer (step 2)
 };
 
 // An async_save between its call and its wait(): the staged save, its writer thread and
@@ -323,8 +356,10 @@ void stage(const State& state, Staging staging, StagedSave& s) {
 // Step 1: every rank checks and stages its state; rank 0 checks `dir`, clears leftovers of
 // interrupted saves (only while a committed checkpoint is there: otherwise they may hold
 // the only copy) and names the temporary directory.
-std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& dir, Staging staging) {
+std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& dir, Staging staging,
+                                       const ProgressCallback& on_progress) {
   auto s = std::make_unique<StagedSave>();
+  s->on_progress = on_progress;
   s->w = world();
   s->target = checkpoint_path(dir, kSave);
   s->device = exchange_device(s->w, state.tensors, kSave);
@@ -355,8 +390,13 @@ Json write_staged(const StagedSave& s) {
   fs::create_directories(s.temp, ec);
   if (ec) throw OSError(ec.value(), fmt::format("{}: create_directories('{}')", kSave, s.temp.string()));
   const std::string file = rank_file(s.w.rank);
-  const std::vector<internal::WrittenChunk> written = internal::write_chunk_file((s.temp / file).string(), s.chunks);
+  int64_t total = 0;
+  for (const internal::ChunkToWrite& c : s.chunks) total += static_cast<int64_t>(c.data.nbytes());
+  ProgressMeter meter(s.on_progress, total);
+  const std::vector<internal::WrittenChunk> written =
+      internal::write_chunk_file((s.temp / file).string(), s.chunks, [&](int64_t bytes) { meter.add(bytes); });
   internal::sync_directory(s.temp.string(), kSave);
+  meter.finish();
   Json listed = Json::array();
   for (size_t i = 0; i < s.chunks.size(); ++i) {
     listed.push_back({{"name", s.chunks[i].name},
@@ -484,7 +524,7 @@ std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const 
 
 // This rank's box of `target`, read from the chunks it overlaps.
 DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
-                    internal::ChunkFileReader& files, const fs::path& dir) {
+                    internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
   const DTensorSpec& spec = target.spec();
   const LocalBox box = spec.local_box();
   // A chunk that is exactly this rank's box (a load on the mesh and placements it was saved
@@ -494,6 +534,7 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
     DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
                     .data.to(target.to_local().device()),
                 spec);
+    meter.add(static_cast<int64_t>(out.to_local().nbytes()));
     if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
     return out;
   }
@@ -523,6 +564,7 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
       dst.copy_(src);
       filled.push_back(*common);
       covered += shape_numel(common->shape);
+      meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(spec.dtype())));
     }
     DTR_CHECK(covered == shape_numel(box.shape), ValueError,
               "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's box at offset {} of "
@@ -536,14 +578,14 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
 
 }  // namespace
 
-void save(const State& state, const std::string& dir) {
-  const std::unique_ptr<StagedSave> staged = begin_save(state, dir, Staging::kShare);
+void save(const State& state, const std::string& dir, const ProgressCallback& on_progress) {
+  const std::unique_ptr<StagedSave> staged = begin_save(state, dir, Staging::kShare, on_progress);
   Json written = Json::object();
   const std::exception_ptr error = capture(written, [&] { written.update(write_staged(*staged)); });
   finish_save(*staged, error, written);
 }
 
-void load(State& state, const std::string& dir) {
+void load(State& state, const std::string& dir, const ProgressCallback& on_progress) {
   const World w = world();
   const fs::path target = checkpoint_path(dir, kLoad);
   const Device device = exchange_device(w, state.tensors, kLoad);
@@ -554,8 +596,14 @@ void load(State& state, const std::string& dir) {
     const CheckpointMetadata meta = read_metadata(target);
     check_loadable(state, meta, target);
     internal::ChunkFileReader files(target.string());
+    int64_t total = 0;
+    for (const auto& [name, t] : state.tensors) {
+      total += shape_numel(t.spec().local_box().shape) * static_cast<int64_t>(itemsize(t.dtype()));
+    }
+    ProgressMeter meter(on_progress, total);
     for (const auto& [name, t] : state.tensors)
-      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, target);
+      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, target, meter);
+    meter.finish();
     extra = meta.extra;
   });
   internal::raise_if_any_failed(exchange(w, outcome, device), error, kLoad);
@@ -581,14 +629,14 @@ void AsyncSave::wait() {
 
 bool AsyncSave::done() const { return pending_ == nullptr || pending_->finished; }
 
-AsyncSave async_save(const State& state, const std::string& dir) {
+AsyncSave async_save(const State& state, const std::string& dir, const ProgressCallback& on_progress) {
   std::weak_ptr<internal::PendingSave>& latest = latest_async_save();
   const std::shared_ptr<internal::PendingSave> previous = latest.lock();
   latest.reset();
   if (previous != nullptr && !previous->finished) AsyncSave(previous).wait();
 
   auto pending = std::make_shared<internal::PendingSave>();
-  pending->staged = begin_save(state, dir, Staging::kCopy);
+  pending->staged = begin_save(state, dir, Staging::kCopy, on_progress);
   internal::PendingSave* p = pending.get();
   pending->writer =
       std::thread([p] { p->write_error = capture(p->written, [p] { p->written.update(write_staged(*p->staged)); }); });

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,12 +33,28 @@ struct State {
   nlohmann::json extra;
 };
 
+// How far this rank's part of a save or load is. save and async_save count the data bytes
+// of this rank's file (its boxes, headers excluded: `total_bytes` is the sum of the nbytes
+// of the boxes it writes, 0 on a rank that writes none); load counts the bytes of this
+// rank's local boxes of the requested tensors (`total_bytes` is the sum of their nbytes),
+// whatever the file layout it reads them from.
+struct Progress {
+  int64_t done_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Called on the thread doing the I/O (save's and load's caller; async_save's background
+// writer thread, so it must synchronise anything it shares and must not communicate), at
+// most about once a second while bytes move and once at the end with done_bytes ==
+// total_bytes (not when the I/O fails). An exception it throws fails the save or load.
+using ProgressCallback = std::function<void(const Progress&)>;
+
 // Saves `state` into `dir`, replacing a checkpoint already there atomically (a directory
 // that is neither empty nor a checkpoint is refused). Collective over the default process
 // group (a world of one without one): every rank calls it with the same names, shapes,
 // dtypes, placements and `extra` (ValueError otherwise). A Partial tensor is a ValueError:
 // reduce it first. When any rank fails, every rank throws and `dir` is unchanged.
-void save(const State& state, const std::string& dir);
+void save(const State& state, const std::string& dir, const ProgressCallback& on_progress = {});
 
 // Loads every tensor of `state.tensors` from `dir` under its current mesh and placements,
 // and `state.extra`. Each entry is replaced by a new DTensor of the same spec (locals are
@@ -45,7 +63,7 @@ void save(const State& state, const std::string& dir);
 // without metadata (an incomplete save) are ValueErrors; a missing file an OSError; a
 // truncated file or a checksum mismatch a ValueError naming the file and the tensor.
 // Collective like save; when any rank fails every rank throws and `state` is unchanged.
-void load(State& state, const std::string& dir);
+void load(State& state, const std::string& dir, const ProgressCallback& on_progress = {});
 
 namespace internal {
 struct PendingSave;
@@ -77,7 +95,8 @@ class AsyncSave {
 // First waits for the previous async_save of this process still pending; if that one
 // failed, its error is thrown here and no new save starts. Errors in the checks (Partial,
 // ranks that disagree, a directory that is not a checkpoint) are thrown here, at once.
-// Collective over the default process group, like save.
-AsyncSave async_save(const State& state, const std::string& dir);
+// Collective over the default process group, like save. `on_progress` is copied and called
+// on the background writer thread, never after wait() returns.
+AsyncSave async_save(const State& state, const std::string& dir, const ProgressCallback& on_progress = {});
 
 }  // namespace dtr::checkpoint

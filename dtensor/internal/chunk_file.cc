@@ -28,7 +28,8 @@ std::string tensor_context(const std::string& name, const SavedChunk& chunk) {
 
 }  // namespace
 
-std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks) {
+std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks,
+                                           const std::function<void(int64_t)>& on_written) {
   // Largest element first (then as given): every chunk starts at a multiple of its element size.
   std::vector<size_t> order(chunks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -70,6 +71,7 @@ std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::v
       const size_t n = static_cast<size_t>(std::min(w.rows_per_block, rows - row) * row_bytes);
       w.crc32c.push_back(crc32c(bytes + row * row_bytes, n));
       write_all(fd.get(), bytes + row * row_bytes, n, path, kSave);
+      if (on_written) on_written(static_cast<int64_t>(n));
     }
   }
   sync_and_close(std::move(fd), path, kSave);

@@ -9,6 +9,7 @@
 // blocks and verifies every one it reads.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,8 +33,10 @@ struct WrittenChunk {
 };
 
 // Creates `path` (which must not exist) holding `chunks`, fsync'ed; returns where each
-// chunk went and its block checksums, in the order of `chunks`.
-std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks);
+// chunk went and its block checksums, in the order of `chunks`. `on_written`, when set, is
+// called with the data bytes of each checksum block once it is written.
+std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks,
+                                           const std::function<void(int64_t)>& on_written = {});
 
 // Whole checksum blocks of a chunk, read and verified: rows [first_row, first_row + data.size(0))
 // of the chunk (all of a 0-d chunk).

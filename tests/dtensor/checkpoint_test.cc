@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "collectives/distributed_error.h"
 #include "collectives/init.h"
@@ -724,6 +725,53 @@ TEST_CASE("training collectives overlap an async_save's background write on 2 ra
       CHECK(same_bits(t.to_local(), full(t.to_local().shape(), i + 0.5)));
     }
     CHECK(loaded.extra == Json{{"step", 7}});
+  });
+}
+
+TEST_CASE("save, async_save and load report non-decreasing progress ending at this rank's bytes on 2 ranks",
+          "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_progress");
+  run_ranks(2, [&](int rank, int n) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {n});
+    State s;
+    s.tensors["w"] = sharded(full({8, 4}, 1.5), mesh, {Shard(0)});               // 4 x 4 float32 a rank: 64 bytes
+    s.tensors["r"] = sharded(full({3}, 2.5).to(kFloat64), mesh, {Replicate()});  // 24 bytes, written by rank 0
+    // Bytes of the boxes this rank writes, and of the boxes it loads (every box of both).
+    const int64_t written = rank == 0 ? 64 + 24 : 64, read = 64 + 24;
+    auto check_calls = [](const std::vector<checkpoint::Progress>& calls, int64_t total) {
+      REQUIRE(!calls.empty());
+      for (size_t i = 0; i < calls.size(); ++i) {
+        CHECK(calls[i].total_bytes == total);
+        CHECK(calls[i].done_bytes <= total);
+        if (i > 0) CHECK(calls[i].done_bytes >= calls[i - 1].done_bytes);
+      }
+      CHECK(calls.back().done_bytes == total);
+    };
+    std::vector<checkpoint::Progress> calls;
+    checkpoint::save(s, (root / "sync").string(), [&](const checkpoint::Progress& p) { calls.push_back(p); });
+    check_calls(calls, written);
+
+    // The writer thread appends; wait() joins it before the vector is read here.
+    std::vector<checkpoint::Progress> async_calls;
+    std::thread::id caller = std::this_thread::get_id(), called;
+    checkpoint::AsyncSave pending =
+        checkpoint::async_save(s, (root / "async").string(), [&](const checkpoint::Progress& p) {
+          async_calls.push_back(p);
+          called = std::this_thread::get_id();
+        });
+    pending.wait();
+    check_calls(async_calls, written);
+    CHECK(called != caller);  // the background writer's thread
+
+    for (const char* dir : {"sync", "async"}) {
+      State loaded;
+      loaded.tensors["w"] = sharded(zeros({8, 4}), mesh, {Shard(0)});
+      loaded.tensors["r"] = sharded(zeros({3}).to(kFloat64), mesh, {Replicate()});
+      calls.clear();
+      checkpoint::load(loaded, (root / dir).string(), [&](const checkpoint::Progress& p) { calls.push_back(p); });
+      check_calls(calls, read);
+      CHECK(same_bits(loaded.tensors.at("w").to_local(), full({4, 4}, 1.5)));
+    }
   });
 }
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 #include "collectives/init.h"
@@ -43,6 +45,26 @@ std::vector<fs::path> committed(const std::string& dir) {
   return out;
 }
 
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A progress callback printing "checkpoint <name>: 12.3 of 80.0 MiB <verb>" on rank 0 once
+// the save or load has taken over kQuietSeconds (small runs stay quiet). It may run on
+// async_save's writer thread: it touches only its own copied state and stdout.
+checkpoint::ProgressCallback progress_printer(const std::string& path, const char* verb) {
+  constexpr double kQuietSeconds = 2.0;
+  if (default_group()->rank() != 0) return {};
+  return [name = fs::path(path).filename().string(), verb,
+          start = std::chrono::steady_clock::now()](const checkpoint::Progress& p) {
+    if (seconds_since(start) < kQuietSeconds) return;
+    fmt::print("checkpoint {}: {:.1f} of {:.1f} MiB {}\n", name, p.done_bytes / kMiB, p.total_bytes / kMiB, verb);
+    std::fflush(stdout);
+  };
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
@@ -71,7 +93,13 @@ void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::O
                  {"rng", {{"seed", rng.seed}, {"draws", rng.draws}}},
                  {"optim", optim}};
   fs::create_directories(dir_);
-  in_flight_ = checkpoint::async_save(state, checkpoint_path(dir_, position.step));
+  const std::string path = checkpoint_path(dir_, position.step);
+  in_flight_ = checkpoint::async_save(state, path, progress_printer(path, "written"));
+  in_flight_path_ = path;
+  in_flight_bytes_ = 0;
+  for (const auto& [name, t] : state.tensors) {
+    in_flight_bytes_ += shape_numel(t.shape()) * static_cast<int64_t>(itemsize(t.dtype()));
+  }
 }
 
 void Checkpointer::finish() { commit(); }
@@ -80,6 +108,9 @@ void Checkpointer::commit() {
   if (in_flight_.done()) return;  // nothing in flight (or already committed)
   in_flight_.wait();
   if (default_group()->rank() != 0) return;
+  fmt::print("checkpoint {} committed: {:.1f} MiB\n", fs::path(in_flight_path_).filename().string(),
+             in_flight_bytes_ / kMiB);
+  std::fflush(stdout);
   std::vector<fs::path> all = committed(dir_);
   for (size_t k = 0; k + static_cast<size_t>(keep_last_) < all.size(); ++k) fs::remove_all(all[k]);
   // No save is in flight now: any temporary directory is what a killed save left.
@@ -124,7 +155,15 @@ RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::O
       param.tensors[name] = empty;
     }
   }
-  checkpoint::load(state, path);
+  const auto start = std::chrono::steady_clock::now();
+  checkpoint::load(state, path, progress_printer(path, "read"));
+  if (default_group()->rank() == 0) {
+    int64_t bytes = 0;
+    for (const auto& [name, t] : state.tensors)
+      bytes += shape_numel(t.shape()) * static_cast<int64_t>(itemsize(t.dtype()));
+    fmt::print("loaded checkpoint {}: {:.1f} MiB in {:.1f} s\n", path, bytes / kMiB, seconds_since(start));
+    std::fflush(stdout);
+  }
   {
     const NoGradGuard no_grad;
     for (auto& [name, p] : model.named_parameters()) {

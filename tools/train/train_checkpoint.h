@@ -10,7 +10,8 @@
 // Saves are asynchronous: the state is staged to host memory and written by a background
 // thread while training goes on; a save is committed atomically when the next one starts
 // (or at the end of the run), and the older ones beyond --keep-last are deleted only after
-// a newer one committed.
+// a newer one committed. Rank 0 prints each commit and load with its global size, and the
+// progress of a save or load that takes over 2 s.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,8 @@ class Checkpointer {
   std::string dir_;
   int64_t keep_last_;
   checkpoint::AsyncSave in_flight_;
+  std::string in_flight_path_;  // the save in flight's directory and global bytes, for the log
+  int64_t in_flight_bytes_ = 0;
 };
 
 // The checkpoint --resume names: "latest" is the newest committed step_* under
