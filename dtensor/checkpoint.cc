@@ -578,7 +578,22 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
 
 }  // namespace
 
+namespace {
+
+// Commits (or throws the error of) this process's async_save still pending, if any.
+void wait_for_async_save() {
+  std::weak_ptr<internal::PendingSave>& latest = latest_async_save();
+  const std::shared_ptr<internal::PendingSave> previous = latest.lock();
+  latest.reset();
+  if (previous != nullptr && !previous->finished) AsyncSave(previous).wait();
+}
+
+}  // namespace
+
+bool is_committed_checkpoint(const std::string& dir) { return is_checkpoint(dir); }
+
 void save(const State& state, const std::string& dir, const ProgressCallback& on_progress) {
+  wait_for_async_save();  // its commit sweeps leftovers: none may be in flight meanwhile
   const std::unique_ptr<StagedSave> staged = begin_save(state, dir, Staging::kShare, on_progress);
   Json written = Json::object();
   const std::exception_ptr error = capture(written, [&] { written.update(write_staged(*staged)); });
@@ -630,10 +645,8 @@ void AsyncSave::wait() {
 bool AsyncSave::done() const { return pending_ == nullptr || pending_->finished; }
 
 AsyncSave async_save(const State& state, const std::string& dir, const ProgressCallback& on_progress) {
+  wait_for_async_save();
   std::weak_ptr<internal::PendingSave>& latest = latest_async_save();
-  const std::shared_ptr<internal::PendingSave> previous = latest.lock();
-  latest.reset();
-  if (previous != nullptr && !previous->finished) AsyncSave(previous).wait();
 
   auto pending = std::make_shared<internal::PendingSave>();
   pending->staged = begin_save(state, dir, Staging::kCopy, on_progress);

@@ -87,14 +87,18 @@ class AsyncSave {
   std::shared_ptr<internal::PendingSave> pending_;
 };
 
+// Whether `dir` holds a committed checkpoint (its metadata, written last, is there).
+bool is_committed_checkpoint(const std::string& dir);
+
 // Saves `state` into `dir` as save does, but returns once every local shard is copied to
 // host memory: the tensors may change right away. The rank files are written and fsync'ed
 // on a background thread; the commit (metadata, rename) happens at wait(). Every
 // collective runs on the calling thread (here and in wait()), never on the background one,
 // so training's collectives on the same groups cannot interleave with the checkpoint's.
 // First waits for the previous async_save of this process still pending; if that one
-// failed, its error is thrown here and no new save starts. Errors in the checks (Partial,
-// ranks that disagree, a directory that is not a checkpoint) are thrown here, at once.
+// failed, its error is thrown here and no new save starts. Errors in this rank's checks
+// (Partial, a directory that is not a checkpoint) are thrown here, at once; ranks whose
+// states disagree are found when the chunk lists are exchanged, at wait().
 // Collective over the default process group, like save. `on_progress` is copied and called
 // on the background writer thread, never after wait() returns.
 AsyncSave async_save(const State& state, const std::string& dir, const ProgressCallback& on_progress = {});

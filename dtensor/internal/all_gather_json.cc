@@ -10,7 +10,9 @@ namespace dtr::checkpoint::internal {
 
 std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine, Device device) {
   if (group == nullptr) return {mine};
-  const std::string text = mine.dump();
+  // Invalid UTF-8 (a path in an error message) is replaced, never thrown: a rank throwing
+  // here alone would leave the others in the all-gather.
+  const std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const int64_t length = static_cast<int64_t>(text.size()), words = (length + 7) / 8;
   const int world = group->size();
 

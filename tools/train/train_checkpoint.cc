@@ -13,6 +13,7 @@
 #include "dtensor/checkpoint.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
+#include "kernels/safetensors_dtype.h"
 #include "nn/init.h"
 
 namespace dtr::train {
@@ -22,22 +23,16 @@ namespace fs = std::filesystem;
 
 constexpr const char* kPrefix = "step_";
 
-DType dtype_named(const std::string& name) {
-  for (DType d : {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool}) {
-    if (dtype_name(d) == name) return d;
-  }
-  throw ValueError(fmt::format("train: a checkpoint's optimizer state has an unknown dtype '{}'", name));
-}
-
 // The committed checkpoints under `dir`, oldest first (a save in progress or killed is a
 // temporary directory, not a step_* one).
 std::vector<fs::path> committed(const std::string& dir) {
   std::vector<fs::path> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (e.is_directory() && name.starts_with(kPrefix) && name.find('.') == std::string::npos &&
-        fs::exists(e.path() / ".metadata.json")) {
+        checkpoint::is_committed_checkpoint(e.path().string())) {
       out.push_back(e.path());
     }
   }
@@ -83,7 +78,7 @@ void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::O
     nlohmann::json dtypes = nlohmann::json::object();
     for (const auto& [name, t] : param.tensors) {
       state.tensors.emplace(fmt::format("optim.{}.{}", index, name), t);
-      dtypes[name] = std::string(dtype_name(t.dtype()));
+      dtypes[name] = std::string(safetensors_dtype(t.dtype()));
     }
     optim[std::to_string(index)] = {{"step", param.step}, {"dtypes", dtypes}};
   }
@@ -111,15 +106,22 @@ void Checkpointer::commit() {
   fmt::print("checkpoint {} committed: {:.1f} MiB\n", fs::path(in_flight_path_).filename().string(),
              in_flight_bytes_ / kMiB);
   std::fflush(stdout);
-  std::vector<fs::path> all = committed(dir_);
-  for (size_t k = 0; k + static_cast<size_t>(keep_last_) < all.size(); ++k) fs::remove_all(all[k]);
+  // Only rank 0 cleans up, so nothing here may throw (the other ranks go on training): a
+  // directory that cannot be removed stays, with a line saying so.
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  const std::vector<fs::path> all = committed(dir_);
+  for (size_t k = 0; k + static_cast<size_t>(keep_last_) < all.size(); ++k) stale.push_back(all[k]);
   // No save is in flight now: any temporary directory is what a killed save left.
-  for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
-    const std::string name = e.path().filename().string();
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.starts_with(kPrefix) &&
         (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos)) {
-      fs::remove_all(e.path());
+      stale.push_back(it->path());
     }
+  }
+  for (const fs::path& p : stale) {
+    if (fs::remove_all(p, ec); ec) fmt::print("train: cannot remove {}: {}\n", p.string(), ec.message());
   }
 }
 
@@ -129,7 +131,10 @@ std::string resume_path(const std::string& resume, const std::string& checkpoint
   return all.empty() ? "" : all.back().string();
 }
 
-RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
+namespace {
+
+// load_checkpoint, its `extra` read without checking its form.
+RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
   // The step counts and dtypes of the optimizer's state come first, from `extra`.
   checkpoint::State header;
   checkpoint::load(header, path);
@@ -149,7 +154,10 @@ RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::O
     param.step = entry.at("step").get<int64_t>();
     for (const auto& [name, dtype] : entry.at("dtypes").items()) {
       const DTensorSpec spec = params[static_cast<size_t>(index)]->spec();
-      const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), dtype_named(dtype.get<std::string>()));
+      const std::optional<DType> d = dtype_from_safetensors(dtype.get<std::string>());
+      DTR_CHECK(d.has_value(), ValueError, "train: checkpoint {}: optimizer state '{}' of parameter {} has dtype '{}'",
+                path, name, index, dtype.get<std::string>());
+      const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), *d);
       const DTensor empty(zeros(typed.local_box().shape, typed.dtype(), typed.mesh().device_type()), typed);
       state.tensors.emplace(fmt::format("optim.{}.{}", index, name), empty);
       param.tensors[name] = empty;
@@ -178,6 +186,19 @@ RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::O
   const nlohmann::json& rng = state.extra.at("rng");
   nn::set_seed_state({.seed = rng.at("seed").get<uint64_t>(), .draws = rng.at("draws").get<uint64_t>()});
   return {.step = state.extra.at("step").get<int64_t>(), .window = state.extra.at("window").get<int64_t>()};
+}
+
+}  // namespace
+
+RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
+  // Every rank reads the same metadata, so a malformed `extra` fails on all of them alike.
+  try {
+    return load_unchecked(path, model, opt);
+  } catch (const nlohmann::json::exception& e) {
+    throw ValueError(fmt::format("train: checkpoint {} was not written by train (its extra: {})", path, e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw ValueError(fmt::format("train: checkpoint {} was not written by train (its extra: {})", path, e.what()));
+  }
 }
 
 }  // namespace dtr::train
