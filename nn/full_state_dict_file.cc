@@ -353,9 +353,18 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
   std::exception_ptr failure;
   if (world_rank() == 0) {
     try {
-      std::filesystem::create_directories(dir);
-    } catch (const std::filesystem::filesystem_error& e) {
-      failure = std::make_exception_ptr(OSError(e.code().value(), fmt::format("{}: mkdir('{}')", op, dir)));
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw OSError(ec.value(), fmt::format("{}: mkdir('{}')", op, dir));
+      // An index left by an earlier save would name a mix of old and new files if this one
+      // stopped midway: it goes first, so an interrupted save is detectably incomplete.
+      const std::string old_index = dir + "/" + std::string(kIndexName);
+      if (::unlink(old_index.c_str()) != 0 && errno != ENOENT) {
+        throw OSError(errno, fmt::format("{}: unlink('{}')", op, old_index));
+      }
+      sync_directory(dir, op);
+    } catch (...) {
+      failure = std::current_exception();
     }
   }
   write_files(state, plans, op, failure);

@@ -285,6 +285,14 @@ TEST_CASE("truncated files, missing tensors, wrong shapes and dtypes are typed e
   CHECK_THROWS_MATCHES(load_hf_checkpoint(*model, hf.string(), Strict::kNo), ValueError,
                        MessageContains("ghost.weight") && MessageContains("model-00001-of-00001.safetensors"));
 
+  // A save over that checkpoint that stops midway (its shard cannot be written: a directory
+  // stands where the shard's temporary file goes) leaves no index, so loading fails instead
+  // of reading an old index over a mix of files.
+  fs::create_directory(hf / "model-00001-of-00001.safetensors.tmp");
+  CHECK_THROWS_AS(save_hf_checkpoint(*model, hf.string(), 1 << 20), OSError);
+  CHECK_FALSE(fs::exists(hf / "model.safetensors.index.json"));
+  CHECK_THROWS(load_hf_checkpoint(*model, hf.string()));
+
   // Nothing changed by the failed loads: the model still holds the good file's values.
   check_same(full_state_dict(*model), state, "after the failed loads");
 }
