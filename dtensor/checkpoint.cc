@@ -14,11 +14,11 @@
 #include <thread>
 
 #include "collectives/init.h"
+#include "collectives/posix_file.h"
 #include "collectives/process_group.h"
 #include "dtensor/internal/all_gather_json.h"
 #include "dtensor/internal/checkpoint_metadata.h"
 #include "dtensor/internal/chunk_file.h"
-#include "dtensor/internal/posix_file.h"
 #include "dtensor/internal/rank_failure.h"
 #include "kernels/error.h"
 
@@ -247,11 +247,11 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
     if (::rename(temp.c_str(), target.c_str()) != 0) {
       throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
     }
-    internal::sync_directory(parent, kSave);
+    sync_directory(parent, kSave);
     return;
   }
   if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    internal::sync_directory(parent, kSave);
+    sync_directory(parent, kSave);
     fs::remove_all(temp, ec);  // the previous checkpoint, now under the temporary name
     return;
   }
@@ -268,7 +268,7 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
     ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
     throw OSError(error, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
   }
-  internal::sync_directory(parent, kSave);
+  sync_directory(parent, kSave);
   fs::remove_all(old, ec);
 }
 
@@ -395,7 +395,7 @@ Json write_staged(const StagedSave& s) {
   ProgressMeter meter(s.on_progress, total);
   const std::vector<internal::WrittenChunk> written =
       internal::write_chunk_file((s.temp / file).string(), s.chunks, [&](int64_t bytes) { meter.add(bytes); });
-  internal::sync_directory(s.temp.string(), kSave);
+  sync_directory(s.temp.string(), kSave);
   meter.finish();
   Json listed = Json::array();
   for (size_t i = 0; i < s.chunks.size(); ++i) {
@@ -421,8 +421,8 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
   error = capture(outcome, [&] {
     if (s.w.rank != 0) return;
     const std::string text = internal::metadata_to_json(build_metadata(s.skeleton, s.extra, outcomes)).dump(1);
-    internal::write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
-    internal::sync_directory(s.temp.string(), kSave);
+    write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
+    sync_directory(s.temp.string(), kSave);
     commit(s.temp, s.target, s.token);
     s.guard.committed = true;
   });
@@ -454,10 +454,10 @@ CheckpointMetadata read_metadata(const fs::path& target) {
   DTR_CHECK(fs::exists(fs::symlink_status(path, ec)), ValueError,
             "{}: '{}' has no {}: an incomplete checkpoint (a save that did not finish) or not a checkpoint", kLoad,
             target.string(), internal::kMetadataFile);
-  FileDescriptor fd = internal::open_file(path.string(), O_RDONLY, kLoad);
-  const int64_t size = internal::file_size(fd.get(), path.string(), kLoad);
+  FileDescriptor fd = open_file(path.string(), O_RDONLY, kLoad);
+  const int64_t size = file_size(fd.get(), path.string(), kLoad);
   std::string text(static_cast<size_t>(size), '\0');
-  DTR_CHECK(internal::read_at(fd.get(), text.data(), text.size(), 0, path.string(), kLoad) == text.size(), ValueError,
+  DTR_CHECK(read_at(fd.get(), text.data(), text.size(), 0, path.string(), kLoad) == text.size(), ValueError,
             "{}: '{}' ended early (changed while being read?)", kLoad, path.string());
   try {
     return internal::metadata_from_json(Json::parse(text), path.string());

@@ -21,6 +21,7 @@
 
 #include "collectives/file_descriptor.h"
 #include "collectives/init.h"
+#include "collectives/posix_file.h"
 #include "collectives/process_group.h"
 #include "kernels/error.h"
 #include "nn/safetensors_header.h"
@@ -41,32 +42,17 @@ std::string describe(DType dtype, const Shape& shape) { return fmt::format("{}[{
 
 // ---- Writing (rank 0) ---------------------------------------------------------------------
 
-void write_all(int fd, const void* data, size_t size, const std::string& path, std::string_view op) {
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t w = ::write(fd, bytes, size);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw OSError(errno, fmt::format("{}: write('{}')", op, path));
-    bytes += w;
-    size -= static_cast<size_t>(w);
-  }
-}
-
-// fsync(fd), close it and rename `temp` over `path`: the file appears whole or not at all.
+// sync_and_close `fd` and rename `temp` over `path`: the file appears whole or not at all.
 void commit(FileDescriptor fd, const std::string& temp, const std::string& path, std::string_view op) {
-  if (::fsync(fd.get()) != 0) throw OSError(errno, fmt::format("{}: fsync('{}')", op, temp));
-  if (::close(fd.release()) != 0) throw OSError(errno, fmt::format("{}: close('{}')", op, temp));
+  sync_and_close(std::move(fd), temp, op);
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     throw OSError(errno, fmt::format("{}: rename('{}', '{}')", op, temp, path));
   }
 }
 
-// fsyncs a directory, so that the renames into it are durable.
-void sync_directory(const std::string& dir, std::string_view op) {
-  FileDescriptor fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, dir));
-  if (::fsync(fd.get()) != 0) throw OSError(errno, fmt::format("{}: fsync('{}')", op, dir));
-}
+// `path`'s temporary name while it is written: unique per process, so two saves of one
+// file from different processes do not write into each other.
+std::string temporary_name(const std::string& path) { return fmt::format("{}.tmp-{}", path, ::getpid()); }
 
 std::string parent_directory(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
@@ -99,7 +85,7 @@ void write_files(const StateDict& state, const std::vector<FilePlan>& plans, std
       entries.push_back({state[i].first, value.dtype(), value.shape(), offset, offset + entry_bytes(value)});
       offset = entries.back().end;
     }
-    const std::string temp = plan.path + ".tmp";
+    const std::string temp = temporary_name(plan.path);
     FileDescriptor fd;
     auto attempt = [&](auto&& step) {
       if (!writer || failure) return;
@@ -170,17 +156,10 @@ struct OpenFile {
 // a short read means the file changed underneath.
 void read_exact(const OpenFile& file, void* data, int64_t size, int64_t offset, std::string_view tensor,
                 std::string_view op) {
-  char* bytes = static_cast<char*>(data);
-  while (size > 0) {
-    const ssize_t r = ::pread(file.fd.get(), bytes, static_cast<size_t>(size), offset);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw OSError(errno, fmt::format("{}: read('{}') of tensor '{}'", op, file.path, tensor));
-    DTR_CHECK(r > 0, ValueError, "{}: safetensors file '{}' ended early in tensor '{}' (changed while being read?)", op,
-              file.path, tensor);
-    bytes += r;
-    size -= r;
-    offset += r;
-  }
+  const size_t got = read_at(file.fd.get(), data, static_cast<size_t>(size), offset, file.path,
+                             fmt::format("{}, tensor '{}'", op, tensor));
+  DTR_CHECK(got == static_cast<size_t>(size), ValueError,
+            "{}: safetensors file '{}' ended early in tensor '{}' (changed while being read?)", op, file.path, tensor);
 }
 
 std::unique_ptr<OpenFile> open_safetensors(const std::string& path, std::string_view op) {
@@ -375,7 +354,7 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
       index["metadata"] = {{"total_size", total}};
       index["weight_map"] = weight_map;
       const std::string text = index.dump(2) + "\n";
-      const std::string path = dir + "/" + std::string(kIndexName), temp = path + ".tmp";
+      const std::string path = dir + "/" + std::string(kIndexName), temp = temporary_name(path);
       FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
       write_all(fd.get(), text.data(), text.size(), temp, op);

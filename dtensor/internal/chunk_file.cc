@@ -6,8 +6,8 @@
 #include <array>
 #include <bit>
 
+#include "collectives/posix_file.h"
 #include "dtensor/internal/crc32c.h"
-#include "dtensor/internal/posix_file.h"
 #include "kernels/error.h"
 #include "kernels/safetensors_dtype.h"
 

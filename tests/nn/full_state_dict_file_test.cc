@@ -285,10 +285,11 @@ TEST_CASE("truncated files, missing tensors, wrong shapes and dtypes are typed e
   CHECK_THROWS_MATCHES(load_hf_checkpoint(*model, hf.string(), Strict::kNo), ValueError,
                        MessageContains("ghost.weight") && MessageContains("model-00001-of-00001.safetensors"));
 
-  // A save over that checkpoint that stops midway (its shard cannot be written: a directory
-  // stands where the shard's temporary file goes) leaves no index, so loading fails instead
-  // of reading an old index over a mix of files.
-  fs::create_directory(hf / "model-00001-of-00001.safetensors.tmp");
+  // A save over that checkpoint that stops midway (its shard cannot be renamed into place: a
+  // non-empty directory stands there) leaves no index, so loading fails instead of reading
+  // an old index over a mix of files.
+  fs::remove(hf / "model-00001-of-00001.safetensors");
+  fs::create_directories(hf / "model-00001-of-00001.safetensors" / "blocker");
   CHECK_THROWS_AS(save_hf_checkpoint(*model, hf.string(), 1 << 20), OSError);
   CHECK_FALSE(fs::exists(hf / "model.safetensors.index.json"));
   CHECK_THROWS(load_hf_checkpoint(*model, hf.string()));

@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "collectives/init.h"
+#include "collectives/posix_file.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/internal/checkpoint_metadata.h"
 #include "dtensor/internal/chunk_file.h"
-#include "dtensor/internal/posix_file.h"
 #include "kernels/error.h"
 #include "kernels/tensor.h"
 #include "nn/safetensors.h"
@@ -55,9 +55,9 @@ CheckpointMetadata read_metadata(const std::string& dir, std::string_view op) {
   DTR_CHECK(fs::is_regular_file(path, ec), ValueError,
             "{}: '{}' has no {}: not a dtr checkpoint, or an incomplete one (a save that did not finish)", op, dir,
             checkpoint::internal::kMetadataFile);
-  FileDescriptor fd = checkpoint::internal::open_file(path.string(), O_RDONLY, op);
-  std::string text(static_cast<size_t>(checkpoint::internal::file_size(fd.get(), path.string(), op)), '\0');
-  checkpoint::internal::read_at(fd.get(), text.data(), text.size(), 0, path.string(), op);
+  FileDescriptor fd = open_file(path.string(), O_RDONLY, op);
+  std::string text(static_cast<size_t>(file_size(fd.get(), path.string(), op)), '\0');
+  read_at(fd.get(), text.data(), text.size(), 0, path.string(), op);
   try {
     return checkpoint::internal::metadata_from_json(Json::parse(text), path.string());
   } catch (const Json::exception& e) {
@@ -122,15 +122,15 @@ int to_full(const std::string& dir, const std::string& out) {
   std::error_code ec;
   fs::remove(temp, ec);
   {
-    FileDescriptor fd = checkpoint::internal::open_file(temp, O_WRONLY | O_CREAT | O_EXCL, "to-full");
+    FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, "to-full");
     const std::string header = nn::safetensors_header_bytes(entries, {});
-    checkpoint::internal::write_all(fd.get(), header.data(), header.size(), temp, "to-full");
+    write_all(fd.get(), header.data(), header.size(), temp, "to-full");
     checkpoint::internal::ChunkFileReader files(dir);
     for (const std::string& name : order) {
       const Tensor full = assemble(name, meta.tensors.at(name), files);
-      checkpoint::internal::write_all(fd.get(), full.data(), full.nbytes(), temp, "to-full");
+      write_all(fd.get(), full.data(), full.nbytes(), temp, "to-full");
     }
-    checkpoint::internal::sync_and_close(std::move(fd), temp, "to-full");
+    sync_and_close(std::move(fd), temp, "to-full");
   }
   fs::rename(temp, out, ec);
   if (ec) throw OSError(ec.value(), fmt::format("to-full: rename('{}', '{}')", temp, out));
@@ -140,14 +140,14 @@ int to_full(const std::string& dir, const std::string& out) {
 
 // The parent's check of IN before it starts ranks: it exists and its header parses.
 void check_safetensors(const std::string& in) {
-  FileDescriptor fd = checkpoint::internal::open_file(in, O_RDONLY, "to-sharded");
-  const int64_t size = checkpoint::internal::file_size(fd.get(), in, "to-sharded");
+  FileDescriptor fd = open_file(in, O_RDONLY, "to-sharded");
+  const int64_t size = file_size(fd.get(), in, "to-sharded");
   std::vector<uint8_t> prefix(8);
-  const size_t got = checkpoint::internal::read_at(fd.get(), prefix.data(), prefix.size(), 0, in, "to-sharded");
+  const size_t got = read_at(fd.get(), prefix.data(), prefix.size(), 0, in, "to-sharded");
   prefix.resize(got);
   const int64_t length = nn::safetensors_header_length(prefix, size, in);
   std::string json(static_cast<size_t>(length), '\0');
-  checkpoint::internal::read_at(fd.get(), json.data(), json.size(), 8, in, "to-sharded");
+  read_at(fd.get(), json.data(), json.size(), 8, in, "to-sharded");
   nn::parse_safetensors_header(json, size - 8 - length, in);
 }
 

@@ -1,4 +1,4 @@
-// POSIX file helpers for checkpoints: whole writes, positioned reads, and the fsyncs that
+// POSIX file helpers (checkpoints, full state dict files): whole writes, positioned reads, and the fsyncs that
 // make a file and a directory entry durable (a rename is durable only once the directory
 // holding it is fsync'ed). Every failing system call throws OSError naming the call and the
 // path; `op` (for instance "checkpoint::save") opens each message.
@@ -11,7 +11,7 @@
 
 #include "collectives/file_descriptor.h"
 
-namespace dtr::checkpoint::internal {
+namespace dtr {
 
 // open(path, flags, 0644); OSError on failure.
 FileDescriptor open_file(const std::string& path, int flags, std::string_view op);
@@ -29,4 +29,4 @@ void write_file_durably(const std::string& path, std::string_view bytes, std::st
 // fsyncs a directory, so that the entries created, renamed or removed in it are durable.
 void sync_directory(const std::string& path, std::string_view op);
 
-}  // namespace dtr::checkpoint::internal
+}  // namespace dtr

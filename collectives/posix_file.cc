@@ -1,4 +1,4 @@
-#include "dtensor/internal/posix_file.h"
+#include "collectives/posix_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 
 #include "kernels/error.h"
 
-namespace dtr::checkpoint::internal {
+namespace dtr {
 
 FileDescriptor open_file(const std::string& path, int flags, std::string_view op) {
   FileDescriptor fd(::open(path.c_str(), flags | O_CLOEXEC, 0644));
@@ -62,4 +62,4 @@ void sync_directory(const std::string& path, std::string_view op) {
   if (::fsync(fd.get()) != 0) throw OSError(errno, fmt::format("{}: fsync('{}')", op, path));
 }
 
-}  // namespace dtr::checkpoint::internal
+}  // namespace dtr
