@@ -239,19 +239,32 @@ CheckpointMetadata build_metadata(const std::map<std::string, SavedTensor>& skel
 // RENAME_EXCHANGE swaps the two directories in one atomic step and the previous one is
 // then removed; where the filesystem cannot exchange, the previous one moves aside to
 // `<dir>.old-<token>` first (a crash between the two renames leaves no `dir`, the previous
-// checkpoint there and the new complete one at `temp`). The parent is fsync'ed after.
-void commit(const fs::path& temp, const fs::path& target, const std::string& token) {
+// checkpoint there and the new complete one at `temp`). `moved` is set as soon as the new
+// checkpoint is at `target`; the parent is fsync'ed after (a failure then says the new
+// checkpoint is in place).
+void commit(const fs::path& temp, const fs::path& target, const std::string& token, bool& moved) {
   const std::string parent = target.parent_path().string();
+  auto make_durable = [&] {
+    moved = true;
+    try {
+      sync_directory(parent, kSave);
+    } catch (const OSError& e) {
+      throw OSError(e.error_number(),
+                    fmt::format("{}: fsync('{}') after the new checkpoint was renamed into place (it is there, "
+                                "but the rename may not survive a power loss)",
+                                kSave, parent));
+    }
+  };
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(target, ec))) {
     if (::rename(temp.c_str(), target.c_str()) != 0) {
       throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
     }
-    sync_directory(parent, kSave);
+    make_durable();
     return;
   }
   if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    sync_directory(parent, kSave);
+    make_durable();
     fs::remove_all(temp, ec);  // the previous checkpoint, now under the temporary name
     return;
   }
@@ -268,7 +281,7 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
     ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
     throw OSError(error, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
   }
-  sync_directory(parent, kSave);
+  make_durable();
   fs::remove_all(old, ec);
 }
 
@@ -423,8 +436,7 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
     const std::string text = internal::metadata_to_json(build_metadata(s.skeleton, s.extra, outcomes)).dump(1);
     write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
     sync_directory(s.temp.string(), kSave);
-    commit(s.temp, s.target, s.token);
-    s.guard.committed = true;
+    commit(s.temp, s.target, s.token, s.guard.committed);  // the guard keeps what moved into place
   });
   outcomes = exchange(s.w, outcome, s.device);
   internal::raise_if_any_failed(outcomes, error, kSave);

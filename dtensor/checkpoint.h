@@ -53,7 +53,9 @@ using ProgressCallback = std::function<void(const Progress&)>;
 // that is neither empty nor a checkpoint is refused). Collective over the default process
 // group (a world of one without one): every rank calls it with the same names, shapes,
 // dtypes, placements and `extra` (ValueError otherwise). A Partial tensor is a ValueError:
-// reduce it first. When any rank fails, every rank throws and `dir` is unchanged.
+// reduce it first. When any rank fails, every rank throws and `dir` is unchanged (but for
+// a failed fsync of the parent directory after the new checkpoint moved into place, which
+// the error says).
 void save(const State& state, const std::string& dir, const ProgressCallback& on_progress = {});
 
 // Loads every tensor of `state.tensors` from `dir` under its current mesh and placements,
