@@ -40,6 +40,7 @@
 #include "kernels/fill.h"
 #include "kernels/matmul.h"
 #include "kernels/tensor.h"
+#include "tools/bench/bench_util.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -54,12 +55,6 @@ constexpr int64_t kColumns = 1024;
 constexpr int kTensors = 4;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The max of `seconds` over the ranks of `group`.
 double max_over_ranks(ProcessGroup& group, double seconds) {
@@ -312,11 +307,12 @@ int main(int argc, char** argv) {
     std::vector<nlohmann::json> rows;
     int code = 0;
     for (int n : ranks) {
-      std::string pattern = (std::filesystem::path(dir) / "dtr_checkpoint_bench.XXXXXX").string();
-      if (::mkdtemp(pattern.data()) == nullptr) throw dtr::OSError(errno, "checkpoint_bench: mkdtemp " + pattern);
-      const std::string row_file = pattern + "/row.json";
+      // A fresh directory per rank count: mkdtemp replaces the trailing X's in place.
+      std::string base = (std::filesystem::path(dir) / "dtr_checkpoint_bench.XXXXXX").string();
+      if (::mkdtemp(base.data()) == nullptr) throw dtr::OSError(errno, "checkpoint_bench: mkdtemp " + base);
+      const std::string row_file = base + "/row.json";
       std::vector<std::string> args(argv, argv + argc);
-      args.insert(args.end(), {"--base", pattern, "--result", row_file});
+      args.insert(args.end(), {"--base", base, "--result", row_file});
       std::vector<char*> child;
       for (std::string& a : args) child.push_back(a.data());
       const dtr::launcher::SelfLaunchResult r = dtr::launcher::launch_self(n, child);
@@ -327,7 +323,7 @@ int main(int argc, char** argv) {
         std::ifstream in(row_file);
         rows.push_back(nlohmann::json::parse(in));
       }
-      std::filesystem::remove_all(pattern);
+      std::filesystem::remove_all(base);
     }
     dtr::bench::print_table(rows, mib, repeats, dir);
     return code;

@@ -36,12 +36,6 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
   return tokens;
 }
 
-void write_token_file(const std::string& path, std::span<const uint16_t> tokens) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size_bytes()));
-  if (!out.good()) throw OSError(errno, fmt::format("write token file {}", path));
-}
-
 WindowOrder::WindowOrder(int64_t num_tokens, int64_t seq_len, DataOrder order, uint64_t seed)
     : num_windows_(seq_len > 0 && num_tokens > 0 ? (num_tokens - 1) / seq_len : 0),
       seq_len_(seq_len),

@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -24,7 +23,6 @@ enum class DataOrder : uint8_t { kSequential, kShuffled };
 
 // A file of tokens as nanoGPT writes them: a flat little-endian uint16 array (.bin).
 std::vector<uint16_t> read_token_file(const std::string& path);
-void write_token_file(const std::string& path, std::span<const uint16_t> tokens);
 
 class WindowOrder {
  public:
