@@ -50,6 +50,9 @@ class ProcessGroup {
   const std::string& name() const { return options_.name; }
   const std::vector<int>& global_ranks() const { return options_.global_ranks; }
   virtual std::string_view backend_name() const = 0;
+  // Where the group's tensors live (CPU for Gloo, this rank's GPU for NCCL): a caller
+  // exchanging control messages of its own puts them there.
+  virtual Device device() const = 0;
   const std::shared_ptr<Store>& store() const { return store_; }
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms_.load()); }
   // Applies to collectives issued from now on; but a Gloo group's ring (reduce_scatter, and

@@ -28,6 +28,7 @@ class ProcessGroupGloo : public ProcessGroup {
   ~ProcessGroupGloo() override;
 
   std::string_view backend_name() const override { return "gloo"; }
+  Device device() const override { return kCPU; }
 
  protected:
   Work enqueue(Collective c) override;

@@ -292,6 +292,8 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   if (impl_->comm != nullptr && !impl_->aborted) ncclCommDestroy(impl_->comm);
 }
 
+Device ProcessGroupNCCL::device() const { return Device(kCUDA, impl_->device); }
+
 bool ProcessGroupNCCL::accepts(Device device) const { return device.is_cuda() && device.index == impl_->device; }
 
 Work ProcessGroupNCCL::enqueue(Collective c) {

@@ -24,6 +24,7 @@ class ProcessGroupNCCL : public ProcessGroup {
   ~ProcessGroupNCCL() override;
 
   std::string_view backend_name() const override { return "nccl"; }
+  Device device() const override;
 
  protected:
   // Queues c on the group's stream. Uneven forms: all_gather_v is one ncclBroadcast per

@@ -51,23 +51,6 @@ World world() {
   return {std::move(group), rank, size};
 }
 
-// Where the exchange buffers live: NCCL moves only tensors on this rank's GPU, which the
-// state's CUDA tensors are on.
-Device exchange_device(const World& w, const std::map<std::string, DTensor>& tensors, std::string_view op) {
-  if (w.group == nullptr || w.group->backend_name() != "nccl") return kCPU;
-  for (const auto& [name, t] : tensors) {
-    if (t.defined() && t.to_local().device().is_cuda()) return t.to_local().device();
-  }
-  throw ValueError(
-      fmt::format("{}: the default group is NCCL but no tensor of the state is on a GPU to exchange "
-                  "the plans through; initialise a Gloo default group for CPU states",
-                  op));
-}
-
-std::vector<Json> exchange(const World& w, const Json& mine, Device device) {
-  return internal::all_gather_json(w.group.get(), mine, device);
-}
-
 // The checkpoint directory as an absolute path without a trailing separator.
 fs::path checkpoint_path(const std::string& dir, std::string_view op) {
   DTR_CHECK(!dir.empty(), ValueError, "{}: the checkpoint directory is an empty string", op);
@@ -317,7 +300,6 @@ std::exception_ptr capture(Json& outcome, F&& f) {
 // the rank file write (step 2, on any thread) needs, and what the commit needs after it.
 struct internal::StagedSave {
   World w;
-  Device device = kCPU;
   fs::path target, temp;
   std::string token;
   std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host
@@ -375,7 +357,6 @@ std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& di
   s->on_progress = on_progress;
   s->w = world();
   s->target = checkpoint_path(dir, kSave);
-  s->device = exchange_device(s->w, state.tensors, kSave);
   Json outcome = Json::object();
   std::exception_ptr error = capture(outcome, [&] {
     check_saveable(state, s->w.size);
@@ -388,7 +369,7 @@ std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& di
     }
     outcome["token"] = make_token();
   });
-  const std::vector<Json> outcomes = exchange(s->w, outcome, s->device);
+  const std::vector<Json> outcomes = internal::all_gather_json(s->w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);
   s->token = outcomes[0]["token"].get<std::string>();
   s->temp = s->target.string() + ".tmp-" + s->token;
@@ -427,7 +408,7 @@ Json write_staged(const StagedSave& s) {
 // step 3: rank 0 writes the metadata last, fsyncs it, and commits; every rank learns how
 // that went. `written` is this rank's step 2 outcome ({"error"} when `error` is set).
 void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
-  std::vector<Json> outcomes = exchange(s.w, written, s.device);
+  std::vector<Json> outcomes = internal::all_gather_json(s.w.group.get(), written);
   internal::raise_if_any_failed(outcomes, error, kSave);
   check_ranks_agree(outcomes);
   Json outcome = Json::object();
@@ -438,7 +419,7 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
     sync_directory(s.temp.string(), kSave);
     commit(s.temp, s.target, s.token, s.guard.committed);  // the guard keeps what moved into place
   });
-  outcomes = exchange(s.w, outcome, s.device);
+  outcomes = internal::all_gather_json(s.w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);
 }
 
@@ -615,7 +596,6 @@ void save(const State& state, const std::string& dir, const ProgressCallback& on
 void load(State& state, const std::string& dir, const ProgressCallback& on_progress) {
   const World w = world();
   const fs::path target = checkpoint_path(dir, kLoad);
-  const Device device = exchange_device(w, state.tensors, kLoad);
   std::map<std::string, DTensor> loaded;
   Json extra;
   Json outcome = Json::object();
@@ -633,7 +613,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     meter.finish();
     extra = meta.extra;
   });
-  internal::raise_if_any_failed(exchange(w, outcome, device), error, kLoad);
+  internal::raise_if_any_failed(internal::all_gather_json(w.group.get(), outcome), error, kLoad);
   for (auto& [name, t] : state.tensors) t = std::move(loaded.at(name));
   state.extra = std::move(extra);
 }

@@ -24,7 +24,7 @@
 #include "collectives/posix_file.h"
 #include "collectives/process_group.h"
 #include "kernels/error.h"
-#include "nn/safetensors_header.h"
+#include "kernels/safetensors_header.h"
 
 namespace dtr::nn {
 namespace {
@@ -118,21 +118,12 @@ void write_files(const StateDict& state, const std::vector<FilePlan>& plans, std
   }
 }
 
-// Where the outcome's broadcast buffer lives: NCCL moves only tensors on this rank's GPU.
-Device exchange_device(const StateDict& state) {
-  if (default_group()->backend_name() != "nccl") return kCPU;
-  for (const auto& [name, value] : state) {
-    if (value.to_local().device().is_cuda()) return value.to_local().device();
-  }
-  return kCPU;  // a CPU module under NCCL: nothing was gathered through it either
-}
-
 // Rank 0 tells every rank whether it wrote everything; a failure is thrown on every rank.
-void agree(std::exception_ptr failure, const StateDict& state, std::string_view op, const std::string& path) {
+void agree(std::exception_ptr failure, std::string_view op, const std::string& path) {
   if (is_initialized() && default_group()->size() > 1) {
     Tensor flag = Tensor::empty({1}, kInt64, kCPU);
     *static_cast<int64_t*>(flag.data()) = failure ? 1 : 0;
-    flag = flag.to(exchange_device(state));
+    flag = flag.to(default_group()->device());
     default_group()->broadcast(flag, 0).wait();
     flag = flag.to(kCPU);
     if (!failure && *static_cast<const int64_t*>(flag.data()) != 0) {
@@ -144,7 +135,7 @@ void agree(std::exception_ptr failure, const StateDict& state, std::string_view 
 
 // ---- Reading (every rank, its own blocks) -------------------------------------------------
 
-// A .safetensors file opened and its header parsed and checked (nn/safetensors_header.h).
+// A .safetensors file opened and its header parsed and checked (kernels/safetensors_header.h).
 struct OpenFile {
   std::string path;
   FileDescriptor fd;
@@ -295,7 +286,7 @@ void save_full_state_dict(Module& module, const std::string& path) {
       failure = std::current_exception();
     }
   }
-  agree(failure, state, op, path);
+  agree(failure, op, path);
 }
 
 LoadResult load_full_state_dict_file(Module& module, const std::string& path, Strict strict) {
@@ -364,7 +355,7 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
       failure = std::current_exception();
     }
   }
-  agree(failure, state, op, dir);
+  agree(failure, op, dir);
 }
 
 LoadResult load_hf_checkpoint(Module& module, const std::string& dir, Strict strict) {

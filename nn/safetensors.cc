@@ -10,11 +10,11 @@
 
 #include "collectives/file_descriptor.h"
 #include "kernels/error.h"
-#include "nn/safetensors_header.h"
+#include "kernels/safetensors_header.h"
 
 namespace dtr::nn {
 
-void save_file(const TensorMap& tensors, const std::string& path, const Metadata& metadata) {
+void save_file(const TensorMap& tensors, const std::string& path, const SafetensorsMetadata& metadata) {
   // Largest element first, then by name: every tensor starts at a multiple of its element size.
   std::vector<const TensorMap::value_type*> order;
   for (const auto& item : tensors) order.push_back(&item);
@@ -66,7 +66,7 @@ void save_file(const TensorMap& tensors, const std::string& path, const Metadata
   }
 }
 
-TensorMap load_file(const std::string& path, Metadata* metadata) {
+TensorMap load_file(const std::string& path, SafetensorsMetadata* metadata) {
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) throw OSError(errno, fmt::format("load_file: open('{}')", path));
   struct stat st {};

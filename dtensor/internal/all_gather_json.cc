@@ -8,8 +8,9 @@
 
 namespace dtr::checkpoint::internal {
 
-std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine, Device device) {
+std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine) {
   if (group == nullptr) return {mine};
+  const Device device = group->device();
   // Invalid UTF-8 (a path in an error message) is replaced, never thrown: a rank throwing
   // here alone would leave the others in the all-gather.
   const std::string text = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

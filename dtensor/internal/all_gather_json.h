@@ -9,16 +9,14 @@
 
 #include <vector>
 
-#include "kernels/device.h"
-
 namespace dtr {
 class ProcessGroup;
 }
 
 namespace dtr::checkpoint::internal {
 
-// Rank r's `mine` at index r. Collective over `group`; a null group is a world of one.
-// `device` is where the buffers live: the CPU for Gloo, this rank's GPU for NCCL.
-std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine, Device device);
+// Rank r's `mine` at index r. Collective over `group` (its buffers on group->device());
+// a null group is a world of one.
+std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine);
 
 }  // namespace dtr::checkpoint::internal

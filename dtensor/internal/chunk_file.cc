@@ -10,15 +10,13 @@
 #include "dtensor/internal/crc32c.h"
 #include "kernels/error.h"
 #include "kernels/safetensors_dtype.h"
+#include "kernels/safetensors_header.h"
 
 namespace dtr::checkpoint::internal {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "checkpoint files are little-endian; so must the host be");
 
-using Json = nlohmann::json;
-
-constexpr int64_t kMaxHeaderBytes = 100'000'000;  // the safetensors reference's limit
 constexpr std::string_view kSave = "checkpoint::save";
 constexpr std::string_view kLoad = "checkpoint::load";
 
@@ -35,7 +33,7 @@ std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::v
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return chunks[a].data.itemsize() > chunks[b].data.itemsize(); });
-  Json header = Json::object();
+  std::vector<SafetensorsEntry> entries;
   std::vector<int64_t> data_begin(chunks.size());
   int64_t offset = 0;
   for (size_t i : order) {
@@ -44,19 +42,13 @@ std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::v
                         chunks[i].name);
     data_begin[i] = offset;
     offset += static_cast<int64_t>(t.nbytes());
-    header[chunks[i].name] = {{"dtype", std::string(safetensors_dtype(t.dtype()))},
-                              {"shape", t.shape()},
-                              {"data_offsets", {data_begin[i], offset}}};
+    entries.push_back({chunks[i].name, t.dtype(), t.shape(), data_begin[i], offset});
   }
-  std::string json = header.dump();
-  json.append((8 - json.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>(static_cast<uint64_t>(json.size()) >> (8 * i));
-  const int64_t data_start = 8 + static_cast<int64_t>(json.size());
+  const std::string header = safetensors_header_bytes(entries, {});
+  const int64_t data_start = static_cast<int64_t>(header.size());
 
   FileDescriptor fd = open_file(path, O_WRONLY | O_CREAT | O_EXCL, kSave);
-  write_all(fd.get(), prefix.data(), prefix.size(), path, kSave);
-  write_all(fd.get(), json.data(), json.size(), path, kSave);
+  write_all(fd.get(), header.data(), header.size(), path, kSave);
   std::vector<WrittenChunk> written(chunks.size());
   for (size_t i : order) {
     const Tensor& t = chunks[i].data;
@@ -85,32 +77,21 @@ ChunkFileReader::OpenFile& ChunkFileReader::open(const std::string& file, const 
   f.path = dir_ + "/" + file;
   f.fd = open_file(f.path, O_RDONLY, fmt::format("{}, {}", kLoad, tensor));
   f.size = file_size(f.fd.get(), f.path, kLoad);
-  const std::string where = fmt::format("{}: file '{}', {}", kLoad, f.path, tensor);
-  std::array<uint8_t, 8> prefix{};
-  DTR_CHECK(read_at(f.fd.get(), prefix.data(), 8, 0, f.path, kLoad) == 8, ValueError,
-            "{}: truncated: {} bytes, too short for a safetensors header length", where, f.size);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | prefix[i];
-  DTR_CHECK(n <= static_cast<uint64_t>(kMaxHeaderBytes), ValueError,
-            "{}: a safetensors header of {} bytes is over the {}-byte limit (a corrupt file?)", where, n,
-            kMaxHeaderBytes);
-  DTR_CHECK(static_cast<int64_t>(n) <= f.size - 8, ValueError,
-            "{}: truncated: the header says {} bytes but only {} follow its length", where, n, f.size - 8);
-  std::string json(n, '\0');
-  DTR_CHECK(read_at(f.fd.get(), json.data(), n, 8, f.path, kLoad) == n, ValueError,
-            "{}: the file ended early (changed while being read?)", where);
+  // The header's own checks name the file; the tensor and chunk that needed it come first.
   try {
-    const Json header = Json::parse(json);
-    DTR_CHECK(header.is_object(), ValueError, "{}: the safetensors header is not a JSON object", where);
-    for (const auto& [name, v] : header.items()) {
-      if (name == "__metadata__") continue;
-      const Json& offsets = v.at("data_offsets");
-      f.entries[name] = Entry{v.at("dtype").get<std::string>(), v.at("shape").get<Shape>(),
-                              8 + static_cast<int64_t>(n) + offsets.at(0).get<int64_t>(),
-                              8 + static_cast<int64_t>(n) + offsets.at(1).get<int64_t>()};
+    std::array<uint8_t, 8> prefix{};
+    const size_t got = read_at(f.fd.get(), prefix.data(), 8, 0, f.path, kLoad);
+    const int64_t n = safetensors_header_length(std::span(prefix.data(), got), f.size, f.path);
+    std::string json(static_cast<size_t>(n), '\0');
+    DTR_CHECK(read_at(f.fd.get(), json.data(), json.size(), 8, f.path, kLoad) == json.size(), ValueError,
+              "safetensors file '{}' ended early (changed while being read?)", f.path);
+    for (const SafetensorsEntry& e : parse_safetensors_header(json, f.size - 8 - n, f.path).entries) {
+      f.entries[e.name] = Entry{e.dtype, e.shape, 8 + n + e.begin, 8 + n + e.end};
     }
-  } catch (const Json::exception& e) {
-    throw ValueError(fmt::format("{}: the safetensors header is not valid: {}", where, e.what()));
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("{}: reading {}: {}", kLoad, tensor, e.what()));
+  } catch (const TypeError& e) {
+    throw TypeError(fmt::format("{}: reading {}: {}", kLoad, tensor, e.what()));
   }
   return files_.emplace(file, std::move(f)).first->second;
 }
@@ -124,16 +105,11 @@ ChunkRows ChunkFileReader::read_rows(const std::string& name, DType dtype, const
   DTR_CHECK(entry != f.entries.end(), ValueError,
             "{}: the file's header does not list the tensor (is the file from another checkpoint?)", where);
   const Entry& e = entry->second;
-  DTR_CHECK(
-      e.dtype == safetensors_dtype(dtype) && e.shape == chunk.shape && e.begin == chunk.begin && e.end == chunk.end,
-      ValueError,
-      "{}: the file's header lists {} {} at bytes [{}, {}) but the metadata says {} {} at [{}, {}) (is the "
-      "file from another checkpoint?)",
-      where, e.dtype, e.shape, e.begin, e.end, safetensors_dtype(dtype), chunk.shape, chunk.begin, chunk.end);
-  DTR_CHECK(f.size >= chunk.end, ValueError,
-            "{}: truncated: the chunk is bytes [{}, {}) but the file has only {} bytes", where, chunk.begin, chunk.end,
-            f.size);
-
+  DTR_CHECK(e.dtype == dtype && e.shape == chunk.shape && e.begin == chunk.begin && e.end == chunk.end, ValueError,
+            "{}: the file's header lists {} {} at bytes [{}, {}) but the metadata says {} {} at [{}, {}) (is the "
+            "file from another checkpoint?)",
+            where, safetensors_dtype(e.dtype), e.shape, e.begin, e.end, safetensors_dtype(dtype), chunk.shape,
+            chunk.begin, chunk.end);
   const int64_t rows = chunk_rows(chunk.shape), row_bytes = chunk_row_bytes(chunk.shape, dtype);
   const int64_t per_block = chunk.rows_per_block;
   const int64_t first_block = row_begin / per_block, end_block = num_blocks(row_end, per_block);

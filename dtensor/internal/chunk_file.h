@@ -46,9 +46,10 @@ struct ChunkRows {
 };
 
 // The chunk files of one checkpoint directory, each opened and its header parsed on first
-// use. Errors name the file, the tensor and the chunk: a missing file is an OSError; a
-// header that does not list the chunk as the metadata does, a file shorter than the
-// chunk's byte range (truncated) and a block whose CRC32C differs (corrupt) are ValueErrors.
+// use, with kernels/safetensors_header.h's checks. Errors name the file, the tensor and the
+// chunk: a missing file is an OSError; a file whose size is not what its header says
+// (truncated), a header that does not list the chunk as the metadata does, and a block
+// whose CRC32C differs (corrupt) are ValueErrors.
 class ChunkFileReader {
  public:
   explicit ChunkFileReader(std::string dir) : dir_(std::move(dir)) {}
@@ -59,7 +60,7 @@ class ChunkFileReader {
 
  private:
   struct Entry {
-    std::string dtype;
+    DType dtype;
     Shape shape;
     int64_t begin;  // absolute
     int64_t end;

@@ -62,6 +62,7 @@ void coalesced_on(int world) {
   run_ranks(world, [](int rank, int n) {
     auto pg = init_process_group(Backend::kNccl);
     const Device device(kCUDA, rank);
+    CHECK(pg->device() == device);  // where callers without tensors put control messages
     collective_counter().reset();
     std::vector<Tensor> ins = {make_tensor(4, 0, kBFloat16, [&](int64_t i) { return rank * 10.0 + i; }).to(device),
                                make_tensor(2, 3, kBFloat16, [&](int64_t i) { return -rank * 10.0 - i; }).to(device)};

@@ -53,10 +53,10 @@ TEST_CASE("save_file then load_file is bitwise for every dtype, with metadata", 
   tensors.emplace("scalar", random_tensor({}, kFloat32, seed++));
   tensors.emplace("empty", random_tensor({0, 4}, kInt64, seed++));
   tensors.emplace("view", random_tensor({4, 6}, kFloat64, seed++).narrow(1, 1, 3));  // not contiguous
-  const Metadata metadata = {{"format", "pt"}, {"step", "12"}};
+  const SafetensorsMetadata metadata = {{"format", "pt"}, {"step", "12"}};
   const fs::path path = dir / "model.safetensors";
   save_file(tensors, path, metadata);
-  Metadata read_metadata;
+  SafetensorsMetadata read_metadata;
   const TensorMap loaded = load_file(path, &read_metadata);
   CHECK(read_metadata == metadata);
   REQUIRE(loaded.size() == tensors.size());
@@ -161,9 +161,9 @@ TEST_CASE("malformed files are typed errors naming the file and the tensor", "[s
 
 TEST_CASE("a file written by PyTorch's safetensors loads", "[safetensors]") {
   // tools/make_safetensors_testdata.py: safetensors.torch.save_file of these tensors.
-  Metadata metadata;
+  SafetensorsMetadata metadata;
   const TensorMap t = load_file("tests/nn/testdata/torch_written.safetensors", &metadata);
-  CHECK(metadata == Metadata{{"written_by", "safetensors.torch.save_file"}});
+  CHECK(metadata == SafetensorsMetadata{{"written_by", "safetensors.torch.save_file"}});
   REQUIRE(t.size() == 7);
   testing::check_equal(t.at("f32"), {0, 1.5, -2, 3.25, 4, -5.5}, "f32");
   CHECK(t.at("f32").shape() == Shape{2, 3});

@@ -33,9 +33,9 @@
 #include "dtensor/internal/checkpoint_metadata.h"
 #include "dtensor/internal/chunk_file.h"
 #include "kernels/error.h"
+#include "kernels/safetensors_header.h"
 #include "kernels/tensor.h"
 #include "nn/safetensors.h"
-#include "nn/safetensors_header.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -111,7 +111,7 @@ int to_full(const std::string& dir, const std::string& out) {
   std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
     return itemsize(meta.tensors.at(a).dtype) > itemsize(meta.tensors.at(b).dtype);
   });
-  std::vector<nn::SafetensorsEntry> entries;
+  std::vector<SafetensorsEntry> entries;
   int64_t offset = 0;
   for (const std::string& name : order) {
     const SavedTensor& t = meta.tensors.at(name);
@@ -123,7 +123,7 @@ int to_full(const std::string& dir, const std::string& out) {
   fs::remove(temp, ec);
   {
     FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, "to-full");
-    const std::string header = nn::safetensors_header_bytes(entries, {});
+    const std::string header = safetensors_header_bytes(entries, {});
     write_all(fd.get(), header.data(), header.size(), temp, "to-full");
     checkpoint::internal::ChunkFileReader files(dir);
     for (const std::string& name : order) {
@@ -145,10 +145,10 @@ void check_safetensors(const std::string& in) {
   std::vector<uint8_t> prefix(8);
   const size_t got = read_at(fd.get(), prefix.data(), prefix.size(), 0, in, "to-sharded");
   prefix.resize(got);
-  const int64_t length = nn::safetensors_header_length(prefix, size, in);
+  const int64_t length = safetensors_header_length(prefix, size, in);
   std::string json(static_cast<size_t>(length), '\0');
   read_at(fd.get(), json.data(), json.size(), 8, in, "to-sharded");
-  nn::parse_safetensors_header(json, size - 8 - length, in);
+  parse_safetensors_header(json, size - 8 - length, in);
 }
 
 // One rank of to-sharded: its Shard(0) box of every tensor (0-d ones Replicate), saved.
@@ -156,7 +156,7 @@ int to_sharded_rank(const std::string& in, const std::string& dir) {
   init_process_group(Backend::kGloo);
   const DeviceMesh mesh = init_device_mesh(kCPU, {default_group()->size()});
   checkpoint::State state;
-  nn::Metadata metadata;
+  SafetensorsMetadata metadata;
   for (const auto& [name, full] : nn::load_file(in, &metadata)) {
     const Placements placements = {full.dim() == 0 ? Placement(Replicate()) : Placement(Shard(0))};
     DTensorSpec spec(mesh, placements, full.shape(), full.dtype());

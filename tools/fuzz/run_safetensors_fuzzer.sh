@@ -15,7 +15,7 @@ corpus=tests/nn/testdata/safetensors_corpus
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-  tools/fuzz/safetensors_fuzzer.cc nn/safetensors_header.cc -lfmt -o "$build/fuzzer"
+  tools/fuzz/safetensors_fuzzer.cc kernels/safetensors_header.cc kernels/safetensors_dtype.cc -lfmt -o "$build/fuzzer"
 mkdir -p "$build/new"
 "$build/fuzzer" -max_total_time="$seconds" -max_len=4096 -timeout=5 "$build/new" "$corpus"
 mkdir -p "$build/merged"

@@ -7,14 +7,14 @@
 #include <string_view>
 
 #include "kernels/error.h"
-#include "nn/safetensors_header.h"
+#include "kernels/safetensors_header.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto bytes = std::span(data, size);
-    const int64_t n = dtr::nn::safetensors_header_length(bytes, static_cast<int64_t>(size), "fuzz");
+    const int64_t n = dtr::safetensors_header_length(bytes, static_cast<int64_t>(size), "fuzz");
     const std::string_view json(reinterpret_cast<const char*>(data) + 8, static_cast<size_t>(n));
-    dtr::nn::parse_safetensors_header(json, static_cast<int64_t>(size) - 8 - n, "fuzz");
+    dtr::parse_safetensors_header(json, static_cast<int64_t>(size) - 8 - n, "fuzz");
   } catch (const dtr::Error&) {}
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "nn/safetensors_header.h"
+#include "kernels/safetensors_header.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include "kernels/error.h"
 #include "kernels/safetensors_dtype.h"
 
-namespace dtr::nn {
+namespace dtr {
 namespace {
 
 using Json = nlohmann::json;
@@ -130,7 +130,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, int64_t data_s
   return out;
 }
 
-std::string safetensors_header_bytes(const std::vector<SafetensorsEntry>& entries, const Metadata& metadata) {
+std::string safetensors_header_bytes(const std::vector<SafetensorsEntry>& entries,
+                                     const SafetensorsMetadata& metadata) {
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   for (const SafetensorsEntry& e : entries) {
@@ -144,4 +145,4 @@ std::string safetensors_header_bytes(const std::vector<SafetensorsEntry>& entrie
   return bytes + json;
 }
 
-}  // namespace dtr::nn
+}  // namespace dtr

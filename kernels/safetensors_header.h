@@ -1,5 +1,6 @@
 // The .safetensors header: parsing and checking it, and writing one. No tensors and no
-// files here (nn/safetensors.h has those), so the parser builds alone for fuzzing.
+// files here, so the parser builds alone for fuzzing: nn/safetensors.h (whole files),
+// nn/full_state_dict_file.h (full state dicts) and dtensor's checkpoint chunk files use it.
 //
 // A file is an 8-byte little-endian header length N, N bytes of JSON, then the data. The
 // JSON maps each tensor's name to {"dtype", "shape", "data_offsets": [begin, end]} (bytes
@@ -19,9 +20,9 @@
 
 #include "kernels/dtype.h"
 
-namespace dtr::nn {
+namespace dtr {
 
-using Metadata = std::map<std::string, std::string>;
+using SafetensorsMetadata = std::map<std::string, std::string>;
 
 // The largest header read (the reference implementation's limit).
 inline constexpr int64_t kMaxSafetensorsHeader = 100'000'000;
@@ -37,7 +38,7 @@ struct SafetensorsEntry {
 
 struct SafetensorsHeader {
   std::vector<SafetensorsEntry> entries;  // in offset order
-  Metadata metadata;
+  SafetensorsMetadata metadata;
 };
 
 // The header length N from a file's first 8 bytes, checked against the file's size.
@@ -48,6 +49,6 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, int64_t data_s
 
 // The 8-byte length and the JSON of a header for `entries` (which must tile the data
 // section from 0), padded with spaces so that the data section starts 8-byte aligned.
-std::string safetensors_header_bytes(const std::vector<SafetensorsEntry>& entries, const Metadata& metadata);
+std::string safetensors_header_bytes(const std::vector<SafetensorsEntry>& entries, const SafetensorsMetadata& metadata);
 
-}  // namespace dtr::nn
+}  // namespace dtr
