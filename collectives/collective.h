@@ -18,6 +18,7 @@
 #include "collectives/collective_counter.h"
 #include "collectives/reduce_op.h"
 #include "kernels/tensor.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -36,6 +37,13 @@ struct Collective {
   std::function<void()> pack;
   std::function<void()> unpack;
   int64_t bytes = 0;  // CollectiveCounter's size of the call
+  std::string group;  // the group's name, and its size
+  int group_size = 1;
+  std::string phase;  // the issuer's trace::CommPhase (empty unless tracing)
+  std::string owner;
+
+  // Records kind, group, group_size, seq, bytes, dtype, phase and owner on a trace span.
+  void trace_args(trace::Span& span) const;
 
   // Elements of rank r's block and where it starts, for a counts vector.
   static int64_t offset_of(const std::vector<int64_t>& counts, int rank);

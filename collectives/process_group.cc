@@ -95,6 +95,18 @@ std::vector<int> ranks_missing(Store& store, int size, KeyOf key_of) {
 
 }  // namespace
 
+void Collective::trace_args(trace::Span& span) const {
+  if (!span.active()) return;
+  span.arg("kind", collective_kind_name(kind));
+  span.arg("group", group);
+  span.arg("group_size", static_cast<int64_t>(group_size));
+  span.arg("seq", static_cast<int64_t>(seq));
+  span.arg("bytes", bytes);
+  span.arg("dtype", dtype_name(dtype));
+  if (!phase.empty()) span.arg("phase", phase);
+  if (!owner.empty()) span.arg("owner", owner);
+}
+
 int64_t Collective::offset_of(const std::vector<int64_t>& counts, int rank) {
   return std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
 }
@@ -192,7 +204,14 @@ Work ProcessGroup::issue(Collective c) {
   c.seq = next_seq_.fetch_add(1);
   c.description = fmt::format("{} #{} on group '{}' (rank {} of {}, {}) of {}", c.call, c.seq, name(), rank_, size_,
                               backend_name(), c.description);
+  c.group = name();
+  c.group_size = size_;
   collective_counter().record(c.kind, name(), c.bytes);
+  trace::Span span(c.call, trace::Category::kIssue);
+  if (!span.active()) return enqueue(std::move(c));
+  c.phase = trace::current_comm_phase();
+  c.owner = trace::current_comm_owner();
+  c.trace_args(span);
   return enqueue(std::move(c));
 }
 

@@ -198,6 +198,8 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
     return;
   }
   const auto start = Clock::now();
+  trace::Span span(c.call, trace::Category::kCollective);
+  c.trace_args(span);
   try {
     if (c.pack) c.pack();
     run(c);
@@ -355,7 +357,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(std::move(store), rank, size, std::move(options)), impl_(std::make_shared<Impl>(*this)) {
   join_ranks();
   impl_->connect();
-  impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+  impl_->thread = std::thread([impl = impl_.get(), lane = fmt::format("comm {}", name())] {
+    trace::set_thread_name(lane);
+    impl->loop();
+  });
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -369,7 +374,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 Work ProcessGroupGloo::enqueue(Collective c) {
   // The Work may outlive the group; its waiter then finds the queue drained and runs nothing.
-  Work work(c.description, timeout() + kWaitMargin, [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
+  Work work(c.description, c.group, c.seq, timeout() + kWaitMargin, [impl = std::weak_ptr<Impl>(impl_), seq = c.seq] {
     if (auto alive = impl.lock()) alive->run_if_next(seq);
   });
   bool wake;

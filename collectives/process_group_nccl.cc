@@ -297,7 +297,7 @@ Device ProcessGroupNCCL::device() const { return Device(kCUDA, impl_->device); }
 bool ProcessGroupNCCL::accepts(Device device) const { return device.is_cuda() && device.index == impl_->device; }
 
 Work ProcessGroupNCCL::enqueue(Collective c) {
-  Work work(c.description, timeout() + kWaitMargin);
+  Work work(c.description, c.group, c.seq, timeout() + kWaitMargin);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->broken) {
     work.finish(std::make_exception_ptr(DistributedError(

@@ -2,6 +2,7 @@
 
 #include "collectives/collective_counter.h"
 #include "collectives/distributed_error.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -11,9 +12,12 @@ Work::Work() : state_(std::make_shared<State>()) {
   state_->done = true;
 }
 
-Work::Work(std::string description, std::chrono::milliseconds timeout, std::function<void()> run_inline)
+Work::Work(std::string description, std::string group, uint64_t seq, std::chrono::milliseconds timeout,
+           std::function<void()> run_inline)
     : state_(std::make_shared<State>()) {
   state_->description = std::move(description);
+  state_->group = std::move(group);
+  state_->seq = seq;
   state_->timeout = timeout;
   state_->run_inline = std::move(run_inline);
 }
@@ -29,6 +33,11 @@ void Work::wait(std::chrono::milliseconds timeout) const {
           std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     }
   } timer;
+  trace::Span span("wait", trace::Category::kWait);
+  if (span.active()) {
+    span.arg("group", state_->group);
+    span.arg("seq", static_cast<int64_t>(state_->seq));
+  }
   // Running it here is bounded by the collective's own timeout, so only a wait that grants
   // that much may do it.
   if (state_->run_inline && timeout >= state_->timeout && !is_completed()) state_->run_inline();

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -24,10 +25,13 @@ class Work {
  public:
   // A work that has already finished successfully (a collective with nothing to move).
   Work();
-  // A running collective. wait() without an argument gives up after `timeout`. run_inline,
-  // if given, runs the collective on the calling thread when its backend allows it now
-  // (else it does nothing); wait() calls it before blocking, unless given less than timeout.
-  Work(std::string description, std::chrono::milliseconds timeout, std::function<void()> run_inline = {});
+  // A running collective, collective `seq` of `group`. wait() without an argument gives up
+  // after `timeout`. run_inline, if given, runs the collective on the calling thread when its
+  // backend allows it now (else it does nothing); wait() calls it before blocking, unless
+  // given less than timeout. While tracing is on, each wait() is a trace span (category
+  // wait, with the group and seq) whether it blocked, ran the collective or found it done.
+  Work(std::string description, std::string group, uint64_t seq, std::chrono::milliseconds timeout,
+       std::function<void()> run_inline = {});
 
   // Blocks until the collective finished and rethrows its error, or throws
   // DistributedError(kTimeout) once `timeout` has passed.
@@ -45,6 +49,8 @@ class Work {
  private:
   struct State {
     std::string description;
+    std::string group;
+    uint64_t seq = 0;
     std::chrono::milliseconds timeout;
     std::function<void()> run_inline;
     mutable std::mutex mutex;

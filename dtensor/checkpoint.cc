@@ -13,10 +13,10 @@
 #include <random>
 #include <thread>
 
+#include "collectives/all_gather_json.h"
 #include "collectives/init.h"
 #include "collectives/posix_file.h"
 #include "collectives/process_group.h"
-#include "dtensor/internal/all_gather_json.h"
 #include "dtensor/internal/checkpoint_metadata.h"
 #include "dtensor/internal/chunk_file.h"
 #include "dtensor/internal/rank_failure.h"
@@ -369,7 +369,7 @@ std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& di
     }
     outcome["token"] = make_token();
   });
-  const std::vector<Json> outcomes = internal::all_gather_json(s->w.group.get(), outcome);
+  const std::vector<Json> outcomes = all_gather_json(s->w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);
   s->token = outcomes[0]["token"].get<std::string>();
   s->temp = s->target.string() + ".tmp-" + s->token;
@@ -408,7 +408,7 @@ Json write_staged(const StagedSave& s) {
 // step 3: rank 0 writes the metadata last, fsyncs it, and commits; every rank learns how
 // that went. `written` is this rank's step 2 outcome ({"error"} when `error` is set).
 void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
-  std::vector<Json> outcomes = internal::all_gather_json(s.w.group.get(), written);
+  std::vector<Json> outcomes = all_gather_json(s.w.group.get(), written);
   internal::raise_if_any_failed(outcomes, error, kSave);
   check_ranks_agree(outcomes);
   Json outcome = Json::object();
@@ -419,7 +419,7 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
     sync_directory(s.temp.string(), kSave);
     commit(s.temp, s.target, s.token, s.guard.committed);  // the guard keeps what moved into place
   });
-  outcomes = internal::all_gather_json(s.w.group.get(), outcome);
+  outcomes = all_gather_json(s.w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);
 }
 
@@ -613,7 +613,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     meter.finish();
     extra = meta.extra;
   });
-  internal::raise_if_any_failed(internal::all_gather_json(w.group.get(), outcome), error, kLoad);
+  internal::raise_if_any_failed(all_gather_json(w.group.get(), outcome), error, kLoad);
   for (auto& [name, t] : state.tensors) t = std::move(loaded.at(name));
   state.extra = std::move(extra);
 }

@@ -8,6 +8,7 @@
 #include "dtensor/internal/reduce_identity.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -158,6 +159,18 @@ Tensor local_step(const RedistributeStep& step, const Tensor& local, const Shape
   }
 }
 
+// The step's placements and this rank's bytes, on its trace span.
+void trace_step(trace::Span& span, const RedistributeStep& step, const DeviceMesh& mesh) {
+  span.arg("mesh_dims", fmt::format("[{}, {})", step.mesh_dim, step.mesh_dim + step.num_mesh_dims));
+  span.arg("from", placements_str(step.before));
+  span.arg("to", placements_str(step.after));
+  const auto me = static_cast<size_t>(mesh.flat_index(0, mesh.ndim()));
+  if (me < step.send_bytes.size()) {
+    span.arg("send_bytes", step.send_bytes[me]);
+    span.arg("recv_bytes", step.recv_bytes[me]);
+  }
+}
+
 }  // namespace
 
 struct PendingRedistribute::InFlight {
@@ -196,6 +209,9 @@ void PendingRedistribute::advance() {
     const RedistributeStep& step = plan_.steps()[next_step_++];
     const int64_t m = step.mesh_dim, count = step.num_mesh_dims;
     const int64_t n = shape_numel(std::span(mesh.shape()).subspan(m, count)), j = mesh.flat_index(m, count);
+    // Issuing the step (a local step: doing it); a collective's transfer is its own span.
+    trace::Span span(step_op_name(step.op), trace::Category::kRedistribute);
+    if (span.active()) trace_step(span, step, mesh);
     if (!is_collective(step.op)) {
       for (size_t i = 0; i < locals_.size(); ++i) {
         const DTensorSpec& source = plan_.sources()[i];

@@ -59,6 +59,8 @@ std::vector<OpStrategy> expand_strategies(std::span<const DimStrategy> per_dim, 
 
 AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inputs,
                                std::span<const OpStrategy> candidates) {
+  std::unique_ptr<trace::Span> span;
+  if (trace::enabled(trace::Category::kOp)) span = std::make_unique<trace::Span>(op, trace::Category::kOp);
   std::vector<std::string> described;
   for (const DTensor& t : inputs) described.push_back(describe(t));
   for (const DTensor& t : inputs) {
@@ -99,7 +101,14 @@ AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inp
     throw ValueError(fmt::format("{}: no sharding strategy fits the inputs {}; the op accepts input placements {}", op,
                                  described, accepted));
   }
-  AppliedStrategy applied{candidates[best], {}};
+  if (span != nullptr) {
+    span->arg("inputs", fmt::format("{}", fmt::join(described, ", ")));
+    std::vector<std::string> ins, outs;
+    for (const Placements& p : candidates[best].inputs) ins.push_back(placements_str(p));
+    for (const Placements& p : candidates[best].outputs) outs.push_back(placements_str(p));
+    span->arg("strategy", fmt::format("{} -> {}", fmt::join(ins, ", "), fmt::join(outs, ", ")));
+  }
+  AppliedStrategy applied{candidates[best], {}, std::move(span)};
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Placements& want = applied.strategy.inputs[i];
     applied.inputs.push_back(inputs[i].placements() == want ? inputs[i] : inputs[i].redistribute(want));

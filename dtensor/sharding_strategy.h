@@ -12,12 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "dtensor/dtensor.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 
@@ -37,10 +39,13 @@ struct OpStrategy {
 // independently), in lexicographic order of the per-dim lists.
 std::vector<OpStrategy> expand_strategies(std::span<const DimStrategy> per_dim, int64_t mesh_ndim);
 
-// The chosen strategy and the inputs moved to its placements.
+// The chosen strategy and the inputs moved to its placements. While tracing is on, `span`
+// times the op (category op, args inputs and strategy) from apply_strategy until the op's
+// AppliedStrategy goes out of scope, the op's local kernels included.
 struct AppliedStrategy {
   OpStrategy strategy;
   std::vector<DTensor> inputs;
+  std::unique_ptr<trace::Span> span;
 };
 
 // Checks that the inputs share a mesh (ValueError naming them otherwise), picks the

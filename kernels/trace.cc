@@ -1,13 +1,17 @@
 #include "kernels/trace.h"
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace dtr::trace {
 namespace internal {
-std::atomic<bool> g_enabled{false};
+std::atomic<Categories> g_recording{0};
 }
 namespace {
 
@@ -17,6 +21,7 @@ constexpr uint64_t kCollected = std::numeric_limits<uint64_t>::max();
 struct Buffer {
   std::mutex mu;
   uint32_t thread = 0;
+  std::string name;
   uint64_t run = kCollected;  // the run its events belong to
   std::vector<Event> events;
   int32_t open = -1;  // the innermost open span
@@ -27,46 +32,63 @@ std::vector<std::shared_ptr<Buffer>> g_buffers;  // every thread's that ever rec
 std::atomic<uint64_t> g_run{0};
 thread_local std::shared_ptr<Buffer> t_buffer;
 thread_local const char* t_region = "";
+thread_local const char* t_comm_phase = "";
+thread_local std::string t_comm_owner;
 
 Buffer& thread_buffer() {
   if (!t_buffer) {
     std::lock_guard lock(g_registry_mu);
     t_buffer = std::make_shared<Buffer>();
     t_buffer->thread = static_cast<uint32_t>(g_buffers.size());
+    t_buffer->name = fmt::format("thread {}", t_buffer->thread);
     g_buffers.push_back(t_buffer);
   }
   return *t_buffer;
 }
+
+}  // namespace
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-}  // namespace
+void set_thread_name(std::string_view name) {
+  Buffer& b = thread_buffer();
+  std::lock_guard lock(b.mu);
+  b.name = std::string(name);
+}
 
 std::string_view category_name(Category c) {
   switch (c) {
     case Category::kKernel: return "kernel";
+    case Category::kOp: return "op";
+    case Category::kRedistribute: return "redistribute";
     case Category::kAutograd: return "autograd";
+    case Category::kIssue: return "issue";
+    case Category::kCollective: return "collective";
+    case Category::kWait: return "wait";
+    case Category::kFsdp: return "fsdp";
     case Category::kOptimizer: return "optimizer";
+    case Category::kData: return "data";
+    case Category::kStep: return "step";
   }
   return "unknown";
 }
 
-void start() {
+void start(Categories categories) {
   g_run.fetch_add(1, std::memory_order_acq_rel);
-  internal::g_enabled.store(true, std::memory_order_release);
+  internal::g_recording.store(categories, std::memory_order_release);
 }
 
 std::vector<ThreadEvents> stop() {
-  internal::g_enabled.store(false, std::memory_order_release);
+  internal::g_recording.store(0, std::memory_order_release);
   const uint64_t run = g_run.load(std::memory_order_acquire);
   std::vector<ThreadEvents> out;
   std::lock_guard registry(g_registry_mu);
   for (const std::shared_ptr<Buffer>& b : g_buffers) {
     std::lock_guard lock(b->mu);
-    if (b->run == run && !b->events.empty()) out.push_back({b->thread, std::move(b->events)});
+    if (b->run == run && !b->events.empty()) out.push_back({b->thread, b->name, std::move(b->events)});
     b->events.clear();
     b->run = kCollected;
     b->open = -1;
@@ -83,7 +105,7 @@ void Span::begin(std::string_view name, Category category) {
     b.run = run;
     b.open = -1;
   }
-  b.events.push_back({std::string(name), category, t_region, now_ns(), 0, b.open});
+  b.events.push_back({std::string(name), category, t_region, now_ns(), 0, b.open, {}});
   index_ = b.open = static_cast<int32_t>(b.events.size() - 1);
   run_ = run;
 }
@@ -96,6 +118,41 @@ void Span::end() {
   e.end_ns = now_ns();
   b.open = e.parent;
 }
+
+void Span::add(std::string_view key, std::string json) {
+  Buffer& b = *t_buffer;
+  std::lock_guard lock(b.mu);
+  if (b.run != run_) return;
+  b.events[static_cast<size_t>(index_)].args.push_back({std::string(key), std::move(json)});
+}
+
+void Span::arg(std::string_view key, int64_t value) {
+  if (active()) add(key, std::to_string(value));
+}
+
+void Span::arg(std::string_view key, double value) {
+  if (active()) add(key, nlohmann::json(value).dump());
+}
+
+void Span::arg(std::string_view key, std::string_view value) {
+  if (active()) add(key, nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+CommPhase::CommPhase(const char* phase, std::string_view owner) : active_(enabled(Category::kIssue)) {
+  if (!active_) return;
+  previous_phase_ = t_comm_phase;
+  previous_owner_ = std::exchange(t_comm_owner, std::string(owner));
+  t_comm_phase = phase;
+}
+
+CommPhase::~CommPhase() {
+  if (!active_) return;
+  t_comm_phase = previous_phase_;
+  t_comm_owner = std::move(previous_owner_);
+}
+
+const char* current_comm_phase() { return t_comm_phase; }
+const std::string& current_comm_owner() { return t_comm_owner; }
 
 const char* current_region() { return t_region; }
 

@@ -1,9 +1,11 @@
-// Tracing: spans of work (a kernel, an autograd node, an optimizer step) recorded per thread
-// while tracing is on, and regions that attribute spans to a part of the model.
+// Tracing: spans of work (a kernel, a DTensor op, an autograd node, a collective and the time
+// a caller waited for it, an FSDP event, an optimizer step) recorded per thread while
+// tracing is on, and regions that attribute spans to a part of the model.
 //
 // Off (the default) a span costs one relaxed atomic load. On, a span appends one event to its
-// thread's buffer (a lock nobody else takes while recording, and the name copied). Spans on
-// one thread nest: each event names its enclosing span. A region is a label the thread
+// thread's buffer (a lock nobody else takes while recording, and the name copied); arguments
+// are added to the open span as JSON values. Spans on one thread nest: each event names its
+// enclosing span. Threads name their lanes (set_thread_name). A region is a label the thread
 // carries whether or not tracing is on; autograd records the region an op ran in with its
 // node and re-enters it when the node runs backward, so a model part's backward is
 // attributed to it too (train_step_bench's split by op family reads regions this way).
@@ -18,33 +20,71 @@
 namespace dtr::trace {
 
 // What a span times.
-enum class Category : uint8_t { kKernel, kAutograd, kOptimizer };
+enum class Category : uint8_t {
+  kKernel,        // a CPU or CUDA kernel
+  kOp,            // a DTensor op (its sharding, redistributes and local kernels)
+  kRedistribute,  // one redistribute, and each step of its plan
+  kAutograd,      // an autograd node in backward
+  kIssue,         // a caller issuing a collective (args: kind, group, seq, bytes)
+  kCollective,    // a collective running: packing, the transfer, unpacking (same args)
+  kWait,          // a caller waiting for a collective (args: group, seq)
+  kFsdp,          // unshard, reshard, prefetch, reduce-scatter, gradient sync skipped
+  kOptimizer,     // an optimizer step
+  kData,          // loading a batch
+  kStep,          // one training step
+};
 
 std::string_view category_name(Category c);
+
+// One argument of an event: its key and its value as JSON text (`12`, `"dp"`, `[4, 8]`).
+struct Arg {
+  std::string key;
+  std::string json;
+};
 
 struct Event {
   std::string name;
   Category category = Category::kKernel;
   const char* region = "";  // the thread's region when the span began ("" outside any)
-  int64_t begin_ns = 0;     // steady clock
+  int64_t begin_ns = 0;     // now_ns()
   int64_t end_ns = 0;       // 0 while the span is open
   int32_t parent = -1;      // the enclosing span's index in the thread's events; -1 at top level
+  std::vector<Arg> args;
 };
 
 // One thread's events of a tracing run, in the order their spans began.
 struct ThreadEvents {
   uint32_t thread = 0;  // 0, 1, ... in the order threads first recorded
+  std::string name;     // set_thread_name's, or "thread <thread>"
   std::vector<Event> events;
 };
 
+// The clock of every event: CLOCK_MONOTONIC (steady_clock) in ns.
+int64_t now_ns();
+
+// Names the calling thread's lane in traces ("compute", "comm default_pg"); the name holds
+// for every later run. Costs a lock; call it once per thread.
+void set_thread_name(std::string_view name);
+
+// A set of categories, one bit each.
+using Categories = uint32_t;
+constexpr Categories bit(Category c) { return Categories{1} << static_cast<unsigned>(c); }
+inline constexpr Categories kAllCategories = ~Categories{0};
+// What exposed-communication accounting needs (comm_accounting.h): cheap enough for every step.
+inline constexpr Categories kCommCategories =
+    bit(Category::kStep) | bit(Category::kIssue) | bit(Category::kCollective) | bit(Category::kWait);
+
 namespace internal {
-extern std::atomic<bool> g_enabled;
+extern std::atomic<Categories> g_recording;
 }
 
-inline bool enabled() { return internal::g_enabled.load(std::memory_order_relaxed); }
+// Whether a run is recording spans of `c` (of any category).
+inline bool enabled(Category c) { return (internal::g_recording.load(std::memory_order_relaxed) & bit(c)) != 0; }
+inline bool enabled() { return internal::g_recording.load(std::memory_order_relaxed) != 0; }
 
-// Starts a tracing run: spans begun from now on are recorded (an earlier run's are dropped).
-void start();
+// Starts a tracing run recording spans of `categories` begun from now on (an earlier run's
+// are dropped); spans of other categories cost what they cost while tracing is off.
+void start(Categories categories = kAllCategories);
 
 // Ends the run and returns every thread's events. Call it when no span is open on another
 // thread (between steps); one still open there keeps end_ns 0.
@@ -54,7 +94,7 @@ std::vector<ThreadEvents> stop();
 class Span {
  public:
   Span(std::string_view name, Category category) {
-    if (enabled()) begin(name, category);
+    if (enabled(category)) begin(name, category);
   }
   ~Span() {
     if (index_ >= 0) end();
@@ -62,12 +102,41 @@ class Span {
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
 
+  // Whether this span records (tracing was on when it began): build costly arguments only then.
+  bool active() const { return index_ >= 0; }
+  // Adds an argument to the event (nothing when inactive).
+  void arg(std::string_view key, int64_t value);
+  void arg(std::string_view key, double value);
+  void arg(std::string_view key, std::string_view value);
+  void arg(std::string_view key, const char* value) { arg(key, std::string_view(value)); }
+
  private:
   void begin(std::string_view name, Category category);
   void end();
+  void add(std::string_view key, std::string json);
   int32_t index_ = -1;
   uint64_t run_ = 0;
 };
+
+// What the collectives a thread issues in a scope are for: a phase ("forward all_gather",
+// "reduce_scatter") and an owner (the FSDP group's module, "layers.0"). ProcessGroup records
+// both with each collective it issues while tracing is on; off, a CommPhase does nothing.
+class CommPhase {
+ public:
+  CommPhase(const char* phase, std::string_view owner);  // phase: a literal
+  ~CommPhase();
+  CommPhase(const CommPhase&) = delete;
+  CommPhase& operator=(const CommPhase&) = delete;
+
+ private:
+  bool active_ = false;
+  const char* previous_phase_ = "";
+  std::string previous_owner_;
+};
+
+// The calling thread's CommPhase ("" and "" outside any, or while tracing is off).
+const char* current_comm_phase();
+const std::string& current_comm_owner();
 
 // The calling thread's region ("" outside any).
 const char* current_region();

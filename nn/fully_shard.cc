@@ -7,6 +7,7 @@
 #include "dtensor/ops/pointwise.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
+#include "kernels/trace.h"
 
 namespace dtr::nn {
 namespace {
@@ -205,7 +206,8 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
   auto link = std::make_shared<Link>();
   const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, reduce, link, alive, this](const std::vector<DTensor>& grads) {
+         [reduce_dtype, dtypes, placements, reduce, link, alive, owner = trace_name_,
+          this](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
            // all-reduce over the replicate dim), then the leaves' dtype. Every gradient is made
@@ -227,6 +229,9 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
            }
+           trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", trace::Category::kFsdp);
+           span.arg("module", owner);
+           const trace::CommPhase phase("reduce_scatter", owner);
            if (!reduce->sync) {
              // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
              // parameter on every rank) and give the leaves zeros, so no collective runs now.
@@ -260,6 +265,9 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
 
 void FSDPModule::unshard(Async async) {
   if (state_ == State::kUnsharded || params_.empty()) return;
+  trace::Span span(async == Async::kYes ? "unshard (issued)" : "unshard", trace::Category::kFsdp);
+  span.arg("module", trace_name_);
+  const trace::CommPhase phase(trace::current_comm_phase(), trace_name_);  // the caller's phase, for this group
   std::vector<DTensor> gathered;
   {
     const NoGradGuard no_grad;
@@ -297,6 +305,8 @@ void FSDPModule::wait_for_unshard() {
 
 void FSDPModule::reshard() {
   if (state_ != State::kUnsharded) return;
+  trace::Span span("reshard", trace::Category::kFsdp);
+  span.arg("module", trace_name_);
   wait_for_unshard();
   post_forward_shards_.clear();
   if (post_forward_mesh_ && grad_mode_enabled()) {
@@ -375,7 +385,9 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     check_ties_once();
     for (auto& [name, m] : module_.named_modules()) {
       FSDPModule* g = fsdp_module(*m);
-      if (g != nullptr && g->linked_) g->reset_to_sharded();
+      if (g == nullptr) continue;
+      if (g->linked_) g->reset_to_sharded();
+      if (g->trace_name_.empty()) g->trace_name_ = name.empty() ? "root" : name;
     }
     last_order_ = std::move(order_);
     order_.clear();
@@ -451,6 +463,7 @@ void FSDPModule::start_forward_gather(Async async) {
   // before backward) or kept from the last backward: the gathered tensors stay, refilled in
   // place when released, and this forward's graph gets its own link to the leaves.
   const bool relink = released_ || (state_ == State::kUnsharded && !linked_);
+  const trace::CommPhase phase("forward all_gather", "");
   unshard(async);  // a new gather (linked), a refill, or nothing
   if (relink && grad_mode_enabled()) {
     std::vector<DTensor> gathered;
@@ -481,6 +494,7 @@ void FSDPModule::pre_backward() {
   // where the loss reaches them their backward has begun (or prefetched them): those
   // still released are gathered first, latest first, so that every rank issues the
   // backward's all-gathers in the same order, whatever its loss reached.
+  const trace::CommPhase phase("backward all_gather", "");
   const std::vector<FSDPModule*>& ended = root_->ended_;
   const auto self = std::find(ended.begin(), ended.end(), this);
   for (auto later = ended.rbegin(); self != ended.end() && later.base() != self + 1; ++later) {

@@ -7,6 +7,7 @@
 #include "dtensor/autograd.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
+#include "kernels/trace.h"
 
 namespace dtr::nn {
 
@@ -68,6 +69,7 @@ void DDPModule::issue_ready_buckets() {
       const DTensor& g = params_[k]->grad();
       grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
     }
+    const trace::CommPhase phase("all_reduce", fmt::format("bucket {}", next_bucket_));
     reduced_[next_bucket_++] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
   }
 }

@@ -4,8 +4,8 @@
 // --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks. One row per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
-// collectives (wait_s / train_s, every step included), the peak memory (the largest of any
-// rank), and PyTorch's tokens/s with dtr's over it.
+// collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
+// largest of any rank), and PyTorch's tokens/s with dtr's over it.
 //
 //   bazel run //tools/bench:train_bench [-- --ranks 1,2,4 --steps 12 --warmup 2 --python PATH]
 //
@@ -64,7 +64,7 @@ struct Run {
   std::string parallel;  // fsdp | ddp | none
   Precision precision = Precision::kFloat32;
   double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
-  double comm_share = 0;  // the largest wait_s / train_s of any rank
+  double comm_share = 0;  // the largest exposed_comm_s / train_s of any rank
   double peak_bytes = 0;  // the largest of any rank
   std::optional<double> torch_tokens_per_s;
 
@@ -150,7 +150,7 @@ void train(Run& run, const std::string& dtrrun, const std::string& program, int6
   for (const nlohmann::json& r : ranks) {
     const double train_s = r.at("train_s").get<double>();
     DTR_CHECK(train_s > 0, Error, "{}: a rank's train_s is {}", what, train_s);
-    run.comm_share = std::max(run.comm_share, r.at("wait_s").get<double>() / train_s);
+    run.comm_share = std::max(run.comm_share, r.at("exposed_comm_s").get<double>() / train_s);
     run.peak_bytes = std::max(run.peak_bytes, r.at("peak_bytes").get<double>());
   }
 
@@ -240,7 +240,8 @@ int main(int argc, char** argv) {
         "sequences per rank, AdamW, float32 (fsdp+mp: bf16 parameters, float32 reduction)\n",
         kSeq, kBatchPerRank);
     fmt::print(
-        "ms/step: median of steps {}..{} (range: their min-max); comm %: wait_s / train_s over all {} steps; comm and "
+        "ms/step: median of steps {}..{} (range: their min-max); comm %: exposed_comm_s / train_s over all {} steps; "
+        "comm and "
         "peak: the largest of any rank\n",
         warmup + 1, steps, steps);
     fmt::print("{:>5} | {:<7} | {:>8} | {:>13} | {:>8} | {:>6} | {:>8} | {:>12} | {:>9}\n", "ranks", "mode", "ms/step",

@@ -53,6 +53,7 @@
 #include "tools/train/train_config.h"
 #include "tools/train/train_data.h"
 #include "tools/train/train_report.h"
+#include "tools/train/train_trace.h"
 
 namespace {
 
@@ -297,8 +298,11 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   int64_t window = start_at.window;  // the data position: the next window of the order
   bool stopped = false;
   double grad_bytes = 0;  // the last step's gradients
+  StepTracer tracer(*group, trace_steps(c), c.out);
+  double comm_s = 0, exposed_s = 0;
   for (; step < c.steps; ++step) {
     const auto t0 = Clock::now();
+    tracer.begin(step + 1);
     double loss_sum = 0;
     for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
       m.set_gradient_sync(micro + 1 == c.grad_accum);
@@ -323,6 +327,9 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     Tensor t = Tensor::from_vector<double>(shared);
     group->all_reduce(t, ReduceOp::kSum).wait();
     const double* v = t.data_ptr<double>();
+    const trace::StepComm comm = tracer.end();
+    comm_s += comm.time.total_us / 1e6;
+    exposed_s += comm.time.exposed_us / 1e6;
     Record r{
         .step = step + 1, .loss = loss_sum, .grad_norm = norm, .lr = lr, .ms = seconds_since(t0) * 1e3, .val_loss = {}};
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps)) {
@@ -336,7 +343,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                              {"lr", r.lr},
                              {"ms", r.ms},
                              {"tokens_per_s", tokens_per_step / (r.ms / 1e3)},
-                             {"peak_bytes", std::vector<double>(v, v + world)}};
+                             {"peak_bytes", std::vector<double>(v, v + world)},
+                             {"comm", trace::to_json(comm)}};
       if (r.val_loss) line["val_loss"] = *r.val_loss;
       metrics << line.dump() << std::endl;  // flushed: a killed run keeps its lines
       const double elapsed = seconds_since(start);
@@ -347,10 +355,11 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
         for (int64_t k = 0; k < world; ++k) peak = std::max(peak, v[k]);
         fmt::print(
             "step {:>{}}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms/step | {:.0f} tokens/s "
-            "| peak {:.1f} MiB/rank | ETA {}\n",
+            "| comm {:.0f}% | peak {:.1f} MiB/rank | ETA {}\n",
             step + 1, std::to_string(c.steps).size(), c.steps, r.loss,
             r.val_loss ? fmt::format(" | val {:.4f}", *r.val_loss) : "", r.grad_norm, r.lr, r.ms,
-            tokens_per_step / (r.ms / 1e3), mib(peak), format_duration(per_step * (c.steps - step - 1)));
+            tokens_per_step / (r.ms / 1e3), 100 * comm.exposed_share(), mib(peak),
+            format_duration(per_step * (c.steps - step - 1)));
         std::fflush(stdout);
         last_line = Clock::now();
       }
@@ -376,10 +385,16 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                    .grad_bytes = grad_bytes,
                    .optim_bytes = optimizer_state_bytes(opt),
                    .peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
-                   .wait_s = static_cast<double>(collective_counter().wait_ns()) / 1e9,
+                   .comm_s = comm_s,
+                   .exposed_s = exposed_s,
                    .train_s = train_s,
                    .tokens = tokens_per_step * static_cast<double>(steps_run) / static_cast<double>(world)};
   const std::vector<RankFigures> ranks = gather_rank_figures(mine);
+  const std::string merged_trace = tracer.write(fmt::format("dtr train: {} on {} ranks", c.parallel, world));
+  if (!merged_trace.empty()) {
+    fmt::print("\nwrote the trace of steps {}: {} (every rank; open in ui.perfetto.dev) and {}/trace/rank<R>.json\n",
+               c.trace, merged_trace, c.out);
+  }
   if (rank0) {
     if (stopped) fmt::print("train: interrupted; stopped after step {} on every rank\n", step);
     fmt::print("\n{}", monitoring_table(ranks));

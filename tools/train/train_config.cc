@@ -178,6 +178,20 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "latest (the newest checkpoint under --checkpoint-dir; none yet: start fresh) or a checkpoint's "
                  "directory; any world size and mesh")
       ->group("Checkpoints");
+  app.add_option("--trace", c.trace,
+                 "FIRST:LAST: trace those steps (1-based, inclusive): OUT/trace/rank<R>.json per rank, "
+                 "OUT/trace/merged.json (clocks aligned; open in ui.perfetto.dev) and OUT/trace/step.svg")
+      ->group("Data and output");
+}
+
+std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& c) {
+  if (c.trace.empty()) return std::nullopt;
+  const size_t colon = c.trace.find(':');
+  const int64_t first = colon == std::string::npos ? -1 : parse_count(c.trace.substr(0, colon));
+  const int64_t last = colon == std::string::npos ? -1 : parse_count(c.trace.substr(colon + 1));
+  DTR_CHECK(first >= 1 && last >= first, ValueError,
+            "--trace {}: expected FIRST:LAST, steps with 1 <= FIRST <= LAST (e.g. --trace 10:12)", c.trace);
+  return std::pair{first, last};
 }
 
 ArchSwitches arch_switches(const TrainConfig& c) {
@@ -231,6 +245,9 @@ void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
 }
 
 void validate(const TrainConfig& c, int64_t world_size) {
+  if (const auto steps = trace_steps(c)) {
+    DTR_CHECK(steps->second <= c.steps, ValueError, "--trace {}: the run has {} steps (--steps)", c.trace, c.steps);
+  }
   DTR_CHECK(c.resume.empty() || c.use_dcp_checkpointing, ValueError,
             "--resume {}: resuming reads distributed checkpoints; add --use-dcp-checkpointing", c.resume);
   DTR_CHECK(c.device == "cpu", ValueError,
@@ -320,7 +337,8 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"checkpoint_dir", checkpoint_dir_of(c)},
           {"checkpoint_every", c.checkpoint_every},
           {"keep_last", c.keep_last},
-          {"resume", c.resume}};
+          {"resume", c.resume},
+          {"trace", c.trace}};
 }
 
 }  // namespace dtr::train

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,10 +52,16 @@ struct TrainConfig {
   std::string checkpoint_dir;  // "": <out>/checkpoints
   int64_t checkpoint_every = 100, keep_last = 2;
   std::string resume;  // "", "latest" or a checkpoint's path
+  // Tracing: "" (off) or "FIRST:LAST", the steps (1-based, inclusive) to trace.
+  std::string trace;
 };
 
 // --checkpoint-dir, or <out>/checkpoints.
 std::string checkpoint_dir_of(const TrainConfig& config);
+
+// The steps --trace names, [first, last] (1-based); nullopt when it is off. ValueError for
+// a malformed range.
+std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& config);
 
 // Registers every flag on `app`, writing into `config`.
 void add_train_flags(CLI::App& app, TrainConfig& config);

@@ -4,8 +4,10 @@
 // Memory per rank is the allocator's: parameters, gradients and optimizer state are the
 // local bytes of the sharded tensors; activations are the rest of the peak (everything else
 // alive at the highest point: saved activations, gathered parameters, workspaces).
-// Communication share is the time the compute thread waited on collectives (Work::wait),
-// so communication hidden behind compute does not count; compute share is the rest.
+// Communication share is the exposed communication of the steps (tools/trace/comm_accounting.h:
+// collective time during which the compute thread waited), so communication hidden behind
+// compute does not count; compute share is the rest; hidden share is the part of all
+// collective time that ran behind compute.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -27,8 +29,9 @@ double optimizer_state_bytes(const optim::Optimizer& opt);
 
 struct RankFigures {
   double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0;
-  double wait_s = 0, train_s = 0;  // waiting on collectives, and all of the timed steps
-  double tokens = 0;               // this rank's tokens in the timed steps
+  double comm_s = 0, exposed_s = 0;  // collective time in the steps, and its exposed part
+  double train_s = 0;                // all of the timed steps
+  double tokens = 0;                 // this rank's tokens in the timed steps
 };
 
 // Every rank's figures, in rank order, on every rank (one all-reduce of the default group).

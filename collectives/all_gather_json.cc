@@ -1,4 +1,4 @@
-#include "dtensor/internal/all_gather_json.h"
+#include "collectives/all_gather_json.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include "kernels/error.h"
 #include "kernels/tensor.h"
 
-namespace dtr::checkpoint::internal {
+namespace dtr {
 
 std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann::json& mine) {
   if (group == nullptr) return {mine};
@@ -48,4 +48,4 @@ std::vector<nlohmann::json> all_gather_json(ProcessGroup* group, const nlohmann:
   return out;
 }
 
-}  // namespace dtr::checkpoint::internal
+}  // namespace dtr

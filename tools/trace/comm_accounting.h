@@ -1,0 +1,55 @@
+// Exposed communication: per step and rank, how much collective time the compute thread
+// waited for (exposed) and how much ran behind compute (hidden), from a Chrome trace
+// (chrome_trace.h) holding step, collective and wait spans (trace::kCommCategories).
+//
+// A collective's time is its span on the communication thread (or on the caller's thread,
+// when the caller ran it inline): packing, transfer, unpacking. Its exposed part is the
+// part of that span during which some thread of the rank was in a wait span (blocked on a
+// collective, or running one inline): the compute thread could not go on. The rest is
+// hidden. So for every collective, and summed over any set of them, exposed + hidden =
+// total. A collective belongs to the step whose span holds its beginning; one that began
+// outside every step is not counted. Collectives are grouped by phase (the issuer's
+// trace::CommPhase: "forward all_gather", "backward all_gather", "reduce_scatter",
+// "all_reduce"; "other <kind>" without one) and by owner (the FSDP group or DDP bucket).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dtr::trace {
+
+struct CommTime {
+  double total_us = 0, exposed_us = 0, hidden_us = 0;
+  int64_t collectives = 0, bytes = 0;
+  void add(const CommTime& other);
+};
+
+struct CollectiveTiming {
+  std::string kind, group, phase, owner;
+  int64_t seq = 0, bytes = 0, group_size = 1;
+  double begin_us = 0;
+  CommTime time;  // of this one collective
+};
+
+struct StepComm {
+  int rank = 0;
+  int64_t step = 0;
+  double begin_us = 0, step_us = 0;
+  CommTime time;
+  std::map<std::string, CommTime> by_phase, by_owner;
+  std::vector<CollectiveTiming> collectives;  // in order of beginning
+  // exposed / step time: the share of the step the compute thread spent on communication.
+  double exposed_share() const { return step_us > 0 ? time.exposed_us / step_us : 0; }
+  double hidden_share() const { return time.total_us > 0 ? time.hidden_us / time.total_us : 0; }
+};
+
+// Every (rank, step) of the trace that has a step span, ordered by rank then step.
+std::vector<StepComm> account_communication(const nlohmann::json& trace);
+
+nlohmann::json to_json(const StepComm& step);
+
+}  // namespace dtr::trace
