@@ -33,6 +33,16 @@ bool is_collective(StepOp op) {
          op == StepOp::kReduceScatter;
 }
 
+CollectiveKind collective_kind(StepOp op) {
+  switch (op) {
+    case StepOp::kAllGather: return CollectiveKind::kAllGather;
+    case StepOp::kReduceScatter: return CollectiveKind::kReduceScatter;
+    case StepOp::kAllToAll: return CollectiveKind::kAllToAll;
+    case StepOp::kAllReduce: return CollectiveKind::kAllReduce;
+    default: DTR_INTERNAL_ASSERT(false, "{} is not a collective", step_op_name(op));
+  }
+}
+
 namespace {
 
 // The op that moves one mesh dim of size mesh_size from `from` to `to` (from != to).
@@ -383,8 +393,23 @@ std::string mesh_dims_label(const DeviceMesh& mesh, int64_t first, int64_t count
   return fmt::format("{} ({})", label, fmt::join(names, ", "));
 }
 
-// One line per step: its mesh dims, placements, op and groups.
-std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent) {
+// A collective step's buffer on its busiest rank, and the time cost_model predicts for it
+// (std::nullopt when the model has no fit for its kind).
+struct StepCost {
+  int64_t buffer_bytes;
+  std::optional<double> seconds;
+};
+
+StepCost step_cost(const DeviceMesh& m, const RedistributeStep& s, const CostModel& cost_model) {
+  const int64_t bytes = *std::max_element(s.buffer_bytes.begin(), s.buffer_bytes.end());
+  const int64_t group_size = static_cast<int64_t>(m.group_ranks(s.mesh_dim, s.num_mesh_dims).front().size());
+  return {bytes, cost_model.predict_seconds(collective_kind(s.op), group_size, bytes)};
+}
+
+// One line per step: its mesh dims, placements, op and groups; with a cost model, a
+// collective's buffer bytes and predicted time.
+std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent,
+                       const CostModel* cost_model) {
   std::string out;
   for (size_t k = 0; k < steps.size(); ++k) {
     const RedistributeStep& s = steps[k];
@@ -411,10 +436,32 @@ std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>&
       what += fmt::format(" (merged: one collective over the {} mesh dims flattened, instead of {})", s.num_mesh_dims,
                           s.num_mesh_dims);
     }
+    if (cost_model != nullptr && is_collective(s.op)) {
+      const StepCost cost = step_cost(m, s, *cost_model);
+      what += cost.seconds ? fmt::format(": {} B per rank ~{}", cost.buffer_bytes, format_seconds(*cost.seconds))
+                           : fmt::format(": {} B per rank, no {} fit in the cost model", cost.buffer_bytes,
+                                         collective_kind_name(collective_kind(s.op)));
+    }
     out += fmt::format("{}step {}: {}: {} -> {}, {}\n", indent, k + 1, mesh_dims_label(m, s.mesh_dim, s.num_mesh_dims),
                        s.from, s.to, what);
   }
   return out;
+}
+
+// The plan's predicted time: the sum over its collective steps (they run one after another).
+std::string predicted_total(const DeviceMesh& m, const std::vector<RedistributeStep>& steps,
+                            const CostModel& cost_model) {
+  double seconds = 0;
+  int64_t unknown = 0;
+  for (const RedistributeStep& s : steps) {
+    if (!is_collective(s.op)) continue;
+    const std::optional<double> step = step_cost(m, s, cost_model).seconds;
+    seconds += step.value_or(0);
+    unknown += !step.has_value();
+  }
+  return fmt::format("predicted time: ~{}{} (cost model: {}, {})\n", format_seconds(seconds),
+                     unknown == 0 ? "" : fmt::format(", leaving out {} step(s) with no fit", unknown),
+                     cost_model.machine(), cost_model.backend());
 }
 
 }  // namespace
@@ -453,7 +500,7 @@ int64_t RedistributePlan::max_send_bytes() const {
   return *std::max_element(send.begin(), send.end());
 }
 
-std::string RedistributePlan::explain() const {
+std::string RedistributePlan::explain(const CostModel* cost_model) const {
   const DeviceMesh& m = mesh();
   std::vector<std::string> tensors;
   for (const DTensorSpec& s : sources_) tensors.push_back(fmt::format("{}{}", s.dtype(), s.shape()));
@@ -464,8 +511,9 @@ std::string RedistributePlan::explain() const {
   const int64_t collectives = num_collectives();
   out += fmt::format("{} step{}, {} collective{}:\n", steps_.size(), steps_.size() == 1 ? "" : "s", collectives,
                      collectives == 1 ? "" : "s");
-  out += step_lines(m, steps_, "  ");
+  out += step_lines(m, steps_, "  ", cost_model);
   if (collectives == 0) return out + "no communication\n";
+  if (cost_model != nullptr) out += predicted_total(m, steps_, *cost_model);
   out += "bytes per rank (chunks padded to ceil(size/n), so every rank of a group sends equal buffers):\n";
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = {"rank", "coord"};
@@ -517,7 +565,7 @@ bool can_redistribute(const DTensorSpec& source, const Placements& target) {
   return true;
 }
 
-std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives) {
+std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives, const CostModel* cost_model) {
   const size_t best = best_plan_index(alternatives);
   const RedistributePlan& chosen = alternatives[best];
   const DeviceMesh& m = chosen.mesh();
@@ -530,7 +578,8 @@ std::string explain_alternatives(const std::vector<RedistributePlan>& alternativ
     out += fmt::format("plan {}{}: {}: {} step{}, {} collective{}, bytes sent: {} on the busiest rank, {} in all\n",
                        k + 1, k == best ? " (chosen)" : "", p.strategy(), steps, steps == 1 ? "" : "s", collectives,
                        collectives == 1 ? "" : "s", max_send, total_send);
-    out += step_lines(m, p.steps(), "  ");
+    out += step_lines(m, p.steps(), "  ", cost_model);
+    if (cost_model != nullptr && collectives > 0) out += "  " + predicted_total(m, p.steps(), *cost_model);
   }
   if (alternatives.size() == 1) return out + "chosen: plan 1, the only one\n";
   // Why: the first key of the ranking on which the chosen plan beats the runner-up.

@@ -6,7 +6,8 @@
 // reduce_scatter; R->S chunk, R->P(sum) partition and S->P(sum|max|min) pad are local;
 // S->P(avg) goes through R; P(op1)->P(op2) is an error. N-D moves take the cheapest of
 // candidate plans (mesh dim orders, pad or not, merged or not), every step obeying the
-// nesting rule. Rules, bytes and examples: docs/redistribute_planner.md.
+// nesting rule. explain() can add each collective's predicted time from a CostModel (it
+// never changes the choice). Rules, bytes and examples: docs/redistribute_planner.md.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/collective_counter.h"
+#include "collectives/cost_model.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
 
@@ -37,6 +40,8 @@ enum class StepOp : uint8_t {
 std::string_view step_op_name(StepOp op);
 // True for the four ops that communicate.
 bool is_collective(StepOp op);
+// The CollectiveKind a collective step issues (InternalError for a local op).
+CollectiveKind collective_kind(StepOp op);
 
 struct RedistributeStep {
   // The mesh dims [mesh_dim, mesh_dim + num_mesh_dims) the step works on: one, or for a
@@ -80,8 +85,10 @@ class RedistributePlan {
   // The most any rank sends over the whole plan: what the planner minimises first.
   int64_t max_send_bytes() const;
 
-  // The steps, their collectives and groups, and a table of bytes per rank.
-  std::string explain() const;
+  // The steps, their collectives and groups, and a table of bytes per rank. With a cost
+  // model, each collective step also shows its buffer bytes (buffer_bytes on the busiest
+  // rank) and its predicted time, and the plan its predicted total.
+  std::string explain(const CostModel* cost_model = nullptr) const;
 
  private:
   std::vector<DTensorSpec> sources_;
@@ -108,8 +115,10 @@ std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTenso
 // The index in `alternatives` of the plan plan_redistribute picks.
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives);
 
-// Every alternative with its steps and bytes, which one was chosen and why.
-std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives);
+// Every alternative with its steps and bytes, which one was chosen and why; with a cost
+// model, each collective step's predicted time as explain() shows it.
+std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives,
+                                 const CostModel* cost_model = nullptr);
 
 // Whether plan_redistribute(source, target) has a plan: the query form of its checks, for
 // callers weighing candidate placements (it builds no message and throws nothing).

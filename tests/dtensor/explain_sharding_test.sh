@@ -29,3 +29,19 @@ out=${TEST_TMPDIR:-/tmp}/explain_sharding_alternatives.txt
 "$bin" --mesh 2x2 --shape 5,3 --from S0,S0 --to R,R --alternatives >"$out"
 grep -q "^2 plans considered for float32\[5, 3\] (S(0), S(0))" "$out"
 grep -q "^chosen: plan 2: the fewest bytes sent by the busiest rank (60 against 72)" "$out"
+# --cost-model prints each collective's bytes and predicted time (100 us + 32 B / 1 GB/s), and
+# a bad model file is an error naming it.
+model=${TEST_TMPDIR:-/tmp}/explain_sharding_cost_model.json
+cat >"$model" <<'JSON'
+{"format": "dtr-cost-model", "version": 1, "machine": "test", "backend": "gloo",
+ "fits": [{"kind": "all_gather", "group_size": 2, "alpha_s": 1e-4, "beta_bytes_per_s": 1e9}]}
+JSON
+"$bin" --mesh 2 --shape 4,2 --from S0 --to R --cost-model "$model" >"$out"
+grep -q "^  step 1: mesh dim 0: S(0) -> R, all_gather over groups \[\[0, 1\]\]: 32 B per rank ~100.0 us$" "$out"
+grep -q "^predicted time: ~100.0 us (cost model: test, gloo)$" "$out"
+echo '{"format": "dtr-cost-model", "version": 1}' >"$model"
+if "$bin" --mesh 2 --shape 4,2 --from S0 --to R --cost-model "$model" 2>"$err"; then
+  echo "explain_sharding accepted a cost model file with no fits" >&2
+  exit 1
+fi
+grep -q "CostModel::load: '$model' is not a cost model file" "$err"

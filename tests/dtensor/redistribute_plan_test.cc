@@ -600,5 +600,33 @@ TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redis
              Catch::Matchers::Contains("reduce_scatter(avg) over groups [[0, 2], [1, 3]]"));
 }
 
+TEST_CASE("explain with a cost model prints each collective's bytes and predicted time", "[redistribute][explain]") {
+  CostModel model("test machine", "gloo");
+  model.set(CollectiveKind::kAllGather, 2, {100e-6, 1e9});
+  const DTensorSpec spec(testing::make_mesh({2, 2}, {"dp", "tp"}), {Shard(0), Replicate()}, {8, 6}, kFloat32);
+  const RedistributePlan p = plan_redistribute(spec, {Replicate(), Shard(1)});
+  // Step 2 gathers float32[8, 3] on each rank, 96 B: 100 us + 96 B / 1 GB/s. The steps and
+  // the bytes table are those of explain() without a model.
+  const std::string text = p.explain(&model);
+  CHECK_THAT(text, Catch::Matchers::Contains(
+                       "  step 1: mesh dim 1 (tp): R -> S(1), chunk (local: each rank keeps its chunk)\n"
+                       "  step 2: mesh dim 0 (dp): S(0) -> R, all_gather over groups [[0, 2], [1, 3]]: 96 B per rank "
+                       "~100.1 us\n"
+                       "predicted time: ~100.1 us (cost model: test machine, gloo)\n"
+                       "bytes per rank"));
+  CHECK(text.ends_with(p.explain().substr(p.explain().find("bytes per rank"))));
+  // A group of 4 scales the fit at 2: alpha x 3, 1/beta x 1.5; 768 B -> 300 us + 1.152 us.
+  CHECK_THAT(plan({4}, {Shard(0)}, {Replicate()}).explain(&model),
+             Catch::Matchers::Contains("all_gather over groups [[0, 1, 2, 3]]: 768 B per rank ~301.2 us"));
+  // A kind with no fit says so, and the total leaves it out. all_to_all's buffer: 4 blocks of
+  // float32[2, 2, 4] (dim 1 padded from 6 to 8), 256 B.
+  const std::string no_fit = plan({4}, {Shard(0)}, {Shard(1)}).explain(&model);
+  CHECK_THAT(no_fit, Catch::Matchers::Contains(": 256 B per rank, no all_to_all fit in the cost model\n"));
+  CHECK_THAT(no_fit, Catch::Matchers::Contains("predicted time: ~0.0 us, leaving out 1 step(s) with no fit"));
+  // explain_alternatives shows the same per plan.
+  CHECK_THAT(explain_alternatives(plan_alternatives(spec, {Replicate(), Shard(1)}), &model),
+             Catch::Matchers::Contains("96 B per rank ~100.1 us\n  predicted time: ~100.1 us"));
+}
+
 }  // namespace
 }  // namespace dtr

@@ -6,7 +6,8 @@
 // round rotating. A call's time is its batch's over its calls, on the slowest rank; dtr/raw
 // is the median over batch pairs of raw time over dtr time, which cancels load that comes
 // and goes. Launches its own ranks with launch_self (dtrrun's worker group) unless RANK and
-// WORLD_SIZE are set. Method, columns and the latest tables: docs/collective_bench.md.
+// WORLD_SIZE are set. --fit-cost-model FILE fits the alpha-beta CostModel to dtr's median
+// times and writes it. Method, columns and the latest tables: docs/collective_bench.md.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -19,15 +20,21 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "collectives/cost_model.h"
 #include "collectives/gloo_store.h"
 #include "collectives/init.h"
 #include "collectives/prefix_store.h"
+#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
 #include "tools/launcher/self_launch.h"
@@ -45,6 +52,7 @@ struct Options {
   int64_t max_bytes = 64 << 20;
   int batches = 7;
   std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  std::string cost_model_path;  // where --fit-cost-model writes the fitted model; empty: no fit
 };
 
 struct Timing {
@@ -60,10 +68,60 @@ double paired_ratio(const Timing& dtr, const Timing& raw) {
   return bench::median(std::move(ratios));
 }
 
-double busbw_factor(const std::string& op, int n) {
-  if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "broadcast") return 1.0;
+double busbw_factor(CollectiveKind kind, int n) {
+  if (kind == CollectiveKind::kAllReduce) return 2.0 * (n - 1) / n;
+  if (kind == CollectiveKind::kBroadcast) return 1.0;
   return static_cast<double>(n - 1) / n;
+}
+
+// The CPU (/proc/cpuinfo's model name) and core count, and how the ranks talk.
+std::string machine_description() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, cpu = "unknown CPU";
+  while (std::getline(cpuinfo, line)) {
+    if (line.starts_with("model name")) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return fmt::format("{}, {} cores; ranks are processes on one host, Gloo over loopback TCP", cpu,
+                     std::thread::hardware_concurrency());
+}
+
+// Fits the CostModel to dtr's median times, prints alpha, beta and the model's error on the
+// points per collective and group size, and writes it to path, keeping the fits of other
+// group sizes a model already there holds (same machine and backend, or a ValueError).
+void fit_cost_model(const std::vector<CostSample>& samples, const std::string& path) {
+  CostModel model = CostModel::fit(samples, machine_description(), "gloo");
+  if (std::filesystem::exists(path)) {
+    const CostModel old = CostModel::load(path);
+    DTR_CHECK(old.machine() == model.machine() && old.backend() == model.backend(), ValueError,
+              "collective_bench --fit-cost-model: '{}' holds fits of another machine or backend ('{}', {}); this is "
+              "'{}', {}: write to another file",
+              path, old.machine(), old.backend(), model.machine(), model.backend());
+    for (const auto& [key, fit] : old.fits()) {
+      if (!model.fits().contains(key)) model.set(key.first, key.second, fit);
+    }
+  }
+  fmt::print(
+      "# cost model: seconds = alpha + bytes / beta, fitted per collective and group size to the median times above "
+      "(least squares\n#   on the relative error); err: |model - median| / median over the sizes measured\n");
+  fmt::print("# {:>14} {:>5} {:>10} {:>10} {:>7} {:>9} {:>9}\n", "collective", "ranks", "alpha(us)", "beta(GB/s)",
+             "points", "err med", "err worst");
+  for (const auto& [key, fit] : model.fits()) {
+    std::vector<CostSample> points;
+    std::copy_if(samples.begin(), samples.end(), std::back_inserter(points),
+                 [&](const CostSample& s) { return s.kind == key.first && s.group_size == key.second; });
+    if (points.empty()) continue;  // kept from the file
+    const RelativeError error = model.relative_error(points);
+    fmt::print("  {:>14} {:>5} {:>10.1f} {:>10.3f} {:>7} {:>8.1f}% {:>8.1f}%\n", collective_kind_name(key.first),
+               key.second, fit.alpha_s * 1e6, fit.beta_bytes_per_s / 1e9, points.size(), error.median * 100,
+               error.worst * 100);
+  }
+  const RelativeError all = model.relative_error(samples);
+  fmt::print("# all {} points: err median {:.1f}%, worst {:.1f}%; written to {} ({} fits)\n", samples.size(),
+             all.median * 100, all.worst * 100, path, model.fits().size());
+  model.save(path);
 }
 
 // One rank of the benchmark: a dtr group and a raw Gloo context over the same store.
@@ -149,7 +207,7 @@ class Bench {
                      raw_call(gloo::AllreduceOptions::Algorithm::BCUBE)});
     const Timing& dtr = t[0];
     const Timing& raw = t[1].median_us < t[2].median_us ? t[1] : t[2];
-    print("all_reduce", bytes, count, dtr, raw, bad);
+    print(CollectiveKind::kAllReduce, bytes, count, dtr, raw, bad);
   }
 
   void run_all_gather(int64_t bytes) {
@@ -167,7 +225,7 @@ class Bench {
                                                }});
     const Timing& dtr = t[0];
     const Timing& raw = t[1];
-    print("all_gather", chunk * n_ * 4, chunk * n_, dtr, raw, bad);
+    print(CollectiveKind::kAllGather, chunk * n_ * 4, chunk * n_, dtr, raw, bad);
   }
 
   void run_reduce_scatter(int64_t bytes) {
@@ -182,7 +240,7 @@ class Bench {
     const std::vector<Timing> t = time(bytes, {[&] { pg_->reduce_scatter_tensor(out, in).wait(); }, [&] { rs.run(); }});
     const Timing& dtr = t[0];
     const Timing& raw = t[1];
-    print("reduce_scatter", chunk * n_ * 4, chunk * n_, dtr, raw, bad);
+    print(CollectiveKind::kReduceScatter, chunk * n_ * 4, chunk * n_, dtr, raw, bad);
   }
 
   void run_broadcast(int64_t bytes) {
@@ -202,7 +260,7 @@ class Bench {
                                                }});
     const Timing& dtr = t[0];
     const Timing& raw = t[1];
-    print("broadcast", bytes, count, dtr, raw, bad);
+    print(CollectiveKind::kBroadcast, bytes, count, dtr, raw, bad);
   }
 
   void run() {
@@ -230,24 +288,26 @@ class Bench {
       }
     }
     if (rank_ == 0 && wrong_total_ > 0) fmt::print("# {} wrong elements: FAILED\n", wrong_total_);
+    if (rank_ == 0 && !options_.cost_model_path.empty()) fit_cost_model(samples_, options_.cost_model_path);
   }
 
   int64_t wrong_total() const { return wrong_total_; }
 
  private:
-  void print(const std::string& op, int64_t size, int64_t count, const Timing& dtr, const Timing& raw, int64_t bad) {
+  void print(CollectiveKind kind, int64_t size, int64_t count, const Timing& dtr, const Timing& raw, int64_t bad) {
     Tensor t = full({1}, static_cast<double>(bad), kFloat64);
     pg_->all_reduce(t).wait();
     wrong_total_ += static_cast<int64_t>(t.item());  // every rank's, summed: the same on all ranks
     if (rank_ != 0) return;
-    const double f = busbw_factor(op, n_);
+    samples_.push_back({kind, n_, size, dtr.median_us * 1e-6});
+    const double f = busbw_factor(kind, n_);
     auto gbps = [&](double us) { return size / us / 1e3; };  // GB/s
     fmt::print(
         "  {:>14} {:>9} {:>9} {:>5} {:>9.1f} {:>8.1f}-{:<9.1f} {:>7.3f} {:>7.3f} {:>6} {:>9.1f} {:>7.3f} {:>9.1f} "
         "{:>9.1f} {:>7.3f} {:>8.2f} {:>7.2f}\n",
-        op, size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, gbps(dtr.median_us), gbps(dtr.median_us) * f,
-        static_cast<int64_t>(t.item()), dtr.min_us, gbps(dtr.min_us) * f, raw.median_us, raw.min_us,
-        gbps(raw.min_us) * f, raw.min_us / dtr.min_us, paired_ratio(dtr, raw));
+        collective_kind_name(kind), size, count, "f32", dtr.median_us, dtr.min_us, dtr.max_us, gbps(dtr.median_us),
+        gbps(dtr.median_us) * f, static_cast<int64_t>(t.item()), dtr.min_us, gbps(dtr.min_us) * f, raw.median_us,
+        raw.min_us, gbps(raw.min_us) * f, raw.min_us / dtr.min_us, paired_ratio(dtr, raw));
     std::fflush(stdout);
   }
 
@@ -258,6 +318,7 @@ class Bench {
   std::shared_ptr<gloo::rendezvous::Context> raw_;
   uint32_t tag_ = 1u << 30;  // apart from dtr's tags (each context has its own slots anyway)
   int64_t wrong_total_ = 0;
+  std::vector<CostSample> samples_;  // dtr's median time per row, on rank 0: --fit-cost-model's points
 };
 
 }  // namespace
@@ -273,6 +334,9 @@ int main(int argc, char** argv) {
   app.add_option("--batches", options.batches, "timed batches per row")->check(CLI::Range(1, 1000));
   app.add_option("--ops", options.ops, "collectives to run")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
+  app.add_option("--fit-cost-model", options.cost_model_path,
+                 "fit the alpha-beta cost model to dtr's median times and write it to this JSON file (fits of other "
+                 "group sizes already in it are kept)");
   CLI11_PARSE(app, argc, argv);
   return dtr::tool_main("collective_bench", [&] {
     if (!dtr::launcher::is_rank_process()) {

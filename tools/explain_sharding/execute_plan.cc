@@ -66,16 +66,6 @@ bool same_values(const Tensor& a, const Tensor& b) {
   return std::equal(x.data_ptr<double>(), x.data_ptr<double>() + x.numel(), y.data_ptr<double>());
 }
 
-CollectiveKind collective_kind(StepOp op) {
-  switch (op) {
-    case StepOp::kAllGather: return CollectiveKind::kAllGather;
-    case StepOp::kReduceScatter: return CollectiveKind::kReduceScatter;
-    case StepOp::kAllToAll: return CollectiveKind::kAllToAll;
-    case StepOp::kAllReduce: return CollectiveKind::kAllReduce;
-    default: DTR_INTERNAL_ASSERT(false, "{} is not a collective", step_op_name(op));
-  }
-}
-
 // The collective of a step as the plan prints it: "all_gather", "reduce_scatter(sum)".
 std::string collective_label(const RedistributeStep& step) {
   if (step.op == StepOp::kAllReduce || step.op == StepOp::kReduceScatter) {

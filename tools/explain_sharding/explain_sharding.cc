@@ -2,13 +2,16 @@
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
 //   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--alternatives] [--execute]
+//       [--cost-model tools/bench/cost_model_gloo.json]
 //
 // The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Without
 // --execute the tables and the plan come from the specs alone; --alternatives also lists
-// every plan the planner weighed and why it chose its plan; with --execute, the tool starts
-// itself as the mesh's ranks (launch_self, Gloo over loopback), runs the redistribute and
-// prints the collectives measured next to the planned ones (execute_plan.h). Exit code: 0
-// when all matched; 1 for a bad input, a mismatch or a failed check; a failing rank's own.
+// every plan the planner weighed and why it chose its plan; --cost-model adds each
+// collective's predicted time from a file collective_bench --fit-cost-model wrote; with
+// --execute, the tool starts itself as the mesh's ranks (launch_self, Gloo over loopback),
+// runs the redistribute and prints the collectives measured next to the planned ones
+// (execute_plan.h). Exit code: 0 when all matched; 1 for a bad input, a mismatch or a
+// failed check; a failing rank's own.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -16,10 +19,12 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "collectives/cost_model.h"
 #include "collectives/init.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor_spec.h"
@@ -64,7 +69,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> names;
-  std::string shape_text, from, to;
+  std::string shape_text, from, to, cost_model_path;
   bool execute = false, alternatives = false;
   app.add_option("--mesh", mesh_shape, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required()->delimiter('x');
   app.add_option("--shape", shape_text, "global tensor shape, e.g. 8,6 (scalar: a 0-d tensor)")->required();
@@ -80,6 +85,9 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name, "element type (default float32)")->check(CLI::IsMember(dtypes));
   app.add_flag("--alternatives", alternatives,
                "also list every plan the planner weighed, with its steps and bytes, and why it chose its plan");
+  app.add_option("--cost-model", cost_model_path,
+                 "a cost model file (collective_bench --fit-cost-model): print each collective's predicted time")
+      ->check(CLI::ExistingFile);
   app.add_flag("--execute", execute,
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
   CLI11_PARSE(app, argc, argv);
@@ -101,9 +109,12 @@ int main(int argc, char** argv) {
     const dtr::DeviceMesh mesh = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
     const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtype);
     const dtr::RedistributePlan plan = dtr::plan_redistribute(source, dtr::parse_placements(to));
-    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << plan.explain() << "\n";
+    std::optional<dtr::CostModel> cost_model;
+    if (!cost_model_path.empty()) cost_model = dtr::CostModel::load(cost_model_path);
+    const dtr::CostModel* model = cost_model ? &*cost_model : nullptr;
+    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << plan.explain(model) << "\n";
     if (alternatives)
-      std::cout << dtr::explain_alternatives(dtr::plan_alternatives(source, plan.target_placements())) << "\n";
+      std::cout << dtr::explain_alternatives(dtr::plan_alternatives(source, plan.target_placements()), model) << "\n";
     std::cout << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));
     if (!execute) return 0;
     DTR_CHECK(dtype != dtr::kBool, TypeError,
