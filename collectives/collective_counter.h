@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +31,18 @@ constexpr std::string_view collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::kBarrier: return "barrier";
   }
   return "?";
+}
+
+inline constexpr CollectiveKind kCollectiveKinds[] = {CollectiveKind::kAllReduce,     CollectiveKind::kAllGather,
+                                                      CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
+                                                      CollectiveKind::kBroadcast,     CollectiveKind::kBarrier};
+
+// The kind collective_kind_name names, or nullopt.
+constexpr std::optional<CollectiveKind> collective_kind_from_name(std::string_view name) {
+  for (CollectiveKind kind : kCollectiveKinds) {
+    if (collective_kind_name(kind) == name) return kind;
+  }
+  return std::nullopt;
 }
 
 // One row of the counter: a kind on a group.

@@ -19,9 +19,6 @@ namespace {
 
 constexpr std::string_view kFormat = "dtr-cost-model";
 constexpr int kVersion = 1;
-constexpr CollectiveKind kKinds[] = {CollectiveKind::kAllReduce,     CollectiveKind::kAllGather,
-                                     CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
-                                     CollectiveKind::kBroadcast,     CollectiveKind::kBarrier};
 
 // "all_reduce on 2 ranks", for messages.
 std::string fit_label(CollectiveKind kind, int64_t group_size) {
@@ -75,9 +72,7 @@ AlphaBeta fit_alpha_beta(std::span<const CostSample> points) {
 }
 
 CollectiveKind parse_kind(const std::string& name, const std::string& path) {
-  for (CollectiveKind kind : kKinds) {
-    if (collective_kind_name(kind) == name) return kind;
-  }
+  if (const std::optional<CollectiveKind> kind = collective_kind_from_name(name)) return *kind;
   throw ValueError(
       fmt::format("CostModel::load: '{}': unknown collective kind '{}'; known: all_reduce, all_gather, reduce_scatter, "
                   "all_to_all, broadcast, barrier",
