@@ -141,5 +141,81 @@ TEST_CASE("kernels time themselves as kernel spans named after their op", "[trac
   CHECK(c.data_ptr<float>()[0] == 6.0f);  // 3 x 1 x 2
 }
 
+TEST_CASE("arguments are JSON values on their span, and cost nothing on an inactive one", "[trace]") {
+  {
+    trace::Span off("off", Category::kKernel);
+    CHECK_FALSE(off.active());
+    off.arg("ignored", int64_t{1});
+  }
+  trace::start();
+  {
+    trace::Span s("op", Category::kOp);
+    REQUIRE(s.active());
+    s.arg("bytes", int64_t{4096});
+    s.arg("ratio", 0.5);
+    s.arg("group", "dp \"0\"");
+  }
+  const std::vector<trace::Event> e = one_thread(trace::stop());
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0].args.size() == 3);
+  CHECK(e[0].args[0].key == "bytes");
+  CHECK(e[0].args[0].json == "4096");
+  CHECK(e[0].args[1].json == "0.5");
+  CHECK(e[0].args[2].json == "\"dp \\\"0\\\"\"");  // a JSON string, escaped
+}
+
+TEST_CASE("a run records only the categories it was started with", "[trace]") {
+  trace::start(trace::kCommCategories);
+  CHECK(trace::enabled(Category::kWait));
+  CHECK_FALSE(trace::enabled(Category::kKernel));
+  {
+    const trace::Span step("step", Category::kStep);
+    { const trace::Span k("matmul", Category::kKernel); }
+    { const trace::Span w("wait", Category::kWait); }
+  }
+  const std::vector<trace::Event> e = one_thread(trace::stop());
+  REQUIRE(e.size() == 2);
+  CHECK(e[0].name == "step");
+  CHECK(e[1].name == "wait");
+  CHECK(e[1].parent == 0);
+  CHECK_FALSE(trace::enabled());
+}
+
+TEST_CASE("threads name their lanes; the name holds for later runs", "[trace]") {
+  trace::start();
+  std::thread([] {
+    trace::set_thread_name("comm test");
+    const trace::Span s("run", Category::kCollective);
+  }).join();
+  { const trace::Span s("main", Category::kKernel); }
+  std::vector<trace::ThreadEvents> threads = trace::stop();
+  REQUIRE(threads.size() == 2);
+  std::vector<std::string> names;
+  for (const trace::ThreadEvents& t : threads) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  CHECK(names[0] == "comm test");
+  CHECK(names[1].starts_with("thread "));
+}
+
+TEST_CASE("CommPhase labels the thread while issue spans record, and nests", "[trace]") {
+  {
+    const trace::CommPhase off("forward all_gather", "layers.0");  // not recording: nothing
+    CHECK(std::string_view(trace::current_comm_phase()).empty());
+  }
+  trace::start();
+  {
+    const trace::CommPhase outer("backward all_gather", "");
+    CHECK(std::string_view(trace::current_comm_phase()) == "backward all_gather");
+    {
+      const trace::CommPhase inner(trace::current_comm_phase(), "layers.3");
+      CHECK(trace::current_comm_owner() == "layers.3");
+      CHECK(std::string_view(trace::current_comm_phase()) == "backward all_gather");
+    }
+    CHECK(trace::current_comm_owner().empty());
+  }
+  CHECK(std::string_view(trace::current_comm_phase()).empty());
+  trace::stop();
+}
+
 }  // namespace
 }  // namespace dtr
