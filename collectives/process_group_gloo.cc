@@ -198,22 +198,26 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
     return;
   }
   const auto start = Clock::now();
-  trace::Span span(c.call, trace::Category::kCollective);
-  c.trace_args(span);
-  try {
-    if (c.pack) c.pack();
-    run(c);
-    if (c.unpack) c.unpack();
-    item.second.finish();
-  } catch (...) {
-    const std::exception_ptr error = std::current_exception();
-    // Closing every connection (the ring's abandon) makes the peers' collectives fail now
-    // rather than at their timeout (NCCL's abort, for Gloo), so they too report before the
-    // diagnosis ends.
-    ring->abandon();
-    broken = failure(c, error, start);
-    item.second.finish(std::make_exception_ptr(*broken));
+  std::exception_ptr error;
+  {
+    // The span ends before finish(): a waiter woken by it may stop the trace at once.
+    trace::Span span(c.call, trace::Category::kCollective);
+    c.trace_args(span);
+    try {
+      if (c.pack) c.pack();
+      run(c);
+      if (c.unpack) c.unpack();
+    } catch (...) {
+      error = std::current_exception();
+    }
   }
+  if (!error) return item.second.finish();
+  // Closing every connection (the ring's abandon) makes the peers' collectives fail now
+  // rather than at their timeout (NCCL's abort, for Gloo), so they too report before the
+  // diagnosis ends.
+  ring->abandon();
+  broken = failure(c, error, start);
+  item.second.finish(std::make_exception_ptr(*broken));
 }
 
 void ProcessGroupGloo::Impl::run(Collective& c) {

@@ -164,11 +164,16 @@ void WorkerGroup::handle_signal(int signal, GroupOutcome& outcome) {
 }
 
 void WorkerGroup::reap_exited(GroupOutcome& outcome) {
+  // Every rank that has exited by now is reaped before one failure is reported. Of failures
+  // found together, one killed by a signal is the one reported: the others most likely
+  // failed because it died (a peer's connection reset), and waitid returns zombies in no
+  // particular order.
+  std::optional<RankFailure> failure;
   while (true) {
     siginfo_t info{};
     // WNOWAIT: the exited rank stays a zombie, keeping its process group id from being reused
     // until reap() has killed what the rank left in that group.
-    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
     const auto worker =
         std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.process.pid() == info.si_pid; });
     if (worker == workers_.end()) {
@@ -179,10 +184,14 @@ void WorkerGroup::reap_exited(GroupOutcome& outcome) {
     const pid_t pid = worker->process.pid();
     const ExitStatus status = worker->process.reap();
     if (status.success() || stopping_) continue;
-    outcome.failure = RankFailure{worker->rank, worker->local_rank, pid, status};
-    launcher_log("{}; stopping the other {} rank(s)", outcome.failure->describe(), running_count());
-    stop(SIGTERM);
+    if (!failure || (failure->status.signal == 0 && status.signal != 0)) {
+      failure = RankFailure{worker->rank, worker->local_rank, pid, status};
+    }
   }
+  if (!failure) return;
+  outcome.failure = failure;
+  launcher_log("{}; stopping the other {} rank(s)", outcome.failure->describe(), running_count());
+  stop(SIGTERM);
 }
 
 void WorkerGroup::relay(OutputStream& stream) {
