@@ -1,18 +1,14 @@
 #include "tools/train/loss_plot.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <string_view>
 
-#include "collectives/file_descriptor.h"
 #include "kernels/error.h"
+#include "tools/trace/svg.h"
 
 namespace dtr::train {
 namespace {
@@ -23,22 +19,6 @@ constexpr double kCharWidth = 7;  // about the advance of a 12 px sans-serif cha
 // matplotlib's tab10, for series without a colour.
 constexpr std::array<const char*, 10> kPalette = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-
-std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 enum class Scale : uint8_t { kLinear, kLog };
 
@@ -53,14 +33,6 @@ struct Axis {
   // Where v falls along the axis: 0 at lo, 1 at hi.
   double fraction(double v) const { return (unit(v) - lo) / (hi - lo); }
 };
-
-// The smallest 1, 2 or 5 x 10^k at least range / target: about `target` intervals.
-double nice_step(double range, int target) {
-  const double raw = range / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double f = raw / magnitude;
-  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * magnitude;
-}
 
 // Widens an empty range [v, v] so that a flat curve sits in the middle of the chart.
 void pad_flat(double& lo, double& hi, Scale scale) {
@@ -78,7 +50,7 @@ void pad_flat(double& lo, double& hi, Scale scale) {
 Axis linear_axis(double lo, double hi, int target) {
   pad_flat(lo, hi, Scale::kLinear);
   Axis axis{Scale::kLinear, lo, hi, {}};
-  const double step = nice_step(hi - lo, target);
+  const double step = svg::nice_step(hi - lo, target);
   if (!std::isfinite(step) || step <= 0) {  // a span beyond double's range: ticks at the ends only
     axis.ticks = {lo, hi};
     return axis;
@@ -211,13 +183,13 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
                  "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"{0}\" height=\"{1}\" "
                  "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n",
                  w, h);
-  if (!options.title.empty()) fmt::format_to(out, "<title>{}</title>\n", xml_escape(options.title));
+  if (!options.title.empty()) fmt::format_to(out, "<title>{}</title>\n", svg::xml_escape(options.title));
   fmt::format_to(out, "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h);
   if (!options.title.empty()) {
     fmt::format_to(out,
                    "<text class=\"title\" x=\"{:.1f}\" y=\"24\" text-anchor=\"middle\" font-size=\"15\" "
                    "font-weight=\"bold\">{}</text>\n",
-                   w / 2.0, xml_escape(options.title));
+                   w / 2.0, svg::xml_escape(options.title));
   }
 
   if (has_data) {
@@ -261,7 +233,8 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
 
     for (size_t i = 0; i < series.size(); ++i) {
       if (drawn[i].empty()) continue;
-      const std::string color = xml_escape(series[i].color.empty() ? kPalette[i % kPalette.size()] : series[i].color);
+      const std::string color =
+          svg::xml_escape(series[i].color.empty() ? kPalette[i % kPalette.size()] : series[i].color);
       std::vector<Pixel> pixels;
       pixels.reserve(drawn[i].size());
       for (const auto& [x, y] : drawn[i]) pixels.push_back({px(x), py(y)});
@@ -298,14 +271,14 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
   // Axis labels: x centred below the tick labels, y rotated along the left edge.
   if (!options.x_label.empty()) {
     fmt::format_to(out, "<text class=\"xlabel\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                   frame.left + frame.width / 2, h - 10.0, xml_escape(options.x_label));
+                   frame.left + frame.width / 2, h - 10.0, svg::xml_escape(options.x_label));
   }
   if (!options.y_label.empty()) {
     const double cy = frame.top + frame.height / 2;
     fmt::format_to(out,
                    "<text class=\"ylabel\" x=\"16\" y=\"{0:.1f}\" transform=\"rotate(-90 16 {0:.1f})\" "
                    "text-anchor=\"middle\">{1}</text>\n",
-                   cy, xml_escape(options.y_label));
+                   cy, svg::xml_escape(options.y_label));
   }
 
   // The legend: a boxed list in the top-right corner of the plot, one row per labelled series.
@@ -328,14 +301,15 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
                    box_x, box_y, box_w, box_h);
     for (size_t row = 0; row < labelled.size(); ++row) {
       const size_t i = labelled[row];
-      const std::string color = xml_escape(series[i].color.empty() ? kPalette[i % kPalette.size()] : series[i].color);
+      const std::string color =
+          svg::xml_escape(series[i].color.empty() ? kPalette[i % kPalette.size()] : series[i].color);
       const double y = box_y + 4 + kRow * (static_cast<double>(row) + 0.5);
       fmt::format_to(out,
                      "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
                      "stroke-width=\"2\"/>\n",
                      box_x + 8, y, box_x + 8 + kSample, color);
       fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{:.1f}\" dy=\"0.35em\">{}</text>\n", box_x + 8 + kSample + 6, y,
-                     xml_escape(series[i].label));
+                     svg::xml_escape(series[i].label));
     }
     fmt::format_to(out, "</g>\n");
   }
@@ -344,29 +318,7 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
 }
 
 void write_loss_plot(const std::string& path, const std::vector<Series>& series, const PlotOptions& options) {
-  const std::string svg = loss_plot_svg(series, options);
-  const std::string temp = path + ".tmp";
-  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) throw OSError(errno, fmt::format("write_loss_plot: open('{}')", temp));
-  // Any failure after the open removes the temporary file, so that only `path` is ever left.
-  auto fail = [&](const std::string& call) {
-    const int error = errno;
-    fd.reset();
-    ::unlink(temp.c_str());
-    throw OSError(error, fmt::format("write_loss_plot: {}", call));
-  };
-  const char* bytes = svg.data();
-  size_t left = svg.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd.get(), bytes, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(fmt::format("write('{}')", temp));
-    bytes += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) fail(fmt::format("fsync('{}')", temp));
-  if (::close(fd.release()) != 0) fail(fmt::format("close('{}')", temp));
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail(fmt::format("rename('{}', '{}')", temp, path));
+  svg::write_file_atomically(path, loss_plot_svg(series, options), "write_loss_plot");
 }
 
 }  // namespace dtr::train

@@ -180,7 +180,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Checkpoints");
   app.add_option("--trace", c.trace,
                  "FIRST:LAST: trace those steps (1-based, inclusive): OUT/trace/rank<R>.json per rank, "
-                 "OUT/trace/merged.json (clocks aligned; open in ui.perfetto.dev) and OUT/trace/step.svg")
+                 "OUT/trace/merged.json (clocks aligned; open in ui.perfetto.dev) and OUT/step_timeline.svg (the first "
+                 "traced step)")
       ->group("Data and output");
 }
 

@@ -12,6 +12,7 @@
 #include "collectives/posix_file.h"
 #include "kernels/error.h"
 #include "tools/trace/chrome_trace.h"
+#include "tools/trace/timeline_svg.h"
 
 namespace dtr::train {
 namespace {
@@ -93,7 +94,10 @@ std::string StepTracer::write(const std::string& title) {
     for (const nlohmann::json& e : rank_events) merged.push_back(e);
   }
   const fs::path path = dir / "merged.json";
-  write_trace_file(path, trace::chrome_trace(std::move(merged), other).dump());
+  const nlohmann::json trace = trace::chrome_trace(std::move(merged), other);
+  write_trace_file(path, trace.dump());
+  trace_view::write_step_timeline_svg(trace, traced_->first, fmt::format("{}: step {}", title, traced_->first),
+                                      (fs::path(out_dir_) / "step_timeline.svg").string());
   return path.string();
 }
 

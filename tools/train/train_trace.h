@@ -3,7 +3,8 @@
 // hidden communication; the steps --trace names record every span and are written at the
 // end as Chrome traces (trace/chrome_trace.h): OUT/trace/rank<R>.json, OUT/trace/merged.json
 // with every rank's clock moved onto rank 0's (offsets measured through the store at start),
-// and OUT/trace/step.svg, the first traced step per rank.
+// and OUT/step_timeline.svg (next to loss.svg): the first traced step, compute and
+// communication lanes per rank (trace/timeline_svg.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
