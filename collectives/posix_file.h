@@ -26,6 +26,10 @@ int64_t file_size(int fd, const std::string& path, std::string_view op);
 void sync_and_close(FileDescriptor fd, const std::string& path, std::string_view op);
 // Creates `path` (which must not exist) holding `bytes`, fsync'ed.
 void write_file_durably(const std::string& path, std::string_view bytes, std::string_view op);
+// Writes `text` to path + ".tmp", fsyncs it and renames it over `path`: a reader sees the old
+// file or the new one, never half of one. OSError naming `op`, the failed call and the path;
+// on failure the temporary file is removed and `path` is left as it was.
+void write_file_atomically(const std::string& path, std::string_view text, std::string_view op);
 // fsyncs a directory, so that the entries created, renamed or removed in it are durable.
 void sync_directory(const std::string& path, std::string_view op);
 

@@ -1,7 +1,7 @@
 // What dtr's SVG writers (the loss plot, the step timeline) share: XML escaping of text and
 // attributes, the "nice" tick step of an axis (1, 2 or 5 x 10^k, Heckbert's rule in Graphics
-// Gems), and the atomic write of a finished file (path + ".tmp", fsync, rename), so that a
-// reader, a browser reloading the picture mid-run, never sees half a file.
+// Gems). Writers write finished files with write_file_atomically (collectives/posix_file.h), so
+// a reader, a browser reloading the picture mid-run, never sees half a file.
 #pragma once
 
 #include <string>
@@ -15,10 +15,5 @@ std::string xml_escape(std::string_view text);
 // The smallest 1, 2 or 5 x 10^k at least range / target: about `target` intervals over
 // `range` (> 0). E.g. nice_step(9.2, 6) == 2 and nice_step(0.37, 4) == 0.1.
 double nice_step(double range, int target);
-
-// Writes `text` to path + ".tmp", fsyncs it and renames it over `path`. OSError naming `op`,
-// the failed call and the path; on failure the temporary file is removed and `path` is left
-// as it was.
-void write_file_atomically(const std::string& path, std::string_view text, std::string_view op);
 
 }  // namespace dtr::svg

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "collectives/posix_file.h"
 #include "kernels/error.h"
 #include "tools/trace/svg.h"
 
@@ -546,7 +547,7 @@ std::string step_timeline_svg(const json& trace_json, int64_t step, std::string_
 }
 
 void write_step_timeline_svg(const json& trace, int64_t step, std::string_view title, const std::string& path) {
-  svg::write_file_atomically(path, step_timeline_svg(trace, step, title), "write_step_timeline_svg");
+  write_file_atomically(path, step_timeline_svg(trace, step, title), "write_step_timeline_svg");
 }
 
 }  // namespace dtr::trace_view

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <string_view>
 
+#include "collectives/posix_file.h"
 #include "kernels/error.h"
 #include "tools/trace/svg.h"
 
@@ -318,7 +319,7 @@ std::string loss_plot_svg(const std::vector<Series>& series, const PlotOptions& 
 }
 
 void write_loss_plot(const std::string& path, const std::vector<Series>& series, const PlotOptions& options) {
-  svg::write_file_atomically(path, loss_plot_svg(series, options), "write_loss_plot");
+  write_file_atomically(path, loss_plot_svg(series, options), "write_loss_plot");
 }
 
 }  // namespace dtr::train

@@ -1,7 +1,6 @@
 #include "tools/train/train_trace.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -18,15 +17,6 @@ namespace dtr::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Writes `text` to `path` whole or not at all (a temporary file renamed over it).
-void write_trace_file(const fs::path& path, const std::string& text) {
-  const std::string temp = fmt::format("{}.tmp-{}", path.string(), ::getpid());
-  write_file_durably(temp, text, "train --trace");
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("train --trace: rename('{}', '{}')", temp, path.string()));
-}
 
 // Appends a run's events to `kept`, joining each thread's with its earlier ones.
 void keep(std::vector<trace::ThreadEvents>& kept, std::vector<trace::ThreadEvents> run) {
@@ -86,7 +76,8 @@ std::string StepTracer::write(const std::string& title) {
       {"title", title}, {"steps", {traced_->first, traced_->second}}, {"clock_offset_ns", offset_ns_}};
   const fs::path dir = fs::path(out_dir_) / "trace";
   fs::create_directories(dir);
-  write_trace_file(dir / fmt::format("rank{}.json", group_.rank()), trace::chrome_trace(events, other).dump());
+  write_file_atomically((dir / fmt::format("rank{}.json", group_.rank())).string(),
+                        trace::chrome_trace(events, other).dump(), "train --trace");
   const std::vector<nlohmann::json> all = all_gather_json(&group_, events);
   if (group_.rank() != 0) return "";
   nlohmann::json merged = nlohmann::json::array();
@@ -95,7 +86,7 @@ std::string StepTracer::write(const std::string& title) {
   }
   const fs::path path = dir / "merged.json";
   const nlohmann::json trace = trace::chrome_trace(std::move(merged), other);
-  write_trace_file(path, trace.dump());
+  write_file_atomically(path.string(), trace.dump(), "train --trace");
   trace_view::write_step_timeline_svg(trace, traced_->first, fmt::format("{}: step {}", title, traced_->first),
                                       (fs::path(out_dir_) / "step_timeline.svg").string());
   return path.string();
