@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "tests/testing/svg_text.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::trace_view {
@@ -24,19 +25,10 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::MessageContains;
+using testing::texts_of_class;
 
 // The plot spans x = 190 .. 1176 of the 1200 px image.
 constexpr double kPlotLeft = 190, kPlotRight = 1176;
-
-// The texts of the <text class="{cls}"> elements, in order.
-std::vector<std::string> texts_of_class(const std::string& svg, const std::string& cls) {
-  const std::regex element("<text class=\"" + cls + "\"[^>]*>([^<]*)</text>");
-  std::vector<std::string> out;
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), element); it != std::sregex_iterator(); ++it) {
-    out.push_back((*it)[1].str());
-  }
-  return out;
-}
 
 struct RectInfo {
   std::string cls;

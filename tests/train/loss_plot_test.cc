@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "tests/testing/svg_text.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::train {
@@ -28,21 +29,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::MessageContains;
+using testing::texts_of_class;
 
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
   return n;
-}
-
-// The texts of the <text class="{cls}"> elements, in order.
-std::vector<std::string> texts_of_class(const std::string& svg, const std::string& cls) {
-  const std::regex element("<text class=\"" + cls + "\"[^>]*>([^<]*)</text>");
-  std::vector<std::string> out;
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), element); it != std::sregex_iterator(); ++it) {
-    out.push_back((*it)[1].str());
-  }
-  return out;
 }
 
 // The (x, y) pixels of each polyline. (Found by hand: libstdc++'s recursive std::regex
