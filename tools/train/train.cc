@@ -306,7 +306,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     double loss_sum = 0;
     for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
       m.set_gradient_sync(micro + 1 == c.grad_accum);
-      const Batch batch = make_batch(data.train, train_order, window, micro_rows, c.seq_len, mesh);
+      const Batch batch = [&] {
+        const trace::Span span("batch", trace::Category::kData);
+        return make_batch(data.train, train_order, window, micro_rows, c.seq_len, mesh);
+      }();
       window += micro_rows;
       DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
       if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
