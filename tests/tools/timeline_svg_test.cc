@@ -1,9 +1,9 @@
 // Step timelines, checked on the SVG text of a synthetic 2-rank trace: a well-formed document
-// (balanced tags, escaped text) with a rank label and a compute and a comm lane per rank, a
-// rect with its tooltip per collective, the compute thread's top-level spans only, the waits
-// drawn (nested ones too), the window equal to the union of the ranks' step spans, sub-pixel
-// spans merged so that 10k of them stay a small file, the missing-step ValueError, and the
-// atomic write.
+// (balanced tags, escaped title and tooltips) with a rank label and a compute and a comm lane
+// per rank, a rect with its tooltip per collective, the compute thread's top-level spans only,
+// the waits drawn (nested ones too), the window equal to the union of the ranks' step spans,
+// sub-pixel spans merged so that 10k of them stay a small file, the missing-step ValueError,
+// and the atomic write.
 #include "tools/trace/timeline_svg.h"
 
 #include <catch2/catch.hpp>
@@ -129,7 +129,7 @@ json two_rank_trace() {
     events.push_back(span("step", "step", rank, kCompute, 0 + o, 400, {{"step", 4}}));
     events.push_back(span("step", "step", rank, kCompute, 1000 + o, 10000 + o, {{"step", 5}}));
     events.push_back(span("load batch", "data", rank, kCompute, 1000 + o, 500));
-    events.push_back(span("aten.mm", "op", rank, kCompute, 1600 + o, 2000));
+    events.push_back(span("aten.mm", "op", rank, kCompute, 1600 + o, 2000, {{"shapes", "[4, 8] <f32> & 'x'"}}));
     events.push_back(span("mm_kernel_child", "kernel", rank, kCompute, 1700 + o, 500));
     events.push_back(span("wait", "wait", rank, kCompute, 3700 + o, 800, {{"group", "dp"}, {"seq", 1}}));
     events.push_back(span("MmBackward", "autograd", rank, kCompute, 4600 + o, 3000));
@@ -167,6 +167,7 @@ TEST_CASE("step_timeline_svg: a well-formed SVG with a rank label and two lanes 
   CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
   INFO(svg.substr(0, 3000));
   CHECK(xml_problem(svg).empty());
+  CHECK(svg.find("shapes: [4, 8] &lt;f32&gt; &amp; &apos;x&apos;</title>") != std::string::npos);
   CHECK(texts_of_class(svg, "title") == std::vector<std::string>{"fsdp on 2 ranks &lt;step 5&gt; &amp; more"});
   CHECK(texts_of_class(svg, "rank") == std::vector<std::string>{"rank 0", "rank 1"});
   CHECK(texts_of_class(svg, "lane") == std::vector<std::string>{"compute", "comm", "compute", "comm"});

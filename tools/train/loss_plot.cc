@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
-#include <string_view>
 
 #include "collectives/posix_file.h"
 #include "kernels/error.h"
