@@ -69,7 +69,8 @@ void DDPModule::issue_ready_buckets() {
       const DTensor& g = params_[k]->grad();
       grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
     }
-    const trace::CommPhase phase("all_reduce", fmt::format("bucket {}", next_bucket_));
+    const trace::CommPhase phase("all_reduce",
+                                 trace::enabled(trace::Category::kIssue) ? fmt::format("bucket {}", next_bucket_) : "");
     reduced_[next_bucket_++] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
   }
 }

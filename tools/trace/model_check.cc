@@ -2,14 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 namespace dtr::trace {
 
 ModelCheck check_model(const std::vector<StepComm>& steps, const CostModel& model) {
   ModelCheck out;
-  std::vector<double> errors;
+  std::vector<CostSample> measured;
   for (const StepComm& s : steps) {
     for (const CollectiveTiming& c : s.collectives) {
       const std::optional<CollectiveKind> kind = collective_kind_from_name(c.kind);
@@ -20,17 +19,11 @@ ModelCheck check_model(const std::vector<StepComm>& steps, const CostModel& mode
         continue;
       }
       const double predicted = *seconds * 1e6;
-      const double error = std::abs(predicted - c.time.total_us) / c.time.total_us;
-      out.rows.push_back({&s, &c, predicted, error});
-      errors.push_back(error);
+      out.rows.push_back({&s, &c, predicted, std::abs(predicted - c.time.total_us) / c.time.total_us});
+      measured.push_back({*kind, c.group_size, c.bytes, c.time.total_us * 1e-6});
     }
   }
-  if (!errors.empty()) {
-    std::sort(errors.begin(), errors.end());
-    const size_t n = errors.size();
-    out.error.median = n % 2 == 1 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
-    out.error.worst = errors.back();
-  }
+  if (!measured.empty()) out.error = model.relative_error(measured);
   return out;
 }
 
