@@ -579,6 +579,24 @@ FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShard
   return *s;
 }
 
+void set_prefetch_depth(FSDPModule& root, const std::vector<FSDPModule*>& blocks, int64_t depth) {
+  DTR_CHECK(depth >= 0, ValueError, "set_prefetch_depth: depth {} for {} blocks; it must be 0 (off) or more", depth,
+            blocks.size());
+  const auto n = static_cast<int64_t>(blocks.size());
+  // Blocks `from`, `from` + step, ... for `depth` blocks, those in 0..n-1.
+  auto run = [&](int64_t from, int64_t step) {
+    std::vector<FSDPModule*> out;
+    for (int64_t k = from, left = depth; left > 0 && 0 <= k && k < n; k += step, --left) out.push_back(blocks[k]);
+    return out;
+  };
+  root.set_modules_to_forward_prefetch(run(0, 1));
+  root.set_modules_to_backward_prefetch(run(n - 1, -1));
+  for (int64_t i = 0; i < n; ++i) {
+    blocks[i]->set_modules_to_forward_prefetch(run(i + 1, 1));
+    blocks[i]->set_modules_to_backward_prefetch(run(i - 1, -1));
+  }
+}
+
 FSDPModule* fsdp_module(Module& module) { return dynamic_cast<FSDPModule*>(module.policy_state().get()); }
 
 }  // namespace dtr::nn

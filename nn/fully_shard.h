@@ -214,6 +214,15 @@ class FSDPModule : public ParallelPolicy {
 // choosing a placement that is not Shard(d) of the parameter.
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
 
+// Explicit prefetch `depth` groups ahead over `blocks`, the groups under `root` that run one
+// after another in forward (a Transformer's blocks): the root's pre-forward issues the
+// all-gathers of the first `depth` blocks and its pre-backward (backward begins at the
+// root's output) those of the last `depth`; block i's pre-forward those of blocks i+1 to
+// i+depth, its pre-backward those of blocks i-1 down to i-depth. Each list is in the order
+// the groups will run, as collectives run in the order issued. depth 0 turns prefetch off:
+// each all-gather is issued by its own group when it runs. ValueError for a negative depth.
+void set_prefetch_depth(FSDPModule& root, const std::vector<FSDPModule*>& blocks, int64_t depth);
+
 // The FSDP handle of a sharded module, or null.
 FSDPModule* fsdp_module(Module& module);
 

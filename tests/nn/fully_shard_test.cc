@@ -1,7 +1,8 @@
 // fully_shard and replicate on real ranks: 20 AdamW steps of a small causal Transformer
 // (each block and the root sharded) on 1, 2, 3 (uneven shards, an empty batch shard) and 4
 // ranks give the one-rank unsharded losses, clipped norms and weights, also with
-// reshard_after_forward false, explicit prefetch, gradient accumulation, HSDP on 2x2,
+// reshard_after_forward false, explicit prefetch (by hand, and set_prefetch_depth 0 and 2:
+// checked also for the order it issues all-gathers in), gradient accumulation, HSDP on 2x2,
 // Shard(1) matrices and bf16 parameters (within a stated tolerance); every step's
 // collectives are counted (one all-gather per group in forward, one more per resharded
 // group in backward, one reduce-scatter per group; DDP: one all-reduce per bucket); the
@@ -15,6 +16,7 @@
 #include "dtensor/ops/reduction.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
+#include "kernels/trace.h"
 #include "nn/container.h"
 #include "nn/full_state_dict.h"
 #include "nn/fully_shard.h"
@@ -40,6 +42,8 @@ enum class Sharding : uint8_t {
   kFsdp,
   kKeepGathered,
   kExplicitPrefetch,
+  kPrefetchOff,     // set_prefetch_depth 0
+  kPrefetchDepth2,  // set_prefetch_depth 2
   kMixedPrecision,
   kShardDim1,
   kReshardToPairs,  // reshard_after_forward = 2
@@ -93,6 +97,8 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
       root->set_modules_to_forward_prefetch({blocks[0], blocks[1]});
       blocks[1]->set_modules_to_backward_prefetch({blocks[0]});
     }
+    if (sharding == Sharding::kPrefetchOff) set_prefetch_depth(*root, blocks, 0);
+    if (sharding == Sharding::kPrefetchDepth2) set_prefetch_depth(*root, blocks, 2);
     for (auto& [name, p] : model.named_parameters()) {
       INFO(name);
       const Placement shard = sharding == Sharding::kShardDim1 && p->dim() == 2 ? Shard(1) : Shard(0);
@@ -228,7 +234,7 @@ TEST_CASE("fully_shard trains like one rank on 1, 2, 3 and 4 ranks", "[nn][fully
   }
 }
 
-TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch trains like one rank",
+TEST_CASE("fully_shard with gathered parameters kept, explicit prefetch and prefetch off trains like one rank",
           "[nn][fully_shard]") {
   testing::run_ranks(3, [](int, int) {
     const Run one = train(single_rank_mesh(), Sharding::kNone);
@@ -240,6 +246,69 @@ TEST_CASE("fully_shard with gathered parameters kept and with explicit prefetch 
     {
       INFO("explicit prefetch");
       check_same(train(mesh, Sharding::kExplicitPrefetch), one);
+    }
+    {
+      INFO("prefetch off");
+      check_same(train(mesh, Sharding::kPrefetchOff), one);
+    }
+    {
+      INFO("prefetch 2 blocks ahead");
+      check_same(train(mesh, Sharding::kPrefetchDepth2), one);
+    }
+  });
+}
+
+// The modules of the FSDP spans named `name` that began before (forward) or after `split_ns`.
+std::vector<std::string> fsdp_modules(const std::vector<trace::ThreadEvents>& run, std::string_view name, bool forward,
+                                      int64_t split_ns) {
+  std::vector<std::string> out;
+  for (const trace::ThreadEvents& t : run) {
+    for (const trace::Event& e : t.events) {
+      if (e.category != trace::Category::kFsdp || e.name != name || (e.begin_ns < split_ns) != forward) continue;
+      for (const trace::Arg& a : e.args) {
+        if (a.key == "module") out.push_back(a.json);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_CASE("set_prefetch_depth issues the next blocks' all-gathers ahead, nearest first, or none", "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    for (int64_t depth : {0, 1, 2}) {
+      INFO("depth " << depth);
+      manual_seed(1);
+      TransformerConfig config = testing::small_causal_lm(kVocab, kSeq);
+      config.n_layers = 4;
+      Transformer model(config);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+      std::vector<FSDPModule*> blocks;
+      for (auto& [name, m] : model.named_modules()) {
+        if (m->type_name() == "TransformerBlock") blocks.push_back(&fully_shard(*m, mesh));
+      }
+      FSDPModule& root = fully_shard(model, mesh);
+      set_prefetch_depth(root, blocks, depth);
+      const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
+      const DTensor x = distribute_tensor(tokens, mesh, {Shard(0)});
+      trace::start(trace::bit(trace::Category::kFsdp));
+      const DTensor loss = sum(model(x));
+      const int64_t split = trace::now_ns();
+      loss.backward();
+      const std::vector<trace::ThreadEvents> run = trace::stop();
+      const std::vector<std::string> all = {"\"layers.0\"", "\"layers.1\"", "\"layers.2\"", "\"layers.3\""};
+      const std::vector<std::string> reversed(all.rbegin(), all.rend());
+      if (depth == 0) {  // each block gathers itself, in forward and again in backward
+        CHECK(fsdp_modules(run, "unshard (issued)", true, split).empty());
+        CHECK(fsdp_modules(run, "unshard (issued)", false, split).empty());
+        CHECK(fsdp_modules(run, "unshard", true, split) ==
+              std::vector<std::string>{"\"root\"", all[0], all[1], all[2], all[3]});
+        CHECK(fsdp_modules(run, "unshard", false, split) == reversed);
+      } else {  // every block's gather issued ahead, in the order they run; the root's alone waited for
+        CHECK(fsdp_modules(run, "unshard (issued)", true, split) == all);
+        CHECK(fsdp_modules(run, "unshard (issued)", false, split) == reversed);
+        CHECK(fsdp_modules(run, "unshard", true, split) == std::vector<std::string>{"\"root\""});
+        CHECK(fsdp_modules(run, "unshard", false, split).empty());
+      }
     }
   });
 }
@@ -571,8 +640,10 @@ TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
     {
       auto inner = std::make_shared<Linear>(4, 4);
       Sequential seq({inner});
-      fully_shard(seq, mesh);
+      FSDPModule& root = fully_shard(seq, mesh);
       CHECK_THROWS_MATCHES(fully_shard(seq, mesh), ValueError, testing::MessageContains("already sharded"));
+      CHECK_THROWS_MATCHES(set_prefetch_depth(root, {}, -1), ValueError,
+                           testing::MessageContains("set_prefetch_depth: depth -1 for 0 blocks"));
       CHECK_THROWS_MATCHES(fully_shard(*inner, mesh), ValueError,
                            testing::MessageContains("weight' is DTensor(float32[4, 4] (S(0))"));
     }

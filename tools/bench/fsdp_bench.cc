@@ -11,8 +11,7 @@
 // After each rank count, PyTorch 2.15's fully_shard and DDP train the same model on gloo
 // in the same run (tools/bench/fsdp_peer.py under torch.distributed.run; skipped when torch
 // is missing), and the ratios of dtr's tokens/s to theirs are printed.
-// Reference configuration: vocab 4096, dim 256, 4 layers, 4 heads, sequence 128, 8
-// sequences per rank, AdamW, float32; FSDP shards each block and the root.
+// The reference model (reference_lm.h), AdamW; FSDP shards each block and the root.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -30,18 +29,14 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
-#include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
 #include "kernels/parallel.h"
-#include "kernels/random.h"
 #include "nn/fully_shard.h"
-#include "nn/init.h"
-#include "nn/loss.h"
 #include "nn/replicate.h"
-#include "nn/transformer.h"
 #include "optim/adam.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
+#include "tools/bench/reference_lm.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/train_report.h"
@@ -51,8 +46,6 @@ namespace {
 using namespace dtr;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kVocab = 4096, kDim = 256, kLayers = 4, kHeads = 4, kSeq = 128, kBatchPerRank = 8;
-
 struct Figures {
   double param_bytes = 0, grad_bytes = 0, optim_bytes = 0, peak_bytes = 0, ms_per_step = 0;
   double wait_ms_per_step = 0;  // in Work::wait: the compute thread waiting on collectives
@@ -60,15 +53,8 @@ struct Figures {
 
 // Trains `steps` timed steps after `warmup`; the largest figure of any rank.
 Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
-  nn::manual_seed(0);
-  nn::Transformer model({.vocab_size = kVocab,
-                         .dim = kDim,
-                         .n_layers = kLayers,
-                         .n_heads = kHeads,
-                         .causal = true,
-                         .max_seq_len = kSeq,
-                         .final_norm = true},
-                        {});
+  bench::ReferenceLM lm(mesh);
+  nn::Transformer& model = lm.model;
   if (fsdp) {
     for (auto& [name, m] : model.named_modules()) {
       if (m->type_name() == "TransformerBlock") nn::fully_shard(*m, mesh);
@@ -78,12 +64,6 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
     nn::replicate(model, mesh);
   }
   optim::AdamW opt({{.params = model.parameters(), .lr = 3e-4, .weight_decay = 0.1}});
-  const int64_t batch = kBatchPerRank * mesh.size();
-  Tensor u = Tensor::empty({batch, kSeq + 1}, kFloat64);
-  uniform_(u, 0, static_cast<double>(kVocab) - 0.5, 1);
-  const Tensor ids = u.to(kInt64);
-  const DTensor x = distribute_tensor(ids.narrow(1, 0, kSeq).contiguous(), mesh, {Shard(0)});
-  const DTensor y = reshape(distribute_tensor(ids.narrow(1, 1, kSeq).contiguous(), mesh, {Shard(0)}), {batch * kSeq});
   std::vector<double> times;
   Figures f;
   for (int64_t step = 0; step < warmup + steps; ++step) {
@@ -93,7 +73,7 @@ Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
     }
     const auto t0 = Clock::now();
     opt.zero_grad();
-    const DTensor loss = nn::cross_entropy(reshape(model(x), {batch * kSeq, kVocab}), y);
+    const DTensor loss = lm.loss();
     loss.backward();
     if (step + 1 == warmup + steps) {  // the gradients, before the step drops nothing
       f.grad_bytes = train::gradient_bytes(model.parameters());
@@ -134,7 +114,7 @@ void rank_main(int64_t steps, int64_t warmup) {
   const Figures base = run(mesh, false, steps, warmup);
   const Figures fsdp = run(mesh, true, steps, warmup);
   if (default_group()->rank() == 0) {
-    const double tokens = static_cast<double>(kBatchPerRank * world * kSeq);
+    const double tokens = static_cast<double>(bench::ReferenceLM::kBatchPerRank * world * bench::ReferenceLM::kSeq);
     if (const char* path = std::getenv(kResultFileEnv)) {
       std::ofstream(path) << tokens / (fsdp.ms_per_step / 1e3) << "\n";
     }
@@ -185,10 +165,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::vector<int> counts = parse_ranks(ranks);
-    fmt::print(
-        "causal LM: vocab {}, dim {}, {} layers, {} heads, seq {}, {} sequences per rank, AdamW, float32, 1 thread "
-        "per rank; medians of {} steps after {} warm-up; the largest figure of any rank\n",
-        kVocab, kDim, kLayers, kHeads, kSeq, kBatchPerRank, steps, warmup);
+    fmt::print("{}, AdamW, 1 thread per rank; medians of {} steps after {} warm-up; the largest figure of any rank\n",
+               bench::ReferenceLM::describe(), steps, warmup);
     fmt::print("{:>5} | {:<11} | {:>10} | {:>9} | {:>9} | {:>10} | {:>18} | {:>9} | {:>8} | {:>8} | {:>7}\n", "ranks",
                "mode", "params MiB", "grads MiB", "optim MiB", "total MiB", "total / DDP", "peak MiB", "ms/step",
                "tokens/s", "wait ms");

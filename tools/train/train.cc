@@ -146,19 +146,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     options.reshard_after_forward.reset();      // the root keeps its parameters for backward
     options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
     m.root = &nn::fully_shard(*m.net, mesh, options);
-    if (c.prefetch > 0) {  // each block prefetches the next N (backward: the previous N)
-      const auto n = static_cast<int64_t>(m.blocks.size());
-      auto span = [&](int64_t from, int64_t to) {
-        std::vector<nn::FSDPModule*> out;
-        for (int64_t k = std::max<int64_t>(0, from); k < std::min(n, to); ++k) out.push_back(m.blocks[k]);
-        return out;
-      };
-      m.root->set_modules_to_forward_prefetch(span(0, c.prefetch));
-      for (int64_t i = 0; i < n; ++i) {
-        m.blocks[i]->set_modules_to_forward_prefetch(span(i + 1, i + 1 + c.prefetch));
-        m.blocks[i]->set_modules_to_backward_prefetch(span(i - c.prefetch, i));
-      }
-    }
+    if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
   if (!c.init_from.empty()) nn::load_full_state_dict(*m.net, nn::load_file(c.init_from));
   return m;
