@@ -10,6 +10,7 @@
 // times and writes it. Method, columns and the latest tables: docs/collective_bench.md.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/reduce_scatter.h>
@@ -51,7 +52,7 @@ struct Options {
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = 64 << 20;
   int batches = 7;
-  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"};
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"};
   std::string cost_model_path;  // where --fit-cost-model writes the fitted model; empty: no fit
 };
 
@@ -263,6 +264,23 @@ class Bench {
     print(CollectiveKind::kBroadcast, bytes, count, dtr, raw, bad);
   }
 
+  void run_all_to_all(int64_t bytes) {
+    const int64_t count = bytes / 4, chunk = count / n_;
+    Tensor in = filled(chunk * n_), out = Tensor::empty({chunk * n_}, kFloat32);
+    pg_->all_to_all_single(out, in).wait();
+    // Block s of the output is rank s's block for this rank.
+    const int64_t bad = wrong(out, [&](int64_t i) { return (i / chunk + 1) * w(rank_ * chunk + i % chunk); });
+    const std::vector<Timing> t = time(bytes, {[&] { pg_->all_to_all_single(out, in).wait(); },
+                                               [&] {
+                                                 gloo::AlltoallOptions o(raw_);
+                                                 o.setInput(in.data_ptr<float>(), static_cast<size_t>(chunk * n_));
+                                                 o.setOutput(out.data_ptr<float>(), static_cast<size_t>(chunk * n_));
+                                                 o.setTag(tag_++);
+                                                 gloo::alltoall(o);
+                                               }});
+    print(CollectiveKind::kAllToAll, chunk * n_ * 4, chunk * n_, t[0], t[1], bad);
+  }
+
   void run() {
     if (rank_ == 0) {
       fmt::print(
@@ -285,6 +303,7 @@ class Bench {
         if (op == "all_gather") run_all_gather(bytes);
         if (op == "reduce_scatter") run_reduce_scatter(bytes);
         if (op == "broadcast") run_broadcast(bytes);
+        if (op == "all_to_all") run_all_to_all(bytes);
       }
     }
     if (rank_ == 0 && wrong_total_ > 0) fmt::print("# {} wrong elements: FAILED\n", wrong_total_);
@@ -333,7 +352,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", options.max_bytes, "largest size, bytes (sizes grow 4x)")->check(CLI::PositiveNumber);
   app.add_option("--batches", options.batches, "timed batches per row")->check(CLI::Range(1, 1000));
   app.add_option("--ops", options.ops, "collectives to run")
-      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"}));
   app.add_option("--fit-cost-model", options.cost_model_path,
                  "fit the alpha-beta cost model to dtr's median times and write it to this JSON file (fits of other "
                  "group sizes already in it are kept)");
