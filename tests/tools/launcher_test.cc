@@ -265,6 +265,42 @@ TEST_CASE("a rank that ignores SIGTERM is killed after the grace period") {
                                       "signal; sending SIGKILL"));
 }
 
+TEST_CASE("a rank killed from outside after a peer exited is still reported as the first failure") {
+  // Rank 1 exits with a code; rank 0 ignores the SIGTERM that follows and dies of SIGKILL
+  // 0.3 s later, long before dtrrun's own SIGKILL is due: a signal dtrrun did not send, as
+  // when a rank killed from outside closes its sockets before it is a zombie and its peer
+  // exits first on the reset connection.
+  const fs::path dir = dtr::testing::make_temp_dir("launcher_test");
+  const Finished run = finish(start_dtrrun({"--nproc-per-node",
+                                            "2",
+                                            "--kill-grace-seconds",
+                                            "30",
+                                            kProbe,
+                                            "ignore-sigterm",
+                                            "ready",
+                                            dir.string(),
+                                            "wait-for",
+                                            (dir / "ready.1").string(),
+                                            "wait-for",
+                                            (dir / "ready.0").string(),
+                                            "exit-if-rank",
+                                            "1",
+                                            "3",
+                                            "sleep",
+                                            "0.3",
+                                            "kill-if-rank",
+                                            "0",
+                                            "9",
+                                            "sleep",
+                                            kLongSleep},
+                                           dir, "dtrrun"));
+  INFO("stderr:\n" << run.err);
+  CHECK(run.exit_code == 128 + SIGKILL);
+  CHECK_THAT(run.err, Catch::Contains(") exited with code 3; stopping the other 1 rank(s)"));
+  CHECK_THAT(run.err, Catch::Contains(") was killed by signal 9 (SIGKILL) (not by dtrrun): the first failure"));
+  CHECK_THAT(run.err, Catch::Contains("[dtrrun] failed after 1 attempt(s): rank 0 (local rank 0"));
+}
+
 TEST_CASE("SIGTERM and SIGINT sent to dtrrun reach every rank") {
   const int signal = GENERATE(SIGTERM, SIGINT);
   INFO("signal " << signal);

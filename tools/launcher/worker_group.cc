@@ -183,7 +183,19 @@ void WorkerGroup::reap_exited(GroupOutcome& outcome) {
     }
     const pid_t pid = worker->process.pid();
     const ExitStatus status = worker->process.reap();
-    if (status.success() || stopping_) continue;
+    if (status.success()) continue;
+    if (stopping_) {
+      // Killed by a signal dtrrun did not send, while the others were being stopped for a
+      // rank's exit code: it most likely died first (its peers saw its connections close
+      // before the kernel made it a zombie), so it is the failure to report.
+      const bool not_sent =
+          status.signal != 0 && status.signal != stop_signal_ && !(killed_ && status.signal == SIGKILL);
+      if (outcome.failure && outcome.failure->status.signal == 0 && not_sent) {
+        outcome.failure = RankFailure{worker->rank, worker->local_rank, pid, status};
+        launcher_log("{} (not by dtrrun): the first failure", outcome.failure->describe());
+      }
+      continue;
+    }
     if (!failure || (failure->status.signal == 0 && status.signal != 0)) {
       failure = RankFailure{worker->rank, worker->local_rank, pid, status};
     }
@@ -211,6 +223,7 @@ void WorkerGroup::relay(OutputStream& stream) {
 
 void WorkerGroup::stop(int signal) {
   stopping_ = true;
+  stop_signal_ = signal;
   kill_deadline_ = Clock::now() + kill_grace_;
   for (const Worker& worker : workers_) worker.process.signal_group(signal);
 }

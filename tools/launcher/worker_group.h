@@ -84,6 +84,7 @@ class WorkerGroup {
   std::vector<Worker> workers_;
   std::vector<OutputStream> streams_;
   bool stopping_ = false;
+  int stop_signal_ = 0;  // what stop() sent
   bool killed_ = false;
   std::chrono::steady_clock::time_point kill_deadline_;  // when stopping_: SIGKILL is due
 };
