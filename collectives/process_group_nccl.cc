@@ -14,6 +14,7 @@
 #include "collectives/distributed_error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/stream.h"
 
 namespace dtr {
 namespace {
@@ -46,45 +47,13 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
 }
 
-// A CUDA stream of one device that does not synchronise with the legacy default stream.
-class CudaStream {
- public:
-  explicit CudaStream(int device) {
-    DTR_CUDA_CHECK(cudaSetDevice(device), device);
-    DTR_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), device);
-  }
-  ~CudaStream() { cudaStreamDestroy(stream_); }
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class CudaEvent {
- public:
-  explicit CudaEvent(int device) { DTR_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), device); }
-  CudaEvent(CudaEvent&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-  CudaEvent& operator=(CudaEvent&&) = delete;
-  ~CudaEvent() {
-    if (event_ != nullptr) cudaEventDestroy(event_);
-  }
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
 }  // namespace
 
 struct ProcessGroupNCCL::Impl {
   struct Pending {
     Collective c;
     Work work;
-    CudaEvent done;
+    cuda::Event done;
     Clock::time_point start;
   };
 
@@ -92,7 +61,7 @@ struct ProcessGroupNCCL::Impl {
   int device;
   ncclComm_t comm = nullptr;
   bool aborted = false;
-  std::optional<CudaStream> stream;
+  std::optional<cuda::Stream> stream;  // the group's communication stream
   Tensor barrier_buffer;
   std::mutex mutex;            // guards comm calls, pending and broken
   std::condition_variable cv;  // a collective was issued, or the group is going
@@ -121,7 +90,7 @@ struct ProcessGroupNCCL::Impl {
 void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   const ncclDataType_t type = nccl_type(c.dtype);
   const size_t elem = itemsize(c.dtype);
-  cudaStream_t s = stream->get();
+  cudaStream_t s = stream->handle();
   auto* in = static_cast<char*>(c.input.numel() > 0 ? c.input.data() : nullptr);
   auto* out = static_cast<char*>(c.output.numel() > 0 ? c.output.data() : nullptr);
   const int n = group.size(), rank = group.rank();
@@ -230,7 +199,7 @@ void ProcessGroupNCCL::Impl::watch() {
     // Collectives finish in issue order on the one stream: only the oldest can be next.
     while (!pending.empty()) {
       Pending& p = pending.front();
-      const cudaError_t q = cudaEventQuery(p.done.get());
+      const cudaError_t q = cudaEventQuery(p.done.handle());
       if (q == cudaErrorNotReady) {
         if (Clock::now() - p.start > group.timeout()) {
           abort_all(DistributedErrorKind::kTimeout,
@@ -309,13 +278,13 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
   try {
     DTR_CUDA_CHECK(cudaSetDevice(device), device);
     if (c.pack) c.pack();
-    // The comm stream waits for what the default stream (dtr's kernels) has queued so far.
-    CudaEvent ready(device);
-    DTR_CUDA_CHECK(cudaEventRecord(ready.get(), nullptr), device);
-    DTR_CUDA_CHECK(cudaStreamWaitEvent(impl_->stream->get(), ready.get(), 0), device);
+    // The comm stream waits for what the caller's stream (its kernels) has queued so far.
+    cuda::Event ready(device);
+    ready.record(cuda::current_stream(device));
+    impl_->stream->wait(ready);
     impl_->launch(c);
-    CudaEvent done(device);
-    DTR_CUDA_CHECK(cudaEventRecord(done.get(), impl_->stream->get()), device);
+    cuda::Event done(device);
+    done.record(*impl_->stream);
     impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
     impl_->cv.notify_all();
   } catch (const std::exception& e) {

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "kernels/caching_allocator.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_device_memory.h"
 #include "kernels/error.h"
 
 namespace dtr {
@@ -18,8 +20,8 @@ void* Allocator::allocate(size_t nbytes) {
   if (p == nullptr) {
     throw OutOfMemoryError(fmt::format(
         "allocator: out of memory on {}: asked for {} bytes with {} in use and {} cached (freed blocks kept for "
-        "reuse); free tensors or call empty_cache()",
-        device_, nbytes, bytes_in_use_.load(), cached_bytes()));
+        "reuse); {}",
+        device_, nbytes, bytes_in_use_.load(), cached_bytes(), out_of_memory_note()));
   }
   int64_t now = bytes_in_use_.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = peak_bytes_.load();
@@ -37,7 +39,8 @@ void Allocator::deallocate(void* ptr, size_t nbytes) noexcept {
 }
 
 MemoryStats Allocator::stats() const {
-  return {bytes_in_use_.load(), peak_bytes_.load(), live_allocs_.load(), total_allocs_.load(), cached_bytes()};
+  return {bytes_in_use_.load(), peak_bytes_.load(), live_allocs_.load(),
+          total_allocs_.load(), cached_bytes(),     system_allocs()};
 }
 
 void Allocator::reset_peak() { peak_bytes_.store(bytes_in_use_.load()); }
@@ -78,6 +81,7 @@ size_t CpuAllocator::default_cache_limit() {
 
 void* CpuAllocator::raw_allocate(size_t nbytes) {
   if (nbytes < kCachedFrom) {
+    system_allocs_.fetch_add(1);
     return std::aligned_alloc(kAlignment, (nbytes + kAlignment - 1) / kAlignment * kAlignment);
   }
   const size_t size = block_size(nbytes);
@@ -97,6 +101,7 @@ void* CpuAllocator::raw_allocate(size_t nbytes) {
     empty_cache();
     p = map_block(size);
   }
+  if (p != nullptr) system_allocs_.fetch_add(1);
   return p;
 }
 
@@ -139,20 +144,6 @@ int64_t CpuAllocator::cached_bytes() const {
   return static_cast<int64_t>(cached_total_);
 }
 
-namespace {
-
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int index) : Allocator(Device(kCUDA, index)), index_(index) {}
-
- private:
-  void* raw_allocate(size_t nbytes) override { return cuda::device_malloc(index_, nbytes); }
-  void raw_deallocate(void* ptr, size_t) noexcept override { cuda::device_free(index_, ptr); }
-  int index_;
-};
-
-}  // namespace
-
 Allocator& allocator_for(Device device) {
   switch (device.type) {
     case kCPU: {
@@ -162,12 +153,14 @@ Allocator& allocator_for(Device device) {
     }
     case kCUDA: {
       static constexpr int kMaxDevices = 64;
-      static CudaAllocator* cuda_allocators[kMaxDevices] = {};
+      static CachingAllocator* cuda_allocators[kMaxDevices] = {};
       static std::once_flag once[kMaxDevices];
       int n = cuda::device_count();
       DTR_CHECK(device.index >= 0 && device.index < n, ValueError,
                 "allocator: device {} does not exist ({} CUDA devices visible)", device, n);
-      std::call_once(once[device.index], [&] { cuda_allocators[device.index] = new CudaAllocator(device.index); });
+      std::call_once(once[device.index], [&] {
+        cuda_allocators[device.index] = new CachingAllocator(device, cuda::cuda_device_memory(device.index));
+      });
       return *cuda_allocators[device.index];
     }
   }

@@ -5,8 +5,8 @@
 // bytes cached (freed by tensors, kept for reuse, not in use). CPU memory is 64-byte
 // aligned. CPU blocks of 128 KiB or more are cached, as PyTorch's CUDA caching allocator
 // does: glibc serves them with fresh mmaps whose page faults can cost more than the op that
-// writes them (figures: docs/kernel_bench.md, "Allocator"). CUDA memory is cudaMalloc'd by
-// kernels/cuda, uncached. Thread safe: the comm thread allocates too.
+// writes them (figures: docs/kernel_bench.md, "Allocator"). CUDA memory comes from a
+// CachingAllocator (caching_allocator.h) per device. Thread safe: the comm thread allocates too.
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "kernels/device.h"
 
@@ -22,10 +23,11 @@ namespace dtr {
 
 struct MemoryStats {
   int64_t bytes_in_use = 0;
-  int64_t peak_bytes = 0;    // highest bytes_in_use since the last reset_peak
-  int64_t live_allocs = 0;   // allocations not yet freed
-  int64_t total_allocs = 0;  // allocations ever made
-  int64_t bytes_cached = 0;  // freed blocks held for reuse (not in use); empty_cache returns them
+  int64_t peak_bytes = 0;     // highest bytes_in_use since the last reset_peak
+  int64_t live_allocs = 0;    // allocations not yet freed
+  int64_t total_allocs = 0;   // allocations ever made
+  int64_t bytes_cached = 0;   // freed blocks held for reuse (not in use); empty_cache returns them
+  int64_t system_allocs = 0;  // allocations the system served (cudaMalloc, mmap, aligned_alloc): the cache's misses
 };
 
 class Allocator {
@@ -42,12 +44,17 @@ class Allocator {
   void reset_peak();
   // Returns every cached block to the system; an allocator without a cache has none.
   virtual void empty_cache() {}
+  Device device() const { return device_; }
 
  protected:
   // nullptr when the device has no memory left.
   virtual void* raw_allocate(size_t nbytes) = 0;
   virtual void raw_deallocate(void* ptr, size_t nbytes) noexcept = 0;
   virtual int64_t cached_bytes() const { return 0; }
+  // Without a cache every allocation is the system's.
+  virtual int64_t system_allocs() const { return total_allocs_.load(); }
+  // The end of the out-of-memory message: what the user can do.
+  virtual std::string out_of_memory_note() const { return "free tensors or call empty_cache()"; }
 
  private:
   const Device device_;
@@ -88,6 +95,7 @@ class CpuAllocator final : public Allocator {
   void* raw_allocate(size_t nbytes) override;
   void raw_deallocate(void* ptr, size_t nbytes) noexcept override;
   int64_t cached_bytes() const override;
+  int64_t system_allocs() const override { return system_allocs_.load(); }
   void evict_oldest();  // with mutex_ held
 
   struct Block {
@@ -99,6 +107,7 @@ class CpuAllocator final : public Allocator {
   std::list<Block> cached_;  // most recently freed first
   std::multimap<size_t, std::list<Block>::iterator> by_size_;
   size_t cached_total_ = 0;
+  std::atomic<int64_t> system_allocs_{0};
 };
 
 // The allocator of a device (one per CUDA device index).

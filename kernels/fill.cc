@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/copy.h"
 #include "kernels/cuda/fill_copy.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -15,7 +16,8 @@ Tensor& fill_(Tensor& t, double value) {
     case kCUDA:
       DTR_CHECK(t.is_contiguous(), NotImplementedError, "fill_: {} is a strided CUDA view; fill a contiguous tensor",
                 describe(t));
-      cuda::fill(t.data(), t.dtype(), t.numel(), value, t.device().index);
+      cuda::fill(t.data(), t.dtype(), t.numel(), value, t.device().index,
+                 cuda::current_stream(t.device().index).handle());
       return t;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");

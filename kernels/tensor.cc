@@ -7,8 +7,10 @@
 #include <sstream>
 
 #include "kernels/cpu/copy.h"
+#include "kernels/cuda/copy_bytes.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/fill_copy.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/internal/check_writable.h"
 #include "kernels/trace.h"
 
@@ -327,7 +329,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
               "copy_: {} <- {}: device-to-host copies need a contiguous source of the same shape", describe(*this),
               describe(src));
     Tensor staging = empty(shape_, src.dtype(), kCPU);
-    cuda::copy_bytes(src.device().index, staging.data(), src.data(), src.nbytes(), cuda::CopyKind::kDeviceToHost);
+    cuda::copy_bytes(staging.data(), src.data(), src.nbytes(), cuda::CopyKind::kDeviceToHost,
+                     cuda::current_stream(src.device().index));
     cpu::copy(*this, staging);
     return *this;
   }
@@ -337,13 +340,13 @@ Tensor& Tensor::copy_(const Tensor& src) {
   if (src.device().is_cpu()) {  // host -> device
     Tensor staging = empty(shape_, dtype_, kCPU);
     cpu::copy(staging, src);
-    cuda::copy_bytes(dev, data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice);
+    cuda::copy_bytes(data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, cuda::current_stream(dev));
     return *this;
   }
   DTR_CHECK(src.device() == device() && src.is_contiguous() && src.shape() == shape_, NotImplementedError,
             "copy_: {} <- {}: device copies need a contiguous source of the same shape on the same device",
             describe(*this), describe(src));
-  cuda::cast(data(), dtype_, src.data(), src.dtype(), numel(), dev);
+  cuda::cast(data(), dtype_, src.data(), src.dtype(), numel(), dev, cuda::current_stream(dev).handle());
   return *this;
 }
 

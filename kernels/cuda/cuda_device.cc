@@ -51,18 +51,4 @@ void device_free(int device, void* ptr) noexcept {
   }
 }
 
-void copy_bytes(int device, void* dst, const void* src, size_t nbytes, CopyKind kind) {
-  if (nbytes == 0) return;
-  cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                     : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                                       : cudaMemcpyDeviceToDevice;
-  DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  DTR_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, k), device);
-}
-
-void synchronize(int device) {
-  DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  DTR_CUDA_CHECK(cudaDeviceSynchronize(), device);
-}
-
 }  // namespace dtr::cuda

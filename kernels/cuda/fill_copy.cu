@@ -28,21 +28,21 @@ __global__ void cast_kernel(To* dst, const From* src, int64_t n) {
 
 }  // namespace
 
-void fill(void* dst, DType dtype, int64_t n, double value, int device) {
+void fill(void* dst, DType dtype, int64_t n, double value, int device, cudaStream_t stream) {
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dtype, "cuda fill", [&]<class T>(TypeTag<T>) {
-    fill_kernel<T><<<blocks_for(n), kThreads>>>(static_cast<T*>(dst), n, convert<T>(value));
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, convert<T>(value));
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
 
-void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, int device) {
+void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, int device, cudaStream_t stream) {
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dst_dtype, "cuda cast", [&]<class To>(TypeTag<To>) {
     dispatch_all(src_dtype, "cuda cast", [&]<class From>(TypeTag<From>) {
-      cast_kernel<To, From><<<blocks_for(n), kThreads>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
+      cast_kernel<To, From><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
     });
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);

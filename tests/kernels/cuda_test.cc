@@ -1,8 +1,16 @@
-// CUDA side of the local tensor: allocator statistics, fill and cast kernels, host/device
-// copies. Cases tagged [gpu] need a GPU; the untagged case checks what a CPU-only machine
-// answers (no device, and a clear error instead of a crash).
+// CUDA side of the local tensor: streams and events, the caching allocator (reuse, no
+// cudaMalloc once warm, record_stream, the out-of-memory message), fill and cast kernels,
+// host/device copies. Cases tagged [gpu] need a GPU; the untagged cases check what a
+// CPU-only machine answers (no device, and clear errors instead of crashes).
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <thread>
+
 #include "kernels/allocator.h"
+#include "kernels/caching_allocator.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
 #include "tests/testing/test_util.h"
 
@@ -17,6 +25,96 @@ TEST_CASE("without a GPU, CUDA tensors raise a clear error", "[cuda]") {
   CHECK_THROWS_AS(Tensor::empty({4}, kFloat32, Device(kCUDA, 0)), ValueError);
   CHECK_THROWS_WITH(Tensor::empty({4}, kFloat32, Device(kCUDA, 0)),
                     Catch::Contains("cuda:0") && Catch::Contains("0 CUDA devices"));
+}
+
+TEST_CASE("without a GPU, streams and events raise a clear error", "[cuda]") {
+  if (cuda::device_count() > 0) return;
+  CHECK_THROWS_MATCHES(cuda::Stream(0), ValueError,
+                       testing::MessageContains("cuda::Stream: device cuda:0 does not exist (0 CUDA devices visible)"));
+  CHECK_THROWS_MATCHES(cuda::Event(0), ValueError,
+                       testing::MessageContains("cuda::Event: device cuda:0 does not exist"));
+  CHECK_THROWS_MATCHES(cuda::current_stream(0), ValueError,
+                       testing::MessageContains("cuda::current_stream: device cuda:0 does not exist"));
+}
+
+// Holds `stream` for `ms` milliseconds from the host: work queued after it waits.
+void hold(const cuda::Stream& stream, int ms) {
+  auto* wait = new int(ms);
+  REQUIRE(cudaLaunchHostFunc(
+              stream.handle(),
+              [](void* arg) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(arg)));
+                delete static_cast<int*>(arg);
+              },
+              wait) == cudaSuccess);
+}
+
+TEST_CASE("streams: the compute stream is current unless a guard says otherwise; events order them", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const cuda::Stream& compute = cuda::compute_stream(0);
+  CHECK(&cuda::current_stream(0) == &compute);
+  cuda::Stream side(0);
+  {
+    const cuda::StreamGuard guard(side);
+    CHECK(&cuda::current_stream(0) == &side);
+  }
+  CHECK(&cuda::current_stream(0) == &compute);
+  // side waits for compute's event: a fill queued on side after the wait sees compute's fill.
+  Tensor t = full({1 << 20}, 1.0, kFloat32, Device(kCUDA, 0));
+  hold(compute, 100);
+  fill_(t, 2.0);  // on compute, after the hold
+  cuda::Event filled(0);
+  filled.record(compute);
+  CHECK_FALSE(filled.query());
+  side.wait(filled);
+  CHECK_FALSE(side.query());
+  side.synchronize();
+  CHECK(filled.query());
+  CHECK(t.to(kCPU).data_ptr<float>()[0] == 2.0f);
+  cuda::Event start(0, cuda::Event::Timing::kOn), end(0, cuda::Event::Timing::kOn);
+  start.record(side);
+  hold(side, 20);
+  end.record(side);
+  end.synchronize();
+  CHECK(start.elapsed_ms(end) >= 15.0f);
+}
+
+TEST_CASE("the caching allocator: reuse without cudaMalloc, record_stream, out of memory", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Device gpu(kCUDA, 0);
+  for (int step = 0; step < 2; ++step) {  // the first step warms the cache
+    const int64_t before = memory_stats(gpu).system_allocs;
+    {
+      std::vector<Tensor> ts;
+      for (int64_t n : {1, 7, 1023, 4097, 1 << 20, 3 << 20}) ts.push_back(Tensor::empty({n}, kFloat32, gpu));
+    }
+    if (step == 1) CHECK(memory_stats(gpu).system_allocs == before);
+  }
+  CHECK(memory_stats(gpu).bytes_cached > 0);
+  // A block a side stream still uses is not handed out until the side stream has run.
+  auto& cache = dynamic_cast<CachingAllocator&>(allocator_for(gpu));
+  cuda::Stream side(0);
+  void* used = nullptr;
+  {
+    Tensor t = Tensor::empty({1 << 18}, kFloat32, gpu);
+    used = t.data();
+    hold(side, 200);
+    cache.record_stream(used, reinterpret_cast<DeviceMemory::StreamId>(side.handle()));
+  }
+  {
+    Tensor u = Tensor::empty({1 << 18}, kFloat32, gpu);
+    CHECK(u.data() != used);
+  }
+  side.synchronize();
+  {
+    Tensor v = Tensor::empty({1 << 18}, kFloat32, gpu);
+    CHECK(v.data() == used);
+  }
+  // Far more than any GPU holds: the cache is emptied, the request retried, then a clear error.
+  CHECK_THROWS_MATCHES(Tensor::empty({int64_t{1} << 48}, kFloat32, gpu), OutOfMemoryError,
+                       testing::MessageContains("out of memory on cuda:0: asked for 1125899906842624 bytes") &&
+                           testing::MessageContains("the cache was emptied and the request retried"));
+  CHECK(memory_stats(gpu).bytes_cached == 0);
 }
 
 TEST_CASE("CUDA allocator counts bytes; fill and cast match the CPU kernels", "[gpu]") {

@@ -372,6 +372,7 @@ TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as 
   CHECK(a.stats().bytes_in_use == int64_t{4 * kMiB - 100});
   CHECK(a.stats().bytes_cached == 0);
   CHECK(a.stats().total_allocs == 2);
+  CHECK(a.stats().system_allocs == 1);  // the second came from the cache
   // Another size class does not take it.
   void* r = a.allocate(5 * kMiB);
   CHECK(r != q);
@@ -390,6 +391,7 @@ TEST_CASE("the CPU cache reuses large blocks by rounded size and counts them as 
   // Blocks under 128 KiB come from the system allocator and are never cached.
   void* small = a.allocate((128 << 10) - 1);
   a.deallocate(small, (128 << 10) - 1);
+  CHECK(a.stats().system_allocs == 4);  // 4 MiB, 6 MiB, 320 KiB blocks and the small one
   CHECK(a.stats().bytes_cached == int64_t{10 * kMiB} + (320 << 10));
   CHECK(CpuAllocator::block_size(kMiB - 1) == kMiB);
   CHECK(CpuAllocator::block_size(kMiB) == 2 * kMiB);  // from 1 MiB: whole huge-page granules

@@ -1,0 +1,14 @@
+// The DeviceMemory (kernels/device_memory.h) of one CUDA device: cudaMalloc and cudaFree,
+// the calling thread's current stream (stream.h), and markers as CUDA events (disabled
+// timing), recycled through a free list. CachingAllocator calls it under its own lock.
+#pragma once
+
+#include <memory>
+
+#include "kernels/device_memory.h"
+
+namespace dtr::cuda {
+
+std::unique_ptr<DeviceMemory> cuda_device_memory(int device);
+
+}  // namespace dtr::cuda
