@@ -200,6 +200,11 @@ constexpr DType acc_dtype(DType d) {
   }
 }
 
+// The type an element is computed in by elementwise kernels (CPU and CUDA): float for the
+// 16-bit floats, the type itself otherwise.
+template <class T>
+using opmath_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float, T>;
+
 // Converts between any two element types through the accumulation type.
 template <class To, class From>
 DTR_HOST_DEVICE inline To convert(From v) {

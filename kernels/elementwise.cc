@@ -2,12 +2,14 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/internal/check_writable.h"
-#include "kernels/internal/device_not_implemented.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -58,17 +60,53 @@ Shape broadcast_operands(std::string_view op, std::initializer_list<const Tensor
   return shape;
 }
 
-// The device switch of every elementwise op: cpu_kernel(out) for CPU tensors; CUDA
-// operands raise NotImplementedError naming them until the CUDA kernels land.
-template <class CpuKernel>
-void dispatch_device(std::string_view op, const Tensor& out, std::initializer_list<const Tensor*> operands,
-                     const CpuKernel& cpu_kernel) {
+// The device switch of every elementwise op: cpu_kernel(out) for CPU tensors,
+// cuda_kernel(out) for CUDA ones.
+template <class CpuKernel, class CudaKernel>
+void dispatch_device(std::string_view op, const Tensor& out, const CpuKernel& cpu_kernel,
+                     const CudaKernel& cuda_kernel) {
   const trace::Span span(op, trace::Category::kKernel);
   switch (out.device().type) {
     case kCPU: cpu_kernel(out); return;
-    case kCUDA: throw_device_not_implemented(op, out.device(), describe_operands(operands));
+    case kCUDA: cuda_kernel(out); return;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+// cuda::map of `op` writing out from `inputs`, each broadcast to out's shape; `dtype` is the
+// value operands'.
+void cuda_map(std::string_view name, const Tensor& out, std::initializer_list<const Tensor*> inputs, DType dtype,
+              cuda::MapOp op, cuda::MapScalars scalars = {}) {
+  DTR_CHECK(out.dim() <= cuda::kMaxMapDims, NotImplementedError,
+            "{}: {} has {} dims; CUDA elementwise kernels take at most {}", name, describe(out), out.dim(),
+            cuda::kMaxMapDims);
+  cuda::MapShape shape;
+  shape.ndim = static_cast<int>(out.dim());
+  shape.numel = out.numel();
+  auto operand = [&](const Tensor& t) {
+    const Tensor view = t.expand(out.shape());  // stride 0 where t broadcasts
+    cuda::MapOperand o;
+    o.data = view.numel() > 0 ? view.data() : nullptr;
+    for (int64_t d = 0; d < out.dim(); ++d) o.strides[d] = view.stride(d);
+    return o;
+  };
+  for (int64_t d = 0; d < out.dim(); ++d) shape.sizes[d] = out.size(d);
+  std::vector<cuda::MapOperand> in;
+  for (const Tensor* t : inputs) in.push_back(operand(*t));
+  const int device = out.device().index;
+  cuda::map(operand(out), in.data(), shape, dtype, op, scalars, device, cuda::current_stream(device).handle());
+}
+
+cuda::MapOp cuda_compare_op(cpu::CompareOp cmp, bool scalar) {
+  switch (cmp) {
+    case cpu::CompareOp::kEq: return scalar ? cuda::MapOp::kEqScalar : cuda::MapOp::kEq;
+    case cpu::CompareOp::kNe: return scalar ? cuda::MapOp::kNeScalar : cuda::MapOp::kNe;
+    case cpu::CompareOp::kLt: return scalar ? cuda::MapOp::kLtScalar : cuda::MapOp::kLt;
+    case cpu::CompareOp::kLe: return scalar ? cuda::MapOp::kLeScalar : cuda::MapOp::kLe;
+    case cpu::CompareOp::kGt: return scalar ? cuda::MapOp::kGtScalar : cuda::MapOp::kGt;
+    case cpu::CompareOp::kGe: return scalar ? cuda::MapOp::kGeScalar : cuda::MapOp::kGe;
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown CompareOp {}", static_cast<int>(cmp));
 }
 
 // Integer and bool tensors take only scalars their dtype holds exactly: 0.5 on an int32
@@ -102,70 +140,86 @@ void check_no_partial_overlap(std::string_view op, const Tensor& a, const Tensor
             describe(a));
 }
 
-// out = kernel(x) with out shaped like x.
-template <class Kernel>
-Tensor unary(std::string_view op, const Tensor& x, DType out_dtype, const Kernel& kernel) {
+// out = f(x) with out shaped like x: cpu_kernel(out) on the CPU, cuda_op on CUDA.
+template <class CpuKernel>
+Tensor unary(std::string_view op, const Tensor& x, DType out_dtype, const CpuKernel& cpu_kernel, cuda::MapOp cuda_op,
+             cuda::MapScalars scalars = {}) {
   check_defined(op, x);
   Tensor out = Tensor::empty(x.shape(), out_dtype, x.device());
-  dispatch_device(op, out, {&x}, kernel);
+  dispatch_device(op, out, cpu_kernel, [&](const Tensor& o) { cuda_map(op, o, {&x}, x.dtype(), cuda_op, scalars); });
   return out;
 }
 
-Tensor unary(std::string_view op, const Tensor& x, void (*kernel)(const Tensor&, const Tensor&)) {
-  return unary(op, x, x.dtype(), [&](const Tensor& out) { kernel(out, x); });
+Tensor unary(std::string_view op, const Tensor& x, void (*kernel)(const Tensor&, const Tensor&), cuda::MapOp cuda_op) {
+  return unary(
+      op, x, x.dtype(), [&](const Tensor& out) { kernel(out, x); }, cuda_op);
 }
 
 // out = kernel(a, s), s checked against a's dtype.
-Tensor scalar_op(std::string_view op, const Tensor& a, double s, void (*kernel)(const Tensor&, const Tensor&, double)) {
+Tensor scalar_op(std::string_view op, const Tensor& a, double s, void (*kernel)(const Tensor&, const Tensor&, double),
+                 cuda::MapOp cuda_op) {
   check_defined(op, a);
   check_scalar(op, a, s);
-  return unary(op, a, a.dtype(), [&](const Tensor& out) { kernel(out, a, s); });
+  return unary(op, a, a.dtype(), [&](const Tensor& out) { kernel(out, a, s); }, cuda_op, {.s0 = s, .s1 = 0});
 }
 
-// out = kernel(a, b) over the broadcast shape of a and b.
-template <class Kernel>
-Tensor binary(std::string_view op, const Tensor& a, const Tensor& b, DType out_dtype, const Kernel& kernel) {
+// out = f(a, b) over the broadcast shape of a and b.
+template <class CpuKernel>
+Tensor binary(std::string_view op, const Tensor& a, const Tensor& b, DType out_dtype, const CpuKernel& cpu_kernel,
+              cuda::MapOp cuda_op, cuda::MapScalars scalars = {}) {
   check_operands(op, a, b);
   Tensor out = Tensor::empty(broadcast_operands(op, {&a, &b}), out_dtype, a.device());
-  dispatch_device(op, out, {&a, &b}, kernel);
+  dispatch_device(op, out, cpu_kernel, [&](const Tensor& o) {
+    cuda_map(op, o, {&a, &b}, a.dtype(), cuda_op, scalars);
+  });
   return out;
 }
 
 Tensor binary(std::string_view op, const Tensor& a, const Tensor& b,
-              void (*kernel)(const Tensor&, const Tensor&, const Tensor&)) {
-  return binary(op, a, b, a.dtype(), [&](const Tensor& out) { kernel(out, a, b); });
+              void (*kernel)(const Tensor&, const Tensor&, const Tensor&), cuda::MapOp cuda_op) {
+  return binary(
+      op, a, b, a.dtype(), [&](const Tensor& out) { kernel(out, a, b); }, cuda_op);
 }
 
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, const Tensor& b) {
-  return binary(cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(out, a, b, cmp); });
+  return binary(
+      cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(out, a, b, cmp); },
+      cuda_compare_op(cmp, false));
 }
 
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
   const std::string_view op = cpu::compare_op_name(cmp);
   check_defined(op, a);
   check_scalar(op, a, s);
-  return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(out, a, s, cmp); });
+  return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(out, a, s, cmp); },
+               cuda_compare_op(cmp, true), {.s0 = s, .s1 = 0});
 }
 
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary("add", a, b, a.dtype(), [&](const Tensor& out) { cpu::add(out, a, b, 1.0); });
+  return binary("add", a, b, a.dtype(), [&](const Tensor& out) { cpu::add(out, a, b, 1.0); }, cuda::MapOp::kAdd,
+                {.s0 = 1.0, .s1 = 0});
 }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, cpu::sub); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, cpu::mul); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, cpu::div); }
-Tensor maximum(const Tensor& a, const Tensor& b) { return binary("maximum", a, b, cpu::maximum); }
-Tensor minimum(const Tensor& a, const Tensor& b) { return binary("minimum", a, b, cpu::minimum); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary("sub", a, b, cpu::sub, cuda::MapOp::kSub); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary("mul", a, b, cpu::mul, cuda::MapOp::kMul); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary("div", a, b, cpu::div, cuda::MapOp::kDiv); }
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary("maximum", a, b, cpu::maximum, cuda::MapOp::kMaximum);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary("minimum", a, b, cpu::minimum, cuda::MapOp::kMinimum);
+}
 
-Tensor add(const Tensor& a, double b) { return scalar_op("add", a, b, cpu::add_scalar); }
-Tensor sub(const Tensor& a, double b) { return scalar_op("sub", a, b, cpu::sub_scalar); }
-Tensor mul(const Tensor& a, double b) { return scalar_op("mul", a, b, cpu::mul_scalar); }
-Tensor div(const Tensor& a, double b) { return scalar_op("div", a, b, cpu::div_scalar); }
-Tensor rsub(const Tensor& a, double b) { return scalar_op("rsub", a, b, cpu::rsub_scalar); }
+Tensor add(const Tensor& a, double b) { return scalar_op("add", a, b, cpu::add_scalar, cuda::MapOp::kAddScalar); }
+Tensor sub(const Tensor& a, double b) { return scalar_op("sub", a, b, cpu::sub_scalar, cuda::MapOp::kSubScalar); }
+Tensor mul(const Tensor& a, double b) { return scalar_op("mul", a, b, cpu::mul_scalar, cuda::MapOp::kMulScalar); }
+Tensor div(const Tensor& a, double b) { return scalar_op("div", a, b, cpu::div_scalar, cuda::MapOp::kDivScalar); }
+Tensor rsub(const Tensor& a, double b) { return scalar_op("rsub", a, b, cpu::rsub_scalar, cuda::MapOp::kRsubScalar); }
 
 Tensor pow(const Tensor& a, double exponent) {
-  return unary("pow", a, a.dtype(), [&](const Tensor& out) { cpu::pow_scalar(out, a, exponent); });
+  return unary("pow", a, a.dtype(), [&](const Tensor& out) { cpu::pow_scalar(out, a, exponent); },
+               cuda::MapOp::kPowScalar, {.s0 = exponent, .s1 = 0});
 }
 
 Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
@@ -176,7 +230,11 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
   check_writable("add_", a);
   check_no_partial_overlap("add_", a, b);
   check_scalar("add_", a, alpha);
-  dispatch_device("add_", a, {&a, &b}, [&](const Tensor& out) { cpu::add(out, a, b, alpha); });
+  dispatch_device(
+      "add_", a, [&](const Tensor& out) { cpu::add(out, a, b, alpha); },
+      [&](const Tensor& out) {
+        cuda_map("add_", out, {&a, &b}, a.dtype(), cuda::MapOp::kAdd, {.s0 = alpha, .s1 = 0});
+      });
   return a;
 }
 
@@ -184,23 +242,27 @@ Tensor& mul_(Tensor& a, double b) {
   check_defined("mul_", a);
   check_writable("mul_", a);
   check_scalar("mul_", a, b);
-  dispatch_device("mul_", a, {&a}, [&](const Tensor& out) { cpu::mul_scalar(out, a, b); });
+  dispatch_device(
+      "mul_", a, [&](const Tensor& out) { cpu::mul_scalar(out, a, b); },
+      [&](const Tensor& out) { cuda_map("mul_", out, {&a}, a.dtype(), cuda::MapOp::kMulScalar, {.s0 = b, .s1 = 0}); });
   return a;
 }
 
-Tensor neg(const Tensor& x) { return unary("neg", x, cpu::neg); }
-Tensor abs(const Tensor& x) { return unary("abs", x, cpu::abs); }
-Tensor relu(const Tensor& x) { return unary("relu", x, cpu::relu); }
-Tensor exp(const Tensor& x) { return unary("exp", x, cpu::exp); }
-Tensor log(const Tensor& x) { return unary("log", x, cpu::log); }
-Tensor sqrt(const Tensor& x) { return unary("sqrt", x, cpu::sqrt); }
-Tensor rsqrt(const Tensor& x) { return unary("rsqrt", x, cpu::rsqrt); }
-Tensor tanh(const Tensor& x) { return unary("tanh", x, cpu::tanh); }
-Tensor sigmoid(const Tensor& x) { return unary("sigmoid", x, cpu::sigmoid); }
-Tensor silu(const Tensor& x) { return unary("silu", x, cpu::silu); }
+Tensor neg(const Tensor& x) { return unary("neg", x, cpu::neg, cuda::MapOp::kNeg); }
+Tensor abs(const Tensor& x) { return unary("abs", x, cpu::abs, cuda::MapOp::kAbs); }
+Tensor relu(const Tensor& x) { return unary("relu", x, cpu::relu, cuda::MapOp::kRelu); }
+Tensor exp(const Tensor& x) { return unary("exp", x, cpu::exp, cuda::MapOp::kExp); }
+Tensor log(const Tensor& x) { return unary("log", x, cpu::log, cuda::MapOp::kLog); }
+Tensor sqrt(const Tensor& x) { return unary("sqrt", x, cpu::sqrt, cuda::MapOp::kSqrt); }
+Tensor rsqrt(const Tensor& x) { return unary("rsqrt", x, cpu::rsqrt, cuda::MapOp::kRsqrt); }
+Tensor tanh(const Tensor& x) { return unary("tanh", x, cpu::tanh, cuda::MapOp::kTanh); }
+Tensor sigmoid(const Tensor& x) { return unary("sigmoid", x, cpu::sigmoid, cuda::MapOp::kSigmoid); }
+Tensor silu(const Tensor& x) { return unary("silu", x, cpu::silu, cuda::MapOp::kSilu); }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
-  return unary("gelu", x, x.dtype(), [&](const Tensor& out) { cpu::gelu(out, x, approximate); });
+  return unary(
+      "gelu", x, x.dtype(), [&](const Tensor& out) { cpu::gelu(out, x, approximate); },
+      approximate == GeluApproximation::kTanh ? cuda::MapOp::kGeluTanh : cuda::MapOp::kGelu);
 }
 
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
@@ -208,25 +270,28 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   DTR_CHECK(min || max, ValueError, "clamp: {}: at least one of min and max must be given", describe(x));
   if (min) check_scalar("clamp", x, *min);
   if (max) check_scalar("clamp", x, *max);
-  return unary("clamp", x, x.dtype(), [&](const Tensor& out) { cpu::clamp(out, x, min, max); });
+  constexpr double kInf = std::numeric_limits<double>::infinity();  // the CUDA kernel clamps it to integer ranges
+  return unary("clamp", x, x.dtype(), [&](const Tensor& out) { cpu::clamp(out, x, min, max); }, cuda::MapOp::kClamp,
+               {.s0 = min.value_or(-kInf), .s1 = max.value_or(kInf)});
 }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& x) {
-  return binary("relu_backward", grad, x, cpu::relu_backward);
+  return binary("relu_backward", grad, x, cpu::relu_backward, cuda::MapOp::kReluBackward);
 }
 Tensor silu_backward(const Tensor& grad, const Tensor& x) {
-  return binary("silu_backward", grad, x, cpu::silu_backward);
+  return binary("silu_backward", grad, x, cpu::silu_backward, cuda::MapOp::kSiluBackward);
 }
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& y) {
-  return binary("sigmoid_backward", grad, y, cpu::sigmoid_backward);
+  return binary("sigmoid_backward", grad, y, cpu::sigmoid_backward, cuda::MapOp::kSigmoidBackward);
 }
 Tensor tanh_backward(const Tensor& grad, const Tensor& y) {
-  return binary("tanh_backward", grad, y, cpu::tanh_backward);
+  return binary("tanh_backward", grad, y, cpu::tanh_backward, cuda::MapOp::kTanhBackward);
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximation approximate) {
-  return binary("gelu_backward", grad, x, grad.dtype(),
-                [&](const Tensor& out) { cpu::gelu_backward(out, grad, x, approximate); });
+  return binary(
+      "gelu_backward", grad, x, grad.dtype(), [&](const Tensor& out) { cpu::gelu_backward(out, grad, x, approximate); },
+      approximate == GeluApproximation::kTanh ? cuda::MapOp::kGeluTanhBackward : cuda::MapOp::kGeluBackward);
 }
 
 Tensor eq(const Tensor& a, const Tensor& b) { return comparison(cpu::CompareOp::kEq, a, b); }
@@ -243,14 +308,19 @@ Tensor gt(const Tensor& a, double b) { return comparison(cpu::CompareOp::kGt, a,
 Tensor ge(const Tensor& a, double b) { return comparison(cpu::CompareOp::kGe, a, b); }
 
 Tensor logical_not(const Tensor& x) {
-  return unary("logical_not", x, kBool, [&](const Tensor& out) { cpu::logical_not(out, x); });
+  return unary(
+      "logical_not", x, kBool, [&](const Tensor& out) { cpu::logical_not(out, x); }, cuda::MapOp::kLogicalNot);
 }
 
 Tensor where(const Tensor& condition, const Tensor& a, const Tensor& b) {
   check_operands("where", a, b);
   check_bool_operand("where", "condition", condition, a);
   Tensor out = Tensor::empty(broadcast_operands("where", {&condition, &a, &b}), a.dtype(), a.device());
-  dispatch_device("where", out, {&condition, &a, &b}, [&](const Tensor& o) { cpu::where(o, condition, a, b); });
+  dispatch_device(
+      "where", out, [&](const Tensor& o) { cpu::where(o, condition, a, b); },
+      [&](const Tensor& o) {
+        cuda_map("where", o, {&condition, &a, &b}, a.dtype(), cuda::MapOp::kWhere);
+      });
   return out;
 }
 
@@ -259,7 +329,11 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   check_bool_operand("masked_fill", "mask", mask, x);
   check_scalar("masked_fill", x, value);
   Tensor out = Tensor::empty(broadcast_operands("masked_fill", {&x, &mask}), x.dtype(), x.device());
-  dispatch_device("masked_fill", out, {&x, &mask}, [&](const Tensor& o) { cpu::masked_fill(o, x, mask, value); });
+  dispatch_device(
+      "masked_fill", out, [&](const Tensor& o) { cpu::masked_fill(o, x, mask, value); },
+      [&](const Tensor& o) {
+        cuda_map("masked_fill", o, {&x, &mask}, x.dtype(), cuda::MapOp::kMaskedFill, {.s0 = value, .s1 = 0});
+      });
   return out;
 }
 

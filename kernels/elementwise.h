@@ -6,8 +6,9 @@
 // Operands share a device. Results are new contiguous tensors; the in-place ops (add_,
 // mul_) write through any non-expanded view. bfloat16/float16 compute in float and round
 // once on store. Scalars are doubles; on integer tensors they must be integers in range.
-// Comparisons return bool tensors. Each op dispatches on device in one switch; on CUDA
-// tensors it throws NotImplementedError until the CUDA kernels land (see elementwise.cc).
+// Comparisons return bool tensors. Each op dispatches on device in one switch: CPU
+// kernels in cpu/elementwise.h, CUDA ones in cuda/elementwise.h (one map kernel, vectorised
+// where the operands are contiguous, at most 8 dims).
 #pragma once
 
 #include <cstdint>

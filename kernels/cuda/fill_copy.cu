@@ -1,16 +1,13 @@
 #include "kernels/cuda/fill_copy.h"
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-int blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 8 ? b : 65535 * 8);
-}
+using internal::blocks_for;
+using internal::kThreads;
 
 template <class T>
 __global__ void fill_kernel(T* dst, int64_t n, T value) {
@@ -42,7 +39,8 @@ void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t 
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dst_dtype, "cuda cast", [&]<class To>(TypeTag<To>) {
     dispatch_all(src_dtype, "cuda cast", [&]<class From>(TypeTag<From>) {
-      cast_kernel<To, From><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
+      cast_kernel<To, From>
+          <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
     });
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);

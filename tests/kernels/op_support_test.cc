@@ -1,6 +1,7 @@
 // The op coverage table (kernels/op_support.h) against the kernels: every op runs on every
 // dtype its CPU column lists, and raises a typed error (TypeError or NotImplementedError)
-// on every other dtype; the table and the runners below name the same ops.
+// on every other dtype (the CUDA column likewise, tagged [gpu]); the table and the runners
+// below name the same ops.
 #include "kernels/op_support.h"
 
 #include <catch2/catch.hpp>
@@ -30,9 +31,12 @@ namespace {
 
 using Runner = std::function<void(DType)>;
 
-Tensor x_of(DType d) { return ones({2, 3}, d); }
-Tensor mask() { return ones({2, 3}, kBool); }
-Tensor rows() { return Tensor::from_vector<int64_t>({0, 1}); }
+// Where the runners' tensors live: the CPU, or a GPU for the [gpu] case.
+Device g_device = kCPU;
+
+Tensor x_of(DType d) { return ones({2, 3}, d, g_device); }
+Tensor mask() { return ones({2, 3}, kBool, g_device); }
+Tensor rows() { return Tensor::from_vector<int64_t>({0, 1}).to(g_device); }
 
 Runner unary(Tensor (*op)(const Tensor&)) {
   return [op](DType d) { op(x_of(d)); };
@@ -48,14 +52,14 @@ std::map<std::string_view, Runner> runners() {
   return {
       {"copy_",
        [](DType d) {
-         Tensor::empty({2, 3}, d).copy_(x_of(kFloat32));
+         Tensor::empty({2, 3}, d, g_device).copy_(x_of(kFloat32));
        }},
       {"fill_",
        [](DType d) {
-         Tensor t = Tensor::empty({2, 3}, d);
+         Tensor t = Tensor::empty({2, 3}, d, g_device);
          fill_(t, 1.0);
        }},
-      {"arange", [](DType d) { arange(0, 4, 1, d); }},
+      {"arange", [](DType d) { arange(0, 4, 1, d, g_device); }},
       {"add",
        [](DType d) {
          add(x_of(d), x_of(d));
@@ -153,7 +157,7 @@ std::map<std::string_view, Runner> runners() {
       {"index_select", [](DType d) { index_select(x_of(d), 0, rows()); }},
       {"gather",
        [](DType d) {
-         gather(x_of(d), 0, zeros({2, 3}, kInt64));
+         gather(x_of(d), 0, zeros({2, 3}, kInt64, g_device));
        }},
       {"index_add_",
        [](DType d) {
@@ -163,15 +167,15 @@ std::map<std::string_view, Runner> runners() {
       {"scatter_add_",
        [](DType d) {
          Tensor y = x_of(d);
-         scatter_add_(y, 0, zeros({2, 3}, kInt64), x_of(d));
+         scatter_add_(y, 0, zeros({2, 3}, kInt64, g_device), x_of(d));
        }},
       {"matmul",
        [](DType d) {
-         matmul(x_of(d), ones({3, 2}, d));
+         matmul(x_of(d), ones({3, 2}, d, g_device));
        }},
       {"bmm",
        [](DType d) {
-         bmm(ones({1, 2, 3}, d), ones({1, 3, 2}, d));
+         bmm(ones({1, 2, 3}, d, g_device), ones({1, 3, 2}, d, g_device));
        }},
       {"uniform_",
        [](DType d) {
@@ -185,7 +189,7 @@ std::map<std::string_view, Runner> runners() {
        }},
       {"bernoulli",
        [](DType d) {
-         bernoulli({2, 3}, 0.5, 1, d);
+         bernoulli({2, 3}, 0.5, 1, d, std::nullopt, g_device);
        }},
       {"dropout", [](DType d) { dropout(x_of(d), 0.5, 1); }},
       {"dropout_backward", [](DType d) { dropout_backward(x_of(d), mask(), 0.5); }},
@@ -196,14 +200,16 @@ std::map<std::string_view, Runner> runners() {
       {"layer_norm", [](DType d) { layer_norm(x_of(d), {3}, std::nullopt, std::nullopt); }},
       {"layer_norm_backward",
        [](DType d) {
-         const Tensor stats = ones({2}, acc_dtype(d));
+         const Tensor stats = ones({2}, acc_dtype(d), g_device);
          layer_norm_backward(x_of(d), x_of(d), stats, stats, std::nullopt);
        }},
       {"embedding", [](DType d) { embedding(x_of(d), rows()); }},
       {"embedding_backward", [](DType d) { embedding_backward(x_of(d), rows(), 2); }},
       {"cross_entropy", [](DType d) { cross_entropy(x_of(d), rows()); }},
       {"cross_entropy_backward",
-       [](DType d) { cross_entropy_backward(ones({}, kFloat32), x_of(d), rows(), zeros({2}, acc_dtype(d))); }},
+       [](DType d) {
+         cross_entropy_backward(ones({}, kFloat32, g_device), x_of(d), rows(), zeros({2}, acc_dtype(d), g_device));
+       }},
       {"sgd_step_",
        [](DType d) {
          Tensor p = x_of(d), buffer;
@@ -211,12 +217,14 @@ std::map<std::string_view, Runner> runners() {
        }},
       {"adam_step_",
        [](DType d) {
-         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d)), v = zeros({2, 3}, optimizer_state_dtype(d));
+         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d), g_device),
+                v = zeros({2, 3}, optimizer_state_dtype(d), g_device);
          adam_step_(p, x_of(d), m, v, 1, {});
        }},
       {"adamw_step_",
        [](DType d) {
-         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d)), v = zeros({2, 3}, optimizer_state_dtype(d));
+         Tensor p = x_of(d), m = zeros({2, 3}, optimizer_state_dtype(d), g_device),
+                v = zeros({2, 3}, optimizer_state_dtype(d), g_device);
          adamw_step_(p, x_of(d), m, v, 1, {});
        }},
   };
@@ -237,13 +245,18 @@ TEST_CASE("the op table and the runners name the same ops, each once") {
   CHECK(listed.size() == all.size());
 }
 
-TEST_CASE("every op runs on exactly the CPU dtypes the table lists") {
+// Every op runs on each dtype the table lists for `device`, and raises a typed error on
+// every other dtype.
+void check_column(Device device) {
+  g_device = device;
   const auto all = runners();
   for (const OpSupport& s : supported_ops()) {
     const Runner& run = all.at(s.op);
+    const DTypeSet& listed = s.on(device.type);
     for (DType d : kDTypes) {
-      INFO("op " << s.op << " on cpu " << dtype_name(d) << " (table: " << s.cpu.str() << ")");
-      if (s.cpu.contains(d)) {
+      INFO("op " << s.op << " on " << fmt::format("{}", device) << " " << dtype_name(d) << " (table: " << listed.str()
+                 << ")");
+      if (listed.contains(d)) {
         CHECK_NOTHROW(run(d));
         continue;
       }
@@ -254,7 +267,12 @@ TEST_CASE("every op runs on exactly the CPU dtypes the table lists") {
       } catch (const NotImplementedError&) {}
     }
   }
+  g_device = kCPU;
 }
+
+TEST_CASE("every op runs on exactly the CPU dtypes the table lists") { check_column(kCPU); }
+
+TEST_CASE("every op runs on exactly the CUDA dtypes the table lists", "[gpu]") { check_column(Device(kCUDA, 0)); }
 
 TEST_CASE("supports() answers from the table and rejects unknown ops") {
   CHECK(supports("softmax", kCPU, kBFloat16));

@@ -27,10 +27,6 @@
 
 namespace dtr::cpu {
 
-// The type an element is computed in: float for the 16-bit floats, the type itself otherwise.
-template <class T>
-using opmath_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float, T>;
-
 template <class T>
 inline constexpr bool is_16bit_float_v = std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
 
