@@ -10,6 +10,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/internal/check_writable.h"
+#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -77,24 +78,12 @@ void dispatch_device(std::string_view op, const Tensor& out, const CpuKernel& cp
 // value operands'.
 void cuda_map(std::string_view name, const Tensor& out, std::initializer_list<const Tensor*> inputs, DType dtype,
               cuda::MapOp op, cuda::MapScalars scalars = {}) {
-  DTR_CHECK(out.dim() <= cuda::kMaxMapDims, NotImplementedError,
-            "{}: {} has {} dims; CUDA elementwise kernels take at most {}", name, describe(out), out.dim(),
-            cuda::kMaxMapDims);
-  cuda::MapShape shape;
-  shape.ndim = static_cast<int>(out.dim());
-  shape.numel = out.numel();
-  auto operand = [&](const Tensor& t) {
-    const Tensor view = t.expand(out.shape());  // stride 0 where t broadcasts
-    cuda::MapOperand o;
-    o.data = view.numel() > 0 ? view.data() : nullptr;
-    for (int64_t d = 0; d < out.dim(); ++d) o.strides[d] = view.stride(d);
-    return o;
-  };
-  for (int64_t d = 0; d < out.dim(); ++d) shape.sizes[d] = out.size(d);
+  const cuda::MapShape shape = internal::map_shape(name, out.shape());
   std::vector<cuda::MapOperand> in;
-  for (const Tensor* t : inputs) in.push_back(operand(*t));
+  for (const Tensor* t : inputs) in.push_back(internal::map_operand(*t, out.shape()));
   const int device = out.device().index;
-  cuda::map(operand(out), in.data(), shape, dtype, op, scalars, device, cuda::current_stream(device).handle());
+  cuda::map(internal::map_operand(out, out.shape()), in.data(), shape, dtype, op, scalars, device,
+            cuda::current_stream(device).handle());
 }
 
 cuda::MapOp cuda_compare_op(cpu::CompareOp cmp, bool scalar) {

@@ -1,7 +1,12 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include "kernels/cpu/matmul.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/cuda/matmul.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/fill.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -48,12 +53,51 @@ void check_out(const Tensor& out, const Tensor& a, const Tensor& b, const Shape&
             "{}: out {} shares storage with an operand; write the product to a separate tensor", op, describe(out));
 }
 
+std::atomic<bool> g_allow_tf32{false};
+
+// x [B, R, C] as cuBLASLt reads it: a row-major view (column stride 1) or a transposed one
+// (row stride 1) as it is; any other layout copied contiguous into `keep` first.
+cuda::MatrixOperand cuda_operand(const Tensor& x, Tensor& keep) {
+  const int64_t rows = x.size(1), cols = x.size(2);
+  cuda::MatrixOperand o{.data = x.data(), .row_stride = 0, .col_stride = 0, .batch_stride = x.stride(0)};
+  // A dim of size 1 has no meaningful stride: take the one that makes the view dense.
+  const int64_t row_stride = rows <= 1 ? std::max<int64_t>(cols, 1) : x.stride(1);
+  const int64_t col_stride = cols <= 1 ? std::max<int64_t>(rows, 1) : x.stride(2);
+  if ((x.stride(2) == 1 || cols <= 1) && row_stride >= cols) {
+    o.row_stride = row_stride;
+    o.col_stride = 1;
+  } else if ((x.stride(1) == 1 || rows <= 1) && col_stride >= rows) {
+    o.row_stride = 1;
+    o.col_stride = col_stride;
+  } else {
+    keep = x.contiguous();
+    o = {.data = keep.data(), .row_stride = std::max<int64_t>(cols, 1), .col_stride = 1, .batch_stride = rows * cols};
+  }
+  return o;
+}
+
+void cuda_bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (a.size(2) == 0) {  // an empty sum: zeros
+    Tensor o = out;
+    fill_(o, 0.0);
+    return;
+  }
+  Tensor keep_a, keep_b;
+  const cuda::MatrixOperand ma = cuda_operand(a, keep_a), mb = cuda_operand(b, keep_b);
+  const int device = out.device().index;
+  // Scratch from the caching allocator: freed at once, reused only by later work on this stream.
+  const Tensor workspace = Tensor::empty({static_cast<int64_t>(cuda::kMatmulWorkspaceBytes / 8)}, kInt64, out.device());
+  cuda::bmm(out.data(), ma, mb, a.size(0), a.size(1), b.size(2), a.size(2), a.dtype(),
+            {.allow_tf32 = g_allow_tf32.load(std::memory_order_relaxed)}, workspace.data(), cuda::kMatmulWorkspaceBytes,
+            device, cuda::current_stream(device).handle());
+}
+
 // out [B, M, N] = a [B, M, K] b [B, K, N], on the operands' device.
 void dispatch_bmm(const Tensor& out, const Tensor& a, const Tensor& b, std::string_view op) {
   const trace::Span span(op, trace::Category::kKernel);
   switch (a.device().type) {
     case kCPU: cpu::bmm(out, a, b); return;
-    case kCUDA: throw_device_not_implemented(op, a.device(), fmt::format("{} and {}", describe(a), describe(b)));
+    case kCUDA: cuda_bmm(out, a, b); return;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -80,6 +124,9 @@ const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), "matmul_out");
   return out;
 }
+
+void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
+bool matmul_allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }
 
 const Tensor& bmm_out(const Tensor& out, const Tensor& a, const Tensor& b) {
   check_bmm(a, b);

@@ -71,8 +71,8 @@ constexpr std::array kOps = {
     OpSupport{"index_add_", kNumeric, kNone},
     OpSupport{"scatter_add_", kNumeric, kNone},
     // matmul.h
-    OpSupport{"matmul", kFloating, kNone},
-    OpSupport{"bmm", kFloating, kNone},
+    OpSupport{"matmul", kFloating, kFloating},
+    OpSupport{"bmm", kFloating, kFloating},
     // random.h, dropout.h
     OpSupport{"uniform_", kFloating, kNone},
     OpSupport{"normal_", kFloating, kNone},

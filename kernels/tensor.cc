@@ -12,6 +12,7 @@
 #include "kernels/cuda/fill_copy.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/internal/check_writable.h"
+#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -323,30 +324,30 @@ Tensor& Tensor::copy_(const Tensor& src) {
     cpu::copy(*this, src);
     return *this;
   }
-  // CUDA: contiguous transfers; strided CUDA copies arrive with the CUDA kernels.
+  // CUDA: transfers between host and device move dense bytes (through a dense device
+  // tensor when the device side is a view); device copies take any layout.
   if (device().is_cpu()) {  // device -> host
-    DTR_CHECK(src.is_contiguous() && src.shape() == shape_, NotImplementedError,
-              "copy_: {} <- {}: device-to-host copies need a contiguous source of the same shape", describe(*this),
-              describe(src));
+    const Tensor dense = src.is_contiguous() && src.shape() == shape_ ? src : src.expand(shape_).contiguous();
     Tensor staging = empty(shape_, src.dtype(), kCPU);
-    cuda::copy_bytes(staging.data(), src.data(), src.nbytes(), cuda::CopyKind::kDeviceToHost,
+    cuda::copy_bytes(staging.data(), dense.data(), dense.nbytes(), cuda::CopyKind::kDeviceToHost,
                      cuda::current_stream(src.device().index));
     cpu::copy(*this, staging);
     return *this;
   }
-  DTR_CHECK(is_contiguous(), NotImplementedError,
-            "copy_: {} <- {}: copies into CUDA memory need a contiguous destination", describe(*this), describe(src));
   const int dev = device().index;
   if (src.device().is_cpu()) {  // host -> device
     Tensor staging = empty(shape_, dtype_, kCPU);
     cpu::copy(staging, src);
-    cuda::copy_bytes(data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, cuda::current_stream(dev));
+    Tensor dense = is_contiguous() ? *this : empty(shape_, dtype_, device());
+    cuda::copy_bytes(dense.data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, cuda::current_stream(dev));
+    if (!is_contiguous()) copy_(dense);
     return *this;
   }
-  DTR_CHECK(src.device() == device() && src.is_contiguous() && src.shape() == shape_, NotImplementedError,
-            "copy_: {} <- {}: device copies need a contiguous source of the same shape on the same device",
-            describe(*this), describe(src));
-  cuda::cast(data(), dtype_, src.data(), src.dtype(), numel(), dev, cuda::current_stream(dev).handle());
+  DTR_CHECK(src.device() == device(), NotImplementedError,
+            "copy_: {} <- {}: copies between two CUDA devices go through the host: .to(kCPU) first", describe(*this),
+            describe(src));
+  cuda::copy(internal::map_operand(*this, shape_), dtype_, internal::map_operand(src, shape_), src.dtype(),
+             internal::map_shape("copy_", shape_), dev, cuda::current_stream(dev).handle());
   return *this;
 }
 

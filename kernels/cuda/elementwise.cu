@@ -5,12 +5,14 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/internal/launch.h"
+#include "kernels/cuda/internal/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {
 
 using internal::blocks_for;
 using internal::kThreads;
+using internal::map_offsets;
 
 constexpr int arity(MapOp op) {
   if (op <= MapOp::kGeScalar) return 1;
@@ -231,18 +233,22 @@ __global__ void map_kernel(MapShape shape, MapOperand out, MapInputs in, opmath_
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < shape.numel;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t off[N + 1];
-    for (int k = 0; k <= N; ++k) off[k] = contiguous ? i : 0;
-    if (!contiguous) {
-      int64_t rest = i;
-      for (int d = shape.ndim - 1; d >= 0; --d) {
-        const int64_t index = rest % shape.sizes[d];
-        rest /= shape.sizes[d];
-        off[0] += index * out.strides[d];
-        for (int k = 0; k < N; ++k) off[k + 1] += index * in.v[k].strides[d];
+    if (contiguous) {
+      for (int k = 0; k <= N; ++k) off[k] = i;
+    } else {
+      if constexpr (N == 1) {
+        const MapOperand* const operands[] = {&out, &in.v[0]};
+        map_offsets(shape, operands, i, off);
+      } else if constexpr (N == 2) {
+        const MapOperand* const operands[] = {&out, &in.v[0], &in.v[1]};
+        map_offsets(shape, operands, i, off);
+      } else {
+        const MapOperand* const operands[] = {&out, &in.v[0], &in.v[1], &in.v[2]};
+        map_offsets(shape, operands, i, off);
       }
     }
-    const auto r = compute<Op>(load<Op, T, 0>(in.v[0], off[1]), load<Op, T, 1>(in.v[1], N > 1 ? off[2] : 0),
-                               load<Op, T, 2>(in.v[2], N > 2 ? off[N] : 0), s0, s1);
+    const auto r = compute<Op>(load<Op, T, 0>(in.v[0], off[1]), load<Op, T, 1>(in.v[1], off[N > 1 ? 2 : 0]),
+                               load<Op, T, 2>(in.v[2], off[N > 2 ? 3 : 0]), s0, s1);
     static_cast<output_t<Op, T>*>(out.data)[off[0]] = convert<output_t<Op, T>>(r);
   }
 }
@@ -282,15 +288,6 @@ __global__ void map_vectorized(int64_t n, void* out, MapInputs in, opmath_t<T> s
     const M a = load<Op, T, 0>(in.v[0], i), b = load<Op, T, 1>(in.v[1], i), c = load<Op, T, 2>(in.v[2], i);
     static_cast<O*>(out)[i] = convert<O>(compute<Op>(a, b, c, s0, s1));
   }
-}
-
-bool contiguous_over(const MapOperand& o, const MapShape& shape) {
-  int64_t expected = 1;
-  for (int d = shape.ndim - 1; d >= 0; --d) {
-    if (shape.sizes[d] != 1 && o.strides[d] != expected) return false;
-    expected *= shape.sizes[d];
-  }
-  return true;
 }
 
 bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }

@@ -16,22 +16,10 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/map_layout.h"
 #include "kernels/dtype.h"
 
 namespace dtr::cuda {
-
-inline constexpr int kMaxMapDims = 8;
-
-struct MapShape {
-  int ndim = 0;
-  int64_t sizes[kMaxMapDims] = {};
-  int64_t numel = 1;
-};
-
-struct MapOperand {
-  void* data = nullptr;
-  int64_t strides[kMaxMapDims] = {};  // in elements, over MapShape's sizes
-};
 
 // The ops, by arity. s0 and s1 are MapScalars'.
 enum class MapOp : uint8_t {

@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/internal/launch.h"
+#include "kernels/cuda/internal/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {
@@ -23,6 +24,17 @@ __global__ void cast_kernel(To* dst, const From* src, int64_t n) {
   }
 }
 
+template <class To, class From>
+__global__ void strided_cast_kernel(MapOperand dst, MapOperand src, MapShape shape) {
+  const MapOperand* const operands[] = {&dst, &src};
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < shape.numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t off[2];
+    internal::map_offsets(shape, operands, i, off);
+    static_cast<To*>(dst.data)[off[0]] = convert<To>(static_cast<const From*>(src.data)[off[1]]);
+  }
+}
+
 }  // namespace
 
 void fill(void* dst, DType dtype, int64_t n, double value, int device, cudaStream_t stream) {
@@ -34,13 +46,19 @@ void fill(void* dst, DType dtype, int64_t n, double value, int device, cudaStrea
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
 
-void cast(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n, int device, cudaStream_t stream) {
-  if (n == 0) return;
+void copy(const MapOperand& dst, DType dst_dtype, const MapOperand& src, DType src_dtype, const MapShape& shape,
+          int device, cudaStream_t stream) {
+  if (shape.numel == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  dispatch_all(dst_dtype, "cuda cast", [&]<class To>(TypeTag<To>) {
-    dispatch_all(src_dtype, "cuda cast", [&]<class From>(TypeTag<From>) {
-      cast_kernel<To, From>
-          <<<blocks_for(n), kThreads, 0, stream>>>(static_cast<To*>(dst), static_cast<const From*>(src), n);
+  const bool flat = contiguous_over(dst, shape) && contiguous_over(src, shape);
+  dispatch_all(dst_dtype, "cuda copy", [&]<class To>(TypeTag<To>) {
+    dispatch_all(src_dtype, "cuda copy", [&]<class From>(TypeTag<From>) {
+      if (flat) {
+        cast_kernel<To, From><<<blocks_for(shape.numel), kThreads, 0, stream>>>(
+            static_cast<To*>(dst.data), static_cast<const From*>(src.data), shape.numel);
+      } else {
+        strided_cast_kernel<To, From><<<blocks_for(shape.numel), kThreads, 0, stream>>>(dst, src, shape);
+      }
     });
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);

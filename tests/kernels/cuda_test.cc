@@ -1,7 +1,7 @@
 // CUDA side of the local tensor: streams and events, the caching allocator (reuse, no
 // cudaMalloc once warm, record_stream, the out-of-memory message), fill and cast kernels,
-// host/device copies. Cases tagged [gpu] need a GPU; the untagged cases check what a
-// CPU-only machine answers (no device, and clear errors instead of crashes).
+// host/device copies, strided and broadcasting device copies. Cases tagged [gpu] need a GPU; the untagged cases check
+// what a CPU-only machine answers (no device, and clear errors instead of crashes).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -148,6 +148,34 @@ TEST_CASE("host <-> device copies round-trip every dtype", "[gpu]") {
     Tensor strided = testing::strided_copy(host);
     CHECK(to_f64(strided.to(gpu)) == to_f64(host));
   }
+}
+
+TEST_CASE("device copies take any layout: transposes, slices, broadcasts, casts, into views", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Device gpu(kCUDA, 0);
+  const Tensor host = testing::random_tensor({5, 7, 9}, kFloat32, 3, -10.0, 10.0);
+  const Tensor dev = host.to(gpu);
+  // contiguous() of views: the strided copy kernel.
+  CHECK(to_f64(dev.transpose(0, 2).contiguous()) == to_f64(host.transpose(0, 2).contiguous()));
+  CHECK(to_f64(dev.slice(1, 1, 7, 3).contiguous()) == to_f64(host.slice(1, 1, 7, 3).contiguous()));
+  // A broadcast source, with a cast.
+  Tensor wide = Tensor::empty({4, 5, 7, 9}, kBFloat16, gpu);
+  wide.copy_(dev);
+  CHECK(to_f64(wide) == to_f64(host.expand({4, 5, 7, 9}).to(kBFloat16)));
+  // Into a view on the device, from the device and from the host; out of a view to the host.
+  Tensor target = zeros({5, 14, 9}, kFloat32, gpu);
+  Tensor every_other = target.slice(1, 0, 14, 2);
+  every_other.copy_(dev);
+  Tensor expected = zeros({5, 14, 9});
+  Tensor expected_view = expected.slice(1, 0, 14, 2);
+  expected_view.copy_(host);
+  CHECK(to_f64(target) == to_f64(expected));
+  Tensor odd = target.slice(1, 1, 14, 2);
+  odd.copy_(host);
+  Tensor expected_odd = expected.slice(1, 1, 14, 2);
+  expected_odd.copy_(host);
+  CHECK(to_f64(target) == to_f64(expected));
+  CHECK(to_f64(target.slice(1, 1, 14, 2).to(kCPU)) == to_f64(host));
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+#include "kernels/cuda/matmul.h"
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/cublas_check.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/error.h"
+
+namespace dtr::cuda {
+
+void throw_cublas_error(const char* call, int device, cublasStatus_t status) {
+  throw CudaError(fmt::format("{} failed on cuda:{}: {} ({})", call, device, cublasLtGetStatusString(status),
+                              static_cast<int>(status)));
+}
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+cublasLtHandle_t handle(int device) {
+  static std::array<cublasLtHandle_t, kMaxDevices> handles{};
+  static std::array<std::once_flag, kMaxDevices> once;
+  check_device(device, "matmul");
+  std::call_once(once[device], [&] {
+    DTR_CUDA_CHECK(cudaSetDevice(device), device);
+    DTR_CUBLAS_CHECK(cublasLtCreate(&handles[device]), device);
+  });
+  return handles[device];  // never destroyed: kernels may be queued until the process ends
+}
+
+// RAII for cuBLASLt's descriptors.
+struct DescDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
+using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
+using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
+
+cudaDataType_t data_type(DType d) {
+  switch (d) {
+    case kFloat32: return CUDA_R_32F;
+    case kFloat64: return CUDA_R_64F;
+    case kBFloat16: return CUDA_R_16BF;
+    case kFloat16: return CUDA_R_16F;
+    default: throw_dtype_not_implemented("cuda matmul", d);
+  }
+}
+
+// The largest power of two up to 256 dividing the address: cuBLASLt picks algorithms by it.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+template <class T>
+void set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, T value, int device) {
+  DTR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value), device);
+}
+
+template <class T>
+void set(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, T value, int device) {
+  DTR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, attr, &value, sizeof value), device);
+}
+
+template <class T>
+void set(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr, T value, int device) {
+  DTR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(p, attr, &value, sizeof value), device);
+}
+
+// A column-major layout of `rows` x `cols` with leading dimension ld, `batch` matrices apart by `stride`.
+Layout layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride, int device) {
+  cublasLtMatrixLayout_t l = nullptr;
+  DTR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+                   device);
+  Layout owned(l);
+  set(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch), device);
+  set(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride, device);
+  return owned;
+}
+
+// What one product's plan depends on.
+using Key = std::tuple<int, DType, bool, int64_t, int64_t, int64_t, int64_t,  // device, dtype, tf32, B, M, N, K
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,  // a's and b's strides
+                       uint32_t, uint32_t, uint32_t, size_t>;                 // alignments, workspace
+
+struct Plan {
+  MatmulDesc op;
+  Layout a, b, c;  // cuBLASLt's A (our b), B (our a), C = D (our out, transposed)
+  cublasLtMatmulAlgo_t algo{};
+  bool f64 = false;
+};
+
+// Row-major out = a b is column-major out^T = b^T a^T: cuBLASLt's A is our b, its B our a.
+// A row-major operand [R, C] with row stride ld is a column-major [C, R] with that ld, so
+// it goes in untransposed; a transposed view (row stride 1) goes in transposed.
+std::unique_ptr<Plan> make_plan(const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n,
+                                int64_t k, DType dtype, MatmulOptions options, size_t workspace_bytes, const void* out,
+                                int device) {
+  auto plan = std::make_unique<Plan>();
+  plan->f64 = dtype == kFloat64;
+  const cudaDataType_t type = data_type(dtype);
+  const cublasComputeType_t compute = plan->f64                                 ? CUBLAS_COMPUTE_64F
+                                      : dtype == kFloat32 && options.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                                : CUBLAS_COMPUTE_32F;
+  cublasLtMatmulDesc_t op = nullptr;
+  DTR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute, plan->f64 ? CUDA_R_64F : CUDA_R_32F), device);
+  plan->op.reset(op);
+  const bool b_rows = b.col_stride == 1, a_rows = a.col_stride == 1;
+  set(op, CUBLASLT_MATMUL_DESC_TRANSA, b_rows ? CUBLAS_OP_N : CUBLAS_OP_T, device);
+  set(op, CUBLASLT_MATMUL_DESC_TRANSB, a_rows ? CUBLAS_OP_N : CUBLAS_OP_T, device);
+  plan->a = b_rows ? layout(type, n, k, b.row_stride, batch, b.batch_stride, device)
+                   : layout(type, k, n, b.col_stride, batch, b.batch_stride, device);
+  plan->b = a_rows ? layout(type, k, m, a.row_stride, batch, a.batch_stride, device)
+                   : layout(type, m, k, a.col_stride, batch, a.batch_stride, device);
+  plan->c = layout(type, n, m, n, batch, m * n, device);
+  cublasLtMatmulPreference_t p = nullptr;
+  DTR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p), device);
+  const Preference preference(p);
+  set(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes), device);
+  set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(b.data), device);
+  set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.data), device);
+  set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out), device);
+  set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out), device);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  DTR_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(device), op, plan->a.get(), plan->b.get(), plan->c.get(),
+                                                  plan->c.get(), p, 1, &result, &found),
+                   device);
+  DTR_CHECK(found > 0, NotImplementedError,
+            "matmul on cuda:{}: cuBLASLt has no algorithm for {} [{}, {}, {}] x [{}, {}, {}] (a strides {}, {}; b "
+            "strides {}, {})",
+            device, dtype_name(dtype), batch, m, k, batch, k, n, a.row_stride, a.col_stride, b.row_stride,
+            b.col_stride);
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n, int64_t k,
+         DType dtype, MatmulOptions options, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  DTR_INTERNAL_ASSERT(k > 0, "cuda bmm with k = 0 (the caller fills the zeros)");
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<Plan>> plans;
+  const Key key{device,
+                dtype,
+                options.allow_tf32,
+                batch,
+                m,
+                n,
+                k,
+                a.row_stride,
+                a.col_stride,
+                a.batch_stride,
+                b.row_stride,
+                b.col_stride,
+                b.batch_stride,
+                alignment_of(a.data),
+                alignment_of(b.data),
+                alignment_of(out),
+                workspace_bytes};
+  const Plan* plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& slot = plans[key];
+    if (slot == nullptr) slot = make_plan(a, b, batch, m, n, k, dtype, options, workspace_bytes, out, device);
+    plan = slot.get();
+  }
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  const float one_f = 1, zero_f = 0;
+  const double one_d = 1, zero_d = 0;
+  const void* alpha = plan->f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = plan->f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  DTR_CUBLAS_CHECK(
+      cublasLtMatmul(handle(device), plan->op.get(), alpha, b.data, plan->a.get(), a.data, plan->b.get(), beta, out,
+                     plan->c.get(), out, plan->c.get(), &plan->algo, workspace, workspace_bytes, stream),
+      device);
+}
+
+}  // namespace dtr::cuda

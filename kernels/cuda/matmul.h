@@ -1,0 +1,40 @@
+// Matrix products on CUDA through cuBLASLt: the CUDA half of kernels/matmul.h.
+//
+// bmm writes out [B, M, N] (contiguous, row-major) = a [B, M, K] times b [B, K, N], each
+// operand given by its strides, one of its row and column strides being 1 (a row-major
+// view, or a transposed one: x.t()), as one strided-batched cuBLASLt call on `stream`.
+// float32 multiplies in float32 (TF32 tensor cores with allow_tf32), bfloat16 and float16 on
+// tensor cores with float32 accumulation, float64 in float64. The algorithm cuBLASLt's
+// heuristic picks is chosen once per (device, dtype, shapes, strides, alignment, options)
+// and cached with its descriptors; `workspace` is scratch device memory of
+// kMatmulWorkspaceBytes that the algorithm may use (the caller's, from the caching
+// allocator). cuBLASLt failures throw CudaError naming the call, the device and
+// cuBLASLt's status string; a problem no algorithm serves is a NotImplementedError.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+
+namespace dtr::cuda {
+
+inline constexpr size_t kMatmulWorkspaceBytes = size_t{32} << 20;
+
+// Element (r, c) of matrix i is at data + i * batch_stride + r * row_stride + c * col_stride
+// (in elements); row_stride == 1 or col_stride == 1.
+struct MatrixOperand {
+  const void* data = nullptr;
+  int64_t row_stride = 0, col_stride = 0, batch_stride = 0;
+};
+
+struct MatmulOptions {
+  bool allow_tf32 = false;  // float32 on TF32 tensor cores (10-bit mantissa products)
+};
+
+void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n, int64_t k,
+         DType dtype, MatmulOptions options, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);
+
+}  // namespace dtr::cuda
