@@ -58,11 +58,11 @@ constexpr std::array kOps = {
     OpSupport{"where", kAll, kAll},
     OpSupport{"masked_fill", kAll, kAll},
     // reduce.h
-    OpSupport{"sum", kAll, kNone},
-    OpSupport{"mean", kFloating, kNone},
-    OpSupport{"max", kAll, kNone},
-    OpSupport{"min", kAll, kNone},
-    OpSupport{"sum_of_squares", kFloating, kNone},
+    OpSupport{"sum", kAll, kAll},
+    OpSupport{"mean", kFloating, kFloating},
+    OpSupport{"max", kAll, kAll},
+    OpSupport{"min", kAll, kAll},
+    OpSupport{"sum_of_squares", kFloating, kFloating},
     OpSupport{"argmax", kNumeric, kNone},
     // shape_ops.h, index.h
     OpSupport{"cat", kAll, kNone},

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "kernels/cpu/reduce.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/internal/device_not_implemented.h"
 #include "kernels/trace.h"
 
@@ -41,6 +43,35 @@ std::vector<bool> reduced_dims(std::string_view op, const Tensor& x, const std::
   return reduced;
 }
 
+cuda::ReduceOp cuda_reduce_op(cpu::ReduceKind op) {
+  switch (op) {
+    case cpu::ReduceKind::kSum: return cuda::ReduceOp::kSum;
+    case cpu::ReduceKind::kMean: return cuda::ReduceOp::kMean;
+    case cpu::ReduceKind::kMax: return cuda::ReduceOp::kMax;
+    case cpu::ReduceKind::kMin: return cuda::ReduceOp::kMin;
+    case cpu::ReduceKind::kSumOfSquares: return cuda::ReduceOp::kSumOfSquares;
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
+}
+
+// out (contiguous, the keepdim shape) = op of x on its CUDA device.
+void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced, cpu::ReduceKind op) {
+  DTR_CHECK(x.dim() <= cuda::kMaxMapDims, NotImplementedError, "{}: {} has {} dims; CUDA reductions take at most {}",
+            cpu::reduce_kind_name(op), describe(x), x.dim(), cuda::kMaxMapDims);
+  cuda::ReduceLayout l;
+  l.x_kept.data = x.numel() > 0 ? x.data() : nullptr;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    cuda::MapShape& shape = reduced[d] ? l.reduced : l.kept;
+    cuda::MapOperand& strides = reduced[d] ? l.x_reduced : l.x_kept;
+    shape.sizes[shape.ndim] = x.size(d);
+    strides.strides[shape.ndim] = x.stride(d);
+    ++shape.ndim;
+    shape.numel *= x.size(d);
+  }
+  const int device = x.device().index;
+  cuda::reduce(out.data(), l, x.dtype(), cuda_reduce_op(op), device, cuda::current_stream(device).handle());
+}
+
 Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
   const std::string_view name = cpu::reduce_kind_name(op);
   check_defined(name, x);
@@ -58,10 +89,10 @@ Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
   const trace::Span span(name, trace::Category::kKernel);
   switch (x.device().type) {
-    case kCPU: cpu::reduce(out, x, op); return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
-    case kCUDA: throw_device_not_implemented(name, x.device(), describe(x));
+    case kCPU: cpu::reduce(out, x, op); break;
+    case kCUDA: cuda_reduce(out, x, reduced, op); break;
   }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
 }
 
 }  // namespace

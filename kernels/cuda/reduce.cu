@@ -1,0 +1,133 @@
+#include "kernels/cuda/reduce.h"
+
+#include <limits>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/internal/launch.h"
+#include "kernels/cuda/internal/map_index.cuh"
+
+namespace dtr::cuda {
+namespace {
+
+using internal::kThreads;
+using internal::map_offsets;
+
+template <class T>
+using acc_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float,
+                                 std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
+
+template <ReduceOp Op, class T>
+using out_t = std::conditional_t<(Op == ReduceOp::kSum) && !std::is_floating_point_v<acc_t<T>>, int64_t, T>;
+
+template <ReduceOp Op, class A>
+__device__ inline A identity() {
+  if constexpr (Op == ReduceOp::kMax) {
+    return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
+                                                : std::numeric_limits<A>::lowest();
+  } else if constexpr (Op == ReduceOp::kMin) {
+    return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+  } else {
+    return A(0);
+  }
+}
+
+// Folds a partial result (or a loaded value, already squared for kSumOfSquares) into acc.
+template <ReduceOp Op, class A>
+__device__ inline A combine(A acc, A v) {
+  if constexpr (Op == ReduceOp::kMax) {
+    return v != v || v > acc ? v : acc;  // once NaN, acc stays NaN (NaN > x is false)
+  } else if constexpr (Op == ReduceOp::kMin) {
+    return v != v || v < acc ? v : acc;
+  } else {
+    return acc + v;
+  }
+}
+
+template <ReduceOp Op, class A>
+__device__ inline A shuffle_reduce(A acc) {
+  for (int offset = 16; offset > 0; offset /= 2) acc = combine<Op>(acc, __shfl_down_sync(0xffffffffu, acc, offset));
+  return acc;
+}
+
+// G threads per output element: 32 (a warp) or kThreads (a block).
+template <ReduceOp Op, class T, int G>
+__global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
+  using A = acc_t<T>;
+  constexpr int kGroups = kThreads / G;
+  __shared__ A partial[kThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x) % G, group = static_cast<int>(threadIdx.x) / G;
+  const T* x = static_cast<const T*>(l.x_kept.data);
+  const MapOperand* const kept[] = {&l.x_kept};
+  const MapOperand* const reduced[] = {&l.x_reduced};
+  // Uniform over each group (the whole block when G == kThreads): the syncs below are safe.
+  for (int64_t o = blockIdx.x * int64_t{kGroups} + group; o - group < l.kept.numel; o += int64_t{gridDim.x} * kGroups) {
+    A acc = identity<Op, A>();
+    if (o < l.kept.numel) {
+      int64_t base[1];
+      map_offsets(l.kept, kept, o, base);
+      for (int64_t r = lane; r < l.reduced.numel; r += G) {
+        int64_t at[1];
+        map_offsets(l.reduced, reduced, r, at);
+        const A v = convert<A>(x[base[0] + at[0]]);
+        acc = combine<Op>(acc, Op == ReduceOp::kSumOfSquares ? A(v * v) : v);
+      }
+    }
+    acc = shuffle_reduce<Op>(acc);
+    if constexpr (G == kThreads) {
+      const int warp = static_cast<int>(threadIdx.x) / 32;
+      if (threadIdx.x % 32 == 0) partial[warp] = acc;
+      __syncthreads();
+      if (warp == 0) {
+        acc = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : identity<Op, A>();
+        acc = shuffle_reduce<Op>(acc);
+      }
+      __syncthreads();  // partial is rewritten by the next output
+    }
+    if (lane == 0 && o < l.kept.numel) {
+      if constexpr (Op == ReduceOp::kMean) acc = acc / A(l.reduced.numel);
+      out[o] = convert<out_t<Op, T>>(acc);
+    }
+  }
+}
+
+template <ReduceOp Op, class T>
+void launch(void* out, const ReduceLayout& layout, cudaStream_t stream) {
+  constexpr int64_t kMaxBlocks = 65535 * 8;
+  auto* o = static_cast<out_t<Op, T>*>(out);
+  if (layout.reduced.numel >= 4096 || layout.kept.numel < 1024) {  // few outputs, or long ones: a block each
+    const auto blocks = static_cast<int>(std::min(layout.kept.numel, kMaxBlocks));
+    reduce_kernel<Op, T, kThreads><<<blocks, kThreads, 0, stream>>>(o, layout);
+  } else {
+    constexpr int64_t kGroups = kThreads / 32;
+    const auto blocks = static_cast<int>(std::min((layout.kept.numel + kGroups - 1) / kGroups, kMaxBlocks));
+    reduce_kernel<Op, T, 32><<<blocks, kThreads, 0, stream>>>(o, layout);
+  }
+}
+
+template <ReduceOp Op>
+void launch_op(void* out, const ReduceLayout& layout, DType dtype, cudaStream_t stream) {
+  auto go = [&]<class T>(TypeTag<T>) { launch<Op, T>(out, layout, stream); };
+  if constexpr (Op == ReduceOp::kMean || Op == ReduceOp::kSumOfSquares) {
+    dispatch_floating(dtype, "cuda reduce", go);
+  } else {
+    dispatch_all(dtype, "cuda reduce", go);
+  }
+}
+
+}  // namespace
+
+void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceOp op, int device, cudaStream_t stream) {
+  if (layout.kept.numel == 0) return;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  switch (op) {
+    case ReduceOp::kSum: launch_op<ReduceOp::kSum>(out, layout, dtype, stream); break;
+    case ReduceOp::kMean: launch_op<ReduceOp::kMean>(out, layout, dtype, stream); break;
+    case ReduceOp::kMax: launch_op<ReduceOp::kMax>(out, layout, dtype, stream); break;
+    case ReduceOp::kMin: launch_op<ReduceOp::kMin>(out, layout, dtype, stream); break;
+    case ReduceOp::kSumOfSquares: launch_op<ReduceOp::kSumOfSquares>(out, layout, dtype, stream); break;
+  }
+  DTR_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+}  // namespace dtr::cuda
