@@ -3,7 +3,8 @@
 #include <cmath>
 
 #include "kernels/cpu/layer_norm.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -19,6 +20,19 @@ void check_affine(const std::optional<Tensor>& t, const Tensor& x, const Shape& 
   DTR_CHECK(t->shape() == normalized_shape && t->dtype() == x.dtype() && t->device() == x.device(), ValueError,
             "{}: {} {} must have shape {} and the dtype and device of the input {}", op, name, describe(*t),
             normalized_shape, describe(x));
+}
+
+// The data of an optional operand, contiguous (held in `keep`), or nullptr.
+const void* data_or_null(const std::optional<Tensor>& t, Tensor& keep) {
+  if (!t) return nullptr;
+  keep = t->contiguous();
+  return keep.data();
+}
+
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
 }
 
 }  // namespace
@@ -43,7 +57,15 @@ LayerNormOutput layer_norm(const Tensor& x, const Shape& normalized_shape, const
     case kCPU:
       cpu::layer_norm(out.y, out.mean, out.rstd, x, weight.value_or(Tensor()), bias.value_or(Tensor()), eps);
       return out;
-    case kCUDA: throw_device_not_implemented("layer_norm", x.device(), describe(x));
+    case kCUDA: {
+      Tensor keep_weight, keep_bias;
+      const Tensor xc = x.contiguous();
+      const int device = x.device().index;
+      cuda::layer_norm(out.y.data(), out.mean.data(), out.rstd.data(), xc.data(), data_or_null(weight, keep_weight),
+                       data_or_null(bias, keep_bias), out.mean.numel(), numel_of(normalized_shape), eps, x.dtype(),
+                       device, cuda::current_stream(device).handle());
+      return out;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -74,7 +96,17 @@ LayerNormGrads layer_norm_backward(const Tensor& grad_y, const Tensor& x, const 
       cpu::layer_norm_backward(grads.grad_x, grads.grad_weight, grads.grad_bias, grad_y, x, mean, rstd,
                                weight.value_or(Tensor()));
       return grads;
-    case kCUDA: throw_device_not_implemented(op, x.device(), fmt::format("{} and {}", describe(grad_y), describe(x)));
+    case kCUDA: {
+      Tensor keep_weight;
+      const Tensor gy = grad_y.contiguous(), xc = x.contiguous(), m = mean.contiguous(), r = rstd.contiguous();
+      const int64_t rows = mean.numel(), n = numel_of(normalized_shape);
+      const Tensor partials = Tensor::empty({2 * cuda::layer_norm_backward_chunks(rows) * n}, stats_dtype, x.device());
+      const int device = x.device().index;
+      cuda::layer_norm_backward(grads.grad_x.data(), grads.grad_weight.data(), grads.grad_bias.data(), gy.data(),
+                                xc.data(), m.data(), r.data(), data_or_null(weight, keep_weight), partials.data(), rows,
+                                n, x.dtype(), device, cuda::current_stream(device).handle());
+      return grads;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

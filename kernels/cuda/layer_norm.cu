@@ -1,0 +1,156 @@
+#include "kernels/cuda/layer_norm.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/internal/block_reduce.cuh"
+
+namespace dtr::cuda {
+namespace {
+
+using internal::block_reduce;
+
+constexpr int kBlock = 256;
+constexpr int64_t kMaxBlocks = 65535 * 8;
+
+// The statistics' type: float, double for float64.
+template <class T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+__device__ inline float rsqrt_of(float v) { return rsqrtf(v); }
+__device__ inline double rsqrt_of(double v) { return rsqrt(v); }
+
+template <class M>
+__device__ inline M sum_across(M v) {
+  return block_reduce<kBlock>(v, M(0), [](M a, M b) { return a + b; });
+}
+
+template <class T>
+__global__ void layer_norm_kernel(T* y, stat_t<T>* mean, stat_t<T>* rstd, const T* x, const T* weight, const T* bias,
+                                  int64_t rows, int64_t n, double eps) {
+  using M = stat_t<T>;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* in = x + row * n;
+    M s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kBlock) s += convert<M>(in[i]);
+    const M mu = sum_across(s) / M(n);
+    M q = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kBlock) {
+      const M d = convert<M>(in[i]) - mu;
+      q += d * d;
+    }
+    const M r = rsqrt_of(sum_across(q) / M(n) + M(eps));
+    if (threadIdx.x == 0) {
+      mean[row] = mu;
+      rstd[row] = r;
+    }
+    T* out = y + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += kBlock) {
+      M v = (convert<M>(in[i]) - mu) * r;
+      if (weight != nullptr) v *= convert<M>(weight[i]);
+      if (bias != nullptr) v += convert<M>(bias[i]);
+      out[i] = convert<T>(v);
+    }
+  }
+}
+
+template <class T>
+__global__ void layer_norm_grad_x_kernel(T* grad_x, const T* grad_y, const T* x, const stat_t<T>* mean,
+                                         const stat_t<T>* rstd, const T* weight, int64_t rows, int64_t n) {
+  using M = stat_t<T>;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* gy = grad_y + row * n;
+    const T* in = x + row * n;
+    const M mu = mean[row], r = rstd[row];
+    M sg = 0, sgx = 0;
+    for (int64_t i = threadIdx.x; i < n; i += kBlock) {
+      const M g = convert<M>(gy[i]) * (weight != nullptr ? convert<M>(weight[i]) : M(1));
+      sg += g;
+      sgx += g * (convert<M>(in[i]) - mu) * r;
+    }
+    const M mean_g = sum_across(sg) / M(n), mean_gx = sum_across(sgx) / M(n);
+    T* out = grad_x + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += kBlock) {
+      const M g = convert<M>(gy[i]) * (weight != nullptr ? convert<M>(weight[i]) : M(1));
+      const M xhat = (convert<M>(in[i]) - mu) * r;
+      out[i] = convert<T>(r * (g - mean_g - xhat * mean_gx));
+    }
+  }
+}
+
+// partials[c][j] and partials[chunks + c][j]: chunk c's sums of grad_y * xhat and grad_y.
+template <class T>
+__global__ void layer_norm_partials_kernel(stat_t<T>* partials, const T* grad_y, const T* x, const stat_t<T>* mean,
+                                           const stat_t<T>* rstd, int64_t rows, int64_t n, int64_t chunks) {
+  using M = stat_t<T>;
+  const int64_t j = blockIdx.x * int64_t{kBlock} + threadIdx.x, c = blockIdx.y;
+  if (j >= n) return;
+  const int64_t per = (rows + chunks - 1) / chunks, first = c * per, last = std::min(rows, first + per);
+  M sw = 0, sb = 0;
+  for (int64_t row = first; row < last; ++row) {
+    const M g = convert<M>(grad_y[row * n + j]);
+    sw += g * (convert<M>(x[row * n + j]) - mean[row]) * rstd[row];
+    sb += g;
+  }
+  partials[c * n + j] = sw;
+  partials[(chunks + c) * n + j] = sb;
+}
+
+template <class T>
+__global__ void layer_norm_columns_kernel(T* grad_weight, T* grad_bias, const stat_t<T>* partials, int64_t n,
+                                          int64_t chunks) {
+  using M = stat_t<T>;
+  const int64_t j = blockIdx.x * int64_t{kBlock} + threadIdx.x;
+  if (j >= n) return;
+  M sw = 0, sb = 0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    sw += partials[c * n + j];
+    sb += partials[(chunks + c) * n + j];
+  }
+  grad_weight[j] = convert<T>(sw);
+  grad_bias[j] = convert<T>(sb);
+}
+
+int row_blocks(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min(rows, kMaxBlocks))); }
+
+}  // namespace
+
+int64_t layer_norm_backward_chunks(int64_t rows) { return std::clamp<int64_t>(rows / 64, 1, 256); }
+
+void layer_norm(void* y, void* mean, void* rstd, const void* x, const void* weight, const void* bias, int64_t rows,
+                int64_t n, double eps, DType dtype, int device, cudaStream_t stream) {
+  if (rows == 0) return;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  dispatch_floating(dtype, "cuda layer_norm", [&]<class T>(TypeTag<T>) {
+    layer_norm_kernel<T><<<row_blocks(rows), kBlock, 0, stream>>>(
+        static_cast<T*>(y), static_cast<stat_t<T>*>(mean), static_cast<stat_t<T>*>(rstd), static_cast<const T*>(x),
+        static_cast<const T*>(weight), static_cast<const T*>(bias), rows, n, eps);
+  });
+  DTR_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+void layer_norm_backward(void* grad_x, void* grad_weight, void* grad_bias, const void* grad_y, const void* x,
+                         const void* mean, const void* rstd, const void* weight, void* partials, int64_t rows,
+                         int64_t n, DType dtype, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  const int64_t chunks = layer_norm_backward_chunks(rows);
+  const auto column_blocks = static_cast<unsigned>((n + kBlock - 1) / kBlock);
+  dispatch_floating(dtype, "cuda layer_norm_backward", [&]<class T>(TypeTag<T>) {
+    using M = stat_t<T>;
+    const auto* m = static_cast<const M*>(mean);
+    const auto* r = static_cast<const M*>(rstd);
+    if (rows > 0) {
+      layer_norm_grad_x_kernel<T><<<row_blocks(rows), kBlock, 0, stream>>>(
+          static_cast<T*>(grad_x), static_cast<const T*>(grad_y), static_cast<const T*>(x), m, r,
+          static_cast<const T*>(weight), rows, n);
+    }
+    layer_norm_partials_kernel<T><<<dim3(column_blocks, static_cast<unsigned>(chunks)), kBlock, 0, stream>>>(
+        static_cast<M*>(partials), static_cast<const T*>(grad_y), static_cast<const T*>(x), m, r, rows, n, chunks);
+    layer_norm_columns_kernel<T><<<column_blocks, kBlock, 0, stream>>>(
+        static_cast<T*>(grad_weight), static_cast<T*>(grad_bias), static_cast<const M*>(partials), n, chunks);
+  });
+  DTR_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+}  // namespace dtr::cuda
