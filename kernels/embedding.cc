@@ -1,7 +1,9 @@
 #include "kernels/embedding.h"
 
 #include "kernels/cpu/embedding.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/reduce.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -12,6 +14,18 @@ void check_indices(const Tensor& indices, const Tensor& other, std::string_view 
             op, describe(indices));
   DTR_CHECK(indices.device() == other.device(), ValueError, "{}: indices {} and {} are on different devices", op,
             describe(indices), describe(other));
+}
+
+// On CUDA the indices are checked by a min/max reduction read back on the host: one
+// synchronisation of the stream per call (the CPU kernels check as they read).
+void check_cuda_range(const Tensor& indices, int64_t rows, std::string_view op) {
+  if (indices.numel() == 0) return;
+  DTR_CHECK(indices.numel() < (int64_t{1} << 31), NotImplementedError,
+            "{}: {} indices; the CUDA kernels take fewer than 2^31", op, indices.numel());
+  const auto lo = static_cast<int64_t>(min(indices).item()), hi = static_cast<int64_t>(max(indices).item());
+  DTR_CHECK(lo >= 0 && hi < rows, IndexError,
+            "{}: the indices {} hold values in [{}, {}]; every index must be in [0, {}) for {} rows", op,
+            describe(indices), lo, hi, rows, rows);
 }
 
 }  // namespace
@@ -26,9 +40,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   const trace::Span span("embedding", trace::Category::kKernel);
   switch (weight.device().type) {
     case kCPU: cpu::embedding(out, weight, indices); return out;
-    case kCUDA:
-      throw_device_not_implemented("embedding", weight.device(),
-                                   fmt::format("{} and {}", describe(weight), describe(indices)));
+    case kCUDA: {
+      check_cuda_range(indices, weight.size(0), "embedding");
+      const Tensor w = weight.contiguous(), idx = indices.contiguous();
+      const int device = weight.device().index;
+      cuda::embedding(out.data(), w.data(), idx.data(), idx.dtype(), idx.numel(), weight.size(1), weight.dtype(),
+                      device, cuda::current_stream(device).handle());
+      return out;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -54,8 +73,17 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
   const trace::Span span("embedding_backward", trace::Category::kKernel);
   switch (grad.device().type) {
     case kCPU: cpu::embedding_backward(out, grad, indices, padding_idx); return out;
-    case kCUDA:
-      throw_device_not_implemented(op, grad.device(), fmt::format("{} and {}", describe(grad), describe(indices)));
+    case kCUDA: {
+      check_cuda_range(indices, num_weights, op);
+      const Tensor g = grad.contiguous(), idx = indices.contiguous();
+      const int device = grad.device().index;
+      const size_t bytes = cuda::embedding_backward_scratch_bytes(idx.numel(), device);
+      const Tensor scratch = Tensor::empty({static_cast<int64_t>((bytes + 7) / 8)}, kInt64, grad.device());
+      cuda::embedding_backward(out.data(), g.data(), idx.data(), idx.dtype(), idx.numel(), grad.size(-1), num_weights,
+                               padding_idx.value_or(-1), scratch.data(), bytes, grad.dtype(), device,
+                               cuda::current_stream(device).handle());
+      return out;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

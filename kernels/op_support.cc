@@ -86,8 +86,8 @@ constexpr std::array kOps = {
     OpSupport{"log_softmax_backward", kFloating, kFloating},
     OpSupport{"layer_norm", kFloating, kFloating},
     OpSupport{"layer_norm_backward", kFloating, kFloating},
-    OpSupport{"embedding", kAll, kNone},
-    OpSupport{"embedding_backward", kFloating, kNone},
+    OpSupport{"embedding", kAll, kAll},
+    OpSupport{"embedding_backward", kFloating, kFloating},
     OpSupport{"cross_entropy", kFloating, kNone},
     OpSupport{"cross_entropy_backward", kFloating, kNone},
     // optimizer_step.h
