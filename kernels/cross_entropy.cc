@@ -1,7 +1,9 @@
 #include "kernels/cross_entropy.h"
 
 #include "kernels/cpu/cross_entropy.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/fill.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -30,9 +32,22 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
   const trace::Span span("cross_entropy", trace::Category::kKernel);
   switch (logits.device().type) {
     case kCPU: cpu::cross_entropy(out.loss, out.logsumexp, logits, target, ignore_index, reduction); return out;
-    case kCUDA:
-      throw_device_not_implemented("cross_entropy", logits.device(),
-                                   fmt::format("{} and {}", describe(logits), describe(target)));
+    case kCUDA: {
+      const Tensor l = logits.contiguous(), t = target.contiguous();
+      const int64_t n = logits.size(0), c = logits.size(1);
+      Tensor bad = zeros({1}, kInt32, logits.device());
+      const Tensor scratch = Tensor::empty({n + 1}, kFloat64, logits.device());
+      const int device = logits.device().index;
+      cuda::cross_entropy(out.loss.data(), out.logsumexp.data(), static_cast<int32_t*>(bad.data()), l.data(),
+                          static_cast<const int64_t*>(t.data()), n, c, ignore_index, reduction == Reduction::kMean,
+                          static_cast<double*>(scratch.data()), logits.dtype(), device,
+                          cuda::current_stream(device).handle());
+      // Read back on the host: one synchronisation of the stream per call.
+      DTR_CHECK(bad.item() == 0, IndexError,
+                "cross_entropy: target {} holds a class outside [0, {}) that is not ignore_index {} (logits {})",
+                describe(target), c, ignore_index, describe(logits));
+      return out;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -55,8 +70,17 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
     case kCPU:
       cpu::cross_entropy_backward(grad, logits, target, logsumexp, grad_loss.item(), ignore_index, reduction);
       return grad;
-    case kCUDA:
-      throw_device_not_implemented(op, logits.device(), fmt::format("{} and {}", describe(logits), describe(target)));
+    case kCUDA: {
+      const Tensor l = logits.contiguous(), t = target.contiguous(), lse = logsumexp.contiguous();
+      const Tensor g = grad_loss.to(logits.device()).to(kFloat64);  // stays on the device
+      const Tensor scratch = Tensor::empty({1}, kFloat64, logits.device());
+      const int device = logits.device().index;
+      cuda::cross_entropy_backward(grad.data(), l.data(), static_cast<const int64_t*>(t.data()), lse.data(),
+                                   static_cast<const double*>(g.data()), logits.size(0), logits.size(1), ignore_index,
+                                   reduction == Reduction::kMean, static_cast<double*>(scratch.data()), logits.dtype(),
+                                   device, cuda::current_stream(device).handle());
+      return grad;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

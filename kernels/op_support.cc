@@ -88,8 +88,8 @@ constexpr std::array kOps = {
     OpSupport{"layer_norm_backward", kFloating, kFloating},
     OpSupport{"embedding", kAll, kAll},
     OpSupport{"embedding_backward", kFloating, kFloating},
-    OpSupport{"cross_entropy", kFloating, kNone},
-    OpSupport{"cross_entropy_backward", kFloating, kNone},
+    OpSupport{"cross_entropy", kFloating, kFloating},
+    OpSupport{"cross_entropy_backward", kFloating, kFloating},
     // optimizer_step.h
     OpSupport{"sgd_step_", kOptimizerParams, kNone},
     OpSupport{"adam_step_", kOptimizerParams, kNone},
