@@ -91,9 +91,9 @@ constexpr std::array kOps = {
     OpSupport{"cross_entropy", kFloating, kFloating},
     OpSupport{"cross_entropy_backward", kFloating, kFloating},
     // optimizer_step.h
-    OpSupport{"sgd_step_", kOptimizerParams, kNone},
-    OpSupport{"adam_step_", kOptimizerParams, kNone},
-    OpSupport{"adamw_step_", kOptimizerParams, kNone},
+    OpSupport{"sgd_step_", kOptimizerParams, kOptimizerParams},
+    OpSupport{"adam_step_", kOptimizerParams, kOptimizerParams},
+    OpSupport{"adamw_step_", kOptimizerParams, kOptimizerParams},
 };
 
 constexpr std::array kAllDTypes = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};

@@ -2,8 +2,10 @@
 
 #include <utility>
 
+#include "kernels/adam_scalars.h"
 #include "kernels/cpu/optimizer_step.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/cuda/optimizer_step.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -81,7 +83,15 @@ void adam_family_step(std::string_view op, const Tensor& param, const Tensor& gr
   const trace::Span span(op, trace::Category::kKernel);
   switch (param.device().type) {
     case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, options, decay); return;
-    case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
+    case kCUDA: {
+      const int device = param.device().index;
+      cuda::adam_step(param.data(), exp_avg.data(), exp_avg_sq.data(),
+                      max_exp_avg_sq != nullptr ? max_exp_avg_sq->data() : nullptr, grad.data(), param.numel(),
+                      adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay, step,
+                                   decay == cpu::WeightDecay::kDecoupled),
+                      param.dtype(), device, cuda::current_stream(device).handle());
+      return;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -108,7 +118,18 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
   const trace::Span span("sgd_step_", trace::Category::kKernel);
   switch (param.device().type) {
     case kCPU: cpu::sgd_step(param, momentum_buffer, grad, step, options); return;
-    case kCUDA: throw_device_not_implemented(op, param.device(), describe(param));
+    case kCUDA: {
+      const int device = param.device().index;
+      const cuda::SgdScalars s{.lr = options.lr,
+                               .weight_decay = options.weight_decay,
+                               .momentum = options.momentum,
+                               .keep = 1.0 - options.dampening,
+                               .nesterov = options.nesterov,
+                               .first_step = step == 1};
+      cuda::sgd_step(param.data(), options.momentum != 0.0 ? momentum_buffer.data() : nullptr, grad.data(),
+                     param.numel(), s, param.dtype(), device, cuda::current_stream(device).handle());
+      return;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/adam_scalars.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -45,8 +46,9 @@ void sgd_loop(T* p, const T* g, acc_t<T>* buffer, int64_t n, bool first_step, ac
   }
 }
 
+// adam_scalars.h's, in the state type.
 template <class C>
-struct AdamScalars {
+struct CpuAdamScalars {
   C step_size;              // lr / (1 - beta1^t)
   C bias_correction2_sqrt;  // sqrt(1 - beta2^t)
   C beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
@@ -55,7 +57,8 @@ struct AdamScalars {
 };
 
 template <class T, bool kL2, bool kAmsgrad>
-void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, int64_t n, const AdamScalars<acc_t<T>> s) {
+void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, int64_t n,
+               const CpuAdamScalars<acc_t<T>> s) {
   using C = acc_t<T>;
 #pragma omp parallel for simd schedule(static) num_threads(num_threads()) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
@@ -115,18 +118,18 @@ void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg
   const char* op = decay == WeightDecay::kL2 ? "adam_step_" : "adamw_step_";
   dispatch_param(param.dtype(), op, [&]<class T>(TypeTag<T>) {
     using C = acc_t<T>;
-    const double t = static_cast<double>(step);
-    // theta -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-    const AdamScalars<C> s{
-        .step_size = static_cast<C>(options.lr / (1.0 - std::pow(options.beta1, t))),
-        .bias_correction2_sqrt = static_cast<C>(std::sqrt(1.0 - std::pow(options.beta2, t))),
-        .beta1 = static_cast<C>(options.beta1),
-        .beta2 = static_cast<C>(options.beta2),
-        .one_minus_beta1 = static_cast<C>(1.0 - options.beta1),
-        .one_minus_beta2 = static_cast<C>(1.0 - options.beta2),
-        .eps = static_cast<C>(options.eps),
-        .l2 = static_cast<C>(options.weight_decay),
-        .scale = static_cast<C>(decay == WeightDecay::kDecoupled ? 1.0 - options.lr * options.weight_decay : 1.0),
+    const AdamScalars d = adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay,
+                                       step, decay == WeightDecay::kDecoupled);
+    const CpuAdamScalars<C> s{
+        .step_size = static_cast<C>(d.step_size),
+        .bias_correction2_sqrt = static_cast<C>(d.bias_correction2_sqrt),
+        .beta1 = static_cast<C>(d.beta1),
+        .beta2 = static_cast<C>(d.beta2),
+        .one_minus_beta1 = static_cast<C>(d.one_minus_beta1),
+        .one_minus_beta2 = static_cast<C>(d.one_minus_beta2),
+        .eps = static_cast<C>(d.eps),
+        .l2 = static_cast<C>(d.l2),
+        .scale = static_cast<C>(d.scale),
     };
     T* p = param.data_ptr<T>();
     const T* g = grad.data_ptr<T>();
