@@ -5,27 +5,21 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/internal/block_reduce.cuh"
+#include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {
 
 using internal::block_reduce;
+using internal::block_sum;
+using internal::blocks_for_rows;
+using internal::exp_of;
+using internal::log_of;
 
 constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
 template <class T>
 using lse_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-__device__ inline float exp_of(float v) { return expf(v); }
-__device__ inline double exp_of(double v) { return exp(v); }
-__device__ inline float log_of(float v) { return logf(v); }
-__device__ inline double log_of(double v) { return log(v); }
-
-template <class M>
-__device__ inline M sum_across(M v) {
-  return block_reduce<kBlock>(v, M(0), [](M a, M b) { return a + b; });
-}
 
 // Per row: lse and the row's loss (into scratch[row]).
 template <class T>
@@ -46,7 +40,7 @@ __global__ void rows_kernel(lse_t<T>* lse, double* row_loss, int32_t* bad_target
       }
     }
     const M row_max = block_reduce<kBlock>(max, kNegInf, [](M a, M b) { return a > b ? a : b; });
-    const M row_sum = sum_across(max == kNegInf ? M(0) : sum * exp_of(max - row_max));
+    const M row_sum = block_sum<kBlock>(max == kNegInf ? M(0) : sum * exp_of(max - row_max));
     if (threadIdx.x == 0) {
       const M l = row_max + log_of(row_sum);
       lse[row] = l;
@@ -73,15 +67,15 @@ __global__ void total_kernel(T* loss, const double* row_loss, const int64_t* tar
     s += row_loss[row];
     count += target[row] != ignore_index ? 1.0 : 0.0;
   }
-  s = sum_across(s);
-  count = sum_across(count);
+  s = block_sum<kBlock>(s);
+  count = block_sum<kBlock>(count);
   if (threadIdx.x == 0) *loss = convert<T>(mean ? s / count : s);  // 0 / 0: NaN, as torch
 }
 
 __global__ void scale_kernel(double* scale, const int64_t* target, int64_t n, int64_t ignore_index, bool mean) {
   double count = 0;
   for (int64_t row = threadIdx.x; row < n; row += kBlock) count += target[row] != ignore_index ? 1.0 : 0.0;
-  count = sum_across(count);
+  count = block_sum<kBlock>(count);
   if (threadIdx.x == 0) *scale = mean ? 1.0 / count : 1.0;
 }
 
@@ -104,8 +98,6 @@ __global__ void grad_kernel(T* grad, const T* logits, const int64_t* target, con
   }
 }
 
-int row_blocks(int64_t n) { return static_cast<int>(std::max<int64_t>(1, std::min(n, kMaxBlocks))); }
-
 }  // namespace
 
 void cross_entropy(void* loss, void* logsumexp, int32_t* bad_target, const void* logits, const int64_t* target,
@@ -114,8 +106,9 @@ void cross_entropy(void* loss, void* logsumexp, int32_t* bad_target, const void*
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda cross_entropy", [&]<class T>(TypeTag<T>) {
     if (n > 0) {
-      rows_kernel<T><<<row_blocks(n), kBlock, 0, stream>>>(static_cast<lse_t<T>*>(logsumexp), scratch, bad_target,
-                                                           static_cast<const T*>(logits), target, n, c, ignore_index);
+      rows_kernel<T><<<blocks_for_rows(n), kBlock, 0, stream>>>(static_cast<lse_t<T>*>(logsumexp), scratch, bad_target,
+                                                                static_cast<const T*>(logits), target, n, c,
+                                                                ignore_index);
     }
     total_kernel<T><<<1, kBlock, 0, stream>>>(static_cast<T*>(loss), scratch, target, n, ignore_index, mean);
   });
@@ -129,9 +122,9 @@ void cross_entropy_backward(void* grad, const void* logits, const int64_t* targe
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   scale_kernel<<<1, kBlock, 0, stream>>>(scratch, target, n, ignore_index, mean);
   dispatch_floating(dtype, "cuda cross_entropy_backward", [&]<class T>(TypeTag<T>) {
-    grad_kernel<T><<<row_blocks(n), kBlock, 0, stream>>>(static_cast<T*>(grad), static_cast<const T*>(logits), target,
-                                                         static_cast<const lse_t<T>*>(logsumexp), grad_loss, scratch, n,
-                                                         c, ignore_index);
+    grad_kernel<T><<<blocks_for_rows(n), kBlock, 0, stream>>>(static_cast<T*>(grad), static_cast<const T*>(logits),
+                                                              target, static_cast<const lse_t<T>*>(logsumexp),
+                                                              grad_loss, scratch, n, c, ignore_index);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

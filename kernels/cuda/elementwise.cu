@@ -4,15 +4,23 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.h"
 #include "kernels/cuda/internal/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {
 
+using internal::abs_of;
 using internal::blocks_for;
+using internal::erf_of;
+using internal::exp_of;
 using internal::kThreads;
+using internal::log_of;
 using internal::map_offsets;
+using internal::pow_of;
+using internal::sqrt_of;
+using internal::tanh_of;
 
 constexpr int arity(MapOp op) {
   if (op <= MapOp::kGeScalar) return 1;
@@ -65,22 +73,6 @@ constexpr Dtypes dtypes_of(MapOp op) {
     default: return Dtypes::kFloating;
   }
 }
-
-// Device math in float for float, in double for double.
-__device__ inline float exp_of(float x) { return expf(x); }
-__device__ inline double exp_of(double x) { return exp(x); }
-__device__ inline float log_of(float x) { return logf(x); }
-__device__ inline double log_of(double x) { return log(x); }
-__device__ inline float sqrt_of(float x) { return sqrtf(x); }
-__device__ inline double sqrt_of(double x) { return sqrt(x); }
-__device__ inline float tanh_of(float x) { return tanhf(x); }
-__device__ inline double tanh_of(double x) { return tanh(x); }
-__device__ inline float erf_of(float x) { return erff(x); }
-__device__ inline double erf_of(double x) { return erf(x); }
-__device__ inline float pow_of(float x, float e) { return powf(x, e); }
-__device__ inline double pow_of(double x, double e) { return pow(x, e); }
-__device__ inline float abs_of(float x) { return fabsf(x); }
-__device__ inline double abs_of(double x) { return fabs(x); }
 
 template <class M>
 __device__ inline bool is_nan(M v) {

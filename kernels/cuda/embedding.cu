@@ -11,13 +11,8 @@ namespace dtr::cuda {
 namespace {
 
 using internal::blocks_for;
+using internal::blocks_for_rows;
 using internal::kThreads;
-
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
-int position_blocks(int64_t positions) {
-  return static_cast<int>(std::max<int64_t>(1, std::min(positions, kMaxBlocks)));
-}
 
 template <class T, class I>
 __global__ void embedding_kernel(T* out, const T* weight, const I* indices, int64_t positions, int64_t dim) {
@@ -71,10 +66,10 @@ void embedding(void* out, const void* weight, const void* indices, DType index_d
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (dim + 31) / 32 * 32));
   dispatch_all(dtype, "cuda embedding", [&]<class T>(TypeTag<T>) {
     if (index_dtype == kInt32) {
-      embedding_kernel<T><<<position_blocks(positions), threads, 0, stream>>>(
+      embedding_kernel<T><<<blocks_for_rows(positions), threads, 0, stream>>>(
           static_cast<T*>(out), static_cast<const T*>(weight), static_cast<const int32_t*>(indices), positions, dim);
     } else {
-      embedding_kernel<T><<<position_blocks(positions), threads, 0, stream>>>(
+      embedding_kernel<T><<<blocks_for_rows(positions), threads, 0, stream>>>(
           static_cast<T*>(out), static_cast<const T*>(weight), static_cast<const int64_t*>(indices), positions, dim);
     }
   });
@@ -115,7 +110,7 @@ void embedding_backward(void* out, const void* grad, const void* indices, DType 
                  device);
   const int threads = static_cast<int>(std::min<int64_t>(kThreads, (dim + 31) / 32 * 32));
   dispatch_floating(dtype, "cuda embedding_backward", [&]<class T>(TypeTag<T>) {
-    segment_sum_kernel<T><<<position_blocks(positions), threads, 0, stream>>>(
+    segment_sum_kernel<T><<<blocks_for_rows(positions), threads, 0, stream>>>(
         static_cast<T*>(out), static_cast<const T*>(grad), keys, values, positions, dim, padding_idx);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);

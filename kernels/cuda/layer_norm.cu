@@ -4,26 +4,20 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/internal/block_reduce.cuh"
+#include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {
 
-using internal::block_reduce;
+using internal::block_sum;
+using internal::blocks_for_rows;
+using internal::rsqrt_of;
 
 constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
 // The statistics' type: float, double for float64.
 template <class T>
 using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-__device__ inline float rsqrt_of(float v) { return rsqrtf(v); }
-__device__ inline double rsqrt_of(double v) { return rsqrt(v); }
-
-template <class M>
-__device__ inline M sum_across(M v) {
-  return block_reduce<kBlock>(v, M(0), [](M a, M b) { return a + b; });
-}
 
 template <class T>
 __global__ void layer_norm_kernel(T* y, stat_t<T>* mean, stat_t<T>* rstd, const T* x, const T* weight, const T* bias,
@@ -33,13 +27,13 @@ __global__ void layer_norm_kernel(T* y, stat_t<T>* mean, stat_t<T>* rstd, const 
     const T* in = x + row * n;
     M s = 0;
     for (int64_t i = threadIdx.x; i < n; i += kBlock) s += convert<M>(in[i]);
-    const M mu = sum_across(s) / M(n);
+    const M mu = block_sum<kBlock>(s) / M(n);
     M q = 0;
     for (int64_t i = threadIdx.x; i < n; i += kBlock) {
       const M d = convert<M>(in[i]) - mu;
       q += d * d;
     }
-    const M r = rsqrt_of(sum_across(q) / M(n) + M(eps));
+    const M r = rsqrt_of(block_sum<kBlock>(q) / M(n) + M(eps));
     if (threadIdx.x == 0) {
       mean[row] = mu;
       rstd[row] = r;
@@ -68,7 +62,7 @@ __global__ void layer_norm_grad_x_kernel(T* grad_x, const T* grad_y, const T* x,
       sg += g;
       sgx += g * (convert<M>(in[i]) - mu) * r;
     }
-    const M mean_g = sum_across(sg) / M(n), mean_gx = sum_across(sgx) / M(n);
+    const M mean_g = block_sum<kBlock>(sg) / M(n), mean_gx = block_sum<kBlock>(sgx) / M(n);
     T* out = grad_x + row * n;
     for (int64_t i = threadIdx.x; i < n; i += kBlock) {
       const M g = convert<M>(gy[i]) * (weight != nullptr ? convert<M>(weight[i]) : M(1));
@@ -111,8 +105,6 @@ __global__ void layer_norm_columns_kernel(T* grad_weight, T* grad_bias, const st
   grad_bias[j] = convert<T>(sb);
 }
 
-int row_blocks(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min(rows, kMaxBlocks))); }
-
 }  // namespace
 
 int64_t layer_norm_backward_chunks(int64_t rows) { return std::clamp<int64_t>(rows / 64, 1, 256); }
@@ -122,7 +114,7 @@ void layer_norm(void* y, void* mean, void* rstd, const void* x, const void* weig
   if (rows == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda layer_norm", [&]<class T>(TypeTag<T>) {
-    layer_norm_kernel<T><<<row_blocks(rows), kBlock, 0, stream>>>(
+    layer_norm_kernel<T><<<blocks_for_rows(rows), kBlock, 0, stream>>>(
         static_cast<T*>(y), static_cast<stat_t<T>*>(mean), static_cast<stat_t<T>*>(rstd), static_cast<const T*>(x),
         static_cast<const T*>(weight), static_cast<const T*>(bias), rows, n, eps);
   });
@@ -141,7 +133,7 @@ void layer_norm_backward(void* grad_x, void* grad_weight, void* grad_bias, const
     const auto* m = static_cast<const M*>(mean);
     const auto* r = static_cast<const M*>(rstd);
     if (rows > 0) {
-      layer_norm_grad_x_kernel<T><<<row_blocks(rows), kBlock, 0, stream>>>(
+      layer_norm_grad_x_kernel<T><<<blocks_for_rows(rows), kBlock, 0, stream>>>(
           static_cast<T*>(grad_x), static_cast<const T*>(grad_y), static_cast<const T*>(x), m, r,
           static_cast<const T*>(weight), rows, n);
     }

@@ -1,6 +1,7 @@
 #include "kernels/cuda/optimizer_step.h"
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/internal/device_math.cuh"
 #include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
@@ -8,12 +9,10 @@ namespace {
 
 using internal::blocks_for;
 using internal::kThreads;
+using internal::sqrt_of;
 
 template <class T>
 using state_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-__device__ inline float sqrt_of(float v) { return sqrtf(v); }
-__device__ inline double sqrt_of(double v) { return sqrt(v); }
 
 template <class T>
 __global__ void sgd_kernel(T* p, state_t<T>* buffer, const T* g, int64_t n, state_t<T> lr, state_t<T> weight_decay,

@@ -10,6 +10,7 @@
 namespace dtr::cuda {
 namespace {
 
+using internal::kMaxBlocks;
 using internal::kThreads;
 using internal::map_offsets;
 
@@ -93,7 +94,6 @@ __global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
 
 template <ReduceOp Op, class T>
 void launch(void* out, const ReduceLayout& layout, cudaStream_t stream) {
-  constexpr int64_t kMaxBlocks = 65535 * 8;
   auto* o = static_cast<out_t<Op, T>*>(out);
   if (layout.reduced.numel >= 4096 || layout.kept.numel < 1024) {  // few outputs, or long ones: a block each
     const auto blocks = static_cast<int>(std::min(layout.kept.numel, kMaxBlocks));

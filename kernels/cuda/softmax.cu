@@ -5,19 +5,18 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/internal/block_reduce.cuh"
+#include "kernels/cuda/internal/device_math.cuh"
+#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {
 
 using internal::block_reduce;
+using internal::blocks_for_rows;
+using internal::exp_of;
+using internal::log_of;
 
 constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocks = 65535 * 8;
-
-__device__ inline float exp_of(float v) { return expf(v); }
-__device__ inline double exp_of(double v) { return exp(v); }
-__device__ inline float log_of(float v) { return logf(v); }
-__device__ inline double log_of(double v) { return log(v); }
 
 // A running (max, sum of exp(v - max)) over some values.
 template <class M>
@@ -75,8 +74,6 @@ __global__ void softmax_backward_kernel(T* grad_x, const T* grad_y, const T* y, 
     }
   }
 }
-
-int blocks_for_rows(int64_t rows) { return static_cast<int>(std::max<int64_t>(1, std::min(rows, kMaxBlocks))); }
 
 }  // namespace
 

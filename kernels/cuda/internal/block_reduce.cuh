@@ -26,4 +26,9 @@ __device__ inline T block_reduce(T v, T none, F f) {
   return out;
 }
 
+template <int kBlock, class T>
+__device__ inline T block_sum(T v) {
+  return block_reduce<kBlock>(v, T(0), [](T a, T b) { return a + b; });
+}
+
 }  // namespace dtr::cuda::internal
