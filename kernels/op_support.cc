@@ -65,7 +65,7 @@ constexpr std::array kOps = {
     OpSupport{"sum_of_squares", kFloating, kFloating},
     OpSupport{"argmax", kNumeric, kNone},
     // shape_ops.h, index.h
-    OpSupport{"cat", kAll, kNone},
+    OpSupport{"cat", kAll, kAll},
     OpSupport{"index_select", kAll, kNone},
     OpSupport{"gather", kAll, kNone},
     OpSupport{"index_add_", kNumeric, kNone},

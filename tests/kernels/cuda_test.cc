@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
+#include "kernels/shape_ops.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {
@@ -176,6 +177,20 @@ TEST_CASE("device copies take any layout: transposes, slices, broadcasts, casts,
   expected_odd.copy_(host);
   CHECK(to_f64(target) == to_f64(expected));
   CHECK(to_f64(target.slice(1, 1, 14, 2).to(kCPU)) == to_f64(host));
+}
+
+TEST_CASE("cat on the device matches the CPU along every dim, with views and empty pieces", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Device gpu(kCUDA, 0);
+  const Tensor a = testing::random_tensor({3, 4, 5}, kFloat32, 20), b = testing::random_tensor({3, 4, 5}, kFloat32, 21);
+  for (int64_t dim : {0, 1, 2, -1}) {
+    INFO("dim " << dim);
+    CHECK(to_f64(cat({a.to(gpu), b.to(gpu).transpose(0, 1).transpose(0, 1)}, dim)) == to_f64(cat({a, b}, dim)));
+  }
+  const Tensor none = zeros({3, 0, 5}, kFloat32);
+  CHECK(to_f64(cat({a.to(gpu), none.to(gpu), b.to(gpu)}, 1)) == to_f64(cat({a, none, b}, 1)));
+  CHECK(to_f64(cat({a.to(gpu).transpose(0, 2), b.to(gpu).transpose(0, 2)}, 0)) ==
+        to_f64(cat({a.transpose(0, 2), b.transpose(0, 2)}, 0)));
 }
 
 }  // namespace
