@@ -63,7 +63,7 @@ constexpr std::array kOps = {
     OpSupport{"max", kAll, kAll},
     OpSupport{"min", kAll, kAll},
     OpSupport{"sum_of_squares", kFloating, kFloating},
-    OpSupport{"argmax", kNumeric, kNone},
+    OpSupport{"argmax", kNumeric, kNumeric},
     // shape_ops.h, index.h
     OpSupport{"cat", kAll, kAll},
     OpSupport{"index_select", kAll, kNone},

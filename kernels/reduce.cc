@@ -5,7 +5,6 @@
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/reduce.h"
 #include "kernels/cuda/stream.h"
-#include "kernels/internal/device_not_implemented.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -54,10 +53,10 @@ cuda::ReduceOp cuda_reduce_op(cpu::ReduceKind op) {
   DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
 }
 
-// out (contiguous, the keepdim shape) = op of x on its CUDA device.
-void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced, cpu::ReduceKind op) {
+// x's elements as the CUDA reductions address them: the kept dims and the reduced ones.
+cuda::ReduceLayout cuda_layout(std::string_view op, const Tensor& x, const std::vector<bool>& reduced) {
   DTR_CHECK(x.dim() <= cuda::kMaxMapDims, NotImplementedError, "{}: {} has {} dims; CUDA reductions take at most {}",
-            cpu::reduce_kind_name(op), describe(x), x.dim(), cuda::kMaxMapDims);
+            op, describe(x), x.dim(), cuda::kMaxMapDims);
   cuda::ReduceLayout l;
   l.x_kept.data = x.numel() > 0 ? x.data() : nullptr;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -68,8 +67,14 @@ void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& re
     ++shape.ndim;
     shape.numel *= x.size(d);
   }
+  return l;
+}
+
+// out (contiguous, the keepdim shape) = op of x on its CUDA device.
+void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced, cpu::ReduceKind op) {
   const int device = x.device().index;
-  cuda::reduce(out.data(), l, x.dtype(), cuda_reduce_op(op), device, cuda::current_stream(device).handle());
+  cuda::reduce(out.data(), cuda_layout(cpu::reduce_kind_name(op), x, reduced), x.dtype(), cuda_reduce_op(op), device,
+               cuda::current_stream(device).handle());
 }
 
 Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
@@ -125,13 +130,18 @@ Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {
   Tensor out = Tensor::empty(std::move(kept), kInt64, x.device());
   const trace::Span span("argmax", trace::Category::kKernel);
   switch (x.device().type) {
-    case kCPU:
-      cpu::argmax(out, x1, d);
-      if (x.dim() == 0) return out.view({});
-      return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
-    case kCUDA: throw_device_not_implemented("argmax", x.device(), describe(x));
+    case kCPU: cpu::argmax(out, x1, d); break;
+    case kCUDA: {
+      std::vector<bool> reduced(x1.dim(), false);
+      reduced[d] = true;
+      const int device = x.device().index;
+      cuda::argmax(static_cast<int64_t*>(out.data()), cuda_layout("argmax", x1, reduced), x.dtype(), device,
+                   cuda::current_stream(device).handle());
+      break;
+    }
   }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  if (x.dim() == 0) return out.view({});
+  return keepdim == KeepDim::kYes ? out : out.view(std::move(squeezed));
 }
 
 }  // namespace dtr

@@ -6,8 +6,7 @@
 // Accumulation: float64 for float32/float64 inputs, float for bfloat16/float16 (rounded
 // once at the end), int64 for integers and bool; the sum of an integer or bool tensor is
 // int64, as in torch. Over an empty dim: sum is 0, mean NaN, and max, min and argmax raise
-// ValueError (the max of nothing is undefined). CUDA: kernels/cuda/reduce.h (argmax: not yet,
-// NotImplementedError).
+// ValueError (the max of nothing is undefined). CUDA kernels: kernels/cuda/reduce.h.
 #pragma once
 
 #include <cstdint>

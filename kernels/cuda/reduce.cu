@@ -92,6 +92,52 @@ __global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
   }
 }
 
+// Whether (a, ia) comes before (b, ib) as argmax's answer: NaN first, then the larger value,
+// then the smaller index.
+template <class A>
+__device__ inline bool better(A a, int64_t ia, A b, int64_t ib) {
+  const bool a_nan = a != a, b_nan = b != b;
+  if (a_nan != b_nan) return a_nan;
+  if (!a_nan && a != b) return a > b;
+  return ia < ib;
+}
+
+template <class T>
+__global__ void argmax_kernel(int64_t* out, ReduceLayout l) {
+  using A = acc_t<T>;
+  constexpr int kWarps = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const T* x = static_cast<const T*>(l.x_kept.data);
+  const MapOperand* const kept[] = {&l.x_kept};
+  const MapOperand* const reduced[] = {&l.x_reduced};
+  for (int64_t o = blockIdx.x * int64_t{kWarps} + warp; o - warp < l.kept.numel; o += int64_t{gridDim.x} * kWarps) {
+    A best = A(0);
+    int64_t index = -1;  // none seen yet
+    if (o < l.kept.numel) {
+      int64_t base[1];
+      map_offsets(l.kept, kept, o, base);
+      for (int64_t r = lane; r < l.reduced.numel; r += 32) {
+        int64_t at[1];
+        map_offsets(l.reduced, reduced, r, at);
+        const A v = convert<A>(x[base[0] + at[0]]);
+        if (index < 0 || better(v, r, best, index)) {
+          best = v;
+          index = r;
+        }
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const A other = __shfl_down_sync(0xffffffffu, best, offset);
+      const int64_t other_index = __shfl_down_sync(0xffffffffu, index, offset);
+      if (other_index >= 0 && (index < 0 || better(other, other_index, best, index))) {
+        best = other;
+        index = other_index;
+      }
+    }
+    if (lane == 0 && o < l.kept.numel) out[o] = index;
+  }
+}
+
 template <ReduceOp Op, class T>
 void launch(void* out, const ReduceLayout& layout, cudaStream_t stream) {
   auto* o = static_cast<out_t<Op, T>*>(out);
@@ -127,6 +173,16 @@ void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceOp op, int
     case ReduceOp::kMin: launch_op<ReduceOp::kMin>(out, layout, dtype, stream); break;
     case ReduceOp::kSumOfSquares: launch_op<ReduceOp::kSumOfSquares>(out, layout, dtype, stream); break;
   }
+  DTR_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+void argmax(int64_t* out, const ReduceLayout& layout, DType dtype, int device, cudaStream_t stream) {
+  if (layout.kept.numel == 0) return;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  constexpr int64_t kWarps = kThreads / 32;
+  const auto blocks = static_cast<int>(std::min((layout.kept.numel + kWarps - 1) / kWarps, kMaxBlocks));
+  dispatch_numeric(dtype, "cuda argmax",
+                   [&]<class T>(TypeTag<T>) { argmax_kernel<T><<<blocks, kThreads, 0, stream>>>(out, layout); });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
 

@@ -1,5 +1,5 @@
 // CUDA reduction kernels: the CUDA half of kernels/reduce.h (sum, mean, max, min,
-// sum_of_squares over any set of dims).
+// sum_of_squares over any set of dims, and argmax over one).
 //
 // x's elements are addressed by two map layouts: `kept` (the dims not reduced, in order:
 // one output element each) and `reduced` (the dims each output element reduces), each
@@ -28,5 +28,8 @@ struct ReduceLayout {
 
 // out's dtype: int64 for the sum of an integer or bool x, x's dtype otherwise.
 void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceOp op, int device, cudaStream_t stream);
+// out (int64, kept.numel elements) = the index within the reduced elements (one dim) of
+// the first maximum; a NaN counts as the maximum (the first NaN wins). A warp per output.
+void argmax(int64_t* out, const ReduceLayout& layout, DType dtype, int device, cudaStream_t stream);
 
 }  // namespace dtr::cuda

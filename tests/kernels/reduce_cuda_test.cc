@@ -3,7 +3,7 @@
 // middle one, two apart, and all of them, with keepdim, in every dtype each takes; on
 // contiguous and transposed inputs; shapes that take the warp-per-output kernel (many short
 // rows) and the block-per-output one (few long ones, a million elements); NaN in max/min;
-// empty inputs. Tagged gpu (Bazel) and [gpu] (Catch2): CPU-only runs leave it out.
+// empty inputs; argmax with ties and NaN. Tagged gpu (Bazel) and [gpu] (Catch2): CPU-only runs leave it out.
 #include <catch2/catch.hpp>
 
 #include <limits>
@@ -83,6 +83,27 @@ TEST_CASE("CUDA reductions: a million elements, NaN, empty dims", "[gpu]") {
   CHECK(std::isnan(to_f64(mean(empty, {0}))[0]));
   CHECK(to_f64(sum(ones({5}, kInt32, kGpu))) == std::vector<double>{5.0});
   CHECK(sum(ones({5}, kInt32, kGpu)).dtype() == kInt64);
+}
+
+TEST_CASE("CUDA argmax matches the CPU along every dim, with ties and NaN", "[gpu]") {
+  uint64_t seed = 100;
+  for (DType d : testing::kNumericDTypes) {
+    for (const Shape& shape : std::vector<Shape>{{7}, {4097, 3}, {3, 5, 1023}}) {
+      // Integers in [-3, 3): many ties, so the first maximum is what is checked.
+      const Tensor x = random_tensor(shape, d, seed++, -3, 3);
+      for (int64_t dim = 0; dim < static_cast<int64_t>(shape.size()); ++dim) {
+        INFO(dtype_name(d) << " " << fmt::format("{}", shape) << " dim " << dim);
+        CHECK(to_f64(argmax(x.to(kGpu), dim)) == to_f64(argmax(x, dim)));
+        CHECK(to_f64(argmax(x.to(kGpu).transpose(0, shape.size() - 1), dim)) ==
+              to_f64(argmax(x.transpose(0, shape.size() - 1), dim)));
+      }
+    }
+  }
+  Tensor with_nan = random_tensor({2, 9}, kFloat32, 11);
+  with_nan.data_ptr<float>()[4] = std::numeric_limits<float>::quiet_NaN();
+  with_nan.data_ptr<float>()[6] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(to_f64(argmax(with_nan.to(kGpu), 1)) == to_f64(argmax(with_nan, 1)));
+  CHECK(to_f64(argmax(with_nan.to(kGpu), 1))[0] == 4.0);
 }
 
 }  // namespace
