@@ -46,19 +46,8 @@ void sgd_loop(T* p, const T* g, acc_t<T>* buffer, int64_t n, bool first_step, ac
   }
 }
 
-// adam_scalars.h's, in the state type.
-template <class C>
-struct CpuAdamScalars {
-  C step_size;              // lr / (1 - beta1^t)
-  C bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-  C beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
-  C l2;     // added as l2 * param to the gradient (Adam)
-  C scale;  // param is first multiplied by it (AdamW: 1 - lr * wd)
-};
-
 template <class T, bool kL2, bool kAmsgrad>
-void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, int64_t n,
-               const CpuAdamScalars<acc_t<T>> s) {
+void adam_loop(T* p, const T* g, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, int64_t n, const AdamScalars<acc_t<T>> s) {
   using C = acc_t<T>;
 #pragma omp parallel for simd schedule(static) num_threads(num_threads()) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
@@ -118,19 +107,9 @@ void adam_step(const Tensor& param, const Tensor& exp_avg, const Tensor& exp_avg
   const char* op = decay == WeightDecay::kL2 ? "adam_step_" : "adamw_step_";
   dispatch_param(param.dtype(), op, [&]<class T>(TypeTag<T>) {
     using C = acc_t<T>;
-    const AdamScalars d = adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay,
-                                       step, decay == WeightDecay::kDecoupled);
-    const CpuAdamScalars<C> s{
-        .step_size = static_cast<C>(d.step_size),
-        .bias_correction2_sqrt = static_cast<C>(d.bias_correction2_sqrt),
-        .beta1 = static_cast<C>(d.beta1),
-        .beta2 = static_cast<C>(d.beta2),
-        .one_minus_beta1 = static_cast<C>(d.one_minus_beta1),
-        .one_minus_beta2 = static_cast<C>(d.one_minus_beta2),
-        .eps = static_cast<C>(d.eps),
-        .l2 = static_cast<C>(d.l2),
-        .scale = static_cast<C>(d.scale),
-    };
+    const AdamScalars<C> s = adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay,
+                                          step, decay == WeightDecay::kDecoupled)
+                                 .as<C>();
     T* p = param.data_ptr<T>();
     const T* g = grad.data_ptr<T>();
     C* m = exp_avg.data_ptr<C>();

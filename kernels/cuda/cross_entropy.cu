@@ -15,22 +15,19 @@ using internal::block_reduce;
 using internal::block_sum;
 using internal::blocks_for_rows;
 using internal::exp_of;
+using internal::kThreads;
 using internal::log_of;
-
-constexpr int kBlock = 256;
-template <class T>
-using lse_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // Per row: lse and the row's loss (into scratch[row]).
 template <class T>
-__global__ void rows_kernel(lse_t<T>* lse, double* row_loss, int32_t* bad_target, const T* logits,
+__global__ void rows_kernel(acc_t<T>* lse, double* row_loss, int32_t* bad_target, const T* logits,
                             const int64_t* target, int64_t n, int64_t c, int64_t ignore_index) {
-  using M = lse_t<T>;
+  using M = acc_t<T>;
   constexpr M kNegInf = -std::numeric_limits<M>::infinity();
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const T* in = logits + row * c;
     M max = kNegInf, sum = 0;
-    for (int64_t k = threadIdx.x; k < c; k += kBlock) {
+    for (int64_t k = threadIdx.x; k < c; k += kThreads) {
       const M v = convert<M>(in[k]);
       if (v > max) {
         sum = (max == kNegInf ? M(0) : sum * exp_of(max - v)) + M(1);
@@ -39,8 +36,8 @@ __global__ void rows_kernel(lse_t<T>* lse, double* row_loss, int32_t* bad_target
         sum += exp_of(v - max);
       }
     }
-    const M row_max = block_reduce<kBlock>(max, kNegInf, [](M a, M b) { return a > b ? a : b; });
-    const M row_sum = block_sum<kBlock>(max == kNegInf ? M(0) : sum * exp_of(max - row_max));
+    const M row_max = block_reduce<kThreads>(max, kNegInf, [](M a, M b) { return a > b ? a : b; });
+    const M row_sum = block_sum<kThreads>(max == kNegInf ? M(0) : sum * exp_of(max - row_max));
     if (threadIdx.x == 0) {
       const M l = row_max + log_of(row_sum);
       lse[row] = l;
@@ -63,36 +60,36 @@ template <class T>
 __global__ void total_kernel(T* loss, const double* row_loss, const int64_t* target, int64_t n, int64_t ignore_index,
                              bool mean) {
   double s = 0, count = 0;
-  for (int64_t row = threadIdx.x; row < n; row += kBlock) {
+  for (int64_t row = threadIdx.x; row < n; row += kThreads) {
     s += row_loss[row];
     count += target[row] != ignore_index ? 1.0 : 0.0;
   }
-  s = block_sum<kBlock>(s);
-  count = block_sum<kBlock>(count);
+  s = block_sum<kThreads>(s);
+  count = block_sum<kThreads>(count);
   if (threadIdx.x == 0) *loss = convert<T>(mean ? s / count : s);  // 0 / 0: NaN, as torch
 }
 
 __global__ void scale_kernel(double* scale, const int64_t* target, int64_t n, int64_t ignore_index, bool mean) {
   double count = 0;
-  for (int64_t row = threadIdx.x; row < n; row += kBlock) count += target[row] != ignore_index ? 1.0 : 0.0;
-  count = block_sum<kBlock>(count);
+  for (int64_t row = threadIdx.x; row < n; row += kThreads) count += target[row] != ignore_index ? 1.0 : 0.0;
+  count = block_sum<kThreads>(count);
   if (threadIdx.x == 0) *scale = mean ? 1.0 / count : 1.0;
 }
 
 template <class T>
-__global__ void grad_kernel(T* grad, const T* logits, const int64_t* target, const lse_t<T>* lse,
+__global__ void grad_kernel(T* grad, const T* logits, const int64_t* target, const acc_t<T>* lse,
                             const double* grad_loss, const double* scale, int64_t n, int64_t c, int64_t ignore_index) {
-  using M = lse_t<T>;
+  using M = acc_t<T>;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const int64_t t = target[row];
     T* out = grad + row * c;
     if (t == ignore_index) {
-      for (int64_t k = threadIdx.x; k < c; k += kBlock) out[k] = T(0.0f);
+      for (int64_t k = threadIdx.x; k < c; k += kThreads) out[k] = T(0.0f);
       continue;
     }
     const M g = static_cast<M>(*grad_loss * *scale), l = lse[row];
     const T* in = logits + row * c;
-    for (int64_t k = threadIdx.x; k < c; k += kBlock) {
+    for (int64_t k = threadIdx.x; k < c; k += kThreads) {
       out[k] = convert<T>((exp_of(convert<M>(in[k]) - l) - (k == t ? M(1) : M(0))) * g);
     }
   }
@@ -106,11 +103,11 @@ void cross_entropy(void* loss, void* logsumexp, int32_t* bad_target, const void*
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda cross_entropy", [&]<class T>(TypeTag<T>) {
     if (n > 0) {
-      rows_kernel<T><<<blocks_for_rows(n), kBlock, 0, stream>>>(static_cast<lse_t<T>*>(logsumexp), scratch, bad_target,
-                                                                static_cast<const T*>(logits), target, n, c,
-                                                                ignore_index);
+      rows_kernel<T><<<blocks_for_rows(n), kThreads, 0, stream>>>(static_cast<acc_t<T>*>(logsumexp), scratch,
+                                                                  bad_target, static_cast<const T*>(logits), target, n,
+                                                                  c, ignore_index);
     }
-    total_kernel<T><<<1, kBlock, 0, stream>>>(static_cast<T*>(loss), scratch, target, n, ignore_index, mean);
+    total_kernel<T><<<1, kThreads, 0, stream>>>(static_cast<T*>(loss), scratch, target, n, ignore_index, mean);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
@@ -120,11 +117,11 @@ void cross_entropy_backward(void* grad, const void* logits, const int64_t* targe
                             double* scratch, DType dtype, int device, cudaStream_t stream) {
   if (n == 0 || c == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  scale_kernel<<<1, kBlock, 0, stream>>>(scratch, target, n, ignore_index, mean);
+  scale_kernel<<<1, kThreads, 0, stream>>>(scratch, target, n, ignore_index, mean);
   dispatch_floating(dtype, "cuda cross_entropy_backward", [&]<class T>(TypeTag<T>) {
-    grad_kernel<T><<<blocks_for_rows(n), kBlock, 0, stream>>>(static_cast<T*>(grad), static_cast<const T*>(logits),
-                                                              target, static_cast<const lse_t<T>*>(logsumexp),
-                                                              grad_loss, scratch, n, c, ignore_index);
+    grad_kernel<T><<<blocks_for_rows(n), kThreads, 0, stream>>>(static_cast<T*>(grad), static_cast<const T*>(logits),
+                                                                target, static_cast<const acc_t<T>*>(logsumexp),
+                                                                grad_loss, scratch, n, c, ignore_index);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

@@ -35,7 +35,7 @@ __global__ void pairs_kernel(int64_t* keys, int64_t* values, const I* indices, i
 template <class T>
 __global__ void segment_sum_kernel(T* out, const T* grad, const int64_t* keys, const int64_t* positions_of,
                                    int64_t positions, int64_t dim, int64_t padding_idx) {
-  using M = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using M = acc_t<T>;
   for (int64_t i = blockIdx.x; i < positions; i += gridDim.x) {
     const int64_t v = keys[i];
     if ((i > 0 && keys[i - 1] == v) || v == padding_idx) continue;  // not a run's first, or padding

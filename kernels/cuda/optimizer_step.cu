@@ -12,12 +12,9 @@ using internal::kThreads;
 using internal::sqrt_of;
 
 template <class T>
-using state_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class T>
-__global__ void sgd_kernel(T* p, state_t<T>* buffer, const T* g, int64_t n, state_t<T> lr, state_t<T> weight_decay,
-                           state_t<T> momentum, state_t<T> keep, bool nesterov, bool first_step) {
-  using C = state_t<T>;
+__global__ void sgd_kernel(T* p, acc_t<T>* buffer, const T* g, int64_t n, acc_t<T> lr, acc_t<T> weight_decay,
+                           acc_t<T> momentum, acc_t<T> keep, bool nesterov, bool first_step) {
+  using C = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const C pi = convert<C>(p[i]);
     C gi = convert<C>(g[i]);
@@ -31,15 +28,10 @@ __global__ void sgd_kernel(T* p, state_t<T>* buffer, const T* g, int64_t n, stat
   }
 }
 
-template <class C>
-struct Scalars {  // adam_scalars.h's, in the state type
-  C step_size, bias_correction2_sqrt, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, l2, scale;
-};
-
 template <class T>
-__global__ void adam_kernel(T* p, state_t<T>* m, state_t<T>* v, state_t<T>* v_max, const T* g, int64_t n,
-                            Scalars<state_t<T>> s) {
-  using C = state_t<T>;
+__global__ void adam_kernel(T* p, acc_t<T>* m, acc_t<T>* v, acc_t<T>* v_max, const T* g, int64_t n,
+                            AdamScalars<acc_t<T>> s) {
+  using C = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const C pi = convert<C>(p[i]) * s.scale;
     C gi = convert<C>(g[i]);
@@ -75,7 +67,7 @@ void sgd_step(void* param, void* momentum_buffer, const void* grad, int64_t n, c
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_param(dtype, "cuda sgd_step_", [&]<class T>(TypeTag<T>) {
-    using C = state_t<T>;
+    using C = acc_t<T>;
     sgd_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         static_cast<T*>(param), static_cast<C*>(momentum_buffer), static_cast<const T*>(grad), n, static_cast<C>(s.lr),
         static_cast<C>(s.weight_decay), static_cast<C>(s.momentum), static_cast<C>(s.keep), s.nesterov, s.first_step);
@@ -84,23 +76,14 @@ void sgd_step(void* param, void* momentum_buffer, const void* grad, int64_t n, c
 }
 
 void adam_step(void* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, const void* grad, int64_t n,
-               const AdamScalars& s, DType dtype, int device, cudaStream_t stream) {
+               const AdamScalars<>& s, DType dtype, int device, cudaStream_t stream) {
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_param(dtype, "cuda adam_step_", [&]<class T>(TypeTag<T>) {
-    using C = state_t<T>;
-    const Scalars<C> c{static_cast<C>(s.step_size),
-                       static_cast<C>(s.bias_correction2_sqrt),
-                       static_cast<C>(s.beta1),
-                       static_cast<C>(s.beta2),
-                       static_cast<C>(s.one_minus_beta1),
-                       static_cast<C>(s.one_minus_beta2),
-                       static_cast<C>(s.eps),
-                       static_cast<C>(s.l2),
-                       static_cast<C>(s.scale)};
+    using C = acc_t<T>;
     adam_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(param), static_cast<C*>(exp_avg),
                                                            static_cast<C*>(exp_avg_sq), static_cast<C*>(max_exp_avg_sq),
-                                                           static_cast<const T*>(grad), n, c);
+                                                           static_cast<const T*>(grad), n, s.as<C>());
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

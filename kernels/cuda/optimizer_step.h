@@ -24,6 +24,6 @@ void sgd_step(void* param, void* momentum_buffer, const void* grad, int64_t n, c
               int device, cudaStream_t stream);
 // max_exp_avg_sq: nullptr unless AMSGrad.
 void adam_step(void* param, void* exp_avg, void* exp_avg_sq, void* max_exp_avg_sq, const void* grad, int64_t n,
-               const AdamScalars& s, DType dtype, int device, cudaStream_t stream);
+               const AdamScalars<>& s, DType dtype, int device, cudaStream_t stream);
 
 }  // namespace dtr::cuda

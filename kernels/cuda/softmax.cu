@@ -12,11 +12,11 @@ namespace dtr::cuda {
 namespace {
 
 using internal::block_reduce;
+using internal::block_sum;
 using internal::blocks_for_rows;
 using internal::exp_of;
+using internal::kThreads;
 using internal::log_of;
-
-constexpr int kBlock = 256;
 
 // A running (max, sum of exp(v - max)) over some values.
 template <class M>
@@ -37,20 +37,20 @@ __global__ void softmax_kernel(T* y, const T* x, int64_t rows, int64_t cols, Sof
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* in = x + row * cols;
     MaxSum<M> acc{-std::numeric_limits<M>::infinity(), M(0)};
-    for (int64_t i = threadIdx.x; i < cols; i += kBlock) acc = fold(acc, MaxSum<M>{convert<M>(in[i]), M(1)});
+    for (int64_t i = threadIdx.x; i < cols; i += kThreads) acc = fold(acc, MaxSum<M>{convert<M>(in[i]), M(1)});
     // block_reduce shuffles scalars: fold the pair as two reductions sharing the max.
     const M max =
-        block_reduce<kBlock>(acc.max, -std::numeric_limits<M>::infinity(), [](M a, M b) { return a > b ? a : b; });
+        block_reduce<kThreads>(acc.max, -std::numeric_limits<M>::infinity(), [](M a, M b) { return a > b ? a : b; });
     const M mine = acc.max == -std::numeric_limits<M>::infinity() ? M(0) : acc.sum * exp_of(acc.max - max);
-    const M sum = block_reduce<kBlock>(mine, M(0), [](M a, M b) { return a + b; });
+    const M sum = block_sum<kThreads>(mine);
     T* out = y + row * cols;
     if (kind == SoftmaxKind::kSoftmax) {
       const M inverse = M(1) / sum;
-      for (int64_t i = threadIdx.x; i < cols; i += kBlock)
+      for (int64_t i = threadIdx.x; i < cols; i += kThreads)
         out[i] = convert<T>(exp_of(convert<M>(in[i]) - max) * inverse);
     } else {
       const M shift = max + log_of(sum);
-      for (int64_t i = threadIdx.x; i < cols; i += kBlock) out[i] = convert<T>(convert<M>(in[i]) - shift);
+      for (int64_t i = threadIdx.x; i < cols; i += kThreads) out[i] = convert<T>(convert<M>(in[i]) - shift);
     }
   }
 }
@@ -63,12 +63,12 @@ __global__ void softmax_backward_kernel(T* grad_x, const T* grad_y, const T* y, 
     const T* gy = grad_y + row * cols;
     const T* yy = y + row * cols;
     M partial = 0;
-    for (int64_t i = threadIdx.x; i < cols; i += kBlock) {
+    for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
       partial += kind == SoftmaxKind::kSoftmax ? convert<M>(gy[i]) * convert<M>(yy[i]) : convert<M>(gy[i]);
     }
-    const M dot = block_reduce<kBlock>(partial, M(0), [](M a, M b) { return a + b; });
+    const M dot = block_sum<kThreads>(partial);
     T* gx = grad_x + row * cols;
-    for (int64_t i = threadIdx.x; i < cols; i += kBlock) {
+    for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
       const M g = convert<M>(gy[i]), v = convert<M>(yy[i]);
       gx[i] = convert<T>(kind == SoftmaxKind::kSoftmax ? v * (g - dot) : g - exp_of(v) * dot);
     }
@@ -82,8 +82,8 @@ void softmax(void* y, const void* x, int64_t rows, int64_t cols, DType dtype, So
   if (rows == 0 || cols == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda softmax", [&]<class T>(TypeTag<T>) {
-    softmax_kernel<T>
-        <<<blocks_for_rows(rows), kBlock, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x), rows, cols, kind);
+    softmax_kernel<T><<<blocks_for_rows(rows), kThreads, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(x),
+                                                                      rows, cols, kind);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
@@ -93,7 +93,7 @@ void softmax_backward(void* grad_x, const void* grad_y, const void* y, int64_t r
   if (rows == 0 || cols == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda softmax_backward", [&]<class T>(TypeTag<T>) {
-    softmax_backward_kernel<T><<<blocks_for_rows(rows), kBlock, 0, stream>>>(
+    softmax_backward_kernel<T><<<blocks_for_rows(rows), kThreads, 0, stream>>>(
         static_cast<T*>(grad_x), static_cast<const T*>(grad_y), static_cast<const T*>(y), rows, cols, kind);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
