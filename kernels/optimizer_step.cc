@@ -1,6 +1,8 @@
 #include "kernels/optimizer_step.h"
 
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "kernels/adam_scalars.h"
 #include "kernels/cpu/optimizer_step.h"
@@ -68,39 +70,80 @@ void check_adam_options(std::string_view op, double lr, double beta1, double bet
   DTR_CHECK(weight_decay >= 0.0, ValueError, "{}: invalid weight_decay {}; it must be >= 0", op, weight_decay);
 }
 
-// Adam and AdamW, which differ only in how weight decay applies: checks, then the device switch.
-void adam_family_step(std::string_view op, const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                      const Tensor& exp_avg_sq, const Tensor* max_exp_avg_sq, int64_t step, const AdamOptions& options,
-                      cpu::WeightDecay decay) {
-  check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
-  check_step_count(op, step);
-  if (max_exp_avg_sq != nullptr) {
-    check_step_tensors(op, param, grad,
-                       {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}, {"max_exp_avg_sq", max_exp_avg_sq}});
-  } else {
-    check_step_tensors(op, param, grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
-  }
-  const trace::Span span(op, trace::Category::kKernel);
-  switch (param.device().type) {
-    case kCPU: cpu::adam_step(param, exp_avg, exp_avg_sq, max_exp_avg_sq, grad, step, options, decay); return;
-    case kCUDA: {
-      const int device = param.device().index;
-      cuda::adam_step(param.data(), exp_avg.data(), exp_avg_sq.data(),
-                      max_exp_avg_sq != nullptr ? max_exp_avg_sq->data() : nullptr, grad.data(), param.numel(),
-                      adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay, step,
-                                   decay == cpu::WeightDecay::kDecoupled),
-                      param.dtype(), device, cuda::current_stream(device).handle());
-      return;
+// Runs cpu_step(t) for each CPU parameter of params, in order, and cuda_step(pointers,
+// dtype, device, stream) once per device and dtype of the CUDA ones.
+template <class CpuStep, class CudaStep>
+void run_by_device(std::span<const StepTensors> params, CpuStep&& cpu_step, CudaStep&& cuda_step) {
+  std::map<std::pair<int, DType>, std::vector<cuda::StepPointers>> runs;
+  for (const StepTensors& t : params) {
+    switch (t.param.device().type) {
+      case kCPU: cpu_step(t); break;
+      case kCUDA: {
+        auto data = [](const Tensor& s) { return s.defined() ? s.data() : nullptr; };
+        runs[{t.param.device().index, t.param.dtype()}].push_back(
+            {.param = t.param.data(),
+             .grad = t.grad.data(),
+             .state = {data(t.state[0]), data(t.state[1]), data(t.state[2])},
+             .n = t.param.numel()});
+        break;
+      }
     }
   }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  for (const auto& [where, pointers] : runs) {
+    const auto [device, dtype] = where;
+    cuda_step(std::span<const cuda::StepPointers>(pointers), dtype, device, cuda::current_stream(device).handle());
+  }
+}
+
+// Adam and AdamW, which differ only in how weight decay applies: checks, then the devices.
+void adam_family_step(std::string_view op, std::span<const StepTensors> params, int64_t step,
+                      const AdamOptions& options, cpu::WeightDecay decay) {
+  check_adam_options(op, options.lr, options.beta1, options.beta2, options.eps, options.weight_decay);
+  check_step_count(op, step);
+  for (const StepTensors& t : params) {
+    const auto& [exp_avg, exp_avg_sq, max_exp_avg_sq] = t.state;
+    if (max_exp_avg_sq.defined()) {
+      check_step_tensors(op, t.param, t.grad,
+                         {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}, {"max_exp_avg_sq", &max_exp_avg_sq}});
+    } else {
+      check_step_tensors(op, t.param, t.grad, {{"exp_avg", &exp_avg}, {"exp_avg_sq", &exp_avg_sq}});
+    }
+  }
+  const trace::Span span(op, trace::Category::kKernel);
+  run_by_device(
+      params,
+      [&](const StepTensors& t) {
+        const Tensor& v_max = t.state[2];
+        cpu::adam_step(t.param, t.state[0], t.state[1], v_max.defined() ? &v_max : nullptr, t.grad, step, options,
+                       decay);
+      },
+      [&](std::span<const cuda::StepPointers> pointers, DType dtype, int device, cudaStream_t stream) {
+        cuda::adam_step(pointers,
+                        adam_scalars(options.lr, options.beta1, options.beta2, options.eps, options.weight_decay, step,
+                                     decay == cpu::WeightDecay::kDecoupled),
+                        dtype, device, stream);
+      });
+}
+
+// A single-tensor step as a list of one.
+StepTensors one_step(const Tensor& param, const Tensor& grad, const Tensor& s0, const Tensor& s1 = {},
+                     const Tensor* s2 = nullptr) {
+  return {.param = param, .grad = grad, .state = {s0, s1, s2 != nullptr ? *s2 : Tensor()}};
+}
+
+AdamOptions as_adam(const AdamWOptions& options) {
+  return {.lr = options.lr,
+          .beta1 = options.beta1,
+          .beta2 = options.beta2,
+          .eps = options.eps,
+          .weight_decay = options.weight_decay};
 }
 
 }  // namespace
 
 DType optimizer_state_dtype(DType param_dtype) { return state_dtype_for("optimizer_state_dtype", param_dtype); }
 
-void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64_t step, const SgdOptions& options) {
+void sgd_step_(std::span<const StepTensors> params, int64_t step, const SgdOptions& options) {
   constexpr std::string_view op = "sgd_step_";
   DTR_CHECK(options.lr >= 0.0, ValueError, "{}: invalid lr {}; it must be >= 0", op, options.lr);
   DTR_CHECK(options.momentum >= 0.0, ValueError, "{}: invalid momentum {}; it must be >= 0", op, options.momentum);
@@ -110,45 +153,52 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64
             "{}: nesterov needs momentum > 0 and dampening 0 (got momentum {}, dampening {})", op, options.momentum,
             options.dampening);
   check_step_count(op, step);
-  if (options.momentum != 0.0) {
-    check_step_tensors(op, param, grad, {{"momentum_buffer", &momentum_buffer}});
-  } else {
-    check_step_tensors(op, param, grad, {});
-  }
-  const trace::Span span("sgd_step_", trace::Category::kKernel);
-  switch (param.device().type) {
-    case kCPU: cpu::sgd_step(param, momentum_buffer, grad, step, options); return;
-    case kCUDA: {
-      const int device = param.device().index;
-      const cuda::SgdScalars s{.lr = options.lr,
-                               .weight_decay = options.weight_decay,
-                               .momentum = options.momentum,
-                               .keep = 1.0 - options.dampening,
-                               .nesterov = options.nesterov,
-                               .first_step = step == 1};
-      cuda::sgd_step(param.data(), options.momentum != 0.0 ? momentum_buffer.data() : nullptr, grad.data(),
-                     param.numel(), s, param.dtype(), device, cuda::current_stream(device).handle());
-      return;
+  const bool momentum = options.momentum != 0.0;
+  for (const StepTensors& t : params) {
+    if (momentum) {
+      check_step_tensors(op, t.param, t.grad, {{"momentum_buffer", &t.state[0]}});
+    } else {
+      check_step_tensors(op, t.param, t.grad, {});
     }
   }
-  DTR_INTERNAL_ASSERT(false, "unknown device type");
+  const trace::Span span("sgd_step_", trace::Category::kKernel);
+  run_by_device(
+      params, [&](const StepTensors& t) { cpu::sgd_step(t.param, t.state[0], t.grad, step, options); },
+      [&](std::span<const cuda::StepPointers> pointers, DType dtype, int device, cudaStream_t stream) {
+        cuda::SgdScalars s;
+        s.lr = options.lr;
+        s.weight_decay = options.weight_decay;
+        s.momentum = options.momentum;
+        s.keep = 1.0 - options.dampening;
+        s.nesterov = options.nesterov;
+        s.first_step = step == 1;
+        cuda::sgd_step(pointers, s, dtype, device, stream);
+      });
+}
+
+void adam_step_(std::span<const StepTensors> params, int64_t step, const AdamOptions& options) {
+  adam_family_step("adam_step_", params, step, options, cpu::WeightDecay::kL2);
+}
+
+void adamw_step_(std::span<const StepTensors> params, int64_t step, const AdamWOptions& options) {
+  adam_family_step("adamw_step_", params, step, as_adam(options), cpu::WeightDecay::kDecoupled);
+}
+
+void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, int64_t step, const SgdOptions& options) {
+  const StepTensors t = one_step(param, grad, momentum_buffer);
+  sgd_step_(std::span(&t, 1), step, options);
 }
 
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                 const AdamOptions& options, Tensor* max_exp_avg_sq) {
-  adam_family_step("adam_step_", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, options,
-                   cpu::WeightDecay::kL2);
+  const StepTensors t = one_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+  adam_step_(std::span(&t, 1), step, options);
 }
 
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                  const AdamWOptions& options, Tensor* max_exp_avg_sq) {
-  const AdamOptions adam{.lr = options.lr,
-                         .beta1 = options.beta1,
-                         .beta2 = options.beta2,
-                         .eps = options.eps,
-                         .weight_decay = options.weight_decay};
-  adam_family_step("adamw_step_", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, adam,
-                   cpu::WeightDecay::kDecoupled);
+  const StepTensors t = one_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq);
+  adamw_step_(std::span(&t, 1), step, options);
 }
 
 }  // namespace dtr

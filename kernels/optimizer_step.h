@@ -9,7 +9,9 @@
 // tensors in place.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <span>
 
 #include "kernels/tensor.h"
 
@@ -59,5 +61,23 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
 // One AdamW step: Adam with the weight decay applied to param directly.
 void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, int64_t step,
                  const AdamWOptions& options, Tensor* max_exp_avg_sq = nullptr);
+
+// One parameter's tensors in a multi-tensor step (handles: the step writes the storage of
+// param and of its state). state holds SGD's momentum_buffer in [0] (undefined without
+// momentum), or Adam's exp_avg, exp_avg_sq and, for AMSGrad, max_exp_avg_sq in [0], [1]
+// and [2] ([2] undefined otherwise).
+struct StepTensors {
+  Tensor param;
+  Tensor grad;
+  std::array<Tensor, 3> state;
+};
+
+// The steps above for every parameter of `params`, all taking step `step` with the same
+// options (torch's fused=True): on CUDA one multi-tensor launch per device, dtype and up to
+// 24 parameters (kernels/cuda/optimizer_step.h), on the CPU one parallel loop per
+// parameter. Each parameter ends exactly as its single-tensor step would leave it.
+void sgd_step_(std::span<const StepTensors> params, int64_t step, const SgdOptions& options);
+void adam_step_(std::span<const StepTensors> params, int64_t step, const AdamOptions& options);
+void adamw_step_(std::span<const StepTensors> params, int64_t step, const AdamWOptions& options);
 
 }  // namespace dtr

@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dtensor/dtensor.h"
 #include "kernels/elementwise.h"
+#include "kernels/optimizer_step.h"
 #include "kernels/trace.h"
 
 namespace dtr::optim {
@@ -87,10 +89,12 @@ class Optimizer {
   // PyTorch's names of State::tensors ("" when unused).
   virtual std::array<std::string, 3> state_names() const = 0;
 
-  // Calls update(group, param local, grad local, state) for every parameter with a
-  // gradient, after counting the step; the gradient is negated first when maximize.
-  template <class F>
-  void for_each_update(F&& update);
+  // Counts the step of every parameter with a gradient, calls init(group, param local,
+  // state) to create its state tensors, then update(group, tensors, step) once per group
+  // and step count with their StepTensors (local param, local grad negated when maximize,
+  // state): one multi-tensor kernel call per group.
+  template <class Init, class Update>
+  void for_each_update(Init&& init, Update&& update);
 
   std::string name_;
   std::string step_span_name_;  // "AdamW.step": the trace span of a step
@@ -98,11 +102,12 @@ class Optimizer {
   std::vector<State> state_;  // one per parameter, in group order
 };
 
-template <class F>
-void Optimizer::for_each_update(F&& update) {
+template <class Init, class Update>
+void Optimizer::for_each_update(Init&& init, Update&& update) {
   const trace::Span span(step_span_name_, trace::Category::kOptimizer);
   size_t index = 0;
   for (ParamGroup& group : groups_) {
+    std::map<int64_t, std::vector<StepTensors>> by_step;  // parameters may differ in steps taken
     for (DTensor* p : group.params) {
       State& state = state_[index++];
       if (!p->grad().defined()) continue;
@@ -110,8 +115,10 @@ void Optimizer::for_each_update(F&& update) {
       Tensor grad = p->grad().to_local().contiguous();
       if (group.maximize) grad = neg(grad);
       ++state.step;
-      update(group, param, grad, state);
+      init(group, param, state);
+      by_step[state.step].push_back({.param = param, .grad = grad, .state = state.tensors});
     }
+    for (const auto& [step, tensors] : by_step) update(group, std::span<const StepTensors>(tensors), step);
   }
 }
 

@@ -14,17 +14,20 @@ SGD::SGD(std::vector<ParamGroup> groups) : Optimizer("SGD", std::move(groups)) {
 }
 
 void SGD::step() {
-  for_each_update([](const ParamGroup& g, Tensor& param, const Tensor& grad, State& state) {
-    if (g.momentum != 0 && !state.tensors[0].defined()) {
-      state.tensors[0] = Tensor::empty(param.shape(), optimizer_state_dtype(param.dtype()), param.device());
-    }
-    sgd_step_(param, grad, state.tensors[0], state.step,
-              {.lr = g.lr,
-               .momentum = g.momentum,
-               .dampening = g.dampening,
-               .weight_decay = g.weight_decay,
-               .nesterov = g.nesterov});
-  });
+  for_each_update(
+      [](const ParamGroup& g, const Tensor& param, State& state) {
+        if (g.momentum != 0 && !state.tensors[0].defined()) {
+          state.tensors[0] = Tensor::empty(param.shape(), optimizer_state_dtype(param.dtype()), param.device());
+        }
+      },
+      [](const ParamGroup& g, std::span<const StepTensors> tensors, int64_t step) {
+        sgd_step_(tensors, step,
+                  {.lr = g.lr,
+                   .momentum = g.momentum,
+                   .dampening = g.dampening,
+                   .weight_decay = g.weight_decay,
+                   .nesterov = g.nesterov});
+      });
 }
 
 }  // namespace dtr::optim

@@ -26,6 +26,13 @@ int device_count() {
   return count;
 }
 
+std::string device_description(int device) {
+  cudaDeviceProp p{};
+  DTR_CUDA_CHECK(cudaGetDeviceProperties(&p, device), device);
+  return fmt::format("{}, {:.1f} GiB, sm_{}{}", p.name, static_cast<double>(p.totalGlobalMem) / (1 << 30), p.major,
+                     p.minor);
+}
+
 void* device_malloc(int device, size_t nbytes) {
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   void* p = nullptr;

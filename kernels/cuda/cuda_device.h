@@ -1,4 +1,4 @@
-// CUDA devices as seen from plain C++: count and memory, with no CUDA headers (copies and
+// CUDA devices as seen from plain C++: count, description and memory, with no CUDA headers (copies and
 // streams: copy_bytes.h, stream.h).
 //
 // device_count() is 0 on a machine without a GPU or driver (the runtime answers
@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace dtr::cuda {
 
 int device_count();
+// The device's name, memory and compute capability: "NVIDIA H200, 139.8 GiB, sm_90".
+std::string device_description(int device);
 // nullptr when the device is out of memory; any other failure throws CudaError.
 void* device_malloc(int device, size_t nbytes);
 // Never throws (it runs in destructors): a failure, such as a sticky error left by an earlier

@@ -1,10 +1,12 @@
 #include "kernels/cuda/matmul.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -102,9 +104,11 @@ struct Plan {
 // Row-major out = a b is column-major out^T = b^T a^T: cuBLASLt's A is our b, its B our a.
 // A row-major operand [R, C] with row stride ld is a column-major [C, R] with that ld, so
 // it goes in untransposed; a transposed view (row stride 1) goes in transposed.
+// The plan's algorithm is the heuristic's first; `ranked`, if given, receives up to
+// ranked->size() of its candidates, best first (the benchmark's comparison).
 std::unique_ptr<Plan> make_plan(const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n,
                                 int64_t k, DType dtype, MatmulOptions options, size_t workspace_bytes, const void* out,
-                                int device) {
+                                int device, std::vector<cublasLtMatmulHeuristicResult_t>* ranked = nullptr) {
   auto plan = std::make_unique<Plan>();
   plan->f64 = dtype == kFloat64;
   const cudaDataType_t type = data_type(dtype);
@@ -130,18 +134,33 @@ std::unique_ptr<Plan> make_plan(const MatrixOperand& a, const MatrixOperand& b, 
   set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(a.data), device);
   set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(out), device);
   set(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(out), device);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(ranked != nullptr ? std::max<size_t>(ranked->size(), 1) : 1);
   int found = 0;
-  DTR_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(device), op, plan->a.get(), plan->b.get(), plan->c.get(),
-                                                  plan->c.get(), p, 1, &result, &found),
-                   device);
+  DTR_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle(device), op, plan->a.get(), plan->b.get(), plan->c.get(), plan->c.get(), p,
+                                     static_cast<int>(results.size()), results.data(), &found),
+      device);
   DTR_CHECK(found > 0, NotImplementedError,
             "matmul on cuda:{}: cuBLASLt has no algorithm for {} [{}, {}, {}] x [{}, {}, {}] (a strides {}, {}; b "
             "strides {}, {})",
             device, dtype_name(dtype), batch, m, k, batch, k, n, a.row_stride, a.col_stride, b.row_stride,
             b.col_stride);
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  if (ranked != nullptr) ranked->assign(results.begin(), results.begin() + found);
   return plan;
+}
+
+// out = a b with the plan's descriptors and `algo`, queued on stream.
+void run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const MatrixOperand& a, const MatrixOperand& b,
+         void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
+  const float one_f = 1, zero_f = 0;
+  const double one_d = 1, zero_d = 0;
+  const void* alpha = plan.f64 ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = plan.f64 ? static_cast<const void*>(&zero_d) : &zero_f;
+  DTR_CUBLAS_CHECK(
+      cublasLtMatmul(handle(device), plan.op.get(), alpha, b.data, plan.a.get(), a.data, plan.b.get(), beta, out,
+                     plan.c.get(), out, plan.c.get(), &algo, workspace, workspace_bytes, stream),
+      device);
 }
 
 }  // namespace
@@ -177,14 +196,30 @@ void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batc
     plan = slot.get();
   }
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  const float one_f = 1, zero_f = 0;
-  const double one_d = 1, zero_d = 0;
-  const void* alpha = plan->f64 ? static_cast<const void*>(&one_d) : &one_f;
-  const void* beta = plan->f64 ? static_cast<const void*>(&zero_d) : &zero_f;
-  DTR_CUBLAS_CHECK(
-      cublasLtMatmul(handle(device), plan->op.get(), alpha, b.data, plan->a.get(), a.data, plan->b.get(), beta, out,
-                     plan->c.get(), out, plan->c.get(), &plan->algo, workspace, workspace_bytes, stream),
-      device);
+  run(*plan, plan->algo, out, a, b, workspace, workspace_bytes, device, stream);
+}
+
+std::vector<float> time_algorithms(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m,
+                                   int64_t n, int64_t k, DType dtype, MatmulOptions options, void* workspace,
+                                   size_t workspace_bytes, const Stream& stream, int candidates, int iterations) {
+  const int device = stream.device();
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  std::vector<cublasLtMatmulHeuristicResult_t> ranked(static_cast<size_t>(candidates));
+  const std::unique_ptr<Plan> plan =
+      make_plan(a, b, batch, m, n, k, dtype, options, workspace_bytes, out, device, &ranked);
+  Event start(device, Event::Timing::kOn), stop(device, Event::Timing::kOn);
+  std::vector<float> ms;
+  for (const cublasLtMatmulHeuristicResult_t& r : ranked) {
+    run(*plan, r.algo, out, a, b, workspace, workspace_bytes, device, stream.handle());  // warm-up
+    start.record(stream);
+    for (int i = 0; i < iterations; ++i) {
+      run(*plan, r.algo, out, a, b, workspace, workspace_bytes, device, stream.handle());
+    }
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(start.elapsed_ms(stop) / static_cast<float>(iterations));
+  }
+  return ms;
 }
 
 }  // namespace dtr::cuda

@@ -16,7 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "kernels/cuda/stream.h"
 #include "kernels/dtype.h"
 
 namespace dtr::cuda {
@@ -36,5 +38,13 @@ struct MatmulOptions {
 
 void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n, int64_t k,
          DType dtype, MatmulOptions options, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);
+
+// For benchmarks (tools/bench/gpu_bench): bmm's product run with each of up to
+// `candidates` algorithms cuBLASLt's heuristic ranks for it (the first is the one bmm
+// uses), `iterations` times each after a warm-up, on `stream` (synchronised): the mean
+// milliseconds per product of each, in the heuristic's order.
+std::vector<float> time_algorithms(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m,
+                                   int64_t n, int64_t k, DType dtype, MatmulOptions options, void* workspace,
+                                   size_t workspace_bytes, const Stream& stream, int candidates, int iterations);
 
 }  // namespace dtr::cuda

@@ -177,6 +177,77 @@ TEST_CASE("optimizer steps are exact when every quantity is a power of two", "[o
   }
 }
 
+// Parameters of mixed dtypes and sizes with their state, and bitwise copies of them.
+struct StepList {
+  std::vector<StepTensors> tensors;
+
+  StepList(int states, uint64_t seed) {
+    const DType dtypes[] = {kFloat32, kBFloat16, kFloat64};
+    const int64_t sizes[] = {1, 7, 40000, 3};
+    for (int k = 0; k < 4; ++k) {
+      const DType d = dtypes[k % 3];
+      const DType s = optimizer_state_dtype(d);
+      StepTensors t{.param = random_tensor({sizes[k]}, d, seed + k),
+                    .grad = random_tensor({sizes[k]}, d, seed + 10 + k)};
+      for (int j = 0; j < states; ++j) t.state[j] = random_tensor({sizes[k]}, s, seed + 20 + 3 * k + j, 0, 1);
+      tensors.push_back(t);
+    }
+  }
+  StepList(const StepList& other) {
+    for (const StepTensors& t : other.tensors) {
+      StepTensors c{.param = t.param.clone(), .grad = t.grad};
+      for (int j = 0; j < 3; ++j) c.state[j] = t.state[j].defined() ? t.state[j].clone() : Tensor();
+      tensors.push_back(c);
+    }
+  }
+};
+
+// The list form ends each parameter exactly where its single-tensor step does.
+void check_list_matches_single(const StepList& list, const StepList& single, const std::string& what) {
+  for (size_t k = 0; k < list.tensors.size(); ++k) {
+    const std::string at = fmt::format("{} parameter {}", what, k);
+    check_equal(list.tensors[k].param, to_f64(single.tensors[k].param), at);
+    for (int j = 0; j < 3; ++j) {
+      if (list.tensors[k].state[j].defined()) {
+        check_equal(list.tensors[k].state[j], to_f64(single.tensors[k].state[j]), at + fmt::format(" state {}", j));
+      }
+    }
+  }
+}
+
+TEST_CASE("the multi-tensor steps equal the single-tensor steps of each parameter", "[optimizer]") {
+  for (int64_t t = 1; t <= 2; ++t) {
+    {
+      StepList list(1, 1), single(list);
+      const SgdOptions o{.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01};
+      sgd_step_(list.tensors, t, o);
+      for (StepTensors& s : single.tensors) sgd_step_(s.param, s.grad, s.state[0], t, o);
+      check_list_matches_single(list, single, fmt::format("sgd step {}", t));
+    }
+    {
+      StepList list(3, 2), single(list);
+      const AdamOptions o{.lr = 1e-2, .weight_decay = 0.1};
+      adam_step_(list.tensors, t, o);
+      for (StepTensors& s : single.tensors) adam_step_(s.param, s.grad, s.state[0], s.state[1], t, o, &s.state[2]);
+      check_list_matches_single(list, single, fmt::format("adam amsgrad step {}", t));
+    }
+    {
+      StepList list(2, 3), single(list);
+      const AdamWOptions o{.lr = 1e-2, .weight_decay = 0.1};
+      adamw_step_(list.tensors, t, o);
+      for (StepTensors& s : single.tensors) adamw_step_(s.param, s.grad, s.state[0], s.state[1], t, o);
+      check_list_matches_single(list, single, fmt::format("adamw step {}", t));
+    }
+  }
+  // A bad parameter anywhere in the list is named, and no parameter is updated.
+  StepList list(2, 4);
+  const Tensor before = list.tensors[0].param.clone();
+  list.tensors[2].grad = zeros({5}, list.tensors[2].param.dtype());
+  CHECK_THROWS_WITH(adamw_step_(list.tensors, 1, {}),
+                    Catch::Contains("adamw_step_: grad is float64[5] but param is float64[40000]"));
+  check_equal(list.tensors[0].param, to_f64(before), "a rejected list leaves every parameter untouched");
+}
+
 TEST_CASE("optimizer steps reject bad tensors and options with typed errors", "[optimizer][errors]") {
   Tensor p = zeros({3}), m = zeros({3}), v = zeros({3});
   Tensor none;
