@@ -144,6 +144,19 @@ int64_t CpuAllocator::cached_bytes() const {
   return static_cast<int64_t>(cached_total_);
 }
 
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+// ValueError naming op unless cuda:device exists (CPU-only machines have none).
+void check_cuda_device(int device, std::string_view op) {
+  const int n = cuda::device_count();
+  DTR_CHECK(device >= 0 && device < n && device < kMaxDevices, ValueError,
+            "{}: device cuda:{} does not exist ({} CUDA devices visible)", op, device, n);
+}
+
+}  // namespace
+
 Allocator& allocator_for(Device device) {
   switch (device.type) {
     case kCPU: {
@@ -152,12 +165,9 @@ Allocator& allocator_for(Device device) {
       return *cpu;
     }
     case kCUDA: {
-      static constexpr int kMaxDevices = 64;
       static CachingAllocator* cuda_allocators[kMaxDevices] = {};
       static std::once_flag once[kMaxDevices];
-      int n = cuda::device_count();
-      DTR_CHECK(device.index >= 0 && device.index < n, ValueError,
-                "allocator: device {} does not exist ({} CUDA devices visible)", device, n);
+      check_cuda_device(device.index, "allocator");
       std::call_once(once[device.index], [&] {
         cuda_allocators[device.index] = new CachingAllocator(device, cuda::cuda_device_memory(device.index));
       });
@@ -165,6 +175,15 @@ Allocator& allocator_for(Device device) {
     }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+CachingAllocator& pinned_host_allocator(int device, std::string_view op) {
+  static CachingAllocator* allocators[kMaxDevices] = {};
+  static std::once_flag once[kMaxDevices];
+  check_cuda_device(device, op);
+  std::call_once(once[device],
+                 [&] { allocators[device] = new CachingAllocator(kCPU, cuda::cuda_pinned_host_memory(device)); });
+  return *allocators[device];
 }
 
 }  // namespace dtr

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "kernels/device.h"
 
@@ -112,6 +113,14 @@ class CpuAllocator final : public Allocator {
 
 // The allocator of a device (one per CUDA device index).
 Allocator& allocator_for(Device device);
+
+class CachingAllocator;
+// The allocator of page-locked host memory for copies on CUDA device `device`'s streams
+// (PyTorch's CachingHostAllocator: Tensor::pin_memory): a CachingAllocator of
+// cudaHostAlloc'ed blocks whose device() is kCPU; a block an asynchronous copy used
+// (record_stream with the copy's stream) is reused only after that copy has run.
+// ValueError naming `op` when the device does not exist.
+CachingAllocator& pinned_host_allocator(int device, std::string_view op = "pin_memory");
 
 inline MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
 inline void reset_peak_memory_stats(Device device) { allocator_for(device).reset_peak(); }

@@ -5,16 +5,19 @@
 
 namespace dtr {
 
-Storage::Storage(size_t nbytes, Device device) {
-  void* data = allocator_for(device).allocate(nbytes);  // may throw: nothing to undo yet
+Storage::Storage(size_t nbytes, Device device) : Storage(nbytes, allocator_for(device)) {}
+
+Storage::Storage(size_t nbytes, Allocator& allocator) {
+  void* data = allocator.allocate(nbytes);  // may throw: nothing to undo yet
   impl_ = std::make_shared<Impl>();
-  impl_->device = device;
+  impl_->device = allocator.device();
+  impl_->allocator = &allocator;
   impl_->data = data;
   impl_->nbytes = nbytes;
 }
 
 Storage::Impl::~Impl() {
-  if (data != nullptr) allocator_for(device).deallocate(data, nbytes);
+  if (data != nullptr) allocator->deallocate(data, nbytes);
 }
 
 void* Storage::data() const {
@@ -28,7 +31,7 @@ void* Storage::data() const {
 
 void Storage::release() {
   DTR_CHECK(impl_ != nullptr, ValueError, "storage: release() of an undefined storage");
-  allocator_for(impl_->device).deallocate(impl_->data, impl_->nbytes);
+  impl_->allocator->deallocate(impl_->data, impl_->nbytes);
   impl_->data = nullptr;
   impl_->nbytes = 0;
   impl_->released = true;
@@ -36,7 +39,7 @@ void Storage::release() {
 
 void Storage::allocate(size_t nbytes) {
   DTR_CHECK(impl_ != nullptr, ValueError, "storage: allocate() of an undefined storage");
-  Allocator& a = allocator_for(impl_->device);
+  Allocator& a = *impl_->allocator;
   a.deallocate(impl_->data, impl_->nbytes);
   impl_->data = nullptr;
   impl_->nbytes = 0;

@@ -14,14 +14,22 @@
 
 namespace dtr {
 
+class Allocator;
+
 class Storage {
  public:
   Storage() = default;
+  // nbytes from the device's allocator (allocator_for(device)).
   Storage(size_t nbytes, Device device);
+  // nbytes from `allocator` (pinned host memory: pinned_host_allocator()), which serves
+  // every later allocate() too.
+  Storage(size_t nbytes, Allocator& allocator);
 
   void* data() const;  // throws ValueError if the storage was released
   size_t nbytes() const { return impl_ ? impl_->nbytes : 0; }
   Device device() const { return impl_ ? impl_->device : Device{}; }
+  // The allocator the bytes come from (nullptr for an undefined storage).
+  Allocator* allocator() const { return impl_ ? impl_->allocator : nullptr; }
   bool defined() const { return impl_ != nullptr; }
   bool is_released() const { return impl_ && impl_->released; }
   // The same underlying storage (not merely equal bytes).
@@ -37,6 +45,7 @@ class Storage {
     void* data = nullptr;
     size_t nbytes = 0;
     Device device;
+    Allocator* allocator = nullptr;
     bool released = false;
     ~Impl();
   };

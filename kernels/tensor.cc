@@ -6,6 +6,8 @@
 #include <ostream>
 #include <sstream>
 
+#include "kernels/allocator.h"
+#include "kernels/caching_allocator.h"
 #include "kernels/cpu/copy.h"
 #include "kernels/cuda/copy_bytes.h"
 #include "kernels/cuda/cuda_device.h"
@@ -65,6 +67,28 @@ Tensor::Tensor(Storage storage, Shape shape, Shape strides, int64_t offset, DTyp
       dtype_(dtype) {
   DTR_INTERNAL_ASSERT(shape_.size() == strides_.size(), "shape {} vs strides {}", shape_, strides_);
 }
+
+namespace {
+
+// A new contiguous tensor in page-locked host memory for copies on cuda:device.
+Tensor pinned_empty(const Shape& shape, DType dtype, int device, std::string_view op) {
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * itemsize(dtype);
+  return Tensor(Storage(nbytes, pinned_host_allocator(device, op)), shape, contiguous_strides(shape), 0, dtype);
+}
+
+// Whether a transfer can move t's bytes as they are: pinned, contiguous, of shape and dtype.
+bool dense_pinned(const Tensor& t, const Shape& shape, DType dtype) {
+  return t.is_pinned() && t.is_contiguous() && t.shape() == shape && t.dtype() == dtype;
+}
+
+// After a copy queued on stream without waiting: the pinned block of t is reused only once
+// the stream has run it, even if t is freed first.
+void record_copy(const Tensor& t, const cuda::Stream& stream) {
+  static_cast<CachingAllocator*>(t.storage().allocator())
+      ->record_stream(t.storage().data(), reinterpret_cast<DeviceMemory::StreamId>(stream.handle()));
+}
+
+}  // namespace
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   for (int64_t s : shape) {
@@ -304,14 +328,27 @@ Tensor Tensor::to(DType dtype) const {
   return out;
 }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   if (device == this->device()) return *this;
   Tensor out = empty(shape_, dtype_, device);
-  out.copy_(*this);
+  out.copy_(*this, non_blocking);
   return out;
 }
 
-Tensor& Tensor::copy_(const Tensor& src) {
+Tensor Tensor::pin_memory(int device) const {
+  DTR_CHECK(defined() && this->device().is_cpu(), ValueError, "pin_memory: {} is on {}; only CPU tensors are pinned",
+            describe(*this), this->device());
+  if (is_pinned()) return *this;
+  Tensor out = pinned_empty(shape_, dtype_, device, "pin_memory");
+  cpu::copy(out, *this);
+  return out;
+}
+
+bool Tensor::is_pinned() const {
+  return defined() && device().is_cpu() && dynamic_cast<CachingAllocator*>(storage_.allocator()) != nullptr;
+}
+
+Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   DTR_CHECK(defined() && src.defined(), ValueError, "copy_: {} <- {}: both tensors must be defined", describe(*this),
             describe(src));
   Shape b = broadcast_shapes(shape_, src.shape(), "copy_");
@@ -324,22 +361,34 @@ Tensor& Tensor::copy_(const Tensor& src) {
     cpu::copy(*this, src);
     return *this;
   }
-  // CUDA: transfers between host and device move dense bytes (through a dense device
-  // tensor when the device side is a view); device copies take any layout.
+  // CUDA: transfers between host and device move dense bytes, through page-locked staging
+  // unless the host side already is dense pinned memory (and through a dense device tensor
+  // when the device side is a view); device copies take any layout.
   if (device().is_cpu()) {  // device -> host
+    const int dev = src.device().index;
+    const cuda::Stream& stream = cuda::current_stream(dev);
     const Tensor dense = src.is_contiguous() && src.shape() == shape_ ? src : src.expand(shape_).contiguous();
-    Tensor staging = empty(shape_, src.dtype(), kCPU);
-    cuda::copy_bytes(staging.data(), dense.data(), dense.nbytes(), cuda::CopyKind::kDeviceToHost,
-                     cuda::current_stream(src.device().index));
-    cpu::copy(*this, staging);
+    const bool direct = dense_pinned(*this, shape_, src.dtype());
+    const Tensor staging = direct ? *this : pinned_empty(shape_, src.dtype(), dev, "copy_");
+    const bool queued = direct && non_blocking;
+    cuda::copy_bytes(staging.data(), dense.data(), dense.nbytes(), cuda::CopyKind::kDeviceToHost, stream,
+                     queued ? cuda::HostWait::kNo : cuda::HostWait::kYes);
+    if (queued) record_copy(staging, stream);
+    if (!direct) cpu::copy(*this, staging);
     return *this;
   }
   const int dev = device().index;
+  const cuda::Stream& stream = cuda::current_stream(dev);
   if (src.device().is_cpu()) {  // host -> device
-    Tensor staging = empty(shape_, dtype_, kCPU);
-    cpu::copy(staging, src);
+    const bool direct = dense_pinned(src, shape_, dtype_);
+    Tensor staging = direct ? src : pinned_empty(shape_, dtype_, dev, "copy_");
+    if (!direct) cpu::copy(staging, src);
     Tensor dense = is_contiguous() ? *this : empty(shape_, dtype_, device());
-    cuda::copy_bytes(dense.data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, cuda::current_stream(dev));
+    // Private staging needs no wait: the block is reserved until the copy has run.
+    const bool queued = !direct || non_blocking;
+    cuda::copy_bytes(dense.data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, stream,
+                     queued ? cuda::HostWait::kNo : cuda::HostWait::kYes);
+    if (queued) record_copy(staging, stream);
     if (!is_contiguous()) copy_(dense);
     return *this;
   }
@@ -347,7 +396,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
             "copy_: {} <- {}: copies between two CUDA devices go through the host: .to(kCPU) first", describe(*this),
             describe(src));
   cuda::copy(internal::map_operand(*this, shape_), dtype_, internal::map_operand(src, shape_), src.dtype(),
-             internal::map_shape("copy_", shape_), dev, cuda::current_stream(dev).handle());
+             internal::map_shape("copy_", shape_), dev, stream.handle());
   return *this;
 }
 

@@ -86,9 +86,22 @@ class Tensor {
   Tensor contiguous() const;  // this tensor if already contiguous
   Tensor clone() const;
   Tensor to(DType dtype) const;  // this tensor if the dtype already matches
-  Tensor to(Device device) const;
+  // This tensor on `device` (itself if already there); non_blocking as for copy_.
+  Tensor to(Device device, bool non_blocking = false) const;
   // Copies src into this tensor (broadcasting src, converting dtype, across devices).
-  Tensor& copy_(const Tensor& src);
+  // Host-to-device copies go through page-locked staging and are only queued on the
+  // device's current stream (the caller's src may be changed at once); device-to-host
+  // copies return once the bytes are on the host. non_blocking (torch's): between a
+  // pinned host tensor and a device tensor of the same dtype and shape, both dense, the
+  // copy is only queued in either direction, without staging; the caller must not touch
+  // the host tensor until the stream has run it (synchronise or wait on an event). The
+  // pinned block stays reserved until then even if the tensor is freed.
+  Tensor& copy_(const Tensor& src, bool non_blocking = false);
+  // A copy in page-locked host memory for copies on cuda:`device`'s streams (this tensor
+  // if already pinned); CPU tensors only. ValueError without that CUDA device.
+  Tensor pin_memory(int device = 0) const;
+  // Whether the storage is page-locked host memory (pin_memory's).
+  bool is_pinned() const;
 
   // The single element of a one-element tensor, converted to double.
   double item() const;

@@ -10,5 +10,8 @@
 namespace dtr::cuda {
 
 std::unique_ptr<DeviceMemory> cuda_device_memory(int device);
+// Page-locked host memory (cudaHostAlloc, portable) for copies on `device`'s streams: the
+// host's own use is stream 0, and the markers are events on that device.
+std::unique_ptr<DeviceMemory> cuda_pinned_host_memory(int device);
 
 }  // namespace dtr::cuda

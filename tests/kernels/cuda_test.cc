@@ -38,6 +38,16 @@ TEST_CASE("without a GPU, streams and events raise a clear error", "[cuda]") {
                        testing::MessageContains("cuda::current_stream: device cuda:0 does not exist"));
 }
 
+TEST_CASE("without a GPU, pin_memory raises a clear error and nothing is pinned", "[cuda]") {
+  if (cuda::device_count() > 0) return;
+  const Tensor t = zeros({4});
+  CHECK_FALSE(t.is_pinned());
+  CHECK_THROWS_MATCHES(t.pin_memory(), ValueError,
+                       testing::MessageContains("pin_memory: device cuda:0 does not exist (0 CUDA devices visible)"));
+  CHECK_THROWS_MATCHES(pinned_host_allocator(0), ValueError,
+                       testing::MessageContains("pin_memory: device cuda:0 does not exist"));
+}
+
 // Holds `stream` for `ms` milliseconds from the host: work queued after it waits.
 void hold(const cuda::Stream& stream, int ms) {
   auto* wait = new int(ms);
@@ -149,6 +159,63 @@ TEST_CASE("host <-> device copies round-trip every dtype", "[gpu]") {
     Tensor strided = testing::strided_copy(host);
     CHECK(to_f64(strided.to(gpu)) == to_f64(host));
   }
+}
+
+TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocking copies", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  const Device gpu(kCUDA, 0);
+  const cuda::Stream& stream = cuda::compute_stream(0);
+  const Tensor host = arange(0, 1 << 20).to(kFloat32);
+  const Tensor pinned = host.pin_memory();
+  CHECK(pinned.is_pinned());
+  CHECK_FALSE(host.is_pinned());
+  CHECK(pinned.pin_memory().storage().is_same(pinned.storage()));
+  check_equal(pinned, to_f64(host), "pin_memory keeps the values");
+  CHECK_THROWS_MATCHES(zeros({2}, kFloat32, gpu).pin_memory(), ValueError,
+                       testing::MessageContains("only CPU tensors are pinned"));
+
+  // A pageable source goes through pinned staging: the copy is only queued, so changing
+  // the source at once must not change what arrives.
+  Tensor source = host.clone();
+  Tensor device = Tensor::empty(host.shape(), kFloat32, gpu);
+  hold(stream, 100);
+  device.copy_(source);
+  CHECK_FALSE(stream.query());  // queued behind the hold: the host did not wait
+  fill_(source, -1.0);
+  check_equal(device, to_f64(host), "a host-to-device copy reads the source as it was");
+
+  // non_blocking from pinned memory: queued, and the block stays reserved after the
+  // tensor is freed until the copy has run.
+  void* block = nullptr;
+  {
+    const Tensor staged = host.pin_memory();
+    block = staged.storage().data();
+    hold(stream, 100);
+    device.copy_(staged, /*non_blocking=*/true);
+    CHECK_FALSE(stream.query());
+  }
+  const Tensor next = host.pin_memory();  // the same size, while the copy is pending
+  CHECK(next.storage().data() != block);
+  stream.synchronize();
+  check_equal(device, to_f64(host), "a non-blocking copy from pinned memory");
+  // Once the copy has run, the reserved block is free again: the next request of its size
+  // needs no cudaHostAlloc.
+  const int64_t host_allocs = pinned_host_allocator(0).stats().system_allocs;
+  const Tensor reused = host.pin_memory();
+  CHECK(pinned_host_allocator(0).stats().system_allocs == host_allocs);
+
+  // non_blocking into pinned memory: queued; the values are there once the stream has run.
+  Tensor back = zeros(host.shape()).pin_memory();
+  hold(stream, 50);
+  back.copy_(device, /*non_blocking=*/true);
+  CHECK_FALSE(stream.query());
+  stream.synchronize();
+  check_equal(back, to_f64(host), "a non-blocking copy into pinned memory");
+  // Blocking copies into pinned memory wait, whatever the stream holds.
+  Tensor waited = zeros(host.shape()).pin_memory();
+  hold(stream, 50);
+  waited.copy_(device);
+  check_equal(waited, to_f64(host), "a blocking copy into pinned memory");
 }
 
 TEST_CASE("device copies take any layout: transposes, slices, broadcasts, casts, into views", "[gpu]") {
