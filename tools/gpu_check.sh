@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The one-command GPU check: on a machine with a GPU, builds everything, runs every test
-# tagged gpu (Catch2 cases tagged [gpu], against the CPU kernels), and prints a summary:
-# the GPU, the build and test times, and "N passed, N failed" over the gpu tests. Exits
-# non-zero when there is no GPU, the build fails or a test fails. The GPU benchmarks join
-# the summary as they are written (issue: CUDA part 1). Budget: under 5 minutes on one H200
-# with a warm disk cache.
+# tagged gpu (Catch2 cases tagged [gpu], against the CPU kernels), then the GPU benchmarks
+# (tools/bench/gpu_bench: memory-bound kernels against a device copy, matmul against
+# cuBLASLt's best algorithm, attention, a training step), and prints a summary: the GPU,
+# the build, test and benchmark times, every benchmark figure, and "N passed, N failed"
+# over the gpu tests and the benchmark's checks. Exits non-zero when there is no GPU, the
+# build fails, a test fails or a benchmark row is WRONG. Budget: under 5 minutes on one
+# H200 with a warm disk cache; --no-bench skips the benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bench=1
+[[ ${1:-} == --no-bench ]] && bench=0
 
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_check: no GPU visible (nvidia-smi -L failed); nothing to check here" >&2
@@ -45,8 +49,21 @@ done < <(grep -E '^//[^ ]+ +(\(cached\) )?(PASSED|FAILED|NO STATUS|FAILED TO BUI
   sed -E 's/ +\(cached\)//' | awk '{print $1, $2}')
 rm -f "$log"
 
+bench_log=/tmp/gpu_check_bench.log
+: >"$bench_log"
+if ((bench)); then
+  if bazel-bin/tools/bench/gpu_bench >"$bench_log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "gpu_check: gpu_bench failed or printed WRONG rows (log: $bench_log)" >&2
+  fi
+fi
+benched=$(date +%s)
+
 echo "gpu_check summary"
 echo "  gpu:    $gpu"
-echo "  build:  $((built - start)) s; gpu tests: $((tested - built)) s"
+echo "  build:  $((built - start)) s; gpu tests: $((tested - built)) s; benchmarks: $((benched - tested)) s"
+[[ -s $bench_log ]] && sed 's/^/  /' "$bench_log"
 echo "$passed passed, $failed failed"
 ((failed == 0))
