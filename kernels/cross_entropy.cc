@@ -22,16 +22,26 @@ void check_logits_target(const Tensor& logits, const Tensor& target, std::string
             describe(logits), describe(target));
 }
 
+// torch's range for label_smoothing (a NaN fails it too).
+void check_label_smoothing(double label_smoothing, std::string_view op) {
+  DTR_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
+            "{}: label_smoothing {} is not in [0, 1] (0 is plain cross-entropy, 1 a uniform target)", op,
+            label_smoothing);
+}
+
 }  // namespace
 
-CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                 Reduction reduction) {
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, Reduction reduction,
+                                 double label_smoothing) {
   check_logits_target(logits, target, "cross_entropy");
+  check_label_smoothing(label_smoothing, "cross_entropy");
   CrossEntropyOutput out{.loss = Tensor::empty({}, logits.dtype(), logits.device()),
                          .logsumexp = Tensor::empty({logits.size(0)}, acc_dtype(logits.dtype()), logits.device())};
   const trace::Span span("cross_entropy", trace::Category::kKernel);
   switch (logits.device().type) {
-    case kCPU: cpu::cross_entropy(out.loss, out.logsumexp, logits, target, ignore_index, reduction); return out;
+    case kCPU:
+      cpu::cross_entropy(out.loss, out.logsumexp, logits, target, ignore_index, reduction, label_smoothing);
+      return out;
     case kCUDA: {
       const Tensor l = logits.contiguous(), t = target.contiguous();
       const int64_t n = logits.size(0), c = logits.size(1);
@@ -40,7 +50,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
       const int device = logits.device().index;
       cuda::cross_entropy(out.loss.data(), out.logsumexp.data(), static_cast<int32_t*>(bad.data()), l.data(),
                           static_cast<const int64_t*>(t.data()), n, c, ignore_index, reduction == Reduction::kMean,
-                          static_cast<double*>(scratch.data()), logits.dtype(), device,
+                          label_smoothing, static_cast<double*>(scratch.data()), logits.dtype(), device,
                           cuda::current_stream(device).handle());
       // Read back on the host: one synchronisation of the stream per call.
       DTR_CHECK(bad.item() == 0, IndexError,
@@ -53,9 +63,11 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
-                              const Tensor& logsumexp, int64_t ignore_index, Reduction reduction) {
+                              const Tensor& logsumexp, int64_t ignore_index, Reduction reduction,
+                              double label_smoothing) {
   constexpr std::string_view op = "cross_entropy_backward";
   check_logits_target(logits, target, op);
+  check_label_smoothing(label_smoothing, op);
   DTR_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), ValueError,
             "{}: grad_loss {} must be a one-element floating tensor (the gradient of the loss)", op,
             describe(grad_loss));
@@ -68,7 +80,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   const trace::Span span("cross_entropy_backward", trace::Category::kKernel);
   switch (logits.device().type) {
     case kCPU:
-      cpu::cross_entropy_backward(grad, logits, target, logsumexp, grad_loss.item(), ignore_index, reduction);
+      cpu::cross_entropy_backward(grad, logits, target, logsumexp, grad_loss.item(), ignore_index, reduction,
+                                  label_smoothing);
       return grad;
     case kCUDA: {
       const Tensor l = logits.contiguous(), t = target.contiguous(), lse = logsumexp.contiguous();
@@ -77,8 +90,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
       const int device = logits.device().index;
       cuda::cross_entropy_backward(grad.data(), l.data(), static_cast<const int64_t*>(t.data()), lse.data(),
                                    static_cast<const double*>(g.data()), logits.size(0), logits.size(1), ignore_index,
-                                   reduction == Reduction::kMean, static_cast<double*>(scratch.data()), logits.dtype(),
-                                   device, cuda::current_stream(device).handle());
+                                   reduction == Reduction::kMean, label_smoothing, static_cast<double*>(scratch.data()),
+                                   logits.dtype(), device, cuda::current_stream(device).handle());
       return grad;
     }
   }

@@ -79,13 +79,15 @@ constexpr std::array kOps = {
     OpSupport{"bernoulli", kAll, kNone},
     OpSupport{"dropout", kFloating, kNone},
     OpSupport{"dropout_backward", kFloating, kNone},
-    // softmax.h, layer_norm.h, embedding.h, cross_entropy.h
+    // softmax.h, layer_norm.h, rms_norm.h, embedding.h, cross_entropy.h
     OpSupport{"softmax", kFloating, kFloating},
     OpSupport{"log_softmax", kFloating, kFloating},
     OpSupport{"softmax_backward", kFloating, kFloating},
     OpSupport{"log_softmax_backward", kFloating, kFloating},
     OpSupport{"layer_norm", kFloating, kFloating},
     OpSupport{"layer_norm_backward", kFloating, kFloating},
+    OpSupport{"rms_norm", kFloating, kFloating},
+    OpSupport{"rms_norm_backward", kFloating, kFloating},
     OpSupport{"embedding", kAll, kAll},
     OpSupport{"embedding_backward", kFloating, kFloating},
     OpSupport{"cross_entropy", kFloating, kFloating},

@@ -17,8 +17,8 @@ struct CrossEntropyOptions {
 };
 
 // logits [N, C], target int64 [N]. mean divides by the number of targets not ignored;
-// none gives [N], zeros where ignored. Without label smoothing, mean and sum run the fused
-// op of dtensor/ops/loss.h (sharding rule included); the others compose log_softmax.
+// none gives [N], zeros where ignored. mean and sum (label smoothing or not) run the fused
+// op of dtensor/ops/loss.h (sharding rule included); none composes log_softmax.
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossEntropyOptions& options = {});
 
 // (input - target)^2, reduced (mean over every element, sum, or none).

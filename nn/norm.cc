@@ -1,10 +1,7 @@
 #include "nn/norm.h"
 
-#include <limits>
-
 #include "dtensor/ops/layer_norm.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/rms_norm.h"
 #include "kernels/error.h"
 #include "kernels/trace.h"
 #include "nn/init.h"
@@ -16,16 +13,13 @@ std::string shape_tuple(const Shape& s) {
   return s.size() == 1 ? fmt::format("({},)", s[0]) : fmt::format("({})", fmt::join(s, ", "));
 }
 
-// The trailing dims of x that normalized_shape names, checked.
-std::vector<int64_t> normalized_dims(const DTensor& x, const Shape& normalized_shape, std::string_view op) {
+// x must end in the dims normalized_shape names.
+void check_normalized_shape(const DTensor& x, const Shape& normalized_shape, std::string_view op) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   bool fits = x.dim() >= k;
   for (int64_t i = 0; fits && i < k; ++i) fits = x.size(x.dim() - k + i) == normalized_shape[i];
   DTR_CHECK(fits, ValueError, "{}: input of shape {} does not end in normalized_shape {}", op, x.shape(),
             normalized_shape);
-  std::vector<int64_t> dims;
-  for (int64_t i = x.dim() - k; i < x.dim(); ++i) dims.push_back(i);
-  return dims;
 }
 
 }  // namespace
@@ -51,7 +45,7 @@ std::string LayerNorm::extra_repr() const {
 
 DTensor LayerNorm::forward(const DTensor& x) {
   const trace::Region region("norm");
-  normalized_dims(x, normalized_shape_, "LayerNorm");
+  check_normalized_shape(x, normalized_shape_, "LayerNorm");
   const auto optional = [](const DTensor& t) { return t.defined() ? std::optional<DTensor>(t) : std::nullopt; };
   return layer_norm(x, normalized_shape_, optional(weight_), optional(bias_), eps_);
 }
@@ -73,16 +67,9 @@ std::string RMSNorm::extra_repr() const {
 
 DTensor RMSNorm::forward(const DTensor& x) {
   const trace::Region region("norm");
-  const std::vector<int64_t> dims = normalized_dims(x, normalized_shape_, "RMSNorm");
-  double eps = eps_.value_or(0.0);
-  if (!eps_) {
-    eps = x.dtype() == kFloat64    ? std::numeric_limits<double>::epsilon()
-          : x.dtype() == kBFloat16 ? 0.0078125
-          : x.dtype() == kFloat16  ? 0.0009765625
-                                   : std::numeric_limits<float>::epsilon();
-  }
-  DTensor y = mul(x, rsqrt(add(mean(mul(x, x), dims, KeepDim::kYes), eps)));
-  return weight_.defined() ? mul(y, weight_) : y;
+  check_normalized_shape(x, normalized_shape_, "RMSNorm");
+  const std::optional<DTensor> weight = weight_.defined() ? std::optional<DTensor>(weight_) : std::nullopt;
+  return rms_norm(x, normalized_shape_, weight, eps_);  // eps_ unset: the machine epsilon of x's dtype
 }
 
 }  // namespace dtr::nn

@@ -28,8 +28,8 @@ class LayerNorm : public UnaryModule {
   DTensor& bias_;
 };
 
-// x / sqrt(mean(x^2) + eps) * weight over the last dims; eps defaults to the machine
-// epsilon of x's dtype, as in PyTorch.
+// x / sqrt(mean(x^2) + eps) * weight over the last dims, one fused op (dtensor/ops/rms_norm.h);
+// eps defaults to the machine epsilon of x's dtype, as in PyTorch.
 class RMSNorm : public UnaryModule {
  public:
   RMSNorm(Shape normalized_shape, std::optional<double> eps = std::nullopt, bool elementwise_affine = true,

@@ -11,14 +11,15 @@ namespace {
 // grad_logits from the loss's gradient, scaled by `scale` (1 / count for kMean); rules:
 // docs/sharding_rules.md, "loss". Not differentiable.
 DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, const DTensor& target,
-                               const DTensor& logsumexp, int64_t ignore_index, double scale) {
+                               const DTensor& logsumexp, int64_t ignore_index, double scale, double label_smoothing) {
   std::vector<DimStrategy> per_dim{{{Replicate(), Shard(0), Shard(0), Shard(0)}, {Shard(0)}}, replicate_all(4)};
   add_linear_partials(per_dim, 4, 0);
   const DTensor inputs[] = {grad_loss, logits, target, logsumexp};
   AppliedStrategy s =
       apply_strategy("cross_entropy backward", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
-  Tensor local = cross_entropy_backward(mul(s.inputs[0].to_local(), scale), s.inputs[1].to_local(),
-                                        s.inputs[2].to_local(), s.inputs[3].to_local(), ignore_index, Reduction::kSum);
+  Tensor local =
+      cross_entropy_backward(mul(s.inputs[0].to_local(), scale), s.inputs[1].to_local(), s.inputs[2].to_local(),
+                             s.inputs[3].to_local(), ignore_index, Reduction::kSum, label_smoothing);
   return make_output(std::move(local), logits.mesh(), s.strategy.outputs[0], logits.shape());
 }
 
@@ -36,26 +37,32 @@ int64_t count_targets(const DTensor& target, int64_t ignore_index) {
 
 }  // namespace
 
-DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, Reduction reduction) {
+DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, Reduction reduction,
+                      double label_smoothing) {
   DTR_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), ValueError,
             "cross_entropy: logits {} must be floating [N, C]", describe(logits));
   DTR_CHECK(target.dtype() == kInt64, TypeError, "cross_entropy: target {} must be int64 class indices",
             describe(target));
   DTR_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ValueError,
             "cross_entropy: target {} must be [N] for logits {}", describe(target), describe(logits));
+  DTR_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
+            "cross_entropy: label_smoothing {} is not in [0, 1] (logits {})", label_smoothing, describe(logits));
   // Outputs: the loss and the per-row logsumexp saved for backward.
   const std::vector<DimStrategy> per_dim{{{Shard(0), Shard(0)}, {Partial(), Shard(0)}}, replicate_all(2, 2)};
   const DTensor inputs[] = {logits, target};
   AppliedStrategy s = apply_strategy("cross_entropy", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
-  CrossEntropyOutput out = cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, Reduction::kSum);
+  CrossEntropyOutput out =
+      cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, Reduction::kSum, label_smoothing);
   const bool mean = reduction == Reduction::kMean;
   const double count = mean ? static_cast<double>(count_targets(s.inputs[1], ignore_index)) : 1.0;
   const Tensor local_loss = mean ? div(out.loss, count) : out.loss;
   DTensor loss = make_output(local_loss, logits.mesh(), s.strategy.outputs[0], {});
   DTensor lse = make_output(std::move(out.logsumexp), logits.mesh(), s.strategy.outputs[1], {logits.size(0)});
   record("cross_entropy", s.inputs, std::span(&loss, 1),
-         [x = s.inputs[0].detach(), t = s.inputs[1].detach(), lse, ignore_index, count](const std::vector<DTensor>& g) {
-           return std::vector<DTensor>{cross_entropy_backward(g[0], x, t, lse, ignore_index, 1.0 / count), DTensor()};
+         [x = s.inputs[0].detach(), t = s.inputs[1].detach(), lse, ignore_index, count,
+          label_smoothing](const std::vector<DTensor>& g) {
+           return std::vector<DTensor>{
+               cross_entropy_backward(g[0], x, t, lse, ignore_index, 1.0 / count, label_smoothing), DTensor()};
          });
   return loss;
 }

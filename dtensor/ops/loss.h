@@ -6,8 +6,9 @@
 //   S(0)    S(0)    -> P(sum)   each rank adds the losses of its own rows; kMean divides them
 //                               by the GLOBAL count of kept targets (one small all_reduce)
 //   R       R       -> R
-// Class-sharded logits (S(1)) are gathered (there is no loss_parallel), Partial logits are
-// reduced. The count and the backward's rules: docs/sharding_rules.md, "loss".
+// Class-sharded logits (S(1)) are gathered (there is no loss_parallel; label smoothing's
+// mean over classes needs every class of a row too), Partial logits are reduced. The count
+// and the backward's rules: docs/sharding_rules.md, "loss".
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,10 @@ namespace dtr {
 
 // The cross-entropy of logits [N, C] (floating) against int64 target [N] in [0, C) or equal
 // to ignore_index: a 0-d loss, the sum or the mean over targets not ignored (NaN when there
-// are none, like torch). torch.nn.functional.cross_entropy with class-index targets.
+// are none, like torch). label_smoothing e in [0, 1] scores each row against (1 - e) on its
+// target plus e / C on every class (kernels/cross_entropy.h). torch.nn.functional.
+// cross_entropy with class-index targets.
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index = -100,
-                      Reduction reduction = Reduction::kMean);
+                      Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
 
 }  // namespace dtr

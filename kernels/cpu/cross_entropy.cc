@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/internal/exp_sum.h"
+#include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -38,7 +39,7 @@ int64_t row_grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::ma
 }  // namespace
 
 void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& logits, const Tensor& target,
-                   int64_t ignore_index, Reduction reduction) {
+                   int64_t ignore_index, Reduction reduction, double label_smoothing) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy");
   const Tensor lc = logits.contiguous();
   const int64_t rows = logits.size(0), classes = logits.size(1);
@@ -47,6 +48,7 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
     using Acc = acc_t<T>;
     const T* pl = lc.data_ptr<T>();
     Acc* plse = logsumexp.data_ptr<Acc>();
+    const Acc e = static_cast<Acc>(label_smoothing);
     parallel_for(rows, row_grain(classes), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* row = pl + n * classes;
@@ -54,7 +56,16 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
         const auto [max, sum] = exp_sum<Acc>(row, classes, std::integral_constant<int64_t, 1>{}, nullptr, next);
         plse[n] = max + std::log(sum);
         const int64_t t = targets.values[n];
-        if (t != ignore_index) row_loss[n] = static_cast<double>(plse[n] - static_cast<Acc>(row[t]));
+        if (t == ignore_index) continue;
+        const Acc target_logit = static_cast<Acc>(row[t]);
+        if (label_smoothing == 0.0) {
+          row_loss[n] = static_cast<double>(plse[n] - target_logit);
+        } else {
+          // lse - (1 - e) x[t] - e mean(x): the row is still in L1 from exp_sum.
+          const Acc mean =
+              lane_sum<Acc>(classes, [row](int64_t c) { return static_cast<Acc>(row[c]); }) / static_cast<Acc>(classes);
+          row_loss[n] = static_cast<double>(plse[n] - (Acc(1) - e) * target_logit - e * mean);
+        }
       }
     });
   });
@@ -68,7 +79,7 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
 }
 
 void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
-                            double grad_loss, int64_t ignore_index, Reduction reduction) {
+                            double grad_loss, int64_t ignore_index, Reduction reduction, double label_smoothing) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy_backward");
   const Tensor lc = logits.contiguous();
   const Tensor lsec = logsumexp.contiguous();
@@ -81,6 +92,9 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tens
     const Acc* plse = lsec.data_ptr<Acc>();
     T* pg = grad.data_ptr<T>();
     const Acc s = static_cast<Acc>(scale);
+    // The smoothed target: (1 - e) on the target class plus e / C on every class.
+    const Acc on_target = static_cast<Acc>(1.0 - label_smoothing);
+    const Acc uniform = static_cast<Acc>(label_smoothing / static_cast<double>(classes));
     parallel_for(rows, row_grain(classes), [&](int64_t begin, int64_t end) {
       for (int64_t n = begin; n < end; ++n) {
         const T* row = pl + n * classes;
@@ -90,11 +104,12 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tens
           std::fill(grow, grow + classes, convert<T>(0.0));
           continue;
         }
-        // grad [C] = (softmax(row) - onehot(t)) * scale: the softmax term for every class,
-        // then the target's entry again (a test of c == t in the loop costs it half its speed).
+        // grad [C] = (softmax(row) - (1 - e) onehot(t) - e / C) * scale: the softmax and
+        // uniform terms for every class, then the target's entry again (a test of c == t in
+        // the loop costs it half its speed).
         auto softmax_at = [&](int64_t c) { return exp_nonpositive_of(static_cast<Acc>(row[c]) - plse[n]); };
-        for (int64_t c = 0; c < classes; ++c) grow[c] = convert<T>(softmax_at(c) * s);
-        grow[t] = convert<T>((softmax_at(t) - Acc(1)) * s);
+        for (int64_t c = 0; c < classes; ++c) grow[c] = convert<T>((softmax_at(c) - uniform) * s);
+        grow[t] = convert<T>((softmax_at(t) - uniform - on_target) * s);
       }
     });
   });

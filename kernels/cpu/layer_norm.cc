@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/internal/convert_block.h"
+#include "kernels/cpu/internal/acc_row.h"
 #include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/row_store.h"
@@ -21,30 +20,6 @@ int64_t rows_per_block(int64_t rows) { return std::max<int64_t>(32, (rows + 255)
 // Elements of a row per piece of layer_norm_backward's last pass, before which the next
 // row's lines at the same place are asked for.
 constexpr int64_t kPrefetchChunk = 256;
-
-// n elements of T as Acc values: row itself when T is Acc, else row converted into buffer
-// (one vectorised pass, where converting at every use would cost each pass over the row).
-template <class Acc, class T>
-const Acc* as_acc(const T* row, int64_t n, std::vector<Acc>& buffer) {
-  if constexpr (std::is_same_v<T, Acc>) {
-    return row;
-  } else {
-    buffer.resize(static_cast<size_t>(n));
-    convert_block(row, buffer.data(), n);
-    return buffer.data();
-  }
-}
-
-// Where a row of results in Acc goes before store_row (row_store.h) writes it as T: out
-// itself when T is Acc and the rows are not streamed.
-template <class Acc, class T>
-Acc* acc_out(T* out, std::vector<Acc>& buffer, int64_t n, bool streaming) {
-  if constexpr (std::is_same_v<T, Acc>) {
-    if (!streaming) return out;
-  }
-  buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
 
 // sum(g) and sum(g * xhat) over a row, from layer_norm_backward's first pass.
 template <class Acc>

@@ -1,7 +1,9 @@
 // cross_entropy on DTensors: gradcheck on one rank, every placement combination on 1-D and
 // 2x2 meshes against the one-rank result (with ignored targets and uneven batch shards), and
 // the rule: a batch-sharded mean is a Partial scalar equal to the global mean once reduced,
-// for one promised all_reduce of the target count; values against a float64 loop.
+// for one promised all_reduce of the target count; values against a float64 loop; label
+// smoothing under batch sharding (Partial, no extra communication) and class sharding
+// (gathered, the smoothing term over every class), and its range error.
 #include "dtensor/ops/loss.h"
 
 #include <cmath>
@@ -26,6 +28,12 @@ std::vector<OpCase> cases() {
       {"cross_entropy sum, ignore_index 3",
        {{logits}, {Tensor::from_vector<int64_t>({1, 3, 3, 0, 2}), false, false}},
        [](const auto& x) { return cross_entropy(x[0], x[1], 3, Reduction::kSum); }},
+      {"cross_entropy mean, label_smoothing 0.2",
+       {{logits}, {targets(), false, false}},
+       [](const auto& x) { return cross_entropy(x[0], x[1], -100, Reduction::kMean, 0.2); }},
+      {"cross_entropy sum, label_smoothing 1",
+       {{logits}, {targets(), false, false}},
+       [](const auto& x) { return cross_entropy(x[0], x[1], -100, Reduction::kSum, 1.0); }},
   };
 }
 
@@ -90,6 +98,50 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
   });
 }
 
+TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, class-sharded is gathered",
+          "[dtensor][ops]") {
+  testing::run_ranks(4, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {4});
+    const Tensor logits = global_tensor({5, 4}, 3), target = targets();
+    const double e = 0.3;
+    // Reference from log_softmax: mean over kept rows of (1 - e) * -logp[t] + e * mean_c -logp[c];
+    // grad = (softmax - (1 - e) onehot - e / 4) / count.
+    const std::vector<double> lv = testing::to_f64(logits);
+    const int64_t* t = target.data_ptr<int64_t>();
+    double total = 0;
+    std::vector<double> grad(20, 0.0);
+    for (int64_t n = 0; n < 5; ++n) {
+      if (t[n] == -100) continue;
+      double z = 0;
+      for (int64_t c = 0; c < 4; ++c) z += std::exp(lv[n * 4 + c]);
+      double smooth = 0;
+      for (int64_t c = 0; c < 4; ++c) smooth -= (lv[n * 4 + c] - std::log(z)) / 4;
+      total += (1 - e) * (std::log(z) - lv[n * 4 + t[n]]) + e * smooth;
+      for (int64_t c = 0; c < 4; ++c) {
+        grad[n * 4 + c] = (std::exp(lv[n * 4 + c]) / z - (c == t[n] ? 1 - e : 0) - e / 4) / 4;
+      }
+    }
+    DTensor y = distribute_tensor(target, mesh, {Shard(0)});
+    for (const Placement& p : {Shard(0), Shard(1)}) {
+      INFO("logits " << placements_str(Placements{p}));
+      DTensor x = distribute_tensor(logits, mesh, {p});
+      x.requires_grad_();
+      collective_counter().reset();
+      reset_promised_collectives();
+      DTensor loss = cross_entropy(x, y, -100, Reduction::kMean, e);
+      CHECK(issued_collectives() == promised_collectives());
+      // Rows: only the count of kept targets. Classes: the logits are gathered first.
+      if (p == Shard(0)) {
+        CHECK(loss.placements() == Placements{Partial()});
+        CHECK(issued_collectives() == 1);
+      }
+      CHECK(std::abs(loss.item() - total / 4) <= 1e-12);
+      loss.backward();
+      testing::check_close(x.grad().full_tensor(), grad, "grad_logits");
+    }
+  });
+}
+
 TEST_CASE("cross_entropy: errors name the logits, the target and what is legal", "[dtensor][ops]") {
   const DeviceMesh mesh = testing::one_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype) {
@@ -101,6 +153,9 @@ TEST_CASE("cross_entropy: errors name the logits, the target and what is legal",
                     Catch::Contains("cross_entropy: target int32[5] (R) must be int64 class indices"));
   CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({4}, kInt64)),
                     Catch::Contains("target int64[4] (R) must be [N] for logits float64[5, 4] (R)"));
+  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, Reduction::kMean, 1.5),
+                    Catch::Contains("cross_entropy: label_smoothing 1.5 is not in [0, 1]"));
+  CHECK_THROWS_AS(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, Reduction::kSum, -0.5), ValueError);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // cross_entropy and its backward against float64 loops written here: every floating dtype,
-// class counts 1/7/1023/4097, ignored rows, both reductions, strided and transposed logits;
-// an exact case; NaN mean over no targets; thread-count independence; typed errors.
+// class counts 1/7/1023/4097, ignored rows, both reductions, strided and transposed logits,
+// label smoothing (the reference is log_softmax's smoothed nll, and the gradient is also
+// checked by central finite differences of the kernel's own float64 forward); exact cases;
+// NaN mean over no targets; thread-count independence; typed errors.
 #include "kernels/cross_entropy.h"
 
 #include <cmath>
@@ -20,10 +22,12 @@ struct Reference {
   std::vector<double> grad;
 };
 
-// loss = reduce_n (log sum_c exp(x[n, c]) - x[n, t_n]) over rows with t_n != ignore, and
-// d loss / d x times grad_loss, in float64.
+// With logp = log_softmax(x) per row and label smoothing e:
+//   loss = reduce_n ((1 - e) * -logp[n, t_n] + e * mean_c -logp[n, c]) over rows with
+//   t_n != ignore, and d loss / d x = softmax - (1 - e) onehot - e / C times grad_loss, in
+// float64 (torch's formula, written from log_softmax, not from the kernel's).
 Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes, const std::vector<int64_t>& target,
-                    int64_t ignore, Reduction reduction, double grad_loss) {
+                    int64_t ignore, Reduction reduction, double grad_loss, double e = 0.0) {
   double total = 0.0;
   int64_t count = 0;
   std::vector<double> lse(rows, 0.0);
@@ -34,7 +38,9 @@ Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes,
     for (int64_t c = 0; c < classes; ++c) sum += std::exp(x[n * classes + c] - max);
     lse[n] = max + std::log(sum);
     if (target[n] == ignore) continue;
-    total += lse[n] - x[n * classes + target[n]];
+    double smooth = 0.0;
+    for (int64_t c = 0; c < classes; ++c) smooth -= x[n * classes + c] - lse[n];
+    total += (1 - e) * -(x[n * classes + target[n]] - lse[n]) + e * smooth / static_cast<double>(classes);
     ++count;
   }
   const bool mean = reduction == Reduction::kMean;
@@ -45,7 +51,7 @@ Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes,
     if (target[n] == ignore) continue;
     for (int64_t c = 0; c < classes; ++c) {
       const double p = std::exp(x[n * classes + c] - lse[n]);
-      r.grad[n * classes + c] = (p - (c == target[n] ? 1.0 : 0.0)) * scale;
+      r.grad[n * classes + c] = (p - (c == target[n] ? 1.0 - e : 0.0) - e / static_cast<double>(classes)) * scale;
     }
   }
   return r;
@@ -91,6 +97,91 @@ TEST_CASE("cross_entropy and its backward match float64 references", "[cross_ent
         }
       }
     }
+  }
+}
+
+TEST_CASE("cross_entropy with label smoothing matches a float64 reference", "[cross_entropy][label_smoothing]") {
+  uint64_t seed = 500;
+  for (DType dtype : testing::kFloatDTypes) {
+    for (int64_t classes : {1, 7, 1023, 4097}) {
+      for (double e : {0.1, 0.5, 1.0}) {
+        for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+          const int64_t rows = 9;
+          Tensor logits = testing::random_tensor({rows, classes}, dtype, seed++, -6.0, 6.0);
+          std::vector<int64_t> targets = random_targets(rows, classes, -100, seed++);
+          targets[0] = classes - 1;
+          Tensor target = Tensor::from_vector(targets, {rows});
+          const Reference ref = reference(to_f64(logits), rows, classes, targets, -100, reduction, 2.5, e);
+          const std::string what = fmt::format("cross_entropy {}, {}, label_smoothing {}", describe(logits),
+                                               reduction == Reduction::kMean ? "mean" : "sum", e);
+          for (const Tensor& input : {logits, testing::strided_copy(logits)}) {
+            CrossEntropyOutput out = cross_entropy(input, target, -100, reduction, e);
+            testing::Tolerance tol = testing::tolerance_for(dtype);
+            tol.atol *= rows;
+            testing::check_close(out.loss, {ref.loss}, tol, what + " loss");
+            Tensor grad = cross_entropy_backward(full({}, 2.5), input, target, out.logsumexp, -100, reduction, e);
+            testing::check_close(grad, ref.grad, what + " grad");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("label smoothing 0 is the plain loss bit for bit", "[cross_entropy][label_smoothing]") {
+  Tensor logits = testing::random_tensor({33, 1023}, kFloat32, 41, -6.0, 6.0);
+  Tensor target = Tensor::from_vector(random_targets(33, 1023, -100, 42));
+  CrossEntropyOutput plain = cross_entropy(logits, target);
+  CrossEntropyOutput zero = cross_entropy(logits, target, -100, Reduction::kMean, 0.0);
+  testing::check_equal(zero.loss, to_f64(plain.loss), "loss");
+  testing::check_equal(
+      cross_entropy_backward(full({}, 1.0), logits, target, zero.logsumexp, -100, Reduction::kMean, 0.0),
+      to_f64(cross_entropy_backward(full({}, 1.0), logits, target, plain.logsumexp)), "grad");
+}
+
+TEST_CASE("label smoothing: the gradient is the finite difference of the float64 loss",
+          "[cross_entropy][label_smoothing][backward]") {
+  const int64_t rows = 4, classes = 5;
+  const Tensor logits = testing::random_tensor({rows, classes}, kFloat64, 7, -3.0, 3.0);
+  const Tensor target = Tensor::from_vector(std::vector<int64_t>{4, -100, 0, 2});
+  for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+    for (double e : {0.0, 0.3, 1.0}) {
+      CrossEntropyOutput out = cross_entropy(logits, target, -100, reduction, e);
+      const std::vector<double> grad =
+          to_f64(cross_entropy_backward(full({}, 1.0), logits, target, out.logsumexp, -100, reduction, e));
+      const double h = 1e-6;
+      std::vector<double> numeric;
+      for (int64_t i = 0; i < rows * classes; ++i) {
+        auto loss_at = [&](double delta) {
+          Tensor x = logits.clone();
+          x.data_ptr<double>()[i] += delta;
+          return cross_entropy(x, target, -100, reduction, e).loss.item();
+        };
+        numeric.push_back((loss_at(h) - loss_at(-h)) / (2 * h));
+      }
+      testing::check_close(Tensor::from_vector(grad, {rows, classes}), numeric, testing::Tolerance{1e-8, 1e-6},
+                           fmt::format("label_smoothing {} {} grad vs finite difference", e,
+                                       reduction == Reduction::kMean ? "mean" : "sum"));
+    }
+  }
+}
+
+TEST_CASE("label smoothing with well-separated logits is exact", "[cross_entropy][label_smoothing][exact]") {
+  // exp(-768) underflows to 0, so lse = 0 and softmax = onehot(0) in rows 0 and 1. With
+  // e = 1/2 and C = 4 (the row mean is -576):
+  //   row 0, target 0: 0 - 0.5 * 0 - 0.5 * -576 = 288;  row 1, target 1: 0 + 384 + 288 = 672.
+  // grad (mean over 2 rows) = (onehot(0) - 0.5 onehot(t) - 1/8) / 2; the ignored row 0.
+  const double lo = -768.0;
+  const std::vector<double> xv{0, lo, lo, lo, 0, lo, lo, lo, lo, 0, lo, lo};
+  Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, -100});
+  for (DType dtype : testing::kFloatDTypes) {
+    Tensor logits = Tensor::from_vector(xv, {3, 4}).to(dtype);
+    CrossEntropyOutput mean = cross_entropy(logits, target, -100, Reduction::kMean, 0.5);
+    testing::check_equal(mean.loss, {480.0}, "mean of 288 and 672");
+    testing::check_equal(cross_entropy(logits, target, -100, Reduction::kSum, 0.5).loss, {960.0}, "sum");
+    testing::check_equal(
+        cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp, -100, Reduction::kMean, 0.5),
+        {0.1875, -0.0625, -0.0625, -0.0625, 0.4375, -0.3125, -0.0625, -0.0625, 0, 0, 0, 0}, "grad");
   }
 }
 
@@ -146,6 +237,11 @@ TEST_CASE("cross_entropy is bitwise the same on 1 and 2 threads", "[cross_entrop
   CrossEntropyOutput two = cross_entropy(logits, target);
   testing::check_equal(two.loss, {one.loss.item()}, "loss");
   testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, two.logsumexp), to_f64(grad_one), "grad");
+  set_num_threads(1);
+  CrossEntropyOutput smooth_one = cross_entropy(logits, target, -100, Reduction::kMean, 0.1);
+  set_num_threads(2);
+  testing::check_equal(cross_entropy(logits, target, -100, Reduction::kMean, 0.1).loss, {smooth_one.loss.item()},
+                       "smoothed loss");
 }
 
 TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cross_entropy][errors]") {
@@ -167,6 +263,14 @@ TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cr
   CHECK_THROWS_WITH(cross_entropy_backward(full({2}, 1.0), logits, good, out.logsumexp), Catch::Contains("grad_loss"));
   CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp.to(kFloat64)),
                     Catch::Contains("logsumexp") && Catch::Contains("float64[3]"));
+  for (double e : {-0.1, 1.5, std::nan("")}) {
+    CHECK_THROWS_AS(cross_entropy(logits, good, -100, Reduction::kMean, e), ValueError);
+    CHECK_THROWS_WITH(cross_entropy(logits, good, -100, Reduction::kMean, e),
+                      Catch::Contains("cross_entropy") && Catch::Contains(fmt::format("label_smoothing {}", e)) &&
+                          Catch::Contains("[0, 1]"));
+    CHECK_THROWS_AS(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp, -100, Reduction::kMean, e),
+                    ValueError);
+  }
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "kernels/optimizer_step.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/rms_norm.h"
 #include "kernels/shape_ops.h"
 #include "kernels/softmax.h"
 
@@ -203,6 +204,9 @@ std::map<std::string_view, Runner> runners() {
          const Tensor stats = ones({2}, acc_dtype(d), g_device);
          layer_norm_backward(x_of(d), x_of(d), stats, stats, std::nullopt);
        }},
+      {"rms_norm", [](DType d) { rms_norm(x_of(d), {3}, std::nullopt); }},
+      {"rms_norm_backward",
+       [](DType d) { rms_norm_backward(x_of(d), x_of(d), ones({2}, acc_dtype(d), g_device), std::nullopt); }},
       {"embedding", [](DType d) { embedding(x_of(d), rows()); }},
       {"embedding_backward", [](DType d) { embedding_backward(x_of(d), rows(), 2); }},
       {"cross_entropy", [](DType d) { cross_entropy(x_of(d), rows()); }},
