@@ -1,8 +1,10 @@
 #include "kernels/dropout.h"
 
 #include "kernels/cpu/dropout.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/random.h"
 #include "kernels/trace.h"
 
@@ -16,6 +18,15 @@ void check_p(double p, const Tensor& t, std::string_view op) {
 
 // 1 / (1 - p), and 0 for p = 1 where nothing is kept.
 double keep_scale(double p) { return p == 1.0 ? 0.0 : 1.0 / (1.0 - p); }
+
+// out = mask ? x * scale : 0 on x's CUDA device; out contiguous, x and mask any strides.
+void cuda_masked_scale(const Tensor& out, const Tensor& x, const Tensor& mask, double scale, std::string_view op) {
+  const cuda::MapShape shape = internal::map_shape(op, x.shape());
+  const int device = x.device().index;
+  cuda::masked_scale(internal::map_operand(out, x.shape()), internal::map_operand(x, x.shape()),
+                     internal::map_operand(mask, x.shape()), shape, scale, x.dtype(), device,
+                     cuda::current_stream(device).handle());
+}
 
 }  // namespace
 
@@ -34,7 +45,15 @@ DropoutOutput dropout(const Tensor& x, double p, uint64_t seed, const std::optio
       cpu::masked_scale(y, x, mask, keep_scale(p));
       return {y, mask};
     }
-    case kCUDA: throw_device_not_implemented("dropout", x.device(), describe(x));
+    case kCUDA: {
+      if (p == 0.0) return {x, ones(x.shape(), kBool, x.device())};
+      if (p == 1.0) return {zeros(x.shape(), x.dtype(), x.device()), zeros(x.shape(), kBool, x.device())};
+      // The same mask as the CPU's: bernoulli draws it on the device bit for bit alike.
+      Tensor mask = bernoulli(x.shape(), 1.0 - p, seed, kBool, layout, x.device());
+      Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+      cuda_masked_scale(y, x, mask, keep_scale(p), "dropout");
+      return {y, mask};
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -52,9 +71,7 @@ Tensor dropout_backward(const Tensor& grad_y, const Tensor& mask, double p) {
   const trace::Span span("dropout_backward", trace::Category::kKernel);
   switch (grad_y.device().type) {
     case kCPU: cpu::masked_scale(grad_x, grad_y, mask, keep_scale(p)); return grad_x;
-    case kCUDA:
-      throw_device_not_implemented("dropout_backward", grad_y.device(),
-                                   fmt::format("{} and {}", describe(grad_y), describe(mask)));
+    case kCUDA: cuda_masked_scale(grad_x, grad_y, mask, keep_scale(p), "dropout_backward"); return grad_x;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

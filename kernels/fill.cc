@@ -37,12 +37,22 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
   DTR_CHECK(step != 0.0 && std::isfinite(start) && std::isfinite(end) && std::isfinite(step), ValueError,
             "arange: start {}, end {}, step {}: step must be non-zero and all finite", start, end, step);
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  Tensor host = Tensor::empty({n}, dtype, kCPU);
-  dispatch_numeric(dtype, "arange", [&]<class T>(TypeTag<T>) {
-    T* p = host.data_ptr<T>();
-    for (int64_t i = 0; i < n; ++i) p[i] = convert<T>(start + static_cast<double>(i) * step);
-  });
-  return host.to(device);
+  if (dtype == kBool) throw_dtype_not_implemented("arange", dtype);  // also when n = 0, on every device
+  Tensor t = Tensor::empty({n}, dtype, device);
+  const trace::Span span("arange", trace::Category::kKernel);
+  switch (device.type) {
+    case kCPU:
+      // start + i * step rounded once (a fused multiply-add), as the CUDA kernel computes it.
+      dispatch_numeric(dtype, "arange", [&]<class T>(TypeTag<T>) {
+        T* p = t.data_ptr<T>();
+        for (int64_t i = 0; i < n; ++i) p[i] = convert<T>(std::fma(static_cast<double>(i), step, start));
+      });
+      return t;
+    case kCUDA:
+      cuda::arange(t.data(), dtype, n, start, step, device.index, cuda::current_stream(device.index).handle());
+      return t;
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
 
 }  // namespace dtr

@@ -2,7 +2,7 @@
 //
 // Values are given as double and converted to the tensor's dtype (bf16/f16 round to
 // nearest-even). arange(start, end, step) holds ceil((end - start) / step) values,
-// start + i * step, like torch.arange.
+// start + i * step (one fused multiply-add, the same bits on CPU and CUDA), like torch.arange.
 #pragma once
 
 #include "kernels/tensor.h"

@@ -1,8 +1,11 @@
 #include "kernels/index.h"
 
 #include "kernels/cpu/index.h"
+#include "kernels/cuda/index.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/fill.h"
 #include "kernels/internal/check_writable.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -59,6 +62,49 @@ void check_index_range(std::string_view op, const Tensor& index, int64_t dim, co
                   op, value, position, dim, size, describe(x), size));
 }
 
+// t's data and strides as the CUDA kernels read them (over index's shape; t may be larger).
+cuda::MapOperand cuda_operand(const Tensor& t) {
+  cuda::MapOperand o;
+  o.data = t.numel() > 0 ? t.data() : nullptr;
+  for (int64_t d = 0; d < t.dim(); ++d) o.strides[d] = t.stride(d);
+  return o;
+}
+
+enum class CudaIndexOp { kGather, kScatterAdd };
+
+// The CUDA path of the four ops: `a` has index's shape (out, or src/source), x is indexed
+// along dim by `index` (expanded for index_select and index_add_; undefined when there is
+// nothing to move); `checked` is the index the caller gave. A kernel checks `checked` on the device and sets a flag,
+// which the gather or scatter kernel queued after it reads (doing nothing when set, so x is left unchanged); the flag
+// is read back once, one synchronisation of the stream per call. On failure the index is copied to the host for the
+// CPU's IndexError.
+void cuda_index(std::string_view op, CudaIndexOp kind, const Tensor& a, const Tensor& x, const Tensor& index,
+                const Tensor& checked, int64_t dim) {
+  if (checked.numel() == 0) return;
+  DTR_CHECK(x.dim() <= cuda::kMaxMapDims, NotImplementedError, "{}: x {} has {} dims; the CUDA kernels take at most {}",
+            op, describe(x), x.dim(), cuda::kMaxMapDims);
+  const int device = x.device().index;
+  const cudaStream_t stream = cuda::current_stream(device).handle();
+  const Tensor bad = zeros({1}, kInt32, x.device());
+  auto* flag = static_cast<int32_t*>(bad.data());
+  cuda::check_index(flag, cuda_operand(checked), checked.dtype(), internal::map_shape(op, checked.shape()), x.size(dim),
+                    device, stream);
+  if (index.defined() && index.numel() > 0) {
+    const cuda::MapShape shape = internal::map_shape(op, index.shape());
+    if (kind == CudaIndexOp::kGather) {
+      cuda::gather(cuda_operand(a), cuda_operand(x), cuda_operand(index), index.dtype(), shape, static_cast<int>(dim),
+                   flag, x.dtype(), device, stream);
+    } else {
+      cuda::scatter_add(cuda_operand(x), cuda_operand(index), index.dtype(), cuda_operand(a), shape,
+                        static_cast<int>(dim), flag, x.dtype(), device, stream);
+    }
+  }
+  if (bad.item() == 0) return;
+  check_index_range(op, checked.to(kCPU), dim, x);
+  DTR_INTERNAL_ASSERT(false, "{}: the CUDA index check flagged {} but the host finds every index in range", op,
+                      describe(checked));
+}
+
 // index viewed with x's rank (1 everywhere but dim) and expanded to shape: the gather index
 // that index_select and index_add_ are.
 Tensor expand_along(const Tensor& index, int64_t dim, const Shape& shape) {
@@ -81,7 +127,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       check_index_range("index_select", index, dim, x);
       if (out.numel() > 0) cpu::gather(out, x, expand_along(index, dim, out.shape()), dim);
       return out;
-    case kCUDA: throw_device_not_implemented("index_select", x.device(), describe(x));
+    case kCUDA:
+      cuda_index("index_select", CudaIndexOp::kGather, out, x,
+                 out.numel() > 0 ? expand_along(index, dim, out.shape()) : Tensor(), index, dim);
+      return out;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -102,7 +151,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
       check_index_range("gather", index, dim, x);
       if (out.numel() > 0) cpu::gather(out, x, index, dim);
       return out;
-    case kCUDA: throw_device_not_implemented("gather", x.device(), describe(x));
+    case kCUDA: cuda_index("gather", CudaIndexOp::kGather, out, x, index, index, dim); return out;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -123,7 +172,10 @@ Tensor& index_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& so
       check_index_range("index_add_", index, dim, x);
       if (source.numel() > 0) cpu::scatter_add(x, expand_along(index, dim, expected), source, dim);
       return x;
-    case kCUDA: throw_device_not_implemented("index_add_", x.device(), describe(x));
+    case kCUDA:
+      cuda_index("index_add_", CudaIndexOp::kScatterAdd, source, x,
+                 source.numel() > 0 ? expand_along(index, dim, expected) : Tensor(), index, dim);
+      return x;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -147,7 +199,7 @@ Tensor& scatter_add_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& 
       check_index_range("scatter_add_", index, dim, x);
       if (index.numel() > 0) cpu::scatter_add(x, index, src, dim);
       return x;
-    case kCUDA: throw_device_not_implemented("scatter_add_", x.device(), describe(x));
+    case kCUDA: cuda_index("scatter_add_", CudaIndexOp::kScatterAdd, src, x, index, index, dim); return x;
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

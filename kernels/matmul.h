@@ -9,7 +9,14 @@
 // (torch.mm and torch.bmm, over Eigen's `C.noalias() = A * B`.) On CUDA: one cuBLASLt call
 // (kernels/cuda/matmul.h), bf16/f16 on tensor cores with float32 accumulation, float32 in
 // float32 unless set_matmul_allow_tf32(true).
+//
+// matmul_bias: the product with a bias (and optionally a GELU) applied in the same pass, the
+// forward of torch's linear / addmm_activation. On CUDA the bias and the GELU are cuBLASLt
+// epilogues of the one GEMM; on the CPU (the reference) the product, then the bias and GELU
+// passes, bit for bit as matmul, add and gelu give them.
 #pragma once
+
+#include <cstdint>
 
 #include "kernels/tensor.h"
 
@@ -25,6 +32,31 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 // device, and share no storage with a or b (ValueError/TypeError otherwise).
 const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b);
 const Tensor& bmm_out(const Tensor& out, const Tensor& a, const Tensor& b);
+
+// What matmul_bias applies to the product. cuBLASLt's GELU epilogue is the tanh
+// approximation (torch's gelu(approximate="tanh"); PyTorch's _addmm_activation uses it so on
+// CUDA), so that is the only fused GELU: the exact erf GELU stays its own kernel, gelu().
+enum class Epilogue : uint8_t {
+  kBias,          // a b + bias
+  kBiasGeluTanh,  // gelu(a b + bias, GeluApproximation::kTanh)
+};
+
+// a [*, M, K] (leading dims folded into M) times b [K, N], plus bias [N] on every row, then
+// the epilogue: [*, M, N], contiguous. a and b as matmul takes them; bias 1-D of b's columns,
+// of the operands' dtype and device (ValueError/TypeError naming the three otherwise).
+// bfloat16/float16: on the CPU each step rounds as matmul, add and gelu do; on CUDA the
+// float32 accumulator gets the bias (and GELU) before its one rounding.
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue = Epilogue::kBias);
+
+// The GELU epilogue for training: out = gelu(pre, kTanh) and pre = a b + bias, the input
+// gelu_backward(grad, pre, GeluApproximation::kTanh) needs, written by the same pass
+// (cuBLASLt's GELU_AUX_BIAS) instead of recomputing the product in backward. pre may be a
+// view with padded rows (cuBLASLt wants its row stride a multiple of 8).
+struct MatmulBiasGelu {
+  Tensor out;
+  Tensor pre;
+};
+MatmulBiasGelu matmul_bias_gelu(const Tensor& a, const Tensor& b, const Tensor& bias);
 
 // Whether CUDA float32 products may use TF32 tensor cores (torch.backends.cuda.matmul.allow_tf32;
 // default false). Process-wide.

@@ -19,7 +19,7 @@ constexpr std::array kOps = {
     // tensor.h, fill.h: the two ops every device has.
     OpSupport{"copy_", kAll, kAll},
     OpSupport{"fill_", kAll, kAll},
-    OpSupport{"arange", kNumeric, kNone},
+    OpSupport{"arange", kNumeric, kNumeric},
     // elementwise.h
     OpSupport{"add", kNumeric, kNumeric},
     OpSupport{"sub", kNumeric, kNumeric},
@@ -66,19 +66,20 @@ constexpr std::array kOps = {
     OpSupport{"argmax", kNumeric, kNumeric},
     // shape_ops.h, index.h
     OpSupport{"cat", kAll, kAll},
-    OpSupport{"index_select", kAll, kNone},
-    OpSupport{"gather", kAll, kNone},
-    OpSupport{"index_add_", kNumeric, kNone},
-    OpSupport{"scatter_add_", kNumeric, kNone},
+    OpSupport{"index_select", kAll, kAll},
+    OpSupport{"gather", kAll, kAll},
+    OpSupport{"index_add_", kNumeric, kNumeric},
+    OpSupport{"scatter_add_", kNumeric, kNumeric},
     // matmul.h
     OpSupport{"matmul", kFloating, kFloating},
     OpSupport{"bmm", kFloating, kFloating},
+    OpSupport{"matmul_bias", kFloating, kFloating},
     // random.h, dropout.h
-    OpSupport{"uniform_", kFloating, kNone},
-    OpSupport{"normal_", kFloating, kNone},
-    OpSupport{"bernoulli", kAll, kNone},
-    OpSupport{"dropout", kFloating, kNone},
-    OpSupport{"dropout_backward", kFloating, kNone},
+    OpSupport{"uniform_", kFloating, kFloating},
+    OpSupport{"normal_", kFloating, kFloating},
+    OpSupport{"bernoulli", kAll, kAll},
+    OpSupport{"dropout", kFloating, kFloating},
+    OpSupport{"dropout_backward", kFloating, kFloating},
     // softmax.h, layer_norm.h, rms_norm.h, embedding.h, cross_entropy.h
     OpSupport{"softmax", kFloating, kFloating},
     OpSupport{"log_softmax", kFloating, kFloating},
@@ -92,6 +93,9 @@ constexpr std::array kOps = {
     OpSupport{"embedding_backward", kFloating, kFloating},
     OpSupport{"cross_entropy", kFloating, kFloating},
     OpSupport{"cross_entropy_backward", kFloating, kFloating},
+    // attention.h
+    OpSupport{"attention", kFloating, kFloating},
+    OpSupport{"attention_backward", kFloating, kFloating},
     // optimizer_step.h
     OpSupport{"sgd_step_", kOptimizerParams, kOptimizerParams},
     OpSupport{"adam_step_", kOptimizerParams, kOptimizerParams},

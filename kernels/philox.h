@@ -68,6 +68,12 @@ DTR_HOST_DEVICE inline void philox_box_muller(uint32_t w0, uint32_t w1, uint32_t
   *z1 = r * sin(theta);
 }
 
+// offset + scale * v rounded once (a fused multiply-add): how uniform_ places u in
+// [lo, hi) (lo + (hi - lo) u) and normal_ scales z (mean + std z). Spelled out so that no
+// compiler's choice to contract a * b + c (GCC's under -march=native, nvcc's by default)
+// changes a value: host and device compute the same bits.
+DTR_HOST_DEVICE inline double philox_affine(double v, double scale, double offset) { return fma(scale, v, offset); }
+
 // Whether a random word draws true with probability p: word < p * 2^32 (so p = 0 is never
 // and p = 1 always true).
 DTR_HOST_DEVICE inline bool philox_word_below(uint32_t word, double p) {

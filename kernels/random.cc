@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include "kernels/cpu/random.h"
+#include "kernels/cuda/random.h"
+#include "kernels/cuda/stream.h"
 #include "kernels/internal/check_writable.h"
-#include "kernels/internal/device_not_implemented.h"
+#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/trace.h"
 
 namespace dtr {
@@ -17,6 +19,31 @@ void check_fillable(const Tensor& t, std::string_view op) {
   internal::check_writable(op, t);
 }
 
+// t's elements as the CUDA kernels address them: its strides over its shape, and each
+// element's global index under layout.
+struct CudaTarget {
+  cuda::MapOperand t;
+  cuda::MapShape shape;
+  cuda::GlobalIndex global;
+};
+
+CudaTarget cuda_target(const Tensor& t, const ShardLayout& layout, std::string_view op) {
+  DTR_CHECK(t.dim() <= cuda::kMaxMapDims, NotImplementedError,
+            "{}: {} has {} dims; the CUDA random kernels take at most {}", op, describe(t), t.dim(), cuda::kMaxMapDims);
+  CudaTarget c;
+  c.shape = internal::map_shape(op, t.shape());
+  c.t.data = t.numel() > 0 ? t.data() : nullptr;
+  const Shape global_strides = contiguous_strides(layout.global_shape);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    c.t.strides[d] = t.stride(d);
+    c.global.strides[d] = global_strides[d];
+    c.global.base += layout.offset[d] * global_strides[d];
+  }
+  return c;
+}
+
+cudaStream_t stream_of(const Tensor& t) { return cuda::current_stream(t.device().index).handle(); }
+
 }  // namespace
 
 Tensor& uniform_(Tensor& t, double lo, double hi, uint64_t seed, const std::optional<ShardLayout>& layout) {
@@ -27,7 +54,11 @@ Tensor& uniform_(Tensor& t, double lo, double hi, uint64_t seed, const std::opti
   const trace::Span span("uniform_", trace::Category::kKernel);
   switch (t.device().type) {
     case kCPU: cpu::uniform(t, lo, hi, seed, l); return t;
-    case kCUDA: throw_device_not_implemented("uniform_", t.device(), describe(t));
+    case kCUDA: {
+      const CudaTarget c = cuda_target(t, l, "uniform_");
+      cuda::uniform(c.t, c.shape, c.global, lo, hi - lo, seed, t.dtype(), t.device().index, stream_of(t));
+      return t;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -40,7 +71,11 @@ Tensor& normal_(Tensor& t, double mean, double std, uint64_t seed, const std::op
   const trace::Span span("normal_", trace::Category::kKernel);
   switch (t.device().type) {
     case kCPU: cpu::normal(t, mean, std, seed, l); return t;
-    case kCUDA: throw_device_not_implemented("normal_", t.device(), describe(t));
+    case kCUDA: {
+      const CudaTarget c = cuda_target(t, l, "normal_");
+      cuda::normal(c.t, c.shape, c.global, mean, std, seed, t.dtype(), t.device().index, stream_of(t));
+      return t;
+    }
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }
@@ -48,14 +83,16 @@ Tensor& normal_(Tensor& t, double mean, double std, uint64_t seed, const std::op
 Tensor bernoulli(Shape shape, double p, uint64_t seed, DType dtype, const std::optional<ShardLayout>& layout,
                  Device device) {
   DTR_CHECK(p >= 0.0 && p <= 1.0, ValueError, "bernoulli: p = {} for shape {}; p must lie in [0, 1]", p, shape);
+  Tensor t = Tensor::empty(std::move(shape), dtype, device);
+  const ShardLayout l = resolve_shard_layout(t, layout, "bernoulli");
   const trace::Span span("bernoulli", trace::Category::kKernel);
   switch (device.type) {
-    case kCPU: {
-      Tensor t = Tensor::empty(std::move(shape), dtype, device);
-      cpu::bernoulli(t, p, seed, resolve_shard_layout(t, layout, "bernoulli"));
+    case kCPU: cpu::bernoulli(t, p, seed, l); return t;
+    case kCUDA: {
+      const CudaTarget c = cuda_target(t, l, "bernoulli");
+      cuda::bernoulli(c.t, c.shape, c.global, p, seed, dtype, device.index, stream_of(t));
       return t;
     }
-    case kCUDA: throw_device_not_implemented("bernoulli", device, fmt::format("{}{}", dtype, shape));
   }
   DTR_INTERNAL_ASSERT(false, "unknown device type");
 }

@@ -5,7 +5,11 @@
 // tensor). So a rank drawing its shard gets exactly its slice of the whole draw, whatever
 // the mesh, thread count or device: drawing a [8, 6] tensor whole equals drawing its
 // [0:8, 2:5] block with layout {[8, 6], [0, 2]}. Values are drawn in double and rounded
-// once to the tensor's dtype (so a bf16 uniform_ can round up to hi itself).
+// once to the tensor's dtype (so a bf16 uniform_ can round up to hi itself); lo + (hi - lo) u
+// and mean + std z are fused multiply-adds (philox_affine). CPU and CUDA draw uniform_ and
+// bernoulli bit for bit alike; normal_ within a few ulp of double (their log, cos and sin
+// differ), so its float64 values may differ in the last bits and, rarely, a 16- or 32-bit
+// value by one ulp of its dtype.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "kernels/cpu/copy.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/parallel.h"
 
 namespace dtr::cpu {
@@ -103,6 +104,16 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
     case kFloat64: batched_gemm<double>(ac, *la, bc, *lb, out); break;
     default: DTR_INTERNAL_ASSERT(false, "bmm kernel reached with dtype {}", a.dtype());
   }
+}
+
+void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
+                 Epilogue epilogue) {
+  if (out.numel() == 0) return;
+  bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
+  add(out, out, bias, 1.0);  // bias [N] broadcast over the rows
+  if (epilogue == Epilogue::kBias) return;
+  if (pre.defined()) copy(pre, out);
+  gelu(out, out, GeluApproximation::kTanh);
 }
 
 }  // namespace dtr::cpu

@@ -1,13 +1,20 @@
-// CPU kernel of matmul and bmm (kernels/matmul.h): Eigen GEMMs on row-major or transposed
-// maps of the operands, written into a contiguous result. Shapes, dtypes, devices and
-// aliasing have been checked by the caller; a 2-D product is a batch of one.
+// CPU kernels of matmul, bmm and matmul_bias (kernels/matmul.h): Eigen GEMMs on row-major or
+// transposed maps of the operands, written into a contiguous result. Shapes, dtypes, devices
+// and aliasing have been checked by the caller; a 2-D product is a batch of one.
 #pragma once
 
+#include "kernels/matmul.h"
 #include "kernels/tensor.h"
 
 namespace dtr::cpu {
 
 // out [B, M, N] (contiguous, a's dtype) = a [B, M, K] times b [B, K, N].
 void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
+
+// out [M, N] (contiguous) = epilogue(a [M, K] b [K, N] + bias [N]): the product, then the
+// bias and the GELU as passes over out, rounding as matmul, add and gelu do (the reference
+// of the CUDA epilogues). pre, if defined ([M, N], any strides), receives a b + bias.
+void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
+                 Epilogue epilogue);
 
 }  // namespace dtr::cpu

@@ -19,8 +19,8 @@ struct Uniform {
   void values(const PhiloxWords& w, int blocks, double* v) const {
 #pragma omp simd
     for (int j = 0; j < blocks; ++j) {
-      v[2 * j] = lo + scale * philox_unit_double(w.w[0][j], w.w[1][j]);
-      v[2 * j + 1] = lo + scale * philox_unit_double(w.w[2][j], w.w[3][j]);
+      v[2 * j] = philox_affine(philox_unit_double(w.w[0][j], w.w[1][j]), scale, lo);
+      v[2 * j + 1] = philox_affine(philox_unit_double(w.w[2][j], w.w[3][j]), scale, lo);
     }
   }
 };
@@ -34,8 +34,8 @@ struct Normal {
     for (int j = 0; j < blocks; ++j) {
       double z0, z1;
       philox_box_muller(w.w[0][j], w.w[1][j], w.w[2][j], w.w[3][j], &z0, &z1);
-      v[2 * j] = mean + std * z0;
-      v[2 * j + 1] = mean + std * z1;
+      v[2 * j] = philox_affine(z0, std, mean);
+      v[2 * j + 1] = philox_affine(z1, std, mean);
     }
   }
 };

@@ -17,6 +17,13 @@ __global__ void fill_kernel(T* dst, int64_t n, T value) {
   }
 }
 
+template <class T>
+__global__ void arange_kernel(T* dst, int64_t n, double start, double step) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = convert<T>(fma(static_cast<double>(i), step, start));
+  }
+}
+
 template <class To, class From>
 __global__ void cast_kernel(To* dst, const From* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -42,6 +49,15 @@ void fill(void* dst, DType dtype, int64_t n, double value, int device, cudaStrea
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_all(dtype, "cuda fill", [&]<class T>(TypeTag<T>) {
     fill_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, convert<T>(value));
+  });
+  DTR_CUDA_CHECK(cudaGetLastError(), device);
+}
+
+void arange(void* dst, DType dtype, int64_t n, double start, double step, int device, cudaStream_t stream) {
+  if (n == 0) return;
+  DTR_CUDA_CHECK(cudaSetDevice(device), device);
+  dispatch_numeric(dtype, "cuda arange", [&]<class T>(TypeTag<T>) {
+    arange_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(dst), n, start, step);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

@@ -10,6 +10,11 @@
 // kMatmulWorkspaceBytes that the algorithm may use (the caller's, from the caching
 // allocator). cuBLASLt failures throw CudaError naming the call, the device and
 // cuBLASLt's status string; a problem no algorithm serves is a NotImplementedError.
+//
+// matmul_bias is one product with cuBLASLt's bias (and GELU) epilogue: cuBLASLt computes the
+// column-major out^T = b^T a^T, so our per-column bias [n] is its per-row bias of D (its
+// "rows of D" are our n), and the GELU's input it saves (the aux matrix) is our [m, n] with
+// rows pre_ld apart. Its GELU is the tanh approximation.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -38,6 +43,24 @@ struct MatmulOptions {
 
 void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n, int64_t k,
          DType dtype, MatmulOptions options, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);
+
+// What matmul_bias applies to the float32 (float64) accumulator before its one rounding.
+enum class MatmulEpilogue : uint8_t {
+  kBias,             // out = a b + bias                 (CUBLASLT_EPILOGUE_BIAS)
+  kBiasGeluTanh,     // out = gelu_tanh(a b + bias)      (CUBLASLT_EPILOGUE_GELU_BIAS)
+  kBiasGeluTanhAux,  // the same, and pre = a b + bias   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+};
+
+// out [m, n] (contiguous, row-major) = epilogue(a [m, k] b [k, n] + bias [n]), one cuBLASLt
+// call on `stream`; bias contiguous, of `dtype`; pre (kBiasGeluTanhAux only, else null)
+// [m, n] of `dtype` with rows pre_ld apart, pre_ld a multiple of 8 and at least n. m, n and
+// k positive. The plan is cached as bmm's, keyed on the epilogue and the bias's and pre's
+// alignments too. Returns false, having queued nothing, where cuBLASLt cannot serve the
+// epilogue with these operands (its heuristic finds no algorithm or rejects the combination:
+// a float64 GELU, a misaligned bias, say): the caller then composes the product and passes.
+bool matmul_bias(void* out, void* pre, const MatrixOperand& a, const MatrixOperand& b, const void* bias, int64_t m,
+                 int64_t n, int64_t k, int64_t pre_ld, DType dtype, MatmulEpilogue epilogue, MatmulOptions options,
+                 void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);
 
 // For benchmarks (tools/bench/gpu_bench): bmm's product run with each of up to
 // `candidates` algorithms cuBLASLt's heuristic ranks for it (the first is the one bmm

@@ -3,8 +3,6 @@
 // the thread count, and IndexError naming the bad index.
 #include <omp.h>
 
-#include <random>
-
 #include "kernels/fill.h"
 #include "kernels/index.h"
 #include "tests/testing/test_util.h"
@@ -13,18 +11,10 @@ namespace dtr {
 namespace {
 
 using testing::check_equal;
+using testing::random_index;
 using testing::random_tensor;
 using testing::strided_copy;
 using testing::to_f64;
-
-// Uniform indices in [0, hi) of the given shape and dtype.
-Tensor random_index(Shape shape, int64_t hi, DType dtype, uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int64_t> dist(0, std::max<int64_t>(hi - 1, 0));
-  Tensor t = Tensor::empty(std::move(shape), kInt64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<int64_t>()[i] = dist(gen);
-  return t.to(dtype);
-}
 
 // Values in [-2, 2) on a grid of 1/4 (integers for integer dtypes): sums of a dozen of them
 // are exact in every dtype, bfloat16 included, so adds compare bit for bit in any order.

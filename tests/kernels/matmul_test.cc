@@ -1,12 +1,16 @@
 // matmul and bmm against float64 triple loops: every floating dtype, sizes 0/1/7/1023/4097
 // in each of M, K, N, row-major, transposed and strided operands, batches with an expanded
 // operand, 1 and 2 threads; a bit-exact case of small integers; no copies of transposed
-// operands (counted by the allocator); typed errors naming both shapes.
+// operands (counted by the allocator); typed errors naming both shapes. matmul_bias and
+// matmul_bias_gelu bit for bit against matmul, add and gelu (tanh) in every dtype, layout
+// and folded batch, and their errors.
 #include "kernels/matmul.h"
 
 #include <cmath>
+#include <numbers>
 
 #include "kernels/allocator.h"
+#include "kernels/elementwise.h"
 #include "kernels/parallel.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
@@ -177,6 +181,110 @@ TEST_CASE("matmul_out and bmm_out overwrite the caller's tensor", "[matmul][out]
                     Catch::Contains("matmul_out") && Catch::Contains("float32[4, 5]") && Catch::Contains("[4, 4]"));
   CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 8}).narrow(1, 0, 4), a, Tensor::empty({4, 4})), ValueError);
   CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 4}, kFloat64), a, Tensor::empty({4, 4})), TypeError);
+}
+
+// The composition matmul_bias fuses: matmul, add, then (kBiasGeluTanh) gelu's tanh form.
+Tensor composed_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue) {
+  Shape shape = a.shape();
+  shape.back() = b.size(1);
+  const Tensor rows = a.dim() == 2 ? a : a.reshape({a.numel() / a.size(-1), a.size(-1)});
+  const Tensor pre = add(matmul(rows, b), bias).view(shape);
+  return epilogue == Epilogue::kBias ? pre : gelu(pre, GeluApproximation::kTanh);
+}
+
+TEST_CASE("matmul_bias is matmul, add and gelu (tanh) bit for bit in every dtype, size and layout",
+          "[matmul][matmul_bias]") {
+  uint64_t seed = 300;
+  for (DType dtype : testing::kFloatDTypes) {
+    for (MatmulShape s : {MatmulShape{0, 7, 5}, MatmulShape{7, 0, 5}, MatmulShape{7, 5, 0}, MatmulShape{1, 1, 1},
+                          MatmulShape{33, 17, 9}, MatmulShape{7, 1023, 9}, MatmulShape{1023, 7, 13}}) {
+      const Tensor a = testing::random_tensor({s.m, s.k}, dtype, seed++, -2.0, 2.0);
+      const Tensor b = testing::random_tensor({s.k, s.n}, dtype, seed++);
+      const Tensor bias = testing::random_tensor({s.n}, dtype, seed++, -3.0, 3.0);
+      for (Operand ha : kOperands) {
+        for (Operand hb : kOperands) {
+          const Tensor x = as_operand(a, ha), w = as_operand(b, hb);
+          const std::string what = fmt::format("{} [{}, {}] x [{}, {}] + [{}], layouts {} and {}", dtype_name(dtype),
+                                               s.m, s.k, s.k, s.n, s.n, static_cast<int>(ha), static_cast<int>(hb));
+          const Tensor biased = matmul_bias(x, w, bias);
+          REQUIRE(biased.shape() == Shape{s.m, s.n});
+          CHECK(biased.dtype() == dtype);
+          CHECK(biased.is_contiguous());
+          testing::check_equal(biased, to_f64(composed_matmul_bias(x, w, bias, Epilogue::kBias)), what + ", bias");
+          const Tensor expected_gelu = composed_matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh);
+          testing::check_equal(matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh), to_f64(expected_gelu),
+                               what + ", bias + gelu");
+          const MatmulBiasGelu fused = matmul_bias_gelu(x, w, bias);
+          REQUIRE(fused.pre.shape() == Shape{s.m, s.n});
+          testing::check_equal(fused.out, to_f64(expected_gelu), what + ", matmul_bias_gelu out");
+          testing::check_equal(fused.pre, to_f64(biased), what + ", matmul_bias_gelu pre");
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul_bias folds a's leading dims into M", "[matmul][matmul_bias]") {
+  for (DType dtype : testing::kFloatDTypes) {
+    const Tensor a = testing::random_tensor({2, 3, 5, 7}, dtype, 401);
+    const Tensor w = testing::random_tensor({9, 7}, dtype, 402);  // b = w^T, as linear passes it
+    const Tensor bias = testing::random_tensor({9}, dtype, 403);
+    for (const Tensor& x : {a, testing::strided_copy(a), a.transpose(1, 2).contiguous().transpose(1, 2)}) {
+      const Tensor y = matmul_bias(x, w.t(), bias);
+      REQUIRE(y.shape() == Shape{2, 3, 5, 9});
+      testing::check_equal(y, to_f64(composed_matmul_bias(x, w.t(), bias, Epilogue::kBias)), "folded batch");
+      const MatmulBiasGelu g = matmul_bias_gelu(x, w.t(), bias);
+      REQUIRE(g.out.shape() == Shape{2, 3, 5, 9});
+      REQUIRE(g.pre.shape() == Shape{2, 3, 5, 9});
+      testing::check_equal(g.out, to_f64(composed_matmul_bias(x, w.t(), bias, Epilogue::kBiasGeluTanh)),
+                           "folded batch, gelu");
+      testing::check_equal(g.pre, to_f64(y), "folded batch, pre");
+    }
+  }
+}
+
+TEST_CASE("matmul_bias of small integers is exact, and its GELU is the tanh form", "[matmul][matmul_bias][exact]") {
+  const std::vector<double> av{1, -2, 3, 4, 0, 2, -1, -3, 4, 4, -4, 1};
+  const std::vector<double> bv{2, -1, 3, 0, -4, 1, 1, 2};
+  const std::vector<double> biasv{-3, 5};
+  std::vector<double> expected = reference_mm(av, bv, 3, 4, 2);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] += biasv[i % 2];
+  for (DType dtype : testing::kFloatDTypes) {
+    const Tensor a = Tensor::from_vector(av, {3, 4}).to(dtype);
+    const Tensor b = Tensor::from_vector(bv, {4, 2}).to(dtype);
+    const Tensor bias = Tensor::from_vector(biasv, {2}).to(dtype);
+    testing::check_equal(matmul_bias(a, b, bias), expected, "small integers + bias");
+  }
+  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) on the exact sums, not the erf form.
+  const Tensor a = Tensor::from_vector(av, {3, 4}), b = Tensor::from_vector(bv, {4, 2});
+  std::vector<double> tanh_form, erf_form;
+  for (double x : expected) {
+    tanh_form.push_back(0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x))));
+    erf_form.push_back(0.5 * x * (1 + std::erf(x / std::sqrt(2.0))));
+  }
+  const Tensor y = matmul_bias(a.to(kFloat64), b.to(kFloat64), Tensor::from_vector(biasv, {2}).to(kFloat64),
+                               Epilogue::kBiasGeluTanh);
+  testing::check_close(y, tanh_form, {1e-14, 1e-14}, "gelu tanh of small integers");
+  CHECK(to_f64(y) != erf_form);
+}
+
+TEST_CASE("matmul_bias rejects bad operands with errors naming all three", "[matmul][matmul_bias][errors]") {
+  const Tensor a = Tensor::empty({2, 3}), b = Tensor::empty({3, 4}), bias = Tensor::empty({4});
+  CHECK_THROWS_MATCHES(matmul_bias(a, b, Tensor::empty({3})), ValueError,
+                       testing::MessageContains("matmul_bias: operands float32[2, 3] and float32[3, 4] with bias "
+                                                "float32[3] do not fit") &&
+                           testing::MessageContains("legal: a [*, M, K], b [K, N], bias [N]"));
+  CHECK_THROWS_AS(matmul_bias(a, Tensor::empty({4, 4}), bias), ValueError);
+  CHECK_THROWS_AS(matmul_bias(a, b, Tensor::empty({1, 4})), ValueError);
+  CHECK_THROWS_AS(matmul_bias(Tensor::empty({3}), b, bias), ValueError);
+  CHECK_THROWS_AS(matmul_bias(a, b.unsqueeze(0), bias), ValueError);
+  CHECK_THROWS_MATCHES(matmul_bias(a, b, Tensor::empty({4}, kFloat64)), TypeError,
+                       testing::MessageContains("matmul_bias: bias float64[4] differs in dtype"));
+  CHECK_THROWS_AS(matmul_bias(a, Tensor::empty({3, 4}, kFloat64), bias), TypeError);
+  CHECK_THROWS_AS(matmul_bias(Tensor::empty({2, 3}, kInt64), Tensor::empty({3, 4}, kInt64), Tensor::empty({4}, kInt64)),
+                  TypeError);
+  CHECK_THROWS_MATCHES(matmul_bias_gelu(a, b, Tensor::empty({5})), ValueError,
+                       testing::MessageContains("matmul_bias_gelu:"));
 }
 
 TEST_CASE("matmul and bmm reject bad operands with errors naming both", "[matmul][errors]") {

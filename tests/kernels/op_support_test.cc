@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -178,6 +179,11 @@ std::map<std::string_view, Runner> runners() {
        [](DType d) {
          bmm(ones({1, 2, 3}, d, g_device), ones({1, 3, 2}, d, g_device));
        }},
+      {"matmul_bias",
+       [](DType d) {
+         matmul_bias(x_of(d), ones({3, 2}, d, g_device), ones({2}, d, g_device), Epilogue::kBiasGeluTanh);
+         matmul_bias_gelu(x_of(d), ones({3, 2}, d, g_device), ones({2}, d, g_device));
+       }},
       {"uniform_",
        [](DType d) {
          Tensor t = x_of(d);
@@ -213,6 +219,12 @@ std::map<std::string_view, Runner> runners() {
       {"cross_entropy_backward",
        [](DType d) {
          cross_entropy_backward(ones({}, kFloat32, g_device), x_of(d), rows(), zeros({2}, acc_dtype(d), g_device));
+       }},
+      {"attention", [](DType d) { attention(x_of(d), x_of(d), x_of(d), true, 0.5); }},
+      {"attention_backward",
+       [](DType d) {
+         const AttentionOutput f = attention(x_of(d), x_of(d), x_of(d), true, 0.5);
+         attention_backward(x_of(d), x_of(d), x_of(d), x_of(d), f.out, f.lse, true, 0.5);
        }},
       {"sgd_step_",
        [](DType d) {
@@ -281,11 +293,14 @@ TEST_CASE("every op runs on exactly the CUDA dtypes the table lists", "[gpu]") {
 TEST_CASE("supports() answers from the table and rejects unknown ops") {
   CHECK(supports("softmax", kCPU, kBFloat16));
   CHECK_FALSE(supports("softmax", kCPU, kInt64));
-  CHECK_FALSE(supports("dropout", kCUDA, kFloat32));
+  CHECK(supports("dropout", kCUDA, kFloat32));
+  CHECK_FALSE(supports("index_add_", kCUDA, kBool));
   CHECK(supports("softmax", kCUDA, kFloat32));
   CHECK(supports("fill_", kCUDA, kBool));
   CHECK_THROWS_AS(supports("no_such_op", kCPU, kFloat32), ValueError);
-  CHECK_THAT(op_support_markdown(), Catch::Contains("| `dropout` | float32, float64, bfloat16, float16 | none |"));
+  CHECK_THAT(
+      op_support_markdown(),
+      Catch::Contains("| `dropout` | float32, float64, bfloat16, float16 | float32, float64, bfloat16, float16 |"));
 }
 
 TEST_CASE("docs/op_support.md holds the table") {

@@ -1,11 +1,12 @@
 // Test helpers shared by the test packages: an exception-message matcher, float64 views of
-// tensors, seeded random inputs, strided (non-contiguous) copies, per-dtype tolerances, and
+// tensors, seeded random inputs and indices, strided (non-contiguous) copies, per-dtype tolerances, and
 // a comparison that reports the op, dtype, shape, the first mismatching indices and the
 // mismatch count.
 #pragma once
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "kernels/fill.h"
+#include "kernels/random.h"
 #include "kernels/tensor.h"
 
 namespace dtr::testing {
@@ -59,6 +61,22 @@ inline Tensor random_tensor(Shape shape, DType dtype, uint64_t seed, double lo =
     for (int64_t i = 0; i < f.numel(); ++i) p[i] = std::floor(p[i]);
   }
   return f.to(dtype);
+}
+
+// Normal(0, 1) values drawn in float64 with normal_ (Philox, `seed`) and rounded to dtype.
+inline Tensor random_normal(const Shape& shape, DType dtype, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, kFloat64);
+  normal_(t, 0.0, 1.0, seed);
+  return t.to(dtype);
+}
+
+// Uniform indices in [0, hi) of the given shape and (integer) dtype.
+inline Tensor random_index(Shape shape, int64_t hi, DType dtype, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int64_t> dist(0, std::max<int64_t>(hi - 1, 0));
+  Tensor t = Tensor::empty(std::move(shape), kInt64);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<int64_t>()[i] = dist(gen);
+  return t.to(dtype);
 }
 
 // The same values as t, held in a non-contiguous view (every other element of a
