@@ -23,10 +23,24 @@ enum class Causal : uint8_t { kNo, kYes };
 // x [..., Tq, Tk] with element [..., i, j] set to value where j > i (global indices).
 DTensor causal_mask_fill(const DTensor& x, double value);
 
+// How attention is computed (torch's sdpa backends): composed of the ops above (math), or
+// the fused kernel of kernels/attention.h (flash) on each rank's local blocks, which never
+// holds the [Tq, Tk] scores. kAuto: fused on CUDA meshes where the placements allow it,
+// composed otherwise (on the CPU the composed path's GEMMs are the faster ones).
+enum class AttentionBackend : uint8_t { kAuto, kComposed, kFused };
+
 // softmax(q k^T * scale, masked if causal) v -> [*, Tq, Ev]; scale defaults to 1/sqrt(E)
-// (PyTorch's math backend of scaled_dot_product_attention).
+// (PyTorch's scaled_dot_product_attention). The fused backend takes placements under which
+// each rank's blocks are whole problems: on every mesh dim q, k and v Replicate or Shard
+// the same leading dim, or q Shard(-2) with k and v Replicate (k's and v's gradients are
+// then Partial(sum) there); out is placed like q, and no collective runs forward or
+// backward. kFused with other placements is a ValueError naming them.
 // q, k, v share a floating dtype and their leading dims; ValueError naming all three otherwise.
 DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal = Causal::kNo,
-                                     std::optional<double> scale = std::nullopt);
+                                     std::optional<double> scale = std::nullopt,
+                                     AttentionBackend backend = AttentionBackend::kAuto);
+
+// Whether the fused backend takes q, k and v as placed (one mesh; the rule above).
+bool fused_attention_fits(const DTensor& q, const DTensor& k, const DTensor& v);
 
 }  // namespace dtr

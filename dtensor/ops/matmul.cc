@@ -60,8 +60,51 @@ DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   return make_output(std::move(local), a.mesh(), s.strategy.outputs[0], {a.size(-1), g.size(-1)});
 }
 
+// Whether linear may add a bias of placements `bias` in the product's epilogue (a local
+// matmul_bias) to an output of placements `out` ([*, N], nd dims): exactly when add(out,
+// bias) would take these placements as they are, with no Partial among them. Per mesh dim:
+// out R or S(d) for d < nd - 1 with bias R, or out S(nd - 1) with bias S(0) (N split alike,
+// so each rank holds the bias of its columns). A Partial output keeps the separate add (the
+// bias once, not once per rank, however add places it).
+bool fuses_bias(const Placements& out, const Placements& bias, int64_t nd) {
+  for (size_t m = 0; m < out.size(); ++m) {
+    if (out[m].is_partial()) return false;
+    const bool columns = out[m].is_shard(nd - 1);
+    if (columns ? !bias[m].is_shard(0) : !bias[m].is_replicate()) return false;
+  }
+  return true;
+}
+
+// y = a b + bias with the bias in the local product's epilogue: s holds a [*, M, K] and a 2-D
+// b as the product's strategy placed them, the bias as fuses_bias accepts it. Its backward
+// is what matmul's and add's give: the bias gradient first (add's node runs before the
+// product's), then the product's from the same g.
+DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTensor& bias, const Shape& out_shape) {
+  const DTensor& a = s.inputs[0];
+  const DTensor& b = s.inputs[1];
+  DTensor y =
+      make_output(matmul_bias(a.to_local(), b.to_local(), bias.to_local()), a.mesh(), s.strategy.outputs[0], out_shape);
+  const DTensor inputs[] = {a, b, bias};
+  record(std::string(op), inputs, std::span(&y, 1),
+         [xa = a.detach(), xb = b.detach(), bias_shape = bias.shape(), need_a = a.requires_grad(),
+          need_b = b.requires_grad(), need_bias = bias.requires_grad()](const std::vector<DTensor>& g) {
+           std::vector<DTensor> grads(3);
+           // grad_bias [N] = g [*, M, N] summed over every leading dim (add's backward)
+           if (need_bias) grads[2] = sum_to_shape(g[0], bias_shape);
+           // grad_a [*, M, K] = g [*, M, N] @ b^T [N, K]
+           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
+           // grad_b [K, N] = a^T [K, *M] @ g [*M, N], summed over the leading dims
+           if (need_b) grads[1] = contract_leading_dims(xa, g[0]);
+           return grads;
+         });
+  return y;
+}
+
 // matmul and bmm after their shape checks; `op` names the errors of the strategy choice.
-DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) {
+// With a bias (linear's; b is 2-D), the product adds it in its epilogue where fuses_bias
+// allows, and through add otherwise: either way the same values, placements, collectives
+// and gradients.
+DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, const DTensor* bias = nullptr) {
   const int64_t nd = a.dim();
   const bool batched = b.dim() > 2;
   Shape out_shape = a.shape();
@@ -77,6 +120,9 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) 
   add_product_partials(per_dim);
   const DTensor inputs[] = {a, b};
   AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
+  if (bias != nullptr && bias->mesh() == a.mesh() && fuses_bias(s.strategy.outputs[0], bias->placements(), nd)) {
+    return linear_fused(op, s, *bias, out_shape);
+  }
   DTensor y = make_output(local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(), s.strategy.outputs[0],
                           out_shape);
   record(std::string(op), s.inputs, std::span(&y, 1),
@@ -89,7 +135,7 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b) 
            if (need_b) grads[1] = batched ? matmul(transpose(xa, -2, -1), g[0]) : contract_leading_dims(xa, g[0]);
            return grads;
          });
-  return y;
+  return bias != nullptr ? add(y, *bias) : y;
 }
 
 }  // namespace
@@ -121,8 +167,7 @@ DTensor linear(const DTensor& x, const DTensor& weight, const std::optional<DTen
             describe(x), describe(weight), bias ? describe(*bias) : "none");
   check_floating_pair("linear", x, weight);
   if (bias) check_floating_pair("linear", x, *bias);
-  DTensor y = matmul_checked("linear", x, transpose(weight, 0, 1));
-  return bias ? add(y, *bias) : y;
+  return matmul_checked("linear", x, transpose(weight, 0, 1), bias ? &*bias : nullptr);
 }
 
 }  // namespace dtr

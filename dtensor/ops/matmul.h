@@ -25,6 +25,8 @@ DTensor matmul(const DTensor& a, const DTensor& b);
 DTensor bmm(const DTensor& a, const DTensor& b);
 
 // x [*, in] @ weight^T + bias, with weight [out, in] and bias [out] like torch's linear.
+// The bias is added in the local product's epilogue (matmul_bias) where that is a local op
+// (docs/sharding_rules.md, "matmul"), by add otherwise; the same result and gradients.
 DTensor linear(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias = std::nullopt);
 
 }  // namespace dtr

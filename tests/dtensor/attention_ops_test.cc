@@ -1,6 +1,7 @@
 // Scaled dot-product attention and causal_mask_fill on DTensors: gradcheck on one rank,
 // every placement combination on 1-D and 2x2 meshes against the one-rank result, and the
-// batch-, head- and query-parallel cases without communication against a float64 loop.
+// batch-, head- and query-parallel cases without communication against a float64 loop;
+// each for the composed path and the fused kernel (kernels/attention.h) on CPU ranks.
 #include "dtensor/ops/attention.h"
 
 #include <cmath>
@@ -17,6 +18,14 @@ using testing::OpCase;
 // Integer data scaled down so that softmax is not saturated (its gradients stay finite-difference friendly).
 Tensor small(const Shape& shape, uint64_t seed) { return mul(global_tensor(shape, seed), 0.125); }
 
+// The fused backend where the placements allow it, the composed one elsewhere.
+DTensor fused_where_it_fits(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal,
+                            std::optional<double> scale = std::nullopt) {
+  const AttentionBackend backend =
+      fused_attention_fits(q, k, v) ? AttentionBackend::kFused : AttentionBackend::kComposed;
+  return scaled_dot_product_attention(q, k, v, causal, scale, backend);
+}
+
 std::vector<OpCase> cases() {
   const Tensor q = small({2, 5, 3}, 1), k = small({2, 5, 3}, 2), v = small({2, 5, 2}, 3);
   const Tensor q4 = small({2, 2, 3, 2}, 4), k4 = small({2, 2, 4, 2}, 5), v4 = small({2, 2, 4, 3}, 6);
@@ -30,6 +39,12 @@ std::vector<OpCase> cases() {
       {"attention [2,2,3,2] x [2,2,4,2], scale 0.7",
        {{q4}, {k4}, {v4}},
        [](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2], Causal::kNo, 0.7); }},
+      {"fused causal attention [2,5,3]",
+       {{q}, {k}, {v}},
+       [](const auto& x) { return fused_where_it_fits(x[0], x[1], x[2], Causal::kYes); }},
+      {"fused attention [2,2,3,2] x [2,2,4,2], scale 0.7",
+       {{q4}, {k4}, {v4}},
+       [](const auto& x) { return fused_where_it_fits(x[0], x[1], x[2], Causal::kNo, 0.7); }},
   };
 }
 
@@ -80,7 +95,44 @@ TEST_CASE("attention rules: batch, head and query sharding need no communication
       CHECK(issued_collectives() == 0);
       CHECK(y.placements() == Placements{r.out});
       testing::check_close(y.full_tensor(), out, "causal attention " + y.to_string());
+      // The fused kernel: no collective forward; backward, none but the reduction of k's
+      // and v's Partial gradients into their Replicate leaves where only q's rows are
+      // sharded; the gradients equal the composed path's.
+      const DTensor grad_out = distribute_tensor(small({B, H, T, E}, 14), mesh, {r.out});
+      std::vector<std::vector<Tensor>> grads;
+      for (AttentionBackend backend : {AttentionBackend::kComposed, AttentionBackend::kFused}) {
+        DTensor fq = distribute_tensor(q, mesh, {r.q}).requires_grad_();
+        DTensor fk = distribute_tensor(k, mesh, {r.kv}).requires_grad_();
+        DTensor fv = distribute_tensor(v, mesh, {r.kv}).requires_grad_();
+        REQUIRE(fused_attention_fits(fq, fk, fv));
+        collective_counter().reset();
+        DTensor fy = scaled_dot_product_attention(fq, fk, fv, Causal::kYes, std::nullopt, backend);
+        if (backend == AttentionBackend::kComposed) {
+          fy.backward(grad_out);
+        } else {
+          CHECK(issued_collectives() == 0);
+          CHECK(fy.placements() == Placements{r.out});
+          testing::check_close(fy.full_tensor(), out, "fused causal attention " + fy.to_string());
+          collective_counter().reset();
+          fy.backward(grad_out);
+          CHECK(issued_collectives() == (r.kv.is_replicate() ? 2 : 0));
+        }
+        CHECK(fq.grad().placements() == Placements{r.q});
+        CHECK(fk.grad().placements() == Placements{r.kv});
+        grads.push_back({fq.grad().full_tensor(), fk.grad().full_tensor(), fv.grad().full_tensor()});
+      }
+      for (int g = 0; g < 3; ++g) {
+        testing::check_close(grads[1][g], testing::to_f64(grads[0][g]), fmt::format("fused gradient {} of q, k, v", g));
+      }
     }
+    // Keys sharded along Tk are not whole problems: the fused backend says so.
+    const DTensor rq = distribute_tensor(q, mesh, {Replicate()});
+    const DTensor sk = distribute_tensor(k, mesh, {Shard(2)}), sv = distribute_tensor(v, mesh, {Shard(2)});
+    CHECK_FALSE(fused_attention_fits(rq, sk, sv));
+    CHECK_THROWS_MATCHES(scaled_dot_product_attention(rq, sk, sv, Causal::kYes, std::nullopt, AttentionBackend::kFused),
+                         ValueError,
+                         testing::MessageContains("the fused backend needs each rank's blocks to be whole problems") &&
+                             testing::MessageContains("got q [R], k [S(2)], v [S(2)]"));
   });
 }
 

@@ -1,9 +1,16 @@
 // matmul, bmm and linear on DTensors: gradcheck on one rank, every placement combination on
 // 1-D and 2x2 meshes against the one-rank result, and the data- and tensor-parallel rules
-// (placements chosen, collectives issued, values bit for bit against a float64 loop).
+// (placements chosen, collectives issued, values bit for bit against a float64 loop);
+// linear's bias in the product's epilogue (matmul_bias) exactly where that is local, with
+// the values, placements, gradients and collectives of matmul + add.
 #include "dtensor/ops/matmul.h"
 
+#include <algorithm>
+#include <array>
+
+#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
+#include "kernels/trace.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {
@@ -22,7 +29,23 @@ std::vector<OpCase> cases() {
       {"bmm [2,5,3] @ [2,3,4]", {{a3}, {b3}}, [](const auto& x) { return bmm(x[0], x[1]); }},
       {"linear [2,5,3] x [4,3] + [4]", {{a3}, {w}, {bias}}, [](const auto& x) { return linear(x[0], x[1], x[2]); }},
       {"linear [5,3] x [4,3], no bias", {{a}, {w}}, [](const auto& x) { return linear(x[0], x[1]); }},
+      {"linear [5,3] x [4,3] + [4]", {{a}, {w}, {bias}}, [](const auto& x) { return linear(x[0], x[1], x[2]); }},
   };
+}
+
+// The names of the kernels f runs on this rank (trace spans of category kernel).
+std::vector<std::string> kernels_run(const std::function<void()>& f) {
+  trace::start(trace::bit(trace::Category::kKernel));
+  f();
+  std::vector<std::string> names;
+  for (const trace::ThreadEvents& t : trace::stop()) {
+    for (const trace::Event& e : t.events) names.push_back(e.name);
+  }
+  return names;
+}
+
+bool ran(const std::vector<std::string>& kernels, const std::string& name) {
+  return std::find(kernels.begin(), kernels.end(), name) != kernels.end();
 }
 
 // out[i][j] = sum_k a[i][k] b[k][j] in float64, row-major [m, n].
@@ -115,6 +138,64 @@ TEST_CASE("linear rules: column-wise and row-wise tensor parallel, data-parallel
     // grad_w[o][i] = sum over (b, t) of g[b, t, o] x[b, t, i]: g^T x as [15, 6]^T [15, 4].
     const Tensor g2 = global_tensor({3, 5, 6}, 24).reshape({15, 6}), x2 = x.reshape({15, 4});
     testing::check_equal(dw.grad().full_tensor(), reference_mm(g2.t().contiguous(), x2), "data-parallel grad_w");
+  });
+}
+
+TEST_CASE("linear adds the bias in the product's epilogue where that is local, as matmul + add would",
+          "[dtensor][ops]") {
+  testing::run_ranks(2, [](int, int) {
+    DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    const Tensor x = global_tensor({3, 5, 4}, 31), w = global_tensor({6, 4}, 32), bias = global_tensor({6}, 33);
+    const DTensor grad = distribute_tensor(global_tensor({3, 5, 6}, 34), mesh, {Replicate()});
+    struct Case {
+      Placement x, w, bias, out;
+      bool fused;
+      int64_t collectives;  // in the forward
+    };
+    for (const Case& c : {
+             Case{Replicate(), Replicate(), Replicate(), Replicate(), true, 0},
+             Case{Shard(0), Replicate(), Replicate(), Shard(0), true, 0},  // data parallel
+             Case{Shard(1), Replicate(), Replicate(), Shard(1), true, 0},
+             Case{Replicate(), Shard(0), Shard(0), Shard(2), true, 0},      // column-wise: each rank its bias slice
+             Case{Shard(2), Shard(1), Replicate(), Partial(), false, 0},    // row-wise: add puts the bias in once
+             Case{Replicate(), Shard(0), Replicate(), Shard(2), false, 0},  // add slices the bias
+             Case{Shard(0), Replicate(), Shard(0), Shard(0), false, 1},     // add gathers the bias
+         }) {
+      INFO("x " << c.x.str() << ", weight " << c.w.str() << ", bias " << c.bias.str());
+      auto inputs = [&] {
+        std::array<DTensor, 3> in{distribute_tensor(x, mesh, {c.x}), distribute_tensor(w, mesh, {c.w}),
+                                  distribute_tensor(bias, mesh, {c.bias})};
+        for (DTensor& t : in) t.requires_grad_();
+        return in;
+      };
+      const std::array<DTensor, 3> fused_in = inputs(), composed_in = inputs();
+      collective_counter().reset();
+      reset_promised_collectives();
+      DTensor y;
+      const std::vector<std::string> kernels = kernels_run([&] { y = linear(fused_in[0], fused_in[1], fused_in[2]); });
+      CHECK(issued_collectives() == c.collectives);
+      CHECK(promised_collectives() == c.collectives);
+      CHECK(y.placements() == Placements{c.out});
+      CHECK(ran(kernels, "matmul_bias") == c.fused);
+      CHECK(ran(kernels, "add") == !c.fused);
+      // linear as it was composed before the epilogue: the same values, placements, gradients.
+      const DTensor z = add(matmul(composed_in[0], transpose(composed_in[1], 0, 1)), composed_in[2]);
+      CHECK(z.placements() == y.placements());
+      CHECK(testing::to_f64(y.full_tensor()) == testing::to_f64(z.full_tensor()));
+      collective_counter().reset();
+      y.backward(grad);
+      const int64_t fused_backward = issued_collectives();
+      collective_counter().reset();
+      z.backward(grad);
+      CHECK(issued_collectives() == fused_backward);
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient of input " << i);
+        REQUIRE(fused_in[i].grad().defined());
+        CHECK(fused_in[i].grad().placements() == composed_in[i].grad().placements());
+        CHECK(testing::to_f64(fused_in[i].grad().full_tensor()) ==
+              testing::to_f64(composed_in[i].grad().full_tensor()));
+      }
+    }
   });
 }
 
