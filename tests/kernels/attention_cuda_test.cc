@@ -77,8 +77,10 @@ void compare(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, c
 }
 
 void compare(const Case& c, DType d, uint64_t seed) {
-  compare(c, random_normal(concat(c.lead, {c.tq, c.e}), d, seed), random_normal(concat(c.lead, {c.tk, c.e}), d, seed + 1),
-          random_normal(concat(c.lead, {c.tk, c.ev}), d, seed + 2), random_normal(concat(c.lead, {c.tq, c.ev}), d, seed + 3));
+  compare(c, random_normal(concat(c.lead, {c.tq, c.e}), d, seed),
+          random_normal(concat(c.lead, {c.tk, c.e}), d, seed + 1),
+          random_normal(concat(c.lead, {c.tk, c.ev}), d, seed + 2),
+          random_normal(concat(c.lead, {c.tq, c.ev}), d, seed + 3));
 }
 
 // The CPU reference is the slow part: use every core.

@@ -271,8 +271,8 @@ TEST_CASE("attention with no query rows or an empty batch gives empty outputs", 
 TEST_CASE("attention is bitwise the same on any thread count", "[attention][determinism]") {
   const testing::ThreadCountGuard guard;
   for (DType d : {kFloat32, kBFloat16}) {
-    const Tensor q = random_normal({4, 50, 16}, d, 60), k = random_normal({4, 90, 16}, d, 61), v = random_normal({4, 90, 12}, d, 62),
-                 g = random_normal({4, 50, 12}, d, 63);
+    const Tensor q = random_normal({4, 50, 16}, d, 60), k = random_normal({4, 90, 16}, d, 61),
+                 v = random_normal({4, 90, 12}, d, 62), g = random_normal({4, 50, 12}, d, 63);
     auto run = [&](int threads) {
       set_num_threads(threads);
       const AttentionOutput r = attention(q, k, v, true, 0.25, 40);

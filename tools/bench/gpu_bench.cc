@@ -12,8 +12,8 @@
 // Each row's result is first compared with the CPU kernel on the same inputs (all of it,
 // or for matmul a block of rows): "ok" or "WRONG"; a WRONG row exits 1. Timing: CUDA
 // events on the compute stream around back-to-back calls after a warm-up.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -93,9 +93,9 @@ std::string verdict(const std::string& check) {
 
 struct MemoryRow {
   std::string name;
-  double bytes;                         // read plus written per call
-  std::function<void()> run;            // the timed call
-  std::function<std::string()> check;   // "" when the result matches the CPU
+  double bytes;                        // read plus written per call
+  std::function<void()> run;           // the timed call
+  std::function<std::string()> check;  // "" when the result matches the CPU
 };
 
 void memory_table(int64_t n, int iterations) {
@@ -137,17 +137,17 @@ void memory_table(int64_t n, int iterations) {
        [&] { return compare(out, layer_norm(a2_cpu, {cols}, w.to(kCPU), bias.to(kCPU)).y, 1e-5); }},
       {"cross_entropy rows of 4096", f32, [&] { out = cross_entropy(a2, target_gpu).loss; },
        [&] { return compare(out, cross_entropy(a2_cpu, target_cpu).loss, 1e-5); }},
-      {"embedding rows of 1024", 2.0 * 4 * static_cast<double>(tokens * dim),
-       [&] { out = embedding(table, ids_gpu); },
+      {"embedding rows of 1024", 2.0 * 4 * static_cast<double>(tokens * dim), [&] { out = embedding(table, ids_gpu); },
        [&] { return compare(out, embedding(table.to(kCPU), ids_cpu), 0); }},
-      {"adamw, 8 tensors in one launch", 7 * f32 / 4,
-       [&] { adamw_step_(adam, 1, {.lr = 1e-3, .weight_decay = 0.1}); },
+      {"adamw, 8 tensors in one launch", 7 * f32 / 4, [&] { adamw_step_(adam, 1, {.lr = 1e-3, .weight_decay = 0.1}); },
        [&] {  // the update of a fresh parameter from zero moments, on the CPU
          const Tensor p = random_on_gpu({n / 32}, kFloat32, 10), g = random_on_gpu({n / 32}, kFloat32, 20);
-         std::vector<StepTensors> on_gpu = {{.param = p.clone(), .grad = g, .state = {zeros({n / 32}, kFloat32, kGpu),
-                                                                                      zeros({n / 32}, kFloat32, kGpu)}}};
-         std::vector<StepTensors> on_cpu = {{.param = p.to(kCPU), .grad = g.to(kCPU),
-                                             .state = {zeros({n / 32}), zeros({n / 32})}}};
+         std::vector<StepTensors> on_gpu = {
+             {.param = p.clone(),
+              .grad = g,
+              .state = {zeros({n / 32}, kFloat32, kGpu), zeros({n / 32}, kFloat32, kGpu)}}};
+         std::vector<StepTensors> on_cpu = {
+             {.param = p.to(kCPU), .grad = g.to(kCPU), .state = {zeros({n / 32}), zeros({n / 32})}}};
          adamw_step_(on_gpu, 1, {.lr = 1e-3, .weight_decay = 0.1});
          adamw_step_(on_cpu, 1, {.lr = 1e-3, .weight_decay = 0.1});
          return compare(on_gpu[0].param, on_cpu[0].param, 1e-6);
@@ -178,8 +178,7 @@ void memory_table(int64_t n, int iterations) {
     fmt::print("{:<32} | {:>9.0f} | {:>9.3f} | {:>8.0f} | {:>8.2f} | {}\n", row.name, row.bytes / (1 << 20), ms, gbs,
                gbs / ref, check);
   }
-  fmt::print("goal (>= 0.8 of the copy): {}\n",
-             below == 0 ? "met by every row" : fmt::format("{} rows below", below));
+  fmt::print("goal (>= 0.8 of the copy): {}\n", below == 0 ? "met by every row" : fmt::format("{} rows below", below));
 }
 
 // ---- 2. matmul ----
@@ -198,8 +197,8 @@ void matmul_table(int iterations, double bf16_peak) {
       {8192, 8192, 8192, kFloat32, true},    {4096, 4096, 4096, kFloat32, false},
   };
   fmt::print("\n2. Matmul [M, K] x [K, N]; goal: >= 0.95 of cuBLASLt's fastest ranked algorithm\n");
-  fmt::print("{:<28} | {:>9} | {:>9} | {:>11} | {:>11} | {:>8} | {}\n", "shape", "ms", "TFLOP/s", "best ms",
-             "of best", "of peak", "check");
+  fmt::print("{:<28} | {:>9} | {:>9} | {:>11} | {:>11} | {:>8} | {}\n", "shape", "ms", "TFLOP/s", "best ms", "of best",
+             "of peak", "check");
   int below = 0;
   for (const MatmulShape& s : shapes) {
     set_matmul_allow_tf32(s.tf32);
@@ -216,12 +215,13 @@ void matmul_table(int iterations, double bf16_peak) {
     const cuda::MatrixOperand ao{.data = a.data(), .row_stride = s.k, .col_stride = 1, .batch_stride = s.m * s.k};
     const cuda::MatrixOperand bo{.data = b.data(), .row_stride = s.n, .col_stride = 1, .batch_stride = s.k * s.n};
     const std::vector<float> algos =
-        cuda::time_algorithms(out.data(), ao, bo, 1, s.m, s.n, s.k, s.dtype, {.allow_tf32 = s.tf32},
-                              workspace.data(), workspace.nbytes(), cuda::compute_stream(0), 16, iterations);
+        cuda::time_algorithms(out.data(), ao, bo, 1, s.m, s.n, s.k, s.dtype, {.allow_tf32 = s.tf32}, workspace.data(),
+                              workspace.nbytes(), cuda::compute_stream(0), 16, iterations);
     const double best = *std::min_element(algos.begin(), algos.end());
     const double tflops = 2.0 * s.m * s.n * s.k / ms / 1e9;
     below += best / ms < 0.95;
-    const std::string peak = s.dtype == kBFloat16 || s.dtype == kFloat16 ? fmt::format("{:.2f}", tflops / bf16_peak) : "";
+    const std::string peak =
+        s.dtype == kBFloat16 || s.dtype == kFloat16 ? fmt::format("{:.2f}", tflops / bf16_peak) : "";
     fmt::print("{:<28} | {:>9.3f} | {:>9.1f} | {:>11.3f} | {:>11.2f} | {:>8} | {}\n",
                fmt::format("{} {}x{}x{}{}", dtype_name(s.dtype), s.m, s.n, s.k, s.tf32 ? " tf32" : ""), ms, tflops,
                best, best / ms, peak, check);
@@ -238,8 +238,8 @@ void attention_table(int iterations) {
     int64_t batch, heads, seq, head_dim;
     bool causal;
   };
-  const std::vector<Shape4> shapes = {{4, 16, 2048, 128, true}, {4, 16, 2048, 128, false}, {8, 16, 1024, 64, true},
-                                      {1, 16, 8192, 128, true}};
+  const std::vector<Shape4> shapes = {
+      {4, 16, 2048, 128, true}, {4, 16, 2048, 128, false}, {8, 16, 1024, 64, true}, {1, 16, 8192, 128, true}};
   fmt::print("\n3. Attention, bfloat16 [B, H, T, D]: the fused kernel, and the composed path (matmul, softmax)\n");
   fmt::print("{:<26} | {:>8} | {:>8} | {:>8} | {:>8} | {:>11} | {}\n", "shape", "fwd ms", "fwd TF/s", "bwd ms",
              "bwd TF/s", "composed ms", "check");
@@ -252,19 +252,18 @@ void attention_table(int iterations) {
     // The first batch and head against the CPU kernel.
     auto head0 = [](const Tensor& t) { return t.narrow(0, 0, 1).narrow(1, 0, 1).to(kCPU); };
     const std::string check =
-        s.seq > 2048 ? "unchecked (the CPU reference is slow at this length)"
-                     : verdict(compare(head0(fwd.out), attention(head0(q), head0(k), head0(v), s.causal, scale).out,
-                                       2e-2));
+        s.seq > 2048
+            ? "unchecked (the CPU reference is slow at this length)"
+            : verdict(compare(head0(fwd.out), attention(head0(q), head0(k), head0(v), s.causal, scale).out, 2e-2));
     const double fwd_ms = gpu_ms([&] { fwd = attention(q, k, v, s.causal, scale); }, iterations);
-    const double bwd_ms = gpu_ms(
-        [&] { attention_backward(grad, q, k, v, fwd.out, fwd.lse, s.causal, scale); }, iterations);
+    const double bwd_ms =
+        gpu_ms([&] { attention_backward(grad, q, k, v, fwd.out, fwd.lse, s.causal, scale); }, iterations);
     // softmax(q k^T * scale) v without the mask: the composed path's cost (the mask adds a
     // pass), its [B * H, T, T] scores materialised.
     const Shape rows{s.batch * s.heads, s.seq, s.head_dim};
     const Tensor q3 = q.view(rows), k3 = k.view(rows), v3 = v.view(rows);
     const double composed_ms =
-        s.seq > 2048 ? 0.0
-                     : gpu_ms([&] { bmm(softmax(mul(bmm(q3, k3.transpose(1, 2)), scale), -1), v3); }, iterations);
+        s.seq > 2048 ? 0.0 : gpu_ms([&] { bmm(softmax(mul(bmm(q3, k3.transpose(1, 2)), scale), -1), v3); }, iterations);
     const double flops = 4.0 * s.batch * s.heads * s.seq * s.seq * s.head_dim * (s.causal ? 0.5 : 1.0);
     fmt::print("{:<26} | {:>8.3f} | {:>8.1f} | {:>8.3f} | {:>8.1f} | {:>11} | {}\n",
                fmt::format("{}x{}x{}x{}{}", s.batch, s.heads, s.seq, s.head_dim, s.causal ? " causal" : ""), fwd_ms,
@@ -278,22 +277,28 @@ void attention_table(int iterations) {
 void train_table(int steps, double bf16_peak) {
   const int64_t vocab = 32768, dim = 1024, layers = 8, heads = 16, seq = 1024, batch = 8;
   const DeviceMesh mesh = DeviceMesh::row_major(kCUDA, {1}, {}, 0, 1);
-  fmt::print("\n4. Training step on one GPU: causal LM vocab {}, dim {}, {} layers, {} heads, seq {}, batch {}, AdamW\n",
-             vocab, dim, layers, heads, seq, batch);
+  fmt::print(
+      "\n4. Training step on one GPU: causal LM vocab {}, dim {}, {} layers, {} heads, seq {}, batch {}, AdamW\n",
+      vocab, dim, layers, heads, seq, batch);
   fmt::print("{:<10} | {:>10} | {:>9} | {:>10} | {:>8} | {:>10}\n", "dtype", "params", "ms/step", "tokens/s", "MFU",
              "loss");
   for (DType dtype : {kFloat32, kBFloat16}) {
     nn::manual_seed(0);
-    nn::Transformer model({.vocab_size = vocab, .dim = dim, .n_layers = layers, .n_heads = heads, .causal = true,
-                           .max_seq_len = seq, .final_norm = true},
+    nn::Transformer model({.vocab_size = vocab,
+                           .dim = dim,
+                           .n_layers = layers,
+                           .n_heads = heads,
+                           .causal = true,
+                           .max_seq_len = seq,
+                           .final_norm = true},
                           {.dtype = dtype, .mesh = mesh});
     optim::AdamW opt({{.params = model.parameters(), .lr = 3e-4, .weight_decay = 0.1}});
     Tensor u = Tensor::empty({batch, seq + 1}, kFloat64);
     uniform_(u, 0, static_cast<double>(vocab) - 0.5, 1);
     const Tensor ids = u.to(kInt64).to(kGpu);
     const DTensor x = distribute_tensor(ids.narrow(1, 0, seq).contiguous(), mesh, {Replicate()});
-    const DTensor y = reshape(distribute_tensor(ids.narrow(1, 1, seq).contiguous(), mesh, {Replicate()}),
-                              {batch * seq});
+    const DTensor y =
+        reshape(distribute_tensor(ids.narrow(1, 1, seq).contiguous(), mesh, {Replicate()}), {batch * seq});
     double loss = 0;
     auto step = [&] {
       opt.zero_grad();
@@ -306,21 +311,21 @@ void train_table(int steps, double bf16_peak) {
     cuda::compute_stream(0).synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) loss = step().item();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double params = static_cast<double>(model.num_parameters());
     // Model FLOPs per token: 6 per parameter (forward and backward) plus attention's
     // 12 * layers * dim * seq (PaLM's appendix B), halved for the causal mask.
     const double flops_per_token = 6 * params + 6.0 * layers * dim * seq;
     const double tokens_per_s = batch * seq / (ms / 1e3);
-    fmt::print("{:<10} | {:>9.1f}M | {:>9.1f} | {:>10.0f} | {:>8.3f} | {:>10.4f}\n", dtype_name(dtype), params / 1e6, ms,
-               tokens_per_s, tokens_per_s * flops_per_token / (bf16_peak * 1e12), loss);
+    fmt::print("{:<10} | {:>9.1f}M | {:>9.1f} | {:>10.0f} | {:>8.3f} | {:>10.4f}\n", dtype_name(dtype), params / 1e6,
+               ms, tokens_per_s, tokens_per_s * flops_per_token / (bf16_peak * 1e12), loss);
   }
 }
 
 int run_main(int argc, char** argv) {
-  CLI::App app{"GPU benchmarks: memory-bound kernels vs a device copy, matmul vs cuBLASLt's best, attention, a "
-               "training step"};
+  CLI::App app{
+      "GPU benchmarks: memory-bound kernels vs a device copy, matmul vs cuBLASLt's best, attention, a "
+      "training step"};
   int64_t elements = int64_t{64} << 20;
   int iterations = 20, steps = 5;
   double bf16_peak = 989;
