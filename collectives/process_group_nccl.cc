@@ -3,13 +3,18 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "collectives/distributed_error.h"
 #include "kernels/cuda/cuda_check.h"
@@ -50,10 +55,13 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }  // namespace
 
 struct ProcessGroupNCCL::Impl {
+  // An issued collective. It holds c's buffers (and the tensors pack and unpack name) until
+  // its event completes, so the host may drop its own references at once: the memory is
+  // not reused before the communication stream is done with it.
   struct Pending {
     Collective c;
     Work work;
-    cuda::Event done;
+    std::shared_ptr<cuda::Event> done;
     Clock::time_point start;
   };
 
@@ -81,6 +89,8 @@ struct ProcessGroupNCCL::Impl {
                                        group.rank(), group.name(), ncclGetErrorString(result), last));
   }
   void launch(const Collective& c);
+  // Exits the process when a collective that failed had been waited on the device.
+  void exit_if_consumed(const DistributedError& error) const;
   void abort_all(DistributedErrorKind kind, const std::string& reason);
   void watch();
 };
@@ -158,23 +168,39 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   }
 }
 
-// Aborts the communicator (once) and fails every pending Work. Called with mutex held.
+// A stream that waited for a collective went on without the host: kernels may already have
+// read its (now garbage) output, and a later host read would see it as a result. Nothing can
+// report the error to that computation, so the process stops with it, as PyTorch's NCCL
+// watchdog does (TORCH_NCCL_ASYNC_ERROR_HANDLING), before the abort lets those kernels run.
+void ProcessGroupNCCL::Impl::exit_if_consumed(const DistributedError& error) const {
+  const bool consumed =
+      std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.work.waited_on_device(); });
+  if (!consumed) return;
+  fmt::print(stderr,
+             "dtr: {}\ndtr: rank {} of group '{}' exits: the collective's result was already in use on cuda:{}\n",
+             error.what(), group.rank(), group.name(), device);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+// Fails every pending Work, exits if one was already consumed on the device, and aborts the
+// communicator (once). Called with mutex held.
 void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::string& reason) {
+  std::vector<DistributedError> errors;
+  for (const Pending& p : pending) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.start).count();
+    // Only the oldest collective asks the store about peers: that question takes a grace period.
+    errors.emplace_back(
+        kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms, distributed_error_kind_name(kind),
+                          errors.empty() ? group.diagnose_failure(p.c.seq) : "an earlier collective failed", reason));
+  }
+  if (!errors.empty()) exit_if_consumed(errors.front());
   if (!aborted && comm != nullptr) {
     ncclCommAbort(comm);
     aborted = true;
   }
-  bool first = true;
-  for (Pending& p : pending) {
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.start).count();
-    // Only the oldest collective asks the store about peers: that question takes a grace period.
-    DistributedError error(
-        kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms, distributed_error_kind_name(kind),
-                          first ? group.diagnose_failure(p.c.seq) : "an earlier collective failed", reason));
-    if (first) broken = error;
-    first = false;
-    p.work.finish(std::make_exception_ptr(error));
-  }
+  for (size_t i = 0; i < pending.size(); ++i) pending[i].work.finish(std::make_exception_ptr(errors[i]));
+  if (!errors.empty()) broken = errors.front();
   pending.clear();
   if (!broken) broken = DistributedError(kind, reason);
 }
@@ -199,7 +225,7 @@ void ProcessGroupNCCL::Impl::watch() {
     // Collectives finish in issue order on the one stream: only the oldest can be next.
     while (!pending.empty()) {
       Pending& p = pending.front();
-      const cudaError_t q = cudaEventQuery(p.done.handle());
+      const cudaError_t q = cudaEventQuery(p.done->handle());
       if (q == cudaErrorNotReady) {
         if (Clock::now() - p.start > group.timeout()) {
           abort_all(DistributedErrorKind::kTimeout,
@@ -214,12 +240,7 @@ void ProcessGroupNCCL::Impl::watch() {
       }
       Pending done = std::move(p);
       pending.pop_front();
-      try {
-        if (done.c.unpack) done.c.unpack();
-        done.work.finish();
-      } catch (...) {
-        done.work.finish(std::current_exception());
-      }
+      done.work.finish();
     }
   }
 }
@@ -266,7 +287,12 @@ Device ProcessGroupNCCL::device() const { return Device(kCUDA, impl_->device); }
 bool ProcessGroupNCCL::accepts(Device device) const { return device.is_cuda() && device.index == impl_->device; }
 
 Work ProcessGroupNCCL::enqueue(Collective c) {
-  Work work(c.description, c.group, c.seq, timeout() + kWaitMargin);
+  const int device = impl_->device;
+  auto done = std::make_shared<cuda::Event>(device);
+  // A barrier's wait() blocks the host, as PyTorch's does; any other orders the caller's stream.
+  std::function<void()> device_wait;
+  if (c.kind != CollectiveKind::kBarrier) device_wait = [done, device] { cuda::current_stream(device).wait(*done); };
+  Work work(c.description, c.group, c.seq, timeout() + kWaitMargin, {}, std::move(device_wait));
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->broken) {
     work.finish(std::make_exception_ptr(DistributedError(
@@ -274,17 +300,19 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
         fmt::format("{}: not run: the group failed earlier: {}", c.description, impl_->broken->what()))));
     return work;
   }
-  const int device = impl_->device;
   try {
     DTR_CUDA_CHECK(cudaSetDevice(device), device);
-    if (c.pack) c.pack();
+    if (c.pack) c.pack();  // on the caller's stream, before the event below
     // The comm stream waits for what the caller's stream (its kernels) has queued so far.
     cuda::Event ready(device);
     ready.record(cuda::current_stream(device));
     impl_->stream->wait(ready);
-    impl_->launch(c);
-    cuda::Event done(device);
-    done.record(*impl_->stream);
+    {
+      const cuda::StreamGuard on_comm(*impl_->stream);
+      impl_->launch(c);
+      if (c.unpack) c.unpack();  // staged outputs reach the caller's tensors on the comm stream
+    }
+    done->record(*impl_->stream);
     impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
     impl_->cv.notify_all();
   } catch (const std::exception& e) {

@@ -1,12 +1,17 @@
 // ProcessGroupNCCL: collectives on CUDA tensors through NCCL.
 //
 // One communicator per group, from a unique id that group rank 0 publishes in the store.
-// Collectives run in issue order on the group's own stream, each first waiting (an event)
-// for the work queued on the device's default stream, where dtr's kernels run. A watchdog
-// thread polls their completion events and NCCL's asynchronous error; on an error, or a
-// collective running past the timeout, it aborts the communicator (ncclCommAbort) and
-// fails every pending Work with a DistributedError naming the silent peers. The uneven
-// forms are grouped calls, as in PyTorch. Compiled in every build; run where a GPU is.
+// Collectives run in issue order on the group's own communication stream, each first
+// waiting (an event) for the work queued so far on the caller's current stream (the
+// compute stream, where dtr's kernels run). Work::wait() makes the caller's stream wait
+// for the collective's completion event, without the host; Work::synchronize() blocks the
+// host. A pending collective keeps its buffers alive until its event completes. A watchdog
+// thread polls the events and NCCL's asynchronous error; on an error, or a collective
+// running past the timeout, it fails every pending Work with a DistributedError naming the
+// group, the collective and the silent peers, and aborts the communicator (ncclCommAbort);
+// if a stream had already waited for a failed collective, it prints that error and exits
+// the process instead (its result may be in use). The uneven forms are grouped calls, as in
+// PyTorch. Compiled in every build; run where a GPU is.
 #pragma once
 
 #include <memory>
@@ -29,8 +34,8 @@ class ProcessGroupNCCL : public ProcessGroup {
  protected:
   // Queues c on the group's stream. Uneven forms: all_gather_v is one ncclBroadcast per
   // rank, reduce_scatter_v one ncclReduce per rank, all_to_all ncclSend/ncclRecv pairs;
-  // avg is ncclAvg. The watchdog finishes the Work (after copying staged outputs back), and
-  // Work::wait() blocks the calling thread until then.
+  // avg is ncclAvg. Staged outputs are copied back on the communication stream; the
+  // watchdog finishes the Work once its event completes.
   Work enqueue(Collective c) override;
   bool accepts(Device device) const override;
   std::string_view accepted_devices() const override { return "CUDA (this rank's device)"; }

@@ -13,16 +13,41 @@ Work::Work() : state_(std::make_shared<State>()) {
 }
 
 Work::Work(std::string description, std::string group, uint64_t seq, std::chrono::milliseconds timeout,
-           std::function<void()> run_inline)
+           std::function<void()> run_inline, std::function<void()> device_wait)
     : state_(std::make_shared<State>()) {
   state_->description = std::move(description);
   state_->group = std::move(group);
   state_->seq = seq;
   state_->timeout = timeout;
   state_->run_inline = std::move(run_inline);
+  state_->device_wait = std::move(device_wait);
 }
 
-void Work::wait() const { wait(state_->timeout); }
+void Work::wait() const {
+  if (!state_->device_wait) {
+    synchronize();
+    return;
+  }
+  trace::Span span("wait", trace::Category::kWait);
+  if (span.active()) {
+    span.arg("group", state_->group);
+    span.arg("seq", static_cast<int64_t>(state_->seq));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->error) std::rethrow_exception(state_->error);
+    if (state_->done) return;  // its completion was observed: later work is ordered already
+    state_->waited_on_device = true;
+  }
+  state_->device_wait();
+}
+
+void Work::synchronize() const { wait(state_->timeout); }
+
+bool Work::waited_on_device() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->waited_on_device;
+}
 
 void Work::wait(std::chrono::milliseconds timeout) const {
   // The time spent here, whatever the outcome, counts as waiting on collectives.

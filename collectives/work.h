@@ -2,12 +2,17 @@
 // group's communication thread (CPU) or stream (GPU).
 //
 // A Work finishes exactly once, successfully or with the collective's error (a
-// DistributedError naming group, collective, sizes and peer). wait() rethrows that error;
-// it never blocks forever: after its timeout it throws DistributedError(kTimeout) even if
-// the collective is still running. A wait() that grants the collective its whole timeout
-// may run it on the calling thread, when it is next in line and the group's thread is
-// idle: issue-then-wait then costs no thread handoff. Handles are shared: copies refer to
-// one collective (c10d's Work, without futures or callbacks).
+// DistributedError naming group, collective, sizes and peer). A host wait rethrows that
+// error; it never blocks forever: after its timeout it throws DistributedError(kTimeout)
+// even if the collective is still running. A host wait that grants the collective its whole
+// timeout may run it on the calling thread, when it is next in line and the group's thread
+// is idle: issue-then-wait then costs no thread handoff.
+//
+// A collective on a device stream (NCCL) is waited on the device: wait() only makes the
+// calling thread's current stream wait for it (an event), so the kernels that read its
+// result run after it while the host goes on (c10d's WorkNCCL::wait); synchronize() blocks
+// the host. Handles are shared: copies refer to one collective (c10d's Work, without
+// futures or callbacks).
 #pragma once
 
 #include <chrono>
@@ -25,18 +30,26 @@ class Work {
  public:
   // A work that has already finished successfully (a collective with nothing to move).
   Work();
-  // A running collective, collective `seq` of `group`. wait() without an argument gives up
-  // after `timeout`. run_inline, if given, runs the collective on the calling thread when its
-  // backend allows it now (else it does nothing); wait() calls it before blocking, unless
-  // given less than timeout. While tracing is on, each wait() is a trace span (category
-  // wait, with the group and seq) whether it blocked, ran the collective or found it done.
+  // A running collective, collective `seq` of `group`. A host wait without an argument gives
+  // up after `timeout`. run_inline, if given, runs the collective on the calling thread when
+  // its backend allows it now (else it does nothing); a host wait calls it before blocking,
+  // unless given less than timeout. device_wait, if given (a collective on a device stream),
+  // makes the calling thread's current stream wait for the collective; wait() then calls it
+  // instead of blocking. While tracing is on, each wait is a trace span (category wait, with
+  // the group and seq) whether it blocked, ran the collective or found it done.
   Work(std::string description, std::string group, uint64_t seq, std::chrono::milliseconds timeout,
-       std::function<void()> run_inline = {});
+       std::function<void()> run_inline = {}, std::function<void()> device_wait = {});
 
-  // Blocks until the collective finished and rethrows its error, or throws
-  // DistributedError(kTimeout) once `timeout` has passed.
+  // Host collectives: synchronize(). Device collectives: rethrows the error if the
+  // collective already failed, else orders the current stream after it and returns at once.
   void wait() const;
+  // Blocks the host until the collective finished and rethrows its error, or throws
+  // DistributedError(kTimeout) once `timeout` (default: the collective's) has passed.
+  void synchronize() const;
   void wait(std::chrono::milliseconds timeout) const;
+  // Whether wait() ordered a stream after this collective: its result may be in use on the
+  // device before the host knows whether it succeeded.
+  bool waited_on_device() const;
   bool is_completed() const;
   // The error the collective failed with; null while it runs and after success.
   std::exception_ptr exception() const;
@@ -53,9 +66,11 @@ class Work {
     uint64_t seq = 0;
     std::chrono::milliseconds timeout;
     std::function<void()> run_inline;
+    std::function<void()> device_wait;
     mutable std::mutex mutex;
     std::condition_variable done_cv;
     bool done = false;
+    bool waited_on_device = false;
     std::exception_ptr error;
   };
   std::shared_ptr<State> state_;

@@ -81,13 +81,6 @@ bool dense_pinned(const Tensor& t, const Shape& shape, DType dtype) {
   return t.is_pinned() && t.is_contiguous() && t.shape() == shape && t.dtype() == dtype;
 }
 
-// After a copy queued on stream without waiting: the pinned block of t is reused only once
-// the stream has run it, even if t is freed first.
-void record_copy(const Tensor& t, const cuda::Stream& stream) {
-  static_cast<CachingAllocator*>(t.storage().allocator())
-      ->record_stream(t.storage().data(), reinterpret_cast<DeviceMemory::StreamId>(stream.handle()));
-}
-
 }  // namespace
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
@@ -348,6 +341,15 @@ bool Tensor::is_pinned() const {
   return defined() && device().is_cpu() && dynamic_cast<CachingAllocator*>(storage_.allocator()) != nullptr;
 }
 
+void Tensor::record_stream(const cuda::Stream& stream) const {
+  auto* cache = defined() ? dynamic_cast<CachingAllocator*>(storage_.allocator()) : nullptr;
+  DTR_CHECK(cache != nullptr, ValueError,
+            "record_stream: {} is neither on a CUDA device nor pinned; only memory of a caching allocator has "
+            "streams to record",
+            describe(*this));
+  cache->record_stream(storage_.data(), reinterpret_cast<DeviceMemory::StreamId>(stream.handle()));
+}
+
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   DTR_CHECK(defined() && src.defined(), ValueError, "copy_: {} <- {}: both tensors must be defined", describe(*this),
             describe(src));
@@ -373,7 +375,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
     const bool queued = direct && non_blocking;
     cuda::copy_bytes(staging.data(), dense.data(), dense.nbytes(), cuda::CopyKind::kDeviceToHost, stream,
                      queued ? cuda::HostWait::kNo : cuda::HostWait::kYes);
-    if (queued) record_copy(staging, stream);
+    if (queued) staging.record_stream(stream);
     if (!direct) cpu::copy(*this, staging);
     return *this;
   }
@@ -388,7 +390,7 @@ Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
     const bool queued = !direct || non_blocking;
     cuda::copy_bytes(dense.data(), staging.data(), nbytes(), cuda::CopyKind::kHostToDevice, stream,
                      queued ? cuda::HostWait::kNo : cuda::HostWait::kYes);
-    if (queued) record_copy(staging, stream);
+    if (queued) staging.record_stream(stream);
     if (!is_contiguous()) copy_(dense);
     return *this;
   }

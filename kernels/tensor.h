@@ -22,6 +22,10 @@
 
 namespace dtr {
 
+namespace cuda {
+class Stream;
+}
+
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(std::span<const int64_t> shape);
@@ -102,6 +106,11 @@ class Tensor {
   Tensor pin_memory(int device = 0) const;
   // Whether the storage is page-locked host memory (pin_memory's).
   bool is_pinned() const;
+  // Marks the storage as used by work queued on `stream` (torch's Tensor.record_stream):
+  // once freed, its block is reused only after that work has run, so a tensor a side
+  // stream reads or writes can be dropped as soon as the host is done with it. CUDA and
+  // pinned tensors (their caching allocators); ValueError naming the tensor otherwise.
+  void record_stream(const cuda::Stream& stream) const;
 
   // The single element of a one-element tensor, converted to double.
   double item() const;

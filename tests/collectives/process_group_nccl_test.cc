@@ -1,6 +1,8 @@
 // NCCL process groups on real rank processes, one CUDA device each: the collective sweeps
 // of collective_sweep.h (out-of-place and in-place), coalesced forms, the device check,
-// and a rank absent from a collective (the watchdog aborts the communicator). Every case
+// stream-ordered waits (the host does not block; the buffers outlive the caller's
+// references), and a rank absent from a collective (the watchdog aborts the communicator,
+// or exits the rank whose stream already waited for the collective). Every case
 // is tagged gpu (Bazel and Catch2); those that need two or more devices are also tagged
 // multi_gpu and run from their own target (tools/test.sh --multi-gpu). A case that finds
 // fewer devices than it needs fails: none passes where it did not run.
@@ -15,6 +17,9 @@
 #include "collectives/distributed_error.h"
 #include "collectives/init.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/stream.h"
+#include "kernels/elementwise.h"
+#include "kernels/fill.h"
 #include "tests/collectives/collective_sweep.h"
 #include "tests/collectives/rank_data.h"
 #include "tests/testing/multi_rank.h"
@@ -92,6 +97,57 @@ void coalesced_on(int world) {
   });
 }
 
+// Holds `stream` for `ms` milliseconds from the host: work queued after it waits.
+void hold(const cuda::Stream& stream, int ms) {
+  auto* wait = new int(ms);
+  REQUIRE(cudaLaunchHostFunc(
+              stream.handle(),
+              [](void* arg) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(arg)));
+                delete static_cast<int*>(arg);
+              },
+              wait) == cudaSuccess);
+}
+
+TEST_CASE("nccl: wait() orders the compute stream without blocking the host; buffers outlive their tensors",
+          "[collectives][nccl][gpu]") {
+  require_devices(1);
+  run_ranks(1, [](int, int) {
+    auto pg = init_process_group(Backend::kNccl);
+    const Device gpu(kCUDA, 0);
+    const cuda::Stream& compute = cuda::compute_stream(0);
+    Tensor x = full({1 << 20}, 2.0, kFloat32, gpu);
+    compute.synchronize();
+    // The collective waits for the compute stream's work, held for 300 ms: after issue and
+    // wait() the host is back at once, the collective still pending.
+    hold(compute, 300);
+    const auto start = std::chrono::steady_clock::now();
+    Work w = pg->all_reduce(x);
+    w.wait();
+    CHECK(std::chrono::steady_clock::now() - start < 150ms);
+    CHECK_FALSE(w.is_completed());
+    CHECK(w.waited_on_device());
+    // A kernel queued now reads the reduced value (one rank: the sum is the input).
+    Tensor y = add(x, full({1 << 20}, 1.0, kFloat32, gpu));
+    check_exact(y.slice(0, 0, 4), {3.0, 3.0, 3.0, 3.0}, "after a stream-ordered wait");
+
+    // The caller drops its only reference while the collective is pending: the block is not
+    // handed out again until the collective is done with it.
+    hold(compute, 300);
+    void* block = nullptr;
+    Work pending;
+    {
+      Tensor z = full({1 << 20}, 1.0, kFloat32, gpu);
+      block = z.data();
+      pending = pg->all_reduce(z);
+    }
+    Tensor other = Tensor::empty({1 << 20}, kFloat32, gpu);
+    CHECK(other.data() != block);
+    pending.synchronize();
+    CHECK(pending.is_completed());
+  });
+}
+
 TEST_CASE("nccl: every collective, dtype, size, even/uneven and layout, on one rank", "[collectives][nccl][gpu]") {
   require_devices(1);
   sweep_on(1);
@@ -131,7 +187,7 @@ TEST_CASE("nccl: a rank absent from a collective times out; the communicator is 
         Tensor x = full({1024}, 1.0, kFloat32, Device(kCUDA, 0));
         Work w = pg->all_reduce(x);
         try {
-          w.wait();
+          w.synchronize();  // the host waits: the error reaches this thread
           FAIL("the all_reduce finished without rank 1");
         } catch (const DistributedError& e) {
           CHECK(e.kind() == DistributedErrorKind::kTimeout);
@@ -140,6 +196,31 @@ TEST_CASE("nccl: a rank absent from a collective times out; the communicator is 
         pg->store()->set("test/done", "");
       },
       options);
+}
+
+TEST_CASE("nccl: a collective that fails after a stream waited for it ends that rank with the error",
+          "[collectives][nccl][gpu][multi_gpu]") {
+  require_devices(2);
+  RanksOptions options;
+  options.group_timeout = 3000ms;
+  const std::vector<RankOutcome> outcomes = run_ranks_outcomes(
+      2,
+      [](int rank, int) {
+        auto pg = init_process_group(Backend::kNccl);
+        if (rank == 1) {
+          std::this_thread::sleep_for(20s);  // absent; the peer exits long before
+          return;
+        }
+        Tensor x = full({1024}, 1.0, kFloat32, Device(kCUDA, 0));
+        pg->all_reduce(x).wait();  // the stream waits; the host goes on
+        (void)x.to(kCPU);          // blocks on the stream until the watchdog acts
+        FAIL("rank 0 went on with the result of a collective that never ran");
+      },
+      options);
+  REQUIRE(outcomes.size() == 2);
+  CHECK_FALSE(outcomes[0].ok);
+  CHECK_THAT(outcomes[0].report, !Catch::Contains("went on with the result"));
+  CHECK(outcomes[1].ok);
 }
 
 }  // namespace

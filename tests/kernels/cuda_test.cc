@@ -103,14 +103,13 @@ TEST_CASE("the caching allocator: reuse without cudaMalloc, record_stream, out o
   }
   CHECK(memory_stats(gpu).bytes_cached > 0);
   // A block a side stream still uses is not handed out until the side stream has run.
-  auto& cache = dynamic_cast<CachingAllocator&>(allocator_for(gpu));
   cuda::Stream side(0);
   void* used = nullptr;
   {
     Tensor t = Tensor::empty({1 << 18}, kFloat32, gpu);
     used = t.data();
     hold(side, 200);
-    cache.record_stream(used, reinterpret_cast<DeviceMemory::StreamId>(side.handle()));
+    t.record_stream(side);  // the allocator's record_stream, through the tensor
   }
   {
     Tensor u = Tensor::empty({1 << 18}, kFloat32, gpu);
@@ -121,6 +120,8 @@ TEST_CASE("the caching allocator: reuse without cudaMalloc, record_stream, out o
     Tensor v = Tensor::empty({1 << 18}, kFloat32, gpu);
     CHECK(v.data() == used);
   }
+  CHECK_THROWS_MATCHES(zeros({2}).record_stream(side), ValueError,
+                       testing::MessageContains("record_stream: float32[2] is neither on a CUDA device nor pinned"));
   // Far more than any GPU holds: the cache is emptied, the request retried, then a clear error.
   CHECK_THROWS_MATCHES(Tensor::empty({int64_t{1} << 48}, kFloat32, gpu), OutOfMemoryError,
                        testing::MessageContains("out of memory on cuda:0: asked for 1125899906842624 bytes") &&
