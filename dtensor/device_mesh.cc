@@ -292,6 +292,11 @@ DeviceMesh DeviceMesh::unflatten(Shape shape, std::vector<std::string> dim_names
   return mesh;
 }
 
+Device DeviceMesh::device() const {
+  if (device_type_ == kCPU) return kCPU;
+  return has_groups() ? groups_.front()->device() : Device(kCUDA, 0);
+}
+
 DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names) {
   if (!is_initialized()) init_process_group(device_type == kCPU ? Backend::kGloo : Backend::kNccl);
   std::shared_ptr<ProcessGroup> world = default_group();

@@ -39,6 +39,10 @@ class DeviceMesh {
                               int64_t this_rank, int64_t world_size);
 
   DeviceType device_type() const { return device_type_; }
+  // This rank's device of the mesh's type, where its tensors live (torch's DeviceMesh on the
+  // current device): the CPU, or for a CUDA mesh the device its groups run on (LOCAL_RANK's,
+  // as NCCL groups take it); cuda:0 for a CUDA mesh without groups.
+  Device device() const;
   const Shape& shape() const { return shape_; }
   int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
   // Number of ranks in the mesh; size(mesh_dim): ranks along one mesh dim.

@@ -23,7 +23,7 @@ LoadResult load_full_state_dict(Module& module, const TensorMap& tensors, Strict
       // reported by load_state_dict).
       const DTensorSpec spec(it->second.mesh(), it->second.placements(), full.shape(), full.dtype());
       const Tensor block = block_of(full, spec.local_box()).contiguous();
-      state.emplace_back(name, DTensor(block.to(spec.mesh().device_type()), spec));
+      state.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
     } else {
       // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.
       const DeviceMesh mesh = single_rank_mesh();

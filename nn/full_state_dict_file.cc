@@ -258,7 +258,7 @@ LoadResult load_sources(Module& module, const std::map<std::string, Source>& sou
     }
     const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
     const Tensor block = read_block(*it->second.file, *it->second.entry, spec.local_box(), op);
-    blocks.emplace_back(name, DTensor(block.to(spec.mesh().device_type()), spec));
+    blocks.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
   }
   module.load_state_dict(blocks, Strict::kNo);
   return result;

@@ -29,11 +29,12 @@ void wait_for_reduction() {
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
 // This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
-// that owns its memory (the full tensor can be freed).
+// that owns its memory on the mesh's device (the full tensor can be freed; FSDP2 moves a
+// module built on the CPU to the mesh's device the same way).
 DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
   const Tensor block = block_of(full.to_local(), spec.local_box());
-  Tensor local = Tensor::empty(block.shape(), block.dtype(), block.device());
+  Tensor local = Tensor::empty(block.shape(), block.dtype(), mesh.device());
   local.copy_(block);
   DTensor sharded(std::move(local), std::move(spec));
   sharded.requires_grad_(full.requires_grad());
@@ -161,7 +162,8 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   use_gathered(false);
   for (auto& [name, buffer] : module.named_buffers()) {
     if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
-      *buffer = DTensor(buffer->to_local(), DTensorSpec(mesh, replicate_all(mesh), buffer->shape(), buffer->dtype()));
+      *buffer = DTensor(buffer->to_local().to(mesh.device()),
+                        DTensorSpec(mesh, replicate_all(mesh), buffer->shape(), buffer->dtype()));
     }
   }
 }
@@ -239,7 +241,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device_type()), spec);
+               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device()), spec);
              }
              return zeros;
            }
@@ -539,7 +541,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
     for (const std::shared_ptr<Param>& p : g->params_) {
       const DTensorSpec& spec = p->gathered.spec();
       roots.push_back(p->gathered);
-      zero_grads.emplace_back(dtr::zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device_type()), spec);
+      zero_grads.emplace_back(dtr::zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device()), spec);
     }
     run_backward(roots, zero_grads, RetainGraph::kNo);
   }

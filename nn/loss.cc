@@ -25,7 +25,7 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossE
   const DTensor logp = log_softmax(logits, 1);
   // The target's log-probability per row, picked by comparing the class index with it.
   const DeviceMesh& mesh = logits.mesh();
-  const Tensor ids = arange(0, static_cast<double>(classes), 1, kInt64, mesh.device_type());
+  const Tensor ids = arange(0, static_cast<double>(classes), 1, kInt64, mesh.device());
   const DTensor class_ids(ids, DTensorSpec(mesh, Placements(mesh.ndim(), Replicate()), {classes}, kInt64));
   const DTensor picked = eq(unsqueeze(target, 1), unsqueeze(class_ids, 0));  // [N, C] bool
   DTensor loss = neg(sum(masked_fill(logp, logical_not(picked), 0.0), {1}));

@@ -61,7 +61,7 @@ DTensor Transformer::forward(const DTensor& tokens) {
     DTR_CHECK(t <= config_.max_seq_len, ValueError, "Transformer: {} tokens per sequence but max_seq_len is {}", t,
               config_.max_seq_len);
     const DeviceMesh& mesh = tokens.mesh();
-    const Tensor positions = arange(0, static_cast<double>(t), 1, kInt64, mesh.device_type());
+    const Tensor positions = arange(0, static_cast<double>(t), 1, kInt64, mesh.device());
     x = add(x, (*pos_embed_)(DTensor(positions, DTensorSpec(mesh, Placements(mesh.ndim(), Replicate()), {t}, kInt64))));
   }
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<TransformerBlock>(i)(x);

@@ -75,6 +75,12 @@ TEST_CASE("a permuted 3-D mesh: coordinates, groups and sub-meshes follow the ra
   CHECK(mesh["dp"].to_string() == "DeviceMesh('cuda', [2, 0], mesh_dim_names=('dp',))");
 }
 
+TEST_CASE("a mesh's device: the CPU for a CPU mesh, cuda:0 for a CUDA mesh without groups", "[device_mesh]") {
+  // With groups, a CUDA mesh's device is its NCCL groups' (LOCAL_RANK's): the gpu tests.
+  CHECK(DeviceMesh::row_major(kCPU, {2}, {}, 1, 2).device() == Device(kCPU));
+  CHECK(DeviceMesh::row_major(kCUDA, {2, 2}, {}, 3, 4).device() == Device(kCUDA, 0));
+}
+
 TEST_CASE("every rank of the world sees the same groups and its own sub-mesh", "[device_mesh]") {
   for (int64_t rank = 0; rank < 6; ++rank) {
     const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2, 3}, {"dp", "tp"}, rank, 6);
