@@ -2,8 +2,8 @@
 // processes over Gloo, or the binary alone as one process. At a tiny size: fsdp on 2 and 3
 // ranks, ddp on 2 and hsdp on 2x2 give --parallel none's losses for 10 steps (float32);
 // --mixed-precision stays close; the built-in corpus's loss falls; bad flags exit non-zero
-// with one line naming the flag; a rank killed mid-run makes dtrrun exit non-zero naming it;
-// the output files parse.
+// with one line naming the flag (--device cuda without a GPU too); a rank killed mid-run makes dtrrun exit non-zero
+// naming it; the output files parse.
 #include <fmt/format.h>
 #include <sys/wait.h>
 
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cuda/cuda_device.h"
 #include "tests/train/train_runner.h"
 
 namespace dtr {
@@ -139,6 +140,23 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
     CHECK(r.output.find(c.expected) != std::string::npos);
     // One line from a rank process alone (dtrrun adds its own report of the failed rank).
     if (c.ranks == 0) CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("without a GPU, --device cuda exits non-zero with one line saying so", "[train]") {
+  if (cuda::device_count() > 0) {
+    WARN("SKIPPED: this machine has a GPU; train_cuda_test trains with --device cuda there");
+    return;
+  }
+  const fs::path dir = fresh_dir("no_gpu");
+  for (const std::string& program : {kTrain, fmt::format("{} --nproc-per-node 2 {}", kDtrrun, kTrain)}) {
+    INFO(program);
+    const CommandResult r =
+        run(fmt::format("{} {} --device cuda --out {}", program, kTinyTrainFlags, (dir / "out").string()), dir);
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(r.output.find("--device cuda: local rank 0 trains on cuda:0, but this machine has 0 CUDA device(s); use "
+                        "--device cpu") != std::string::npos);
   }
 }
 

@@ -1,7 +1,10 @@
-// train: sharded training of a causal language model on CPU ranks, the README's main job.
+// train: sharded training of a causal language model on CPU ranks or GPUs, the README's main job.
 //
 //   dtrrun --nproc-per-node 2 bazel-bin/tools/train/train [flags]    (or one process: train [flags])
 //
+// --device cpu: Gloo groups, tensors in host memory. --device cuda: rank r on cuda:LOCAL_RANK,
+// NCCL groups (collectives on their communication streams), the step line adds MFU against
+// the GPU's dense peak (tools/train/mfu.h) and the monitoring table the GPU memory per rank.
 // Each rank builds the same model from --seed, shards it per --parallel (fully_shard on each
 // block and the root, or replicate), reads its rows of every micro-batch (data order:
 // tools/train/token_data.h) and steps AdamW. Rank 0 prints the start block, a progress line
@@ -32,6 +35,7 @@
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
+#include "kernels/cuda/cuda_device.h"
 #include "kernels/error.h"
 #include "kernels/parallel.h"
 #include "nn/full_state_dict.h"
@@ -49,6 +53,7 @@
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/loss_plot.h"
+#include "tools/train/mfu.h"
 #include "tools/train/train_checkpoint.h"
 #include "tools/train/train_config.h"
 #include "tools/train/train_data.h"
@@ -69,10 +74,27 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // Rank 0's lines; the others stay quiet (dtrrun prefixes every line with its rank).
 bool is_rank0() { return default_group()->rank() == 0; }
 
+// This rank's device: the CPU, or cuda:LOCAL_RANK (ValueError, before any group exists,
+// when this machine has no such device).
+Device training_device(const TrainConfig& c) {
+  if (c.device == "cpu") return kCPU;
+  const char* env = std::getenv("LOCAL_RANK");
+  const int local = env != nullptr && *env != '\0' ? std::atoi(env) : 0;
+  const int devices = cuda::device_count();
+  DTR_CHECK(
+      local<
+          devices, ValueError,
+          "--device cuda: local rank {} trains on cuda:{}, but this machine has {} CUDA device(s); use --device cpu{}",
+          local, local, devices, devices> 0
+          ? fmt::format(" or at most {} ranks per node", devices)
+          : "");
+  return Device(kCUDA, local);
+}
+
 // The seed's health check: an all-reduce of ones must give the world size everywhere.
 void health_check() {
   const std::shared_ptr<ProcessGroup> group = default_group();
-  Tensor ones = Tensor::from_vector<float>({1.0f});
+  Tensor ones = Tensor::from_vector<float>({1.0f}).to(group->device());
   group->all_reduce(ones, ReduceOp::kSum).wait();
   const double got = ones.item();
   if (got != group->size()) {
@@ -110,6 +132,11 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   const ArchSwitches a = arch_switches(c);
   nn::manual_seed(c.seed);
   Model m;
+  const Parallel parallel = parallel_of(c);
+  // --parallel none trains on its one-rank mesh directly; the others build on the CPU's and
+  // fully_shard / replicate move the parameters to the mesh and its device.
+  const nn::ParameterOptions where{.mesh =
+                                       parallel == Parallel::kNone ? std::optional<DeviceMesh>(mesh) : std::nullopt};
   m.net = std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = vocab,
                                                                   .dim = c.dim,
                                                                   .n_layers = c.layers,
@@ -118,7 +145,8 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
                                                                   .max_seq_len = a.pos_embed ? c.seq_len : 0,
                                                                   .final_norm = a.final_norm,
                                                                   .tie_embeddings = a.tie_embeddings,
-                                                                  .dropout = c.dropout});
+                                                                  .dropout = c.dropout},
+                                            where);
   if (c.arch == "gpt") {
     // GPT-2's embedding init: with the output tied to it, PyTorch's N(0, 1) would start
     // from logits of standard deviation sqrt(dim).
@@ -126,7 +154,6 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       if (name == "embed.weight" || name == "pos_embed.weight") nn::normal_(*p, 0.0, 0.02);
     }
   }
-  const Parallel parallel = parallel_of(c);
   if (parallel == Parallel::kDdp) {
     m.ddp = &nn::replicate(*m.net, mesh);
   } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
@@ -197,7 +224,8 @@ struct Record {
 
 int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   set_default_timeout(std::chrono::seconds(c.timeout_s));
-  init_process_group(Backend::kGloo);
+  const Device device = training_device(c);
+  init_process_group(device.is_cuda() ? Backend::kNccl : Backend::kGloo);
   set_num_threads(static_cast<int>(c.threads));
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
@@ -219,9 +247,9 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     names.push_back(name);
     shape.push_back(size);
   }
-  // --parallel none: the parameters' own one-rank mesh.
-  const DeviceMesh mesh =
-      parallel_of(c) == Parallel::kNone ? nn::single_rank_mesh() : init_device_mesh(kCPU, shape, names);
+  // --parallel none: a one-rank mesh of its own.
+  const DeviceMesh mesh = parallel_of(c) == Parallel::kNone ? DeviceMesh::row_major(device.type, {1}, {}, 0, 1)
+                                                            : init_device_mesh(device.type, shape, names);
   Model m = build_model(c, vocab, mesh);
   optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
   optim::LambdaLR schedule(opt, [&c](int64_t s) { return lr_factor(c, s); });
@@ -240,6 +268,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const double param_bytes = parameter_bytes(m.net->parameters());
   int64_t n_params = 0;
   for (auto& [name, p] : m.net->named_parameters()) n_params += p->numel();
+  const double flops_per_token = model_flops_per_token(n_params, c.layers, c.dim, c.seq_len);
+  const std::string gpu = device.is_cuda() ? cuda::device_description(device.index) : "";
+  const DType compute = c.mixed_precision ? kBFloat16 : kFloat32;
+  const std::optional<double> peak = device.is_cuda() ? dense_peak_tflops(gpu, compute) : std::nullopt;
 
   std::filesystem::create_directories(c.out);
   if (rank0) {
@@ -248,7 +280,14 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     if (data.tokenizer && data.tokenizer->kind() == "bpe") {
       data.tokenizer->save((std::filesystem::path(c.out) / "tokenizer.json").string());
     }
-    fmt::print("world      {} ranks (gloo over TCP), {} thread(s) each\n", world, c.threads);
+    fmt::print("world      {} ranks ({}), {} thread(s) each\n", world,
+               device.is_cuda() ? "nccl, one GPU each" : "gloo over TCP", c.threads);
+    if (device.is_cuda()) {
+      fmt::print("device     {} (rank 0): {}\n", device.str(), gpu);
+      fmt::print("mfu        {:.3g} GFLOP per token against {}\n", flops_per_token / 1e9,
+                 peak ? fmt::format("a dense {} peak of {:.0f} TFLOP/s", dtype_name(compute), *peak)
+                      : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
+    }
     fmt::print("mesh       {}\n", mesh.to_string());
     fmt::print("parallel   {}{}\n", c.parallel, c.mixed_precision ? ", bf16 parameters, float32 reduction" : "");
     fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", c.arch, c.layers,
@@ -277,6 +316,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const int64_t micro_rows = c.batch_size / c.grad_accum;
   const double tokens_per_step = static_cast<double>(c.batch_size * c.seq_len);
   reset_peak_memory_stats(kCPU);
+  if (device.is_cuda()) reset_peak_memory_stats(device);
   collective_counter().reset();
   const auto start = Clock::now();
   auto last_line = start;
@@ -313,10 +353,11 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     opt.zero_grad();
     // Every rank's peak memory and whether any was interrupted, in one small all-reduce.
     std::vector<double> shared(static_cast<size_t>(world + 1), 0.0);
-    shared[static_cast<size_t>(group->rank())] = static_cast<double>(memory_stats(kCPU).peak_bytes);
+    shared[static_cast<size_t>(group->rank())] = static_cast<double>(memory_stats(device).peak_bytes);
     shared.back() = g_interrupted.load() ? 1 : 0;
-    Tensor t = Tensor::from_vector<double>(shared);
+    Tensor t = Tensor::from_vector<double>(shared).to(group->device());
     group->all_reduce(t, ReduceOp::kSum).wait();
+    t = t.to(kCPU);
     const double* v = t.data_ptr<double>();
     const trace::StepComm comm = tracer.end();
     comm_s += comm.time.total_us / 1e6;
@@ -328,29 +369,35 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     }
     records.push_back(r);
     if (rank0) {
-      nlohmann::json line = {{"step", r.step},
-                             {"loss", r.loss},
-                             {"grad_norm", r.grad_norm},
-                             {"lr", r.lr},
-                             {"ms", r.ms},
-                             {"tokens_per_s", tokens_per_step / (r.ms / 1e3)},
-                             {"peak_bytes", std::vector<double>(v, v + world)},
-                             {"comm", trace::to_json(comm)}};
+      nlohmann::json line = {
+          {"step", r.step},
+          {"loss", r.loss},
+          {"grad_norm", r.grad_norm},
+          {"lr", r.lr},
+          {"ms", r.ms},
+          {"tokens_per_s", tokens_per_step / (r.ms / 1e3)},
+          {"mfu", peak ? nlohmann::json(mfu(tokens_per_step / world / (r.ms / 1e3), flops_per_token, *peak))
+                       : nlohmann::json(nullptr)},
+          {"peak_bytes", std::vector<double>(v, v + world)},
+          {"comm", trace::to_json(comm)}};
       if (r.val_loss) line["val_loss"] = *r.val_loss;
       metrics << line.dump() << std::endl;  // flushed: a killed run keeps its lines
       const double elapsed = seconds_since(start);
       if ((step + 1) % c.log_every == 0 || step == start_at.step || step + 1 == c.steps || r.val_loss ||
           seconds_since(last_line) > 5) {
         const double per_step = elapsed / static_cast<double>(step + 1 - start_at.step);
-        double peak = 0;
-        for (int64_t k = 0; k < world; ++k) peak = std::max(peak, v[k]);
+        double peak_bytes = 0;
+        for (int64_t k = 0; k < world; ++k) peak_bytes = std::max(peak_bytes, v[k]);
         fmt::print(
-            "step {:>{}}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms/step | {:.0f} tokens/s "
+            "step {:>{}}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.0f} ms/step | {:.0f} tokens/s{} "
             "| comm {:.0f}% | peak {:.1f} MiB/rank | ETA {}\n",
             step + 1, std::to_string(c.steps).size(), c.steps, r.loss,
             r.val_loss ? fmt::format(" | val {:.4f}", *r.val_loss) : "", r.grad_norm, r.lr, r.ms,
-            tokens_per_step / (r.ms / 1e3), 100 * comm.exposed_share(), mib(peak),
-            format_duration(per_step * (c.steps - step - 1)));
+            tokens_per_step / (r.ms / 1e3),
+            peak ? fmt::format(" | MFU {:.1f}%",
+                               100 * mfu(tokens_per_step / world / (r.ms / 1e3), flops_per_token, *peak))
+                 : "",
+            100 * comm.exposed_share(), mib(peak_bytes), format_duration(per_step * (c.steps - step - 1)));
         std::fflush(stdout);
         last_line = Clock::now();
       }
@@ -375,7 +422,12 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   RankFigures mine{.param_bytes = param_bytes,
                    .grad_bytes = grad_bytes,
                    .optim_bytes = optimizer_state_bytes(opt),
-                   .peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
+                   .peak_bytes = static_cast<double>(memory_stats(device).peak_bytes),
+                   .host_peak_bytes = static_cast<double>(memory_stats(kCPU).peak_bytes),
+                   .device_in_use_bytes = device.is_cuda() ? static_cast<double>(memory_stats(device).bytes_in_use) : 0,
+                   .device_reserved_bytes = device.is_cuda() ? static_cast<double>(memory_stats(device).bytes_in_use +
+                                                                                   memory_stats(device).bytes_cached)
+                                                             : 0,
                    .comm_s = comm_s,
                    .exposed_s = exposed_s,
                    .train_s = train_s,
@@ -400,14 +452,18 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
         {{.label = "train", .color = "#1f77b4", .points = train_curve},
          {.label = "validation", .color = "#d62728", .points = val_curve}},
         {.title = fmt::format("dtr train: {} on {} ranks", c.parallel, world), .x_label = "step", .y_label = "loss"});
-    nlohmann::json summary = {{"steps", step},
-                              {"interrupted", stopped},
-                              {"train_s", train_s},
-                              {"tokens_per_s", tokens_per_step * static_cast<double>(steps_run) / train_s},
-                              {"resumed_from", resumed_from},
-                              {"first_loss", records.empty() ? 0.0 : records.front().loss},
-                              {"final_loss", records.empty() ? 0.0 : records.back().loss},
-                              {"ranks", nlohmann::json::array()}};
+    nlohmann::json summary = {
+        {"steps", step},
+        {"interrupted", stopped},
+        {"train_s", train_s},
+        {"tokens_per_s", tokens_per_step * static_cast<double>(steps_run) / train_s},
+        {"mfu", peak ? nlohmann::json(mfu(tokens_per_step * static_cast<double>(steps_run) / train_s / world,
+                                          flops_per_token, *peak))
+                     : nlohmann::json(nullptr)},
+        {"resumed_from", resumed_from},
+        {"first_loss", records.empty() ? 0.0 : records.front().loss},
+        {"final_loss", records.empty() ? 0.0 : records.back().loss},
+        {"ranks", nlohmann::json::array()}};
     for (const Record& r : records) {
       if (r.val_loss) summary["final_val_loss"] = *r.val_loss;
     }
@@ -423,7 +479,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "dtr train: sharded training of a causal language model on CPU ranks.\n"
+      "dtr train: sharded training of a causal language model on CPU ranks or GPUs.\n"
       "Run N ranks with: dtrrun --nproc-per-node N train [flags]; without dtrrun it runs as one process."};
   TrainConfig config;
   add_train_flags(app, config);

@@ -251,8 +251,6 @@ void validate(const TrainConfig& c, int64_t world_size) {
   }
   DTR_CHECK(c.resume.empty() || c.use_dcp_checkpointing, ValueError,
             "--resume {}: resuming reads distributed checkpoints; add --use-dcp-checkpointing", c.resume);
-  DTR_CHECK(c.device == "cpu", ValueError,
-            "--device {}: training on CUDA is not available yet (the CUDA issues build it); legal now: cpu", c.device);
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);

@@ -72,8 +72,9 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
       y[r * seq_len + t] = stream[static_cast<size_t>(start + t + 1)];
     }
   }
-  const DTensor targets_2d(std::move(targets), spec);
-  return {DTensor(std::move(tokens), spec), reshape(targets_2d, {rows * seq_len})};
+  // Filled on the host; on a GPU mesh the copies in are queued through pinned staging.
+  const DTensor targets_2d(targets.to(mesh.device()), spec);
+  return {DTensor(tokens.to(mesh.device()), spec), reshape(targets_2d, {rows * seq_len})};
 }
 
 }  // namespace dtr::train
