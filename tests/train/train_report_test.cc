@@ -27,8 +27,8 @@ TEST_CASE("the monitoring table: memory by kind, communication shares and tokens
   CHECK(table.find("GPU") == std::string::npos);
   // rank 1: 2 + 2 + 4 MiB of state, 2 of activations, 10 at the peak; 5% exposed
   // communication, 75% of it hidden; 1000 tokens/s.
-  CHECK(table.find("   1 |       2.00 |      2.00 |      4.00 |        2.00 |    10.00 |    5.0 |      95.0 |     75.0 |      1000") !=
-        std::string::npos);
+  CHECK(table.find("   1 |       2.00 |      2.00 |      4.00 |        2.00 |    10.00 |    5.0 |      95.0 |     75.0 "
+                   "|      1000") != std::string::npos);
 }
 
 TEST_CASE("on GPUs the monitoring table adds allocated, reserved and host memory", "[train]") {

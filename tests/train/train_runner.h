@@ -1,6 +1,6 @@
 // What the train program's end-to-end tests share: the runfiles paths of train and dtrrun,
-// the tiny model they train, a shell command run with its output captured, and the losses
-// of a run's metrics.jsonl.
+// the tiny model they train, a shell command run with its output captured, fresh output
+// directories, a run's losses from its metrics.jsonl, and loss comparisons.
 #pragma once
 
 #include <filesystem>
@@ -29,5 +29,22 @@ CommandResult run_command(const std::string& command, const std::filesystem::pat
 
 // Each line's loss; every line must list the memory of `ranks` ranks (a Catch2 CHECK).
 std::vector<double> losses_in(const std::filesystem::path& metrics, size_t ranks);
+
+// An empty directory $TEST_TMPDIR/name (or under /tmp).
+std::filesystem::path fresh_dir(const std::string& name);
+
+// A train run with `flags` (ranks 0: one process without dtrrun, else dtrrun with that
+// many) in fresh_dir(name), its output in name/out; REQUIREs that it succeeded.
+struct TrainRun {
+  CommandResult result;
+  std::filesystem::path out;
+};
+TrainRun run_train(const std::string& name, int ranks, const std::string& flags);
+
+// run_train's losses, a step each.
+std::vector<double> train_losses(const std::string& name, int ranks, const std::string& flags);
+
+// Step by step within a relative `tolerance` (Catch2 CHECKs naming the step).
+void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance);
 
 }  // namespace dtr::testing

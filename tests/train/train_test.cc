@@ -28,6 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using testing::check_same_losses;
 using testing::CommandResult;
 using testing::kDtrrun;
 using testing::kTinyTrainFlags;
@@ -39,30 +40,10 @@ CommandResult run(const std::string& command, const fs::path& dir) {
   return testing::run_command(command, dir / "output.txt");
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(tmp != nullptr ? tmp : "/tmp") / ("train_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("train_test_" + name); }
 
-// Trains with `flags` (ranks 0: one process without dtrrun) and returns each step's loss.
 std::vector<double> train_losses(const std::string& name, int ranks, const std::string& flags) {
-  const fs::path dir = fresh_dir(name);
-  const std::string program = ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, ranks, kTrain);
-  const CommandResult r = run(fmt::format("{} {} --out {}", program, flags, (dir / "out").string()), dir);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return testing::losses_in(dir / "out" / "metrics.jsonl", static_cast<size_t>(std::max(ranks, 1)));
-}
-
-void check_same_losses(const std::vector<double>& got, const std::vector<double>& expected, double tolerance) {
-  REQUIRE(got.size() == expected.size());
-  for (size_t s = 0; s < got.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(got[s] == Approx(expected[s]).epsilon(tolerance));
-  }
+  return testing::train_losses("train_test_" + name, ranks, flags);
 }
 
 }  // namespace

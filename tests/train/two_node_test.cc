@@ -45,13 +45,7 @@ constexpr int kLaunchTimeoutSeconds = 300;
 
 Result run(const std::string& command, const fs::path& log) { return testing::run_command(command, log); }
 
-fs::path fresh_dir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(tmp != nullptr ? tmp : "/tmp") / ("two_node_test_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path fresh_dir(const std::string& name) { return testing::fresh_dir("two_node_test_" + name); }
 
 // iproute2's `ip`: on PATH, or in an sbin that Bazel's test PATH (/bin:/usr/bin) leaves out.
 std::string find_ip() {
