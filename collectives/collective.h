@@ -42,8 +42,20 @@ struct Collective {
   std::string phase;  // the issuer's trace::CommPhase (empty unless tracing)
   std::string owner;
 
-  // Records kind, group, group_size, seq, bytes, dtype, phase and owner on a trace span.
-  void trace_args(trace::Span& span) const;
+  // Records kind, group, group_size, seq, bytes, dtype, phase and owner on a trace span
+  // (trace::Span, or cuda::DeviceSpan on a device stream).
+  template <class Span>
+  void trace_args(Span& span) const {
+    if (!span.active()) return;
+    span.arg("kind", collective_kind_name(kind));
+    span.arg("group", group);
+    span.arg("group_size", static_cast<int64_t>(group_size));
+    span.arg("seq", static_cast<int64_t>(seq));
+    span.arg("bytes", bytes);
+    span.arg("dtype", dtype_name(dtype));
+    if (!phase.empty()) span.arg("phase", phase);
+    if (!owner.empty()) span.arg("owner", owner);
+  }
 
   // Elements of rank r's block and where it starts, for a counts vector.
   static int64_t offset_of(const std::vector<int64_t>& counts, int rank);

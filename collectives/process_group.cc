@@ -95,18 +95,6 @@ std::vector<int> ranks_missing(Store& store, int size, KeyOf key_of) {
 
 }  // namespace
 
-void Collective::trace_args(trace::Span& span) const {
-  if (!span.active()) return;
-  span.arg("kind", collective_kind_name(kind));
-  span.arg("group", group);
-  span.arg("group_size", static_cast<int64_t>(group_size));
-  span.arg("seq", static_cast<int64_t>(seq));
-  span.arg("bytes", bytes);
-  span.arg("dtype", dtype_name(dtype));
-  if (!phase.empty()) span.arg("phase", phase);
-  if (!owner.empty()) span.arg("owner", owner);
-}
-
 int64_t Collective::offset_of(const std::vector<int64_t>& counts, int rank) {
   return std::accumulate(counts.begin(), counts.begin() + rank, int64_t{0});
 }

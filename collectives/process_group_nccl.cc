@@ -19,7 +19,9 @@
 #include "collectives/distributed_error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/device_span.h"
 #include "kernels/cuda/stream.h"
+#include "kernels/trace.h"
 
 namespace dtr {
 namespace {
@@ -70,6 +72,7 @@ struct ProcessGroupNCCL::Impl {
   ncclComm_t comm = nullptr;
   bool aborted = false;
   std::optional<cuda::Stream> stream;  // the group's communication stream
+  std::string comm_lane;               // its trace lane: "cuda:0 nccl default_pg"
   Tensor barrier_buffer;
   std::mutex mutex;            // guards comm calls, pending and broken
   std::condition_variable cv;  // a collective was issued, or the group is going
@@ -268,6 +271,7 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   impl_->check(ncclCommInitRank(&impl_->comm, size, id, rank), "ncclCommInitRank");
   impl_->stream.emplace(device);
+  impl_->comm_lane = fmt::format("cuda:{} nccl {}", device, name());
   impl_->barrier_buffer = Tensor::empty({1}, kFloat32, Device(kCUDA, device));
   impl_->watchdog = std::thread([impl = impl_.get()] { impl->watch(); });
 }
@@ -290,8 +294,20 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
   const int device = impl_->device;
   auto done = std::make_shared<cuda::Event>(device);
   // A barrier's wait() blocks the host, as PyTorch's does; any other orders the caller's stream.
+  // While tracing, the wait is a device span on the waiting stream: how long that stream
+  // stalled for the collective (its exposed time, as trace/comm_accounting.h counts it).
   std::function<void()> device_wait;
-  if (c.kind != CollectiveKind::kBarrier) device_wait = [done, device] { cuda::current_stream(device).wait(*done); };
+  if (c.kind != CollectiveKind::kBarrier) {
+    device_wait = [done, device, group = c.group, seq = c.seq] {
+      const cuda::Stream& waiter = cuda::current_stream(device);
+      const bool traced = trace::enabled(trace::Category::kWait);
+      cuda::DeviceSpan span(waiter, traced ? fmt::format("cuda:{} compute", device) : "", "wait",
+                            trace::Category::kWait);
+      span.arg("group", group);
+      span.arg("seq", static_cast<int64_t>(seq));
+      waiter.wait(*done);
+    };
+  }
   Work work(c.description, c.group, c.seq, timeout() + kWaitMargin, {}, std::move(device_wait));
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (impl_->broken) {
@@ -309,6 +325,8 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
     impl_->stream->wait(ready);
     {
       const cuda::StreamGuard on_comm(*impl_->stream);
+      cuda::DeviceSpan span(*impl_->stream, impl_->comm_lane, c.call, trace::Category::kCollective);
+      c.trace_args(span);
       impl_->launch(c);
       if (c.unpack) c.unpack();  // staged outputs reach the caller's tensors on the comm stream
     }

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -28,7 +29,9 @@ struct Buffer {
 };
 
 std::mutex g_registry_mu;
-std::vector<std::shared_ptr<Buffer>> g_buffers;  // every thread's that ever recorded
+std::vector<std::shared_ptr<Buffer>> g_buffers;                       // every thread's and lane's that ever recorded
+std::map<std::string, std::shared_ptr<Buffer>, std::less<>> g_lanes;  // by name; also in g_buffers
+std::vector<std::function<void()>> g_stop_hooks;
 std::atomic<uint64_t> g_run{0};
 thread_local std::shared_ptr<Buffer> t_buffer;
 thread_local const char* t_region = "";
@@ -82,6 +85,12 @@ void start(Categories categories) {
 }
 
 std::vector<ThreadEvents> stop() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard registry(g_registry_mu);
+    hooks = g_stop_hooks;
+  }
+  for (const std::function<void()>& hook : hooks) hook();
   internal::g_recording.store(0, std::memory_order_release);
   const uint64_t run = g_run.load(std::memory_order_acquire);
   std::vector<ThreadEvents> out;
@@ -94,6 +103,36 @@ std::vector<ThreadEvents> stop() {
     b->open = -1;
   }
   return out;
+}
+
+void record_event(std::string_view lane, Event event) {
+  if (!enabled(event.category)) return;
+  std::shared_ptr<Buffer> b;
+  {
+    std::lock_guard registry(g_registry_mu);
+    auto it = g_lanes.find(lane);
+    if (it == g_lanes.end()) {
+      auto fresh = std::make_shared<Buffer>();
+      fresh->thread = static_cast<uint32_t>(g_buffers.size());
+      fresh->name = std::string(lane);
+      g_buffers.push_back(fresh);
+      it = g_lanes.emplace(std::string(lane), std::move(fresh)).first;
+    }
+    b = it->second;
+  }
+  const uint64_t run = g_run.load(std::memory_order_acquire);
+  std::lock_guard lock(b->mu);
+  if (b->run != run) {
+    b->events.clear();
+    b->run = run;
+  }
+  event.parent = -1;
+  b->events.push_back(std::move(event));
+}
+
+void add_stop_hook(std::function<void()> hook) {
+  std::lock_guard registry(g_registry_mu);
+  g_stop_hooks.push_back(std::move(hook));
 }
 
 void Span::begin(std::string_view name, Category category) {

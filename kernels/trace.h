@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,9 +87,19 @@ inline bool enabled() { return internal::g_recording.load(std::memory_order_rela
 // are dropped); spans of other categories cost what they cost while tracing is off.
 void start(Categories categories = kAllCategories);
 
-// Ends the run and returns every thread's events. Call it when no span is open on another
-// thread (between steps); one still open there keeps end_ns 0.
+// Ends the run and returns every thread's events (and every lane's, below). First it runs
+// the stop hooks. Call it when no span is open on another thread (between steps); one still
+// open there keeps end_ns 0.
 std::vector<ThreadEvents> stop();
+
+// Appends a finished top-level event, with times already in now_ns()'s clock, to `lane`: a
+// timeline that is no thread, such as a device stream's (cuda::DeviceSpan). A lane lists
+// with the threads in stop()'s result, under its name. Dropped when no run is recording.
+void record_event(std::string_view lane, Event event);
+
+// Runs `hook` at the start of every later stop(), while the run still records: those who
+// time work elsewhere (device streams) turn it into events there. Hooks never go away.
+void add_stop_hook(std::function<void()> hook);
 
 // Times its scope as one event while tracing is on.
 class Span {

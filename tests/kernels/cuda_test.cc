@@ -1,18 +1,21 @@
 // CUDA side of the local tensor: streams and events, the caching allocator (reuse, no
 // cudaMalloc once warm, record_stream, the out-of-memory message), fill and cast kernels,
-// host/device copies, strided and broadcasting device copies. Cases tagged [gpu] need a GPU; the untagged cases check
-// what a CPU-only machine answers (no device, and clear errors instead of crashes).
+// host/device copies, strided and broadcasting device copies, device-timed trace spans. Cases tagged [gpu] need a GPU;
+// the untagged cases check what a CPU-only machine answers (no device, and clear errors instead of crashes).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "kernels/allocator.h"
 #include "kernels/caching_allocator.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/device_span.h"
 #include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
+#include "kernels/trace.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {
@@ -160,6 +163,33 @@ TEST_CASE("host <-> device copies round-trip every dtype", "[gpu]") {
     Tensor strided = testing::strided_copy(host);
     CHECK(to_f64(strided.to(gpu)) == to_f64(host));
   }
+}
+
+TEST_CASE("device spans time a stream's work on the device and land on its trace lane", "[gpu]") {
+  REQUIRE(cuda::device_count() > 0);
+  cuda::Stream side(0);
+  { const cuda::DeviceSpan off(side, "cuda:0 side", "untraced", trace::Category::kCollective); }
+  trace::start();
+  const int64_t queued_ns = trace::now_ns();
+  {
+    cuda::DeviceSpan span(side, "cuda:0 side", "held", trace::Category::kCollective);
+    span.arg("seq", int64_t{7});
+    hold(side, 100);
+  }
+  const int64_t host_done_ns = trace::now_ns();  // the host queued it all at once
+  const std::vector<trace::ThreadEvents> lanes = trace::stop();
+  const auto lane = std::find_if(lanes.begin(), lanes.end(), [](const auto& l) { return l.name == "cuda:0 side"; });
+  REQUIRE(lane != lanes.end());
+  REQUIRE(lane->events.size() == 1);
+  const trace::Event& e = lane->events[0];
+  CHECK(e.name == "held");
+  CHECK(e.args.at(0).key == "seq");
+  CHECK(e.args.at(0).json == "7");
+  // The device ran it for the 100 ms hold, long after the host had queued it.
+  CHECK(e.end_ns - e.begin_ns >= 90'000'000);
+  CHECK(host_done_ns - queued_ns < 50'000'000);
+  CHECK(e.begin_ns >= queued_ns - 1'000'000);
+  CHECK(e.end_ns > host_done_ns);
 }
 
 TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocking copies", "[gpu]") {

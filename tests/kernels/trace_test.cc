@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -195,6 +196,39 @@ TEST_CASE("threads name their lanes; the name holds for later runs", "[trace]") 
   std::sort(names.begin(), names.end());
   CHECK(names[0] == "comm test");
   CHECK(names[1].starts_with("thread "));
+}
+
+TEST_CASE("lanes take finished events with their own times; stop hooks record there first", "[trace]") {
+  trace::Event early{.name = "dropped", .category = Category::kCollective, .begin_ns = 1, .end_ns = 2};
+  trace::record_event("cuda:0 test lane", early);  // no run: dropped
+  static std::atomic<int> hook_calls{0};
+  static std::atomic<bool> hook_records{false};
+  trace::add_stop_hook([] {
+    ++hook_calls;
+    if (hook_records) {
+      trace::record_event("cuda:0 test lane",
+                          {.name = "from the hook", .category = Category::kCollective, .begin_ns = 30, .end_ns = 40});
+    }
+  });
+  hook_records = true;
+  trace::start(trace::bit(Category::kCollective));
+  const int calls = hook_calls;
+  trace::record_event("cuda:0 test lane",
+                      {.name = "all_gather", .category = Category::kCollective, .begin_ns = 10, .end_ns = 20});
+  trace::record_event("cuda:0 test lane", {.name = "kernel", .category = Category::kKernel, .begin_ns = 1});
+  std::vector<trace::ThreadEvents> lanes = trace::stop();
+  hook_records = false;
+  CHECK(hook_calls == calls + 1);
+  REQUIRE(lanes.size() == 1);
+  CHECK(lanes[0].name == "cuda:0 test lane");
+  REQUIRE(lanes[0].events.size() == 2);  // the kernel category was not recording
+  CHECK(lanes[0].events[0].name == "all_gather");
+  CHECK(lanes[0].events[0].begin_ns == 10);
+  CHECK(lanes[0].events[0].end_ns == 20);
+  CHECK(lanes[0].events[0].parent == -1);
+  CHECK(lanes[0].events[1].name == "from the hook");
+  trace::start();
+  CHECK(trace::stop().empty());  // a new run starts the lane afresh
 }
 
 TEST_CASE("CommPhase labels the thread while issue spans record, and nests", "[trace]") {
