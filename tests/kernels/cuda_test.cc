@@ -1,7 +1,8 @@
 // CUDA side of the local tensor: streams and events, the caching allocator (reuse, no
 // cudaMalloc once warm, record_stream, the out-of-memory message), fill and cast kernels,
-// host/device copies, strided and broadcasting device copies, device-timed trace spans. Cases tagged [gpu] need a GPU;
-// the untagged cases check what a CPU-only machine answers (no device, and clear errors instead of crashes).
+// host/device copies, strided and broadcasting device copies, device-timed trace spans.
+// Cases tagged [gpu] need a GPU; the untagged cases check what a CPU-only machine answers
+// (no device, and clear errors instead of crashes).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -49,8 +49,8 @@ Tensor batch_ids() {
 double step(Transformer& model, optim::AdamW& opt, const DeviceMesh& mesh, const Tensor& ids) {
   const Tensor on_device = ids.to(mesh.device());
   const DTensor x = distribute_tensor(on_device.narrow(1, 0, kSeq).contiguous(), mesh, {Shard(0)});
-  const DTensor y = reshape(distribute_tensor(on_device.narrow(1, 1, kSeq).contiguous(), mesh, {Shard(0)}),
-                            {kBatch * kSeq});
+  const DTensor y =
+      reshape(distribute_tensor(on_device.narrow(1, 1, kSeq).contiguous(), mesh, {Shard(0)}), {kBatch * kSeq});
   opt.zero_grad();
   const DTensor loss = cross_entropy(reshape(model(x), {kBatch * kSeq, kVocab}), y);
   loss.backward();
