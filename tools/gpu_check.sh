@@ -2,7 +2,9 @@
 # The one-command GPU check: on a machine with a GPU, builds everything, runs every test
 # tagged gpu (Catch2 cases tagged [gpu], against the CPU kernels), then the GPU benchmarks
 # (tools/bench/gpu_bench: memory-bound kernels against a device copy, matmul against
-# cuBLASLt's best algorithm, attention, a training step), and prints a summary: the GPU,
+# cuBLASLt's best algorithm, attention, a training step), the train program under fsdp on
+# this GPU at dim 2048, 16 layers, seq 2048, bf16 (tokens/s and MFU; PyTorch's fully_shard on
+# the same model beside it when torch is importable), and prints a summary: the GPU,
 # the build, test and benchmark times, every benchmark figure, and "N passed, N failed"
 # over the gpu tests and the benchmark's checks. Exits non-zero when there is no GPU, the
 # build fails, a test fails or a benchmark row is WRONG. Budget: under 5 minutes on one
@@ -59,11 +61,38 @@ if ((bench)); then
     echo "gpu_check: gpu_bench failed or printed WRONG rows (log: $bench_log)" >&2
   fi
 fi
+# The train program on this GPU at a model sized for it, and PyTorch's fully_shard on the same
+# model when torch is importable here (tools/bench/train_gpu_peer.py).
+train_model=(--dim 2048 --layers 16 --heads 16 --seq-len 2048 --batch-size 8)
+train_log=/tmp/gpu_check_train.log peer_log=/tmp/gpu_check_peer.log
+: >"$train_log"
+: >"$peer_log"
+if ((bench)); then
+  if bazel-bin/tools/train/train --device cuda --parallel fsdp --arch gpt --mixed-precision "${train_model[@]}" \
+    --steps 12 --warmup 2 --log-every 4 --eval-every 0 --out /tmp/gpu_check_train >"$train_log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "gpu_check: train --device cuda failed (log: $train_log)" >&2
+  fi
+  if python3 -c 'import torch' 2>/dev/null; then
+    python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/train_gpu_peer.py --dim 2048 \
+      --layers 16 --heads 16 --seq 2048 --batch 8 --vocab 256 --steps 10 --warmup 2 >"$peer_log" 2>&1
+  else
+    echo "torch missing: no PyTorch peer on this machine" >"$peer_log"
+  fi
+fi
 benched=$(date +%s)
 
 echo "gpu_check summary"
 echo "  gpu:    $gpu"
 echo "  build:  $((built - start)) s; gpu tests: $((tested - built)) s; benchmarks: $((benched - tested)) s"
 [[ -s $bench_log ]] && sed 's/^/  /' "$bench_log"
+if [[ -s $train_log ]]; then
+  echo "  train --device cuda --parallel fsdp --arch gpt --mixed-precision ${train_model[*]}:"
+  grep -E '^(device|mfu|model|step) ' "$train_log" | sed 's/^/    /'
+  sed -n '/^rank /,/^$/p' "$train_log" | sed 's/^/    /'
+  echo "  PyTorch: $(grep -E '^torch' "$peer_log" | tail -1)"
+fi
 echo "$passed passed, $failed failed"
 ((failed == 0))
