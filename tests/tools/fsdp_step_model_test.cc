@@ -30,7 +30,8 @@ TEST_CASE("the step model counts parameters and each rank's collective bytes", "
   CHECK(p.reduce_scatter_bytes == 4 * (2 * block + root));    // float32 gradients
   // Compute: per block 2 FLOPs per parameter and token plus 4 T d, backward twice that; the
   // tied output projection 2 V d per token, backward twice.
-  const double tokens = 16, block_fwd = 2.0 * block * tokens + 4.0 * 16 * 64 * tokens, out_fwd = 2.0 * 100 * 64 * tokens;
+  const double tokens = 16, block_fwd = 2.0 * block * tokens + 4.0 * 16 * 64 * tokens,
+               out_fwd = 2.0 * 100 * 64 * tokens;
   CHECK(p.compute_s == Approx((2 * 3 * block_fwd + 3 * out_fwd) / 1e12));
   CHECK(p.optimizer_s == Approx(28.0 * p.parameters / 8 / 1e12));
 }
@@ -63,15 +64,18 @@ TEST_CASE("one GPU moves nothing; bad input names the field", "[bench]") {
   CHECK(one.exposed_s == 0);
   PlanModel none = kSmall;
   none.layers = 0;
-  CHECK_THROWS_MATCHES(plan_fsdp_step(none, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 1},
-                                      network(8, 0, 1)),
-                       ValueError, MessageContains("layers 0"));
-  CHECK_THROWS_MATCHES(plan_fsdp_step(kSmall, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 2},
-                                      network(8, 0, 1)),
-                       ValueError, MessageContains("compute efficiency 2"));
-  CHECK_THROWS_MATCHES(plan_fsdp_step(kSmall, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 1},
-                                      CostModel("empty", "nccl")),
-                       ValueError, MessageContains("has no all_gather fit"));
+  CHECK_THROWS_MATCHES(
+      plan_fsdp_step(none, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 1},
+                     network(8, 0, 1)),
+      ValueError, MessageContains("layers 0"));
+  CHECK_THROWS_MATCHES(
+      plan_fsdp_step(kSmall, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 2},
+                     network(8, 0, 1)),
+      ValueError, MessageContains("compute efficiency 2"));
+  CHECK_THROWS_MATCHES(
+      plan_fsdp_step(kSmall, {.gpus = 8, .peak_tflops = 1, .hbm_bytes_per_s = 1, .compute_efficiency = 1},
+                     CostModel("empty", "nccl")),
+      ValueError, MessageContains("has no all_gather fit"));
 }
 
 }  // namespace

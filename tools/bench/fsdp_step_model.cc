@@ -34,7 +34,8 @@ StepPlan plan_fsdp_step(const PlanModel& m, const PlanCluster& c, const CostMode
   const double root_ag = time_of(CollectiveKind::kAllGather, 2 * root_params);
   const double root_rs = time_of(CollectiveKind::kReduceScatter, 4 * root_params);
 
-  const double block_fwd = (2 * static_cast<double>(block_params) * tokens + 4 * static_cast<double>(m.seq_len) * d * tokens) / flop_s;
+  const double block_fwd =
+      (2 * static_cast<double>(block_params) * tokens + 4 * static_cast<double>(m.seq_len) * d * tokens) / flop_s;
   const double block_bwd = 2 * block_fwd;
   const double output_fwd = 2 * static_cast<double>(m.vocab) * d * tokens / flop_s;  // the tied projection
   const double output_bwd = 2 * output_fwd;

@@ -64,14 +64,15 @@ int run_main(int argc, char** argv) {
       {"8B class: dim 4096, 32 layers, vocab 128256, seq 8192, batch 1/GPU",
        {.layers = 32, .dim = 4096, .vocab = 128256, .seq_len = 8192, .batch_per_gpu = 1}},
   };
-  fmt::print("FSDP (ZeRO-3, bf16 parameters, float32 reduce-scatter, prefetch one group ahead), compute at {:.0f}% "
-             "of 989 TFLOP/s\n",
-             100 * efficiency);
+  fmt::print(
+      "FSDP (ZeRO-3, bf16 parameters, float32 reduce-scatter, prefetch one group ahead), compute at {:.0f}% "
+      "of 989 TFLOP/s\n",
+      100 * efficiency);
   for (const Model& model : models) {
     fmt::print("\n{}\n", model.name);
     fmt::print("{:<28} | {:>7} | {:>7} | {:>7} | {:>9} | {:>9} | {:>9} | {:>9} | {:>9} | {:>12} | {:>5} | {:>6}\n",
-               "cluster", "params", "AG GiB", "RS GiB", "compute", "AG", "RS", "exposed", "step", "tokens/s/GPU",
-               "MFU", "hidden");
+               "cluster", "params", "AG GiB", "RS GiB", "compute", "AG", "RS", "exposed", "step", "tokens/s/GPU", "MFU",
+               "hidden");
     for (const Cluster& cluster : clusters) {
       const StepPlan p = plan_fsdp_step(
           model.shape,
