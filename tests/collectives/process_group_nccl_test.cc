@@ -22,6 +22,7 @@
 #include "kernels/fill.h"
 #include "tests/collectives/collective_sweep.h"
 #include "tests/collectives/rank_data.h"
+#include "tests/testing/hold_stream.h"
 #include "tests/testing/multi_rank.h"
 
 namespace dtr {
@@ -95,18 +96,6 @@ void coalesced_on(int world) {
     CHECK_THROWS_AS(pg->all_reduce(cpu), TypeError);
     CHECK_THROWS_WITH(pg->all_reduce(cpu), Catch::Contains("nccl backend") && Catch::Contains("CUDA"));
   });
-}
-
-// Holds `stream` for `ms` milliseconds from the host: work queued after it waits.
-void hold(const cuda::Stream& stream, int ms) {
-  auto* wait = new int(ms);
-  REQUIRE(cudaLaunchHostFunc(
-              stream.handle(),
-              [](void* arg) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(arg)));
-                delete static_cast<int*>(arg);
-              },
-              wait) == cudaSuccess);
 }
 
 TEST_CASE("nccl: wait() orders the compute stream without blocking the host; buffers outlive their tensors",

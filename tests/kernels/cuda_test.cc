@@ -17,12 +17,14 @@
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
 #include "kernels/trace.h"
+#include "tests/testing/hold_stream.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {
 namespace {
 
 using testing::check_equal;
+using testing::hold;
 using testing::to_f64;
 
 TEST_CASE("without a GPU, CUDA tensors raise a clear error", "[cuda]") {
@@ -50,18 +52,6 @@ TEST_CASE("without a GPU, pin_memory raises a clear error and nothing is pinned"
                        testing::MessageContains("pin_memory: device cuda:0 does not exist (0 CUDA devices visible)"));
   CHECK_THROWS_MATCHES(pinned_host_allocator(0), ValueError,
                        testing::MessageContains("pin_memory: device cuda:0 does not exist"));
-}
-
-// Holds `stream` for `ms` milliseconds from the host: work queued after it waits.
-void hold(const cuda::Stream& stream, int ms) {
-  auto* wait = new int(ms);
-  REQUIRE(cudaLaunchHostFunc(
-              stream.handle(),
-              [](void* arg) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(arg)));
-                delete static_cast<int*>(arg);
-              },
-              wait) == cudaSuccess);
 }
 
 TEST_CASE("streams: the compute stream is current unless a guard says otherwise; events order them", "[gpu]") {

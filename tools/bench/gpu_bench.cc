@@ -43,6 +43,7 @@
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "tools/tool_main.h"
+#include "tools/train/mfu.h"
 
 namespace dtr::bench {
 namespace {
@@ -313,12 +314,11 @@ void train_table(int steps, double bf16_peak) {
     for (int i = 0; i < steps; ++i) loss = step().item();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     const double params = static_cast<double>(model.num_parameters());
-    // Model FLOPs per token: 6 per parameter (forward and backward) plus attention's
-    // 12 * layers * dim * seq (PaLM's appendix B), halved for the causal mask.
-    const double flops_per_token = 6 * params + 6.0 * layers * dim * seq;
+    // MFU as the train program reports it (tools/train/mfu.h: 6N + 12 L d T per token).
+    const double flops_per_token = train::model_flops_per_token(model.num_parameters(), layers, dim, seq);
     const double tokens_per_s = batch * seq / (ms / 1e3);
     fmt::print("{:<10} | {:>9.1f}M | {:>9.1f} | {:>10.0f} | {:>8.3f} | {:>10.4f}\n", dtype_name(dtype), params / 1e6,
-               ms, tokens_per_s, tokens_per_s * flops_per_token / (bf16_peak * 1e12), loss);
+               ms, tokens_per_s, train::mfu(tokens_per_s, flops_per_token, bf16_peak), loss);
   }
 }
 
