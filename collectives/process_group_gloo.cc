@@ -211,7 +211,10 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
       error = std::current_exception();
     }
   }
-  if (!error) return item.second.finish();
+  if (!error) {
+    item.second.finish();
+    return;
+  }
   // Closing every connection (the ring's abandon) makes the peers' collectives fail now
   // rather than at their timeout (NCCL's abort, for Gloo), so they too report before the
   // diagnosis ends.

@@ -92,8 +92,6 @@ struct ProcessGroupNCCL::Impl {
                                        group.rank(), group.name(), ncclGetErrorString(result), last));
   }
   void launch(const Collective& c);
-  // Exits the process when a collective that failed had been waited on the device.
-  void exit_if_consumed(const DistributedError& error) const;
   void abort_all(DistributedErrorKind kind, const std::string& reason);
   void watch();
 };
@@ -171,23 +169,13 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   }
 }
 
-// A stream that waited for a collective went on without the host: kernels may already have
-// read its (now garbage) output, and a later host read would see it as a result. Nothing can
-// report the error to that computation, so the process stops with it, as PyTorch's NCCL
-// watchdog does (TORCH_NCCL_ASYNC_ERROR_HANDLING), before the abort lets those kernels run.
-void ProcessGroupNCCL::Impl::exit_if_consumed(const DistributedError& error) const {
-  const bool consumed =
-      std::any_of(pending.begin(), pending.end(), [](const Pending& p) { return p.work.waited_on_device(); });
-  if (!consumed) return;
-  fmt::print(stderr,
-             "dtr: {}\ndtr: rank {} of group '{}' exits: the collective's result was already in use on cuda:{}\n",
-             error.what(), group.rank(), group.name(), device);
-  std::fflush(stderr);
-  std::_Exit(1);
-}
-
-// Fails every pending Work, exits if one was already consumed on the device, and aborts the
-// communicator (once). Called with mutex held.
+// Fails every pending Work and aborts the communicator (once). Called with mutex held.
+// A stream that waited for a failed collective went on without the host: kernels may
+// already have read its (now garbage) output, and a later host read would see it as a
+// result. Nothing can report the error to that computation, so the process stops with it,
+// as PyTorch's NCCL watchdog does (TORCH_NCCL_ASYNC_ERROR_HANDLING), before the abort lets
+// those kernels run. Work::finish says whether the stream waited, in one step with wait()'s
+// own check, so every failed collective is either rethrown to its waiter or ends the process.
 void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::string& reason) {
   std::vector<DistributedError> errors;
   for (const Pending& p : pending) {
@@ -197,12 +185,19 @@ void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::str
         kind, fmt::format("{} failed after {} ms ({}): {}; {}", p.c.description, ms, distributed_error_kind_name(kind),
                           errors.empty() ? group.diagnose_failure(p.c.seq) : "an earlier collective failed", reason));
   }
-  if (!errors.empty()) exit_if_consumed(errors.front());
+  bool consumed = false;
+  for (size_t i = 0; i < pending.size(); ++i) consumed |= pending[i].work.finish(std::make_exception_ptr(errors[i]));
+  if (consumed) {
+    fmt::print(stderr,
+               "dtr: {}\ndtr: rank {} of group '{}' exits: the collective's result was already in use on cuda:{}\n",
+               errors.front().what(), group.rank(), group.name(), device);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   if (!aborted && comm != nullptr) {
     ncclCommAbort(comm);
     aborted = true;
   }
-  for (size_t i = 0; i < pending.size(); ++i) pending[i].work.finish(std::make_exception_ptr(errors[i]));
   if (!errors.empty()) broken = errors.front();
   pending.clear();
   if (!broken) broken = DistributedError(kind, reason);

@@ -86,14 +86,17 @@ std::exception_ptr Work::exception() const {
   return state_->error;
 }
 
-void Work::finish(std::exception_ptr error) const {
+bool Work::finish(std::exception_ptr error) const {
+  bool consumed = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     DTR_INTERNAL_ASSERT(!state_->done, "{} finished twice", state_->description);
     state_->done = true;
     state_->error = std::move(error);
+    consumed = state_->waited_on_device;
   }
   state_->done_cv.notify_all();
+  return consumed;
 }
 
 }  // namespace dtr

@@ -57,7 +57,9 @@ class Work {
   const std::string& description() const { return state_->description; }
 
   // For backends: marks the collective finished (with its error, if any) and wakes waiters.
-  void finish(std::exception_ptr error = nullptr) const;
+  // Returns waited_on_device() as it stood at that moment (one step with wait()'s check, so
+  // a failed collective is either rethrown by wait() or reported consumed here).
+  bool finish(std::exception_ptr error = nullptr) const;
 
  private:
   struct State {

@@ -60,9 +60,11 @@ double step(Transformer& model, optim::AdamW& opt, const DeviceMesh& mesh, const
 
 TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered parameters and prefetches behind compute",
           "[nn][fully_shard][gpu][multi_gpu]") {
-  INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
-  REQUIRE(cuda::device_count() >= 2);
+  // CUDA is first touched in the ranks: a process that initialised it cannot fork ranks
+  // that use it.
   testing::run_ranks(2, [](int rank, int) {
+    INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
+    REQUIRE(cuda::device_count() >= 2);
     const Tensor ids = batch_ids();
     // The reference: the same model unsharded on this rank's CPU, the whole batch.
     std::vector<double> reference;
