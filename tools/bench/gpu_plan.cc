@@ -4,13 +4,11 @@
 // at an assumed share of the bf16 peak, how much of the collectives prefetch one group
 // ahead hides (tools/bench/fsdp_step_model.h), the step time, tokens/s per GPU and MFU.
 //
-//   bazel run //tools/bench:gpu_plan [-- --compute-efficiency 0.5]
+//   bazel run //tools/bench:gpu_plan [-- --compute-efficiency 0.4]
 //
-// Bus bandwidths (nccl-tests' busbw, large messages): 8 H200 SXM on NVLink 4 / NVSwitch:
-// 360 GB/s for all_gather and reduce_scatter (NCCL's expected H100/H200 figure, NVIDIA's
-// answer in nccl-tests issue 326); 64 H200 (8 nodes, 8 x 400 Gb/s InfiniBand NDR each, rail
-// optimised): 200 GB/s (what 32 such nodes measured in NVIDIA/nccl issue 1218). Latencies:
-// 15 us in a node, 60 us across 8. busbw = algbw (n - 1) / n, so beta = busbw n / (n - 1).
+// Each cluster is one bus bandwidth (nccl-tests' busbw, large messages) and one latency for
+// all_gather and reduce_scatter; where the figures come from: docs/gpu_scaling.md.
+// busbw = algbw (n - 1) / n, so the cost model's beta = busbw n / (n - 1).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
