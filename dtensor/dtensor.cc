@@ -17,13 +17,14 @@ std::string describe_placements_on(const DeviceMesh& mesh, const Placements& pla
 // Every mesh rank's `values` (all of one length), in row-major mesh order: one small
 // all_gather per mesh dim, innermost first.
 std::vector<std::vector<int64_t>> all_gather_mesh(const DeviceMesh& mesh, const std::vector<int64_t>& values) {
-  Tensor data = Tensor::from_vector(values);
+  Tensor data = Tensor::from_vector(values).to(mesh.device());
   for (int64_t m = mesh.ndim() - 1; m >= 0; --m) {
     ProcessGroup& group = mesh.group(m);
-    Tensor gathered = Tensor::empty({group.size() * data.numel()}, kInt64);
+    Tensor gathered = Tensor::empty({group.size() * data.numel()}, kInt64, data.device());
     group.all_gather_into_tensor(gathered, data).wait();
     data = gathered;
   }
+  data = data.to(kCPU);
   const int64_t* p = data.data_ptr<int64_t>();
   std::vector<std::vector<int64_t>> out;
   for (int64_t r = 0; r < mesh.size(); ++r) {
@@ -157,22 +158,29 @@ std::string DTensor::to_string() const {
                      is_pending() ? "pending" : describe(impl_->local), requires_grad() ? ", requires_grad" : "");
 }
 
-std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements,
-                                            Async async) {
+std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements, Async async,
+                                            std::optional<Device> device) {
   DTR_CHECK(!tensors.empty(), ValueError, "redistribute_coalesced: no tensors given");
   std::vector<DTensorSpec> specs;
   std::vector<Tensor> locals;
+  bool moves = false;  // a local changes device
   for (const DTensor& t : tensors) {
     specs.push_back(t.spec());
     locals.push_back(t.to_local());
+    moves = moves || (device && locals.back().device() != *device);
+    DTR_CHECK(!device || locals.back().device() == locals.front().device(), ValueError,
+              "redistribute_coalesced: to {} on {}: sources on {} and {}; moving to a device needs the sources on "
+              "one device",
+              placements_str(placements), *device, locals.front().device(), locals.back().device());
   }
+  const Device home = locals.front().device();
   RedistributePlan plan = plan_redistribute_coalesced(specs, placements);
   std::vector<DTensor> out;
-  if (plan.steps().empty()) {
+  if (plan.steps().empty() && !moves) {
     for (const DTensor& t : tensors) out.push_back(t);
     return out;
   }
-  auto pending = std::make_shared<PendingRedistribute>(std::move(plan), std::move(locals));
+  auto pending = std::make_shared<PendingRedistribute>(std::move(plan), std::move(locals), device);
   if (async == Async::kNo) pending->wait();
   for (size_t i = 0; i < specs.size(); ++i) {
     DTensorSpec target = specs[i].with_placements(placements);
@@ -198,12 +206,13 @@ std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, co
       p = Replicate();
     }
   }
-  record("redistribute", tensors, out, [back](const std::vector<DTensor>& grads) {
+  const std::optional<Device> back_to = device ? std::optional(home) : std::nullopt;
+  record("redistribute", tensors, out, [back, back_to](const std::vector<DTensor>& grads) {
     std::vector<DTensor> moved;
     bool same = true;
     for (const DTensor& g : grads) same = same && g.placements() == grads.front().placements();
-    if (same) return redistribute_coalesced(grads, back);
-    for (const DTensor& g : grads) moved.push_back(g.redistribute(back));
+    if (same) return redistribute_coalesced(grads, back, Async::kNo, back_to);
+    for (const DTensor& g : grads) moved.push_back(redistribute_coalesced({&g, 1}, back, Async::kNo, back_to).front());
     return moved;
   });
   return out;
@@ -221,12 +230,14 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   header[0] = static_cast<int64_t>(full.dtype());
   header[1] = full.dim();
   std::copy(full.shape().begin(), full.shape().end(), header.begin() + 2);
-  // Collectives take no bool: a bool tensor is broadcast as int32 0/1.
-  Tensor data = (full.dtype() == kBool ? full.to(kInt32) : full).contiguous().clone();
+  // Collectives take no bool: a bool tensor is broadcast as int32 0/1. The result lives on
+  // the mesh's device, as in PyTorch.
+  Tensor data = (full.dtype() == kBool ? full.to(kInt32) : full).contiguous().clone().to(mesh.device());
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (mesh.size(m) == 1) continue;
-    Tensor source = Tensor::from_vector(header);
+    Tensor source = Tensor::from_vector(header).to(mesh.device());
     mesh.group(m).broadcast(source, 0).wait();
+    source = source.to(kCPU);
     const int64_t* s = source.data_ptr<int64_t>();
     DTR_CHECK(std::equal(header.begin(), header.end(), s), ValueError,
               "distribute_tensor: rank {} passed {} but the source rank (coordinate 0 of {}) passed {}{}; every rank "

@@ -97,7 +97,8 @@ class DTensor {
  private:
   friend class Node;
   friend struct AutogradAccess;
-  friend std::vector<DTensor> redistribute_coalesced(std::span<const DTensor>, const Placements&, Async);
+  friend std::vector<DTensor> redistribute_coalesced(std::span<const DTensor>, const Placements&, Async,
+                                                     std::optional<Device>);
   explicit DTensor(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   Impl& impl() const;
 
@@ -121,7 +122,9 @@ DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements
 // Redistributes several DTensors making the same move (same mesh and source placements)
 // with one collective per plan step for all of them (FSDP's parameter all-gather).
 // Differentiable like redistribute; the backward of a coalesced move is coalesced too.
+// `device` puts the results' locals there (FSDP's CPU offload: reduced gradients go to the
+// host); the sources must then share one device, to which the backward's gradients go.
 std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements,
-                                            Async async = Async::kNo);
+                                            Async async = Async::kNo, std::optional<Device> device = std::nullopt);
 
 }  // namespace dtr

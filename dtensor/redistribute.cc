@@ -178,14 +178,20 @@ struct PendingRedistribute::InFlight {
   std::vector<Exchange> exchanges;
 };
 
-PendingRedistribute::PendingRedistribute(RedistributePlan plan, std::vector<Tensor> locals)
+PendingRedistribute::PendingRedistribute(RedistributePlan plan, std::vector<Tensor> locals,
+                                         std::optional<Device> device)
     : plan_(std::move(plan)), locals_(std::move(locals)) {
   DTR_INTERNAL_ASSERT(locals_.size() == plan_.sources().size(), "{} locals for {} sources", locals_.size(),
                       plan_.sources().size());
-  // Collectives move no bool: bool tensors (masks) travel as int32 0/1 and turn back in wait().
+  for (const Tensor& local : locals_) homes_.push_back(device.value_or(local.device()));
+  // Collectives move no bool: bool tensors (masks) travel as int32 0/1 and turn back in
+  // wait(); they move tensors on the mesh's device, where other locals are copied (queued
+  // only, from pinned memory) and from where wait() copies the results home.
   if (plan_.num_collectives() > 0) {
+    const Device on = plan_.mesh().device();
     for (Tensor& local : locals_) {
       if (local.dtype() == kBool) local = local.to(kInt32);
+      if (local.device() != on) local = local.to(on, /*non_blocking=*/local.is_pinned());
     }
   }
   advance();
@@ -283,6 +289,7 @@ const std::vector<Tensor>& PendingRedistribute::wait() {
   }
   for (size_t i = 0; i < locals_.size(); ++i) {
     if (locals_[i].dtype() != plan_.sources()[i].dtype()) locals_[i] = locals_[i].to(plan_.sources()[i].dtype());
+    locals_[i] = locals_[i].to(homes_[i]);
   }
   return locals_;
 }

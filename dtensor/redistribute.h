@@ -4,13 +4,16 @@
 // Each step works on the group of its mesh dims (flattened into one for a merged step)
 // holding this rank. Uneven shards are padded to chunk_capacity before a collective and
 // trimmed after it (the plan's byte counts assume it). Local results are fresh contiguous tensors: a redistribute never
-// writes into or aliases its inputs. Bool tensors (masks) move as int32. With Async::kYes
+// writes into or aliases its inputs. Bool tensors (masks) move as int32. Collectives run on
+// the mesh's device: a local elsewhere (a CPU-offloaded shard under a CUDA mesh) is copied
+// there for them and its result copied back to its own device. With Async::kYes
 // the first step's collective is issued at once and the rest run when the result is first
 // needed, on the calling thread, so every rank issues its collectives in program order.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "collectives/work.h"
@@ -25,8 +28,9 @@ enum class Async : uint8_t { kNo, kYes };
 // once wait() returns.
 class PendingRedistribute {
  public:
-  // Issues the plan's first communicating step (and any local steps before it).
-  PendingRedistribute(RedistributePlan plan, std::vector<Tensor> locals);
+  // Issues the plan's first communicating step (and any local steps before it). The
+  // results go to `device` (default: each local's own).
+  PendingRedistribute(RedistributePlan plan, std::vector<Tensor> locals, std::optional<Device> device = std::nullopt);
   ~PendingRedistribute();
   PendingRedistribute(const PendingRedistribute&) = delete;
   PendingRedistribute& operator=(const PendingRedistribute&) = delete;
@@ -42,6 +46,7 @@ class PendingRedistribute {
 
   RedistributePlan plan_;
   std::vector<Tensor> locals_;
+  std::vector<Device> homes_;  // each result's device
   size_t next_step_ = 0;
   std::unique_ptr<InFlight> in_flight_;
 };

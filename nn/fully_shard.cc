@@ -29,22 +29,23 @@ void wait_for_reduction() {
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
 // This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
-// that owns its memory on the mesh's device (the full tensor can be freed; FSDP2 moves a
-// module built on the CPU to the mesh's device the same way).
-DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements) {
+// that owns its memory on `device` (the full tensor can be freed; FSDP2 moves a module
+// built on the CPU to the mesh's device the same way).
+DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
   const Tensor block = block_of(full.to_local(), spec.local_box());
-  Tensor local = Tensor::empty(block.shape(), block.dtype(), mesh.device());
+  Tensor local = Tensor::empty(block.shape(), block.dtype(), device);
   local.copy_(block);
   DTensor sharded(std::move(local), std::move(spec));
   sharded.requires_grad_(full.requires_grad());
   return sharded;
 }
 
-// tensors[i] moved to targets[i], one coalesced redistribute per distinct (source, target)
-// pair of placements, in order of first appearance (the same on every rank).
+// tensors[i] moved to targets[i] (their locals to `device` when given), one coalesced
+// redistribute per distinct (source, target) pair of placements, in order of first
+// appearance (the same on every rank).
 std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const std::vector<Placements>& targets,
-                                    Async async = Async::kNo) {
+                                    Async async = Async::kNo, std::optional<Device> device = std::nullopt) {
   std::vector<DTensor> out(tensors.size());
   std::vector<bool> done(tensors.size(), false);
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -58,7 +59,7 @@ std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const s
         done[j] = true;
       }
     }
-    std::vector<DTensor> moved = redistribute_coalesced(batch, targets[i], async);
+    std::vector<DTensor> moved = redistribute_coalesced(batch, targets[i], async, device);
     for (size_t k = 0; k < same.size(); ++k) out[same[k]] = std::move(moved[k]);
   }
   return out;
@@ -88,7 +89,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     : module_(module),
       mesh_(mesh),
       mp_(options.mp_policy),
-
+      offload_(options.offload_policy),
       reduce_state_(std::make_shared<ReduceState>()) {
   DTR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2, ValueError,
             "fully_shard: {} on {}: the mesh must be 1-D (FSDP) or 2-D (HSDP: replicate over dim 0, shard over "
@@ -155,7 +156,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     names_.push_back(name);
   }
   for (const std::shared_ptr<Param>& p : params_) {
-    p->sharded = shard_parameter(p->gathered, mesh, p->placements);
+    p->sharded = to_shard_device(shard_parameter(p->gathered, mesh, p->placements, offload_ ? kCPU : mesh.device()));
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
@@ -187,10 +188,23 @@ std::vector<DTensor> FSDPModule::shards_to_gather() const {
   std::vector<DTensor> out;
   const NoGradGuard no_grad;  // the link (link_to_leaves) is recorded apart
   for (const std::shared_ptr<Param>& p : params_) {
+    const Tensor& local = p->sharded.to_local();
+    DTensor shard = local.device() == mesh_.device()
+                        ? p->sharded
+                        : DTensor(local.to(mesh_.device(), /*non_blocking=*/local.is_pinned()), p->sharded.spec());
     const std::optional<DType> cast = mp_.param_dtype;
-    out.push_back(cast && is_floating(p->sharded.dtype()) && *cast != p->sharded.dtype() ? to(p->sharded, *cast)
-                                                                                         : p->sharded);
+    out.push_back(cast && is_floating(shard.dtype()) && *cast != shard.dtype() ? to(shard, *cast) : shard);
   }
+  return out;
+}
+
+DTensor FSDPModule::to_shard_device(const DTensor& leaf) const {
+  const Tensor& local = leaf.to_local();
+  Tensor moved = local.to(offload_ ? Device(kCPU) : mesh_.device());
+  if (offload_ && offload_->pin_memory && mesh_.device().is_cuda()) moved = moved.pin_memory(mesh_.device().index);
+  if (moved.storage().is_same(local.storage())) return leaf;
+  DTensor out(std::move(moved), leaf.spec());
+  out.requires_grad_(leaf.requires_grad());
   return out;
 }
 
@@ -204,15 +218,16 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
     placements.push_back(p->placements);
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
+  const Device leaf_device = sharded.front().to_local().device();
   std::shared_ptr<ReduceState> reduce = reduce_state_;
   auto link = std::make_shared<Link>();
   const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, reduce, link, alive, owner = trace_name_,
+         [reduce_dtype, dtypes, placements, leaf_device, reduce, link, alive, owner = trace_name_,
           this](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
-           // all-reduce over the replicate dim), then the leaves' dtype. Every gradient is made
+           // all-reduce over the replicate dim), then the leaves' dtype and device. Every gradient is made
            // Partial over every mesh dim first (a local move for a Replicate one, such as the
            // zeros of a parameter unused on this rank), so the group's collectives are the same
            // on every rank, whatever this rank's loss reached.
@@ -241,13 +256,13 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], spec.mesh().device()), spec);
+               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], leaf_device), spec);
              }
              return zeros;
            }
            reduce->grads.clear();
            wait_for_reduction();
-           std::vector<DTensor> out = move_coalesced(g, placements, Async::kYes);
+           std::vector<DTensor> out = move_coalesced(g, placements, Async::kYes, leaf_device);
            bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
              if (out[i].dtype() != dtypes[i]) {
@@ -315,7 +330,7 @@ void FSDPModule::reshard() {
     // Keep this rank's piece over the k-rank group (copied out: the gathered bytes go).
     for (const std::shared_ptr<Param>& p : params_) {
       post_forward_shards_.push_back(
-          shard_parameter(p->gathered.detach(), *post_forward_mesh_, {Replicate(), Shard(0)}));
+          shard_parameter(p->gathered.detach(), *post_forward_mesh_, {Replicate(), Shard(0)}, mesh_.device()));
     }
   }
   for (const std::shared_ptr<Param>& p : params_) {
@@ -443,7 +458,9 @@ void FSDPModule::adopt_replaced_leaves() {
               "fully_shard: {}'s parameter was replaced by {}; a sharded module takes leaves placed {} on {} "
               "(load_state_dict keeps them so)",
               module_.type_name(), slot.to_string(), placements_str(p->placements), mesh_.to_string());
-    p->sharded = slot;  // load_state_dict or to() replaced the leaf: the group follows
+    // load_state_dict or to() replaced the leaf: the group follows, keeping it on its device.
+    p->sharded = to_shard_device(slot);
+    for (DTensor* s : p->slots) *s = p->sharded;
     replaced = true;
   }
   if (replaced) reset_to_sharded();

@@ -35,6 +35,14 @@
 // Implicit prefetch: each forward records the order in which groups ran; in the next
 // iteration a group's pre-forward issues the next group's all-gather asynchronously before
 // it computes, and a group's pre-backward that of the group which ran before it in forward.
+//
+// CPU offload (offload_policy): the sharded leaves live in host memory (pinned under a
+// CUDA mesh), so the optimizer steps them, and keeps its state, on the CPU. Each all-gather
+// first copies the group's shards to the mesh's device (queued on the compute stream, from
+// pinned memory without staging); each reduce-scatter's result is copied back to the host
+// when the next group's reduction (or the end of backward) waits for it, so the device
+// holds parameters only while gathered. The host writes a shard only in the optimizer
+// step, after backward, whose last copy to the host waited for every copy queued before.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +72,13 @@ struct MixedPrecisionPolicy {
   bool cast_forward_inputs = true;
 };
 
+// PyTorch's CPUOffloadPolicy (see above).
+struct CPUOffloadPolicy {
+  // Page-lock the host shards under a CUDA mesh, so copies to and from the device are
+  // queued without a staging copy (false: pageable memory, staged).
+  bool pin_memory = true;
+};
+
 struct FullyShardOptions {
   // Release the gathered parameters after forward and gather them again for backward
   // (true: ZeRO-3), keep them through backward (false: ZeRO-2), or keep 1/k of them, sharded
@@ -81,6 +96,8 @@ struct FullyShardOptions {
   // HSDP: the name of the mesh dim parameters are sharded over (the other replicates
   // them); empty: the last mesh dim.
   std::string shard_mesh_dim;
+  // Unset: the sharded leaves live on the mesh's device.
+  std::optional<CPUOffloadPolicy> offload_policy;
 };
 
 class FSDPModule;
@@ -168,8 +185,11 @@ class FSDPModule : public ParallelPolicy {
   void adopt_replaced_leaves();
   // Drops every gathered tensor and pending gather: the state after a full backward.
   void reset_to_sharded();
-  // The shards cast to param_dtype, ready for the all-gather (no graph).
+  // The shards on the mesh's device cast to param_dtype, ready for the all-gather (no graph).
   std::vector<DTensor> shards_to_gather() const;
+  // `leaf`'s value as a new leaf where this group keeps its shards (the host under
+  // offload), or `leaf` itself if it is there.
+  DTensor to_shard_device(const DTensor& leaf) const;
   // Records gathered's autograd node: its backward is the reduce-scatter into the leaves.
   void link_to_leaves(std::vector<DTensor>& gathered);
   void use_gathered(bool gathered);
@@ -182,6 +202,7 @@ class FSDPModule : public ParallelPolicy {
   Module& module_;
   DeviceMesh mesh_;
   MixedPrecisionPolicy mp_;
+  std::optional<CPUOffloadPolicy> offload_;
   std::vector<std::string> names_;
   std::vector<std::shared_ptr<Param>> params_;
   std::vector<DTensor> originals_;  // the parameters before sharding, until the first forward

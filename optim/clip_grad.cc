@@ -59,7 +59,10 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
     if (values.empty()) continue;
     Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, kFloat64);
     for (size_t i = 0; i < values.size(); ++i) t.data_ptr<double>()[i] = *values[i];
-    mesh.group(m).all_reduce(t, inf ? ReduceOp::kMax : ReduceOp::kSum).wait();
+    ProcessGroup& group = mesh.group(m);
+    Tensor on_group = t.to(group.device());  // NCCL moves CUDA tensors only
+    group.all_reduce(on_group, inf ? ReduceOp::kMax : ReduceOp::kSum).wait();
+    t = on_group.to(kCPU);
     for (size_t i = 0; i < values.size(); ++i) *values[i] = t.data_ptr<double>()[i];
   }
   double total = 0.0;

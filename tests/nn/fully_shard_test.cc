@@ -3,7 +3,7 @@
 // ranks give the one-rank unsharded losses, clipped norms and weights, also with
 // reshard_after_forward false, explicit prefetch (by hand, and set_prefetch_depth 0 and 2:
 // checked also for the order it issues all-gathers in), gradient accumulation, HSDP on 2x2,
-// Shard(1) matrices and bf16 parameters (within a stated tolerance); every step's
+// Shard(1) matrices, bf16 parameters (within a stated tolerance) and CPU offload; every step's
 // collectives are counted (one all-gather per group in forward, one more per resharded
 // group in backward, one reduce-scatter per group; DDP: one all-reduce per bucket); the
 // gathered parameters are released after each block's forward; a layer with an empty
@@ -48,6 +48,7 @@ enum class Sharding : uint8_t {
   kShardDim1,
   kReshardToPairs,  // reshard_after_forward = 2
   kHsdpByName,      // HSDP sharded over the mesh dim named "shard", mesh dim 0
+  kCpuOffload,      // offload_policy (on a CPU mesh the shards are on the host already)
   kDdp,             // the replicated baseline, one bucket
   kDdpBuckets,      // with small buckets
 };
@@ -81,6 +82,7 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
     if (sharding == Sharding::kKeepGathered) options.reshard_after_forward = false;
     if (sharding == Sharding::kReshardToPairs) options.reshard_after_forward = 2;
     if (sharding == Sharding::kHsdpByName) options.shard_mesh_dim = "shard";
+    if (sharding == Sharding::kCpuOffload) options.offload_policy = CPUOffloadPolicy{};
     if (sharding == Sharding::kMixedPrecision) options.mp_policy = {.param_dtype = kBFloat16, .reduce_dtype = kFloat32};
     if (sharding == Sharding::kShardDim1) {  // matrices on their dim 1; vectors keep Shard(0)
       options.shard_placement_fn = [](const std::string&, const DTensor& p) -> std::optional<Placement> {
@@ -105,6 +107,8 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Accumulation accumulation =
       Placements expected = mesh.ndim() == 1 ? Placements{shard} : Placements{Replicate(), shard};
       if (sharding == Sharding::kHsdpByName) expected = {shard, Replicate()};
       CHECK(p->placements() == expected);
+      // Pinned memory is for copies to a CUDA device: a CPU mesh's host shards are pageable.
+      if (sharding == Sharding::kCpuOffload) CHECK(!p->to_local().is_pinned());
     }
   }
   const DeviceMesh& data_mesh = sharding == Sharding::kNone ? single_rank_mesh() : mesh;
@@ -364,6 +368,19 @@ TEST_CASE("fully_shard and replicate with gradient accumulation without sync tra
     const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
     check_same(train(mesh, Sharding::kFsdp, Accumulation::kTwoMicroBatches), one);
     check_same(train(mesh, Sharding::kDdpBuckets, Accumulation::kTwoMicroBatches), one);
+  });
+}
+
+TEST_CASE("CPU offload trains like one rank, with HSDP and with gradient accumulation", "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    check_same(train(mesh, Sharding::kCpuOffload), train(single_rank_mesh(), Sharding::kNone));
+    check_same(train(mesh, Sharding::kCpuOffload, Accumulation::kTwoMicroBatches),
+               train(single_rank_mesh(), Sharding::kNone, Accumulation::kTwoMicroBatches));
+  });
+  testing::run_ranks(4, [](int, int) {
+    check_same(train(init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"}), Sharding::kCpuOffload),
+               train(single_rank_mesh(), Sharding::kNone));
   });
 }
 

@@ -1,8 +1,8 @@
 // The train program on GPUs, started as users start it: `train --device cuda` on one GPU
-// (--parallel none and fsdp) gives the CPU run's losses, its step line shows MFU and its
-// monitoring table the GPU memory; on two GPUs (multi_gpu), fsdp with NCCL gives two CPU
-// ranks' losses. Tagged gpu (and multi_gpu): a case that finds fewer GPUs than it needs
-// fails, never passes.
+// (--parallel none, fsdp, and fsdp with --cpu-offload) gives the CPU run's losses, its step
+// line shows MFU and its monitoring table the GPU memory; on two GPUs (multi_gpu), fsdp
+// (also offloaded) and ddp with NCCL give two CPU ranks' losses. Tagged gpu (and multi_gpu): a case that finds fewer
+// GPUs than it needs fails, never passes.
 #include <fmt/format.h>
 
 #include <catch2/catch.hpp>
@@ -51,6 +51,11 @@ TEST_CASE("train --device cuda on one GPU gives the CPU run's losses, with MFU a
   CHECK(summary.at("ranks").at(0).at("device_reserved_bytes").get<double>() > 0);
   // bf16 compute with float32 reduction stays within the CPU's mixed-precision bound.
   check_same_losses(train_losses("cuda_mixed", 1, kTinyTrainFlags + " --device cuda --mixed-precision"), cpu, 1e-2);
+  // The shards, gradients and AdamW state on the host, the optimizer stepping there.
+  const testing::TrainRun offload =
+      testing::run_train("cuda_offload", 1, kTinyTrainFlags + " --device cuda --cpu-offload");
+  check_same_losses(testing::losses_in(offload.out / "metrics.jsonl", 1), cpu, kFloat32Tolerance);
+  CHECK(offload.result.output.find("offloaded to the host") != std::string::npos);
 }
 
 TEST_CASE("train --device cuda under fsdp on two GPUs gives two CPU ranks' losses", "[train][gpu][multi_gpu]") {
@@ -59,6 +64,8 @@ TEST_CASE("train --device cuda under fsdp on two GPUs gives two CPU ranks' losse
   check_same_losses(train_losses("cuda2_fsdp", 2, kTinyTrainFlags + " --device cuda --prefetch 1"), cpu,
                     kFloat32Tolerance);
   check_same_losses(train_losses("cuda2_ddp", 2, kTinyTrainFlags + " --device cuda --parallel ddp"), cpu,
+                    kFloat32Tolerance);
+  check_same_losses(train_losses("cuda2_offload", 2, kTinyTrainFlags + " --device cuda --cpu-offload"), cpu,
                     kFloat32Tolerance);
 }
 

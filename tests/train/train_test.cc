@@ -59,6 +59,8 @@ TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]"
                     1e-5);
   // Two micro-batches per step (sync on the second only) and explicit prefetch: the same.
   check_same_losses(train_losses("accum", 2, kTinyTrainFlags + " --grad-accum 2 --prefetch 1"), none, 1e-5);
+  // Shards, gradients and AdamW state on the host (on CPU ranks: where they are anyway).
+  check_same_losses(train_losses("offload", 2, kTinyTrainFlags + " --cpu-offload --grad-accum 2"), none, 1e-5);
   // bf16 parameters and compute round each weight and activation to 8 significant bits (a
   // relative error of up to 2^-9, 0.2%, per value); the loss averages over 192 tokens, and
   // over 10 steps at this size it moved by at most 0.025% (measured), so 1% is the bound.
@@ -110,6 +112,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes a 2-D mesh", 2},
       {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
       {"--reshard-after-forward maybe", "--reshard-after-forward maybe", 0},
+      {"--parallel ddp --cpu-offload", "--cpu-offload: offloading keeps FSDP's shards on the host", 0},
   };
   for (const Case& c : cases) {
     INFO(c.flags);

@@ -162,6 +162,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       options.mp_policy.param_dtype = kBFloat16;
       options.mp_policy.reduce_dtype = kFloat32;
     }
+    if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
     if (c.reshard_after_forward == "false") options.reshard_after_forward = false;
     if (c.reshard_after_forward != "true" && c.reshard_after_forward != "false") {
       options.reshard_after_forward = std::stoi(c.reshard_after_forward);
@@ -289,7 +290,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                       : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
     }
     fmt::print("mesh       {}\n", mesh.to_string());
-    fmt::print("parallel   {}{}\n", c.parallel, c.mixed_precision ? ", bf16 parameters, float32 reduction" : "");
+    fmt::print("parallel   {}{}{}\n", c.parallel, c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
+               c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "");
     fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", c.arch, c.layers,
                c.dim, c.heads, vocab, c.seq_len, n_params);
     fmt::print("placements {}\n", placements_summary(*m.net));

@@ -105,6 +105,10 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Parallelism");
   app.add_flag("--mixed-precision", c.mixed_precision, "bf16 parameters and compute, float32 reduction and state")
       ->group("Parallelism");
+  app.add_flag("--cpu-offload", c.cpu_offload,
+               "fsdp/hsdp: keep the sharded parameters, gradients and AdamW state in host memory (pinned under "
+               "--device cuda) and step the optimizer on the CPU; the device holds parameters only while gathered")
+      ->group("Parallelism");
   app.add_option("--prefetch", c.prefetch,
                  "explicit prefetch depth: each block's forward issues the all-gathers of the next N blocks (and "
                  "backward the previous N); 0: implicit (the last iteration's order)")
@@ -289,6 +293,9 @@ void validate(const TrainConfig& c, int64_t world_size) {
               "--reshard-after-forward {}: a rank count needs --parallel fsdp and must divide the world size {}", raf,
               world_size);
   }
+  DTR_CHECK(!c.cpu_offload || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
+            "--cpu-offload: offloading keeps FSDP's shards on the host; use it with --parallel fsdp or hsdp (got {})",
+            c.parallel);
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
 }
@@ -319,6 +326,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"parallel", c.parallel},
           {"mesh", c.mesh},
           {"mixed_precision", c.mixed_precision},
+          {"cpu_offload", c.cpu_offload},
           {"prefetch", c.prefetch},
           {"reshard_after_forward", c.reshard_after_forward},
           {"threads", c.threads},

@@ -37,6 +37,7 @@ struct TrainConfig {
   // Parallelism.
   std::string parallel = "fsdp", mesh;
   bool mixed_precision = false;
+  bool cpu_offload = false;
   int64_t prefetch = 0;
   std::string reshard_after_forward = "true";
   int64_t threads = 1;
