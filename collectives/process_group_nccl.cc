@@ -77,6 +77,9 @@ struct ProcessGroupNCCL::Impl {
   std::mutex mutex;            // guards comm calls, pending and broken
   std::condition_variable cv;  // a collective was issued, or the group is going
   std::deque<Pending> pending;
+  // Failed collectives, after the abort: their buffers stay until the stream has passed
+  // them (copies queued behind an aborted kernel may still run), then the watchdog drops them.
+  std::deque<Pending> retired;
   std::optional<DistributedError> broken;
   bool stopping = false;
   std::thread watchdog;
@@ -91,12 +94,35 @@ struct ProcessGroupNCCL::Impl {
                            fmt::format("{} failed on cuda:{} (rank {} of group '{}'): {} ({})", call, device,
                                        group.rank(), group.name(), ncclGetErrorString(result), last));
   }
+  // The communicator is non-blocking: a call may return ncclInProgress with its work not
+  // yet on the stream (the first collective between two ranks connects them, and a peer
+  // that never comes would otherwise hold the host, under the mutex, inside NCCL). Waits,
+  // polling NCCL, until the last call has settled; DistributedError(kTimeout) naming `what`
+  // after the group's timeout, kBackend for an error.
+  void settle(const std::string& what);
   void launch(const Collective& c);
   void abort_all(DistributedErrorKind kind, const std::string& reason);
   void watch();
 };
 
 #define DTR_NCCL_CHECK(call) check((call), #call)
+
+void ProcessGroupNCCL::Impl::settle(const std::string& what) {
+  const Clock::time_point deadline = Clock::now() + group.timeout();
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    DTR_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclSuccess) return;
+    check(state, what.c_str());  // an error: throws
+    if (Clock::now() > deadline) {
+      throw DistributedError(DistributedErrorKind::kTimeout,
+                             fmt::format("{} on cuda:{} (rank {} of group '{}'): NCCL did not finish setting it up "
+                                         "within the group's timeout of {} ms (a peer that never joined?)",
+                                         what, device, group.rank(), group.name(), group.timeout().count()));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   const ncclDataType_t type = nccl_type(c.dtype);
@@ -199,6 +225,7 @@ void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::str
     aborted = true;
   }
   if (!errors.empty()) broken = errors.front();
+  for (Pending& p : pending) retired.push_back(std::move(p));
   pending.clear();
   if (!broken) broken = DistributedError(kind, reason);
 }
@@ -207,10 +234,13 @@ void ProcessGroupNCCL::Impl::watch() {
   cudaSetDevice(device);  // were the device broken, the event queries below would say so
   std::unique_lock<std::mutex> lock(mutex);
   while (true) {
-    if (pending.empty()) {  // sleep until a collective is issued (or the group goes)
+    std::erase_if(retired, [](const Pending& p) { return cudaEventQuery(p.done->handle()) != cudaErrorNotReady; });
+    if (pending.empty()) {
       if (stopping) return;
-      cv.wait(lock, [&] { return stopping || !pending.empty(); });
-      continue;
+      if (retired.empty()) {  // sleep until a collective is issued (or the group goes)
+        cv.wait(lock, [&] { return stopping || !pending.empty(); });
+        continue;
+      }
     }
     cv.wait_for(lock, kWatchdogPeriod);
     if (pending.empty()) continue;
@@ -264,7 +294,15 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
     std::memcpy(&id, bytes.data(), sizeof id);
   }
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
-  impl_->check(ncclCommInitRank(&impl_->comm, size, id, rank), "ncclCommInitRank");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // see Impl::settle
+  impl_->check(ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config), "ncclCommInitRankConfig");
+  try {
+    impl_->settle("ncclCommInitRankConfig");
+  } catch (...) {
+    ncclCommAbort(impl_->comm);
+    throw;
+  }
   impl_->stream.emplace(device);
   impl_->comm_lane = fmt::format("cuda:{} nccl {}", device, name());
   impl_->barrier_buffer = Tensor::empty({1}, kFloat32, Device(kCUDA, device));
@@ -278,7 +316,18 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   }
   impl_->cv.notify_all();
   impl_->watchdog.join();
-  if (impl_->comm != nullptr && !impl_->aborted) ncclCommDestroy(impl_->comm);
+  // Buffers of aborted collectives the stream has not passed yet are left allocated
+  // (leaked, deliberately): freeing them could hand memory a copy still writes to others.
+  if (!impl_->retired.empty()) new std::deque<Impl::Pending>(std::move(impl_->retired));
+  if (impl_->comm == nullptr || impl_->aborted) return;
+  // A destructor never throws: a communicator that does not finalise in time is aborted.
+  try {
+    impl_->check(ncclCommFinalize(impl_->comm), "ncclCommFinalize");
+    impl_->settle("ncclCommFinalize");
+    ncclCommDestroy(impl_->comm);
+  } catch (const std::exception&) {
+    ncclCommAbort(impl_->comm);
+  }
 }
 
 Device ProcessGroupNCCL::device() const { return Device(kCUDA, impl_->device); }
@@ -323,15 +372,19 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
       cuda::DeviceSpan span(*impl_->stream, impl_->comm_lane, c.call, trace::Category::kCollective);
       c.trace_args(span);
       impl_->launch(c);
-      if (c.unpack) c.unpack();  // staged outputs reach the caller's tensors on the comm stream
+      impl_->settle(c.description);  // the collective is on the stream now
+      if (c.unpack) c.unpack();      // staged outputs reach the caller's tensors on the comm stream
     }
     done->record(*impl_->stream);
     impl_->pending.push_back(Impl::Pending{std::move(c), work, std::move(done), Clock::now()});
     impl_->cv.notify_all();
   } catch (const std::exception& e) {
-    impl_->abort_all(DistributedErrorKind::kBackend, e.what());
+    const auto* distributed = dynamic_cast<const DistributedError*>(&e);
+    const DistributedErrorKind kind = distributed != nullptr ? distributed->kind() : DistributedErrorKind::kBackend;
+    impl_->abort_all(kind, e.what());
     work.finish(std::make_exception_ptr(
-        DistributedError(DistributedErrorKind::kBackend, fmt::format("{}: {}", c.description, e.what()))));
+        DistributedError(kind, fmt::format("{} failed ({}): {}; {}", c.description, distributed_error_kind_name(kind),
+                                           diagnose_failure(c.seq), e.what()))));
   }
   return work;
 }

@@ -2,10 +2,12 @@
 // the device: a timing event recorded on the stream where the span begins and one where it
 // ends. When the tracing run stops (a stop hook), each span's events are converted to the
 // host clock through an anchor (an event the host waited for once per run and device, at
-// the run's first device span) and recorded on a trace lane named after the stream
+// the run's first device span, on an idle stream of its own so that the wait never waits
+// for queued work) and recorded on a trace lane named after the stream
 // ("cuda:0 compute", "cuda:0 nccl default_pg"). So traces of GPU runs show when the device
 // ran a collective or waited for one, not when the host queued it; the conversion costs one
-// host wait per run and device, and none while tracing is off.
+// host wait per run and device, and none while tracing is off. A span still open when its
+// run stops is dropped.
 #pragma once
 
 #include <cstdint>
