@@ -43,6 +43,12 @@ TransformerConfig config() {
   return {.vocab_size = kVocab, .dim = 256, .n_layers = 3, .n_heads = 4, .causal = true, .max_seq_len = kSeq};
 }
 
+// The case fails (never passes) on a machine with fewer GPUs than it needs.
+void require_gpus(int needed) {
+  INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
+  REQUIRE(cuda::device_count() >= needed);
+}
+
 // The step's tokens, the same on every rank and device (drawn on the host).
 Tensor batch_ids() {
   Tensor u = Tensor::empty({kBatch, kSeq + 1}, kFloat64);
@@ -113,8 +119,7 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
   // CUDA is first touched in the ranks: a process that initialised it cannot fork ranks
   // that use it.
   testing::run_ranks(2, [](int rank, int) {
-    INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
-    REQUIRE(cuda::device_count() >= 2);
+    require_gpus(2);
     const Tensor ids = batch_ids();
     const std::vector<double> reference = cpu_reference(ids);
 
@@ -182,8 +187,7 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
 TEST_CASE("CPU offload on one GPU keeps shards, gradients and AdamW state on the host and trains like the CPU",
           "[nn][fully_shard][gpu]") {
   testing::run_ranks(1, [](int, int) {
-    INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
-    REQUIRE(cuda::device_count() >= 1);
+    require_gpus(1);
     const Tensor ids = batch_ids();
     const std::vector<double> reference = cpu_reference(ids);
     const DeviceMesh mesh = init_device_mesh(kCUDA, {1}, {"dp"});
@@ -213,8 +217,7 @@ TEST_CASE("CPU offload on one GPU keeps shards, gradients and AdamW state on the
 TEST_CASE("CPU offload on two GPUs with gradient clipping and a full state dict trains like the CPU",
           "[nn][fully_shard][gpu][multi_gpu]") {
   testing::run_ranks(2, [](int, int) {
-    INFO("this machine has " << cuda::device_count() << " CUDA device(s)");
-    REQUIRE(cuda::device_count() >= 2);
+    require_gpus(2);
     const Tensor ids = batch_ids();
     const std::vector<double> reference = cpu_reference(ids, 0.5);
     const DeviceMesh mesh = init_device_mesh(kCUDA, {2}, {"dp"});

@@ -299,8 +299,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                data.val.size(), c.data_order, data.tokenizer ? data.tokenizer->kind() : "(ids)");
     fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
                c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
-    fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0)\n",
-               mib(param_bytes), mib(param_bytes), mib(2 * param_bytes));
+    fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0{})\n",
+               mib(param_bytes), mib(param_bytes), mib(2 * param_bytes), c.cpu_offload ? ", in host memory" : "");
     if (!resumed_from.empty()) {
       fmt::print("resumed    from {}: step {}, data window {}\n", resumed_from, start_at.step, start_at.window);
     }
