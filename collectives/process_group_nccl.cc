@@ -296,11 +296,11 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // see Impl::settle
-  impl_->check(ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config), "ncclCommInitRankConfig");
   try {
+    impl_->check(ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config), "ncclCommInitRankConfig");
     impl_->settle("ncclCommInitRankConfig");
   } catch (...) {
-    ncclCommAbort(impl_->comm);
+    if (impl_->comm != nullptr) ncclCommAbort(impl_->comm);
     throw;
   }
   impl_->stream.emplace(device);
@@ -381,10 +381,14 @@ Work ProcessGroupNCCL::enqueue(Collective c) {
   } catch (const std::exception& e) {
     const auto* distributed = dynamic_cast<const DistributedError*>(&e);
     const DistributedErrorKind kind = distributed != nullptr ? distributed->kind() : DistributedErrorKind::kBackend;
+    const std::string message = fmt::format("{} failed ({}): {}; {}", c.description, distributed_error_kind_name(kind),
+                                            diagnose_failure(c.seq), e.what());
     impl_->abort_all(kind, e.what());
-    work.finish(std::make_exception_ptr(
-        DistributedError(kind, fmt::format("{} failed ({}): {}; {}", c.description, distributed_error_kind_name(kind),
-                                           diagnose_failure(c.seq), e.what()))));
+    // NCCL may have queued part of it: its buffers stay until the stream passes them.
+    if (cudaEventRecord(done->handle(), impl_->stream->handle()) == cudaSuccess) {
+      impl_->retired.push_back(Impl::Pending{std::move(c), Work(), std::move(done), Clock::now()});
+    }
+    work.finish(std::make_exception_ptr(DistributedError(kind, message)));
   }
   return work;
 }

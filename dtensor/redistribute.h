@@ -6,7 +6,9 @@
 // trimmed after it (the plan's byte counts assume it). Local results are fresh contiguous tensors: a redistribute never
 // writes into or aliases its inputs. Bool tensors (masks) move as int32. Collectives run on
 // the mesh's device: a local elsewhere (a CPU-offloaded shard under a CUDA mesh) is copied
-// there for them and its result copied back to its own device. With Async::kYes
+// there for them and its result copied back to its own device; a pinned one is read when
+// that queued copy runs, so it must not be written before the result has been waited for.
+// With Async::kYes
 // the first step's collective is issued at once and the rest run when the result is first
 // needed, on the calling thread, so every rank issues its collectives in program order.
 #pragma once

@@ -41,8 +41,11 @@
 // first copies the group's shards to the mesh's device (queued on the compute stream, from
 // pinned memory without staging); each reduce-scatter's result is copied back to the host
 // when the next group's reduction (or the end of backward) waits for it, so the device
-// holds parameters only while gathered. The host writes a shard only in the optimizer
-// step, after backward, whose last copy to the host waited for every copy queued before.
+// holds parameters only while gathered. Both copies run on the compute stream (the copy
+// out blocks the host; docs/fsdp.md). A copy in reads the pinned shard when it runs: the
+// host writes a shard only in the optimizer step, after backward, whose copies to the
+// host waited for the compute stream and so for every copy in queued before (write a
+// shard by hand only after a backward, or after synchronising the device).
 #pragma once
 
 #include <cstdint>

@@ -100,7 +100,11 @@ void Optimizer::load_state_dict(const OptimizerState& saved) {
       DTR_CHECK(t.shape() == params[index]->shape(), ValueError,
                 "{}.load_state_dict: state '{}' of parameter {} is {} but the parameter is {}", name_, name, index,
                 t.shape(), params[index]->shape());
-      s.tensors[slot - names.begin()] = t.redistribute(params[index]->placements()).to_local().clone();
+      // Beside the parameter's local, wherever the state was saved from (a run offloaded to
+      // the host resumes state read onto the device, and the other way round).
+      const Tensor& beside = params[index]->to_local();
+      s.tensors[slot - names.begin()] =
+          t.redistribute(params[index]->placements()).to_local().to(beside.device()).clone();
     }
   }
   state_ = std::move(loaded);

@@ -6,8 +6,9 @@
 // all-gather running behind the compute before it. Tagged gpu and multi_gpu: it fails,
 // never passes, with fewer than two GPUs. CPU offload: on one GPU, the shards, gradients
 // and AdamW state stay in pinned host memory, the device holds no parameter between steps,
-// and the losses are the CPU run's; on two, with gradient clipping and a full state dict
-// (collectives on host shards go through the device), the same.
+// the losses are the CPU run's (bf16 compute: within 2%) and loaded weights return to the
+// host; on two, with gradient clipping and a full state dict (collectives on host shards
+// go through the device), the CPU run's losses, norms and weights.
 #include <catch2/catch.hpp>
 
 #include <optional>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "collectives/init.h"
+#include "dtensor/autograd.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
 #include "kernels/cuda/cuda_device.h"
@@ -29,6 +31,7 @@
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
 #include "tools/trace/chrome_trace.h"
 #include "tools/trace/comm_accounting.h"
 
@@ -56,10 +59,14 @@ Tensor batch_ids() {
   return u.to(kInt64);
 }
 
-// One step on `mesh`, the batch sharded over it (gradients clipped to max_norm when given);
-// returns the loss.
-double step(Transformer& model, optim::AdamW& opt, const DeviceMesh& mesh, const Tensor& ids,
-            std::optional<double> max_norm = std::nullopt) {
+// What kSteps of training give: each step's loss and, when clipping, total gradient norm.
+struct Run {
+  std::vector<double> losses, norms;
+};
+
+// One step on `mesh`, the batch sharded over it (gradients clipped to max_norm when given).
+void step(Run& run, Transformer& model, optim::AdamW& opt, const DeviceMesh& mesh, const Tensor& ids,
+          std::optional<double> max_norm = std::nullopt) {
   const Tensor on_device = ids.to(mesh.device());
   const DTensor x = distribute_tensor(on_device.narrow(1, 0, kSeq).contiguous(), mesh, {Shard(0)});
   const DTensor y =
@@ -67,25 +74,27 @@ double step(Transformer& model, optim::AdamW& opt, const DeviceMesh& mesh, const
   opt.zero_grad();
   const DTensor loss = cross_entropy(reshape(model(x), {kBatch * kSeq, kVocab}), y);
   loss.backward();
-  if (max_norm) optim::clip_grad_norm_(model.parameters(), *max_norm);
+  if (max_norm) run.norms.push_back(optim::clip_grad_norm_(model.parameters(), *max_norm));
   opt.step();
-  return loss.item();
+  run.losses.push_back(loss.item());
 }
 
-// The losses of kSteps of the unsharded model on this rank's CPU, on the whole batch.
-std::vector<double> cpu_reference(const Tensor& ids, std::optional<double> max_norm = std::nullopt) {
+// kSteps of the unsharded model on this rank's CPU, on the whole batch; its final weights
+// in `weights` when given.
+Run cpu_reference(const Tensor& ids, std::optional<double> max_norm = std::nullopt, TensorMap* weights = nullptr) {
   const DeviceMesh cpu = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);
   manual_seed(3);
   Transformer model(config());
   optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
-  std::vector<double> losses;
-  for (int64_t s = 0; s < kSteps; ++s) losses.push_back(step(model, opt, cpu, ids, max_norm));
-  return losses;
+  Run run;
+  for (int64_t s = 0; s < kSteps; ++s) step(run, model, opt, cpu, ids, max_norm);
+  if (weights != nullptr) *weights = full_state_dict(model);
+  return run;
 }
 
 // The model sharded per block and at the root on `mesh` with CPU offload.
-void shard_offloaded(Transformer& model, const DeviceMesh& mesh) {
-  const FullyShardOptions options{.offload_policy = CPUOffloadPolicy{}};
+void shard_offloaded(Transformer& model, const DeviceMesh& mesh, const MixedPrecisionPolicy& mp = {}) {
+  const FullyShardOptions options{.mp_policy = mp, .offload_policy = CPUOffloadPolicy{}};
   for (size_t i = 0; i < model.layers().size(); ++i) fully_shard(model.layers().at<TransformerBlock>(i), mesh, options);
   fully_shard(model, mesh, options);
 }
@@ -105,12 +114,15 @@ void check_on_host(Transformer& model, const optim::AdamW& opt) {
   }
 }
 
-void check_losses(const std::vector<double>& losses, const std::vector<double>& reference) {
-  // float32 on both devices: sums in other orders, a relative 1e-4 over five steps.
-  REQUIRE(losses.size() == reference.size());
-  for (size_t s = 0; s < losses.size(); ++s) {
+// Step by step within a relative `tolerance`: float32 on both devices sums in other orders,
+// a relative 1e-4 over five steps.
+void check_same(const Run& got, const Run& reference, double tolerance = 1e-4) {
+  REQUIRE(got.losses.size() == reference.losses.size());
+  REQUIRE(got.norms.size() == reference.norms.size());
+  for (size_t s = 0; s < got.losses.size(); ++s) {
     INFO("step " << s + 1);
-    CHECK(losses[s] == Approx(reference[s]).epsilon(1e-4));
+    CHECK(got.losses[s] == Approx(reference.losses[s]).epsilon(tolerance));
+    if (!got.norms.empty()) CHECK(got.norms[s] == Approx(reference.norms[s]).epsilon(tolerance));
   }
 }
 
@@ -121,7 +133,7 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
   testing::run_ranks(2, [](int rank, int) {
     require_gpus(2);
     const Tensor ids = batch_ids();
-    const std::vector<double> reference = cpu_reference(ids);
+    const Run reference = cpu_reference(ids);
 
     const DeviceMesh mesh = init_device_mesh(kCUDA, {2}, {"dp"});
     const Device gpu = mesh.device();
@@ -152,13 +164,13 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
       });
     }
 
-    std::vector<double> losses;
+    Run run;
     for (int64_t s = 0; s < kSteps; ++s) {
       const bool traced = s == 2;  // implicit prefetch knows the order from step 1 on
       if (traced) trace::start(trace::kCommCategories);
       {
         const trace::Span span("step", trace::Category::kStep);
-        losses.push_back(step(model, opt, mesh, ids));
+        step(run, model, opt, mesh, ids);
         cuda::compute_stream(gpu.index).synchronize();
       }
       if (!traced) continue;
@@ -175,7 +187,7 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
       INFO(trace::to_json(comm[0]).dump(2));
       CHECK(prefetched_behind_compute);
     }
-    check_losses(losses, reference);
+    check_same(run, reference);
     // The root keeps its parameters; every block frees what its forward gathered.
     for (size_t i = 0; i < blocks.size(); ++i) {
       INFO("block " << i);
@@ -189,7 +201,7 @@ TEST_CASE("CPU offload on one GPU keeps shards, gradients and AdamW state on the
   testing::run_ranks(1, [](int, int) {
     require_gpus(1);
     const Tensor ids = batch_ids();
-    const std::vector<double> reference = cpu_reference(ids);
+    const Run reference = cpu_reference(ids);
     const DeviceMesh mesh = init_device_mesh(kCUDA, {1}, {"dp"});
     const Device gpu = mesh.device();
     manual_seed(3);
@@ -198,9 +210,9 @@ TEST_CASE("CPU offload on one GPU keeps shards, gradients and AdamW state on the
     optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
     int64_t parameter_bytes = 0;
     for (DTensor* p : model.parameters()) parameter_bytes += static_cast<int64_t>(p->to_local().nbytes());
-    std::vector<double> losses;
+    Run run;
     for (int64_t s = 0; s < kSteps; ++s) {
-      losses.push_back(step(model, opt, mesh, ids));
+      step(run, model, opt, mesh, ids);
       cuda::compute_stream(gpu.index).synchronize();
       // Between steps the device holds no parameter, gradient or optimizer state: what is
       // in use is the root's gathered parameters at most (kept for backward, dropped after
@@ -210,7 +222,33 @@ TEST_CASE("CPU offload on one GPU keeps shards, gradients and AdamW state on the
       CHECK(memory_stats(gpu).bytes_in_use < parameter_bytes / 2);
       check_on_host(model, opt);
     }
-    check_losses(losses, reference);
+    check_same(run, reference);
+    // Weights loaded onto the device (load_full_state_dict puts them on the mesh's device)
+    // go back to pinned host memory at the next forward.
+    load_full_state_dict(model, full_state_dict(model));
+    {
+      const NoGradGuard no_grad;
+      model(distribute_tensor(ids.narrow(1, 0, kSeq).contiguous().to(gpu), mesh, {Shard(0)}));
+    }
+    check_on_host(model, opt);
+  });
+}
+
+TEST_CASE("CPU offload on one GPU with bf16 compute stays within the mixed-precision bound", "[nn][fully_shard][gpu]") {
+  testing::run_ranks(1, [](int, int) {
+    require_gpus(1);
+    const Tensor ids = batch_ids();
+    const DeviceMesh mesh = init_device_mesh(kCUDA, {1}, {"dp"});
+    manual_seed(3);
+    Transformer model(config());
+    shard_offloaded(model, mesh, {.param_dtype = kBFloat16, .reduce_dtype = kFloat32, .output_dtype = kFloat32});
+    optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+    Run run;
+    for (int64_t s = 0; s < kSteps; ++s) step(run, model, opt, mesh, ids);
+    check_on_host(model, opt);
+    for (DTensor* p : model.parameters()) CHECK(p->dtype() == kFloat32);  // the shards keep their dtype
+    // bf16 rounds weights and activations to 8 significant bits: within 2%, as on CPU ranks.
+    check_same(run, cpu_reference(ids), 2e-2);
   });
 }
 
@@ -219,24 +257,27 @@ TEST_CASE("CPU offload on two GPUs with gradient clipping and a full state dict 
   testing::run_ranks(2, [](int, int) {
     require_gpus(2);
     const Tensor ids = batch_ids();
-    const std::vector<double> reference = cpu_reference(ids, 0.5);
+    constexpr double kMaxNorm = 0.5;
+    TensorMap expected;
+    const Run reference = cpu_reference(ids, kMaxNorm, &expected);
+    REQUIRE(reference.norms.front() > kMaxNorm);  // so the clip scales the host gradients
     const DeviceMesh mesh = init_device_mesh(kCUDA, {2}, {"dp"});
     manual_seed(3);
     Transformer model(config());
     shard_offloaded(model, mesh);
     optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
-    std::vector<double> losses;
-    for (int64_t s = 0; s < kSteps; ++s) losses.push_back(step(model, opt, mesh, ids, 0.5));
-    check_losses(losses, reference);
+    Run run;
+    for (int64_t s = 0; s < kSteps; ++s) step(run, model, opt, mesh, ids, kMaxNorm);
+    check_same(run, reference);
     check_on_host(model, opt);
-    // Gathering host shards (an all-gather on NCCL, through the device) gives each whole
-    // weight on the host.
+    // Gathering host shards (an all-gather on NCCL, through the device) gives the CPU run's
+    // weights on the host.
     const TensorMap weights = full_state_dict(model);
-    for (auto& [name, p] : model.named_parameters()) {
+    for (const auto& [name, w] : expected) {
       INFO(name);
       REQUIRE(weights.count(name) == 1);
       CHECK(weights.at(name).device() == Device(kCPU));
-      CHECK(weights.at(name).shape() == p->shape());
+      testing::check_close(weights.at(name), testing::to_f64(w), {1e-3, 1e-3}, name);
     }
   });
 }

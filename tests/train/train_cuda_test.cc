@@ -1,6 +1,7 @@
 // The train program on GPUs, started as users start it: `train --device cuda` on one GPU
 // (--parallel none, fsdp, and fsdp with --cpu-offload) gives the CPU run's losses, its step
-// line shows MFU and its monitoring table the GPU memory; on two GPUs (multi_gpu), fsdp
+// line shows MFU and its monitoring table the GPU memory; an offloaded run resumes a
+// checkpoint saved without offload; on two GPUs (multi_gpu), fsdp
 // (also offloaded) and ddp with NCCL give two CPU ranks' losses. Tagged gpu (and multi_gpu): a case that finds fewer
 // GPUs than it needs fails, never passes.
 #include <fmt/format.h>
@@ -56,6 +57,20 @@ TEST_CASE("train --device cuda on one GPU gives the CPU run's losses, with MFU a
       testing::run_train("cuda_offload", 1, kTinyTrainFlags + " --device cuda --cpu-offload");
   check_same_losses(testing::losses_in(offload.out / "metrics.jsonl", 1), cpu, kFloat32Tolerance);
   CHECK(offload.result.output.find("offloaded to the host") != std::string::npos);
+}
+
+TEST_CASE("train --device cuda --cpu-offload resumes a checkpoint saved without offload", "[train][gpu]") {
+  require_gpus(1);
+  // The optimizer state saved from the device is read onto the host, beside the shards.
+  const std::string flags = kTinyTrainFlags + " --device cuda --use-dcp-checkpointing --checkpoint-every 5";
+  const testing::TrainRun whole = testing::run_train("cuda_ckpt", 1, flags);
+  const std::vector<double> expected = testing::losses_in(whole.out / "metrics.jsonl", 1);
+  REQUIRE(expected.size() == 10);
+  const std::string step5 = (whole.out / "checkpoints" / "step_00000005").string();
+  const testing::TrainRun resumed =
+      testing::run_train("cuda_ckpt_offload", 1, flags + " --cpu-offload --resume " + step5);
+  check_same_losses(testing::losses_in(resumed.out / "metrics.jsonl", 1),
+                    std::vector<double>(expected.begin() + 5, expected.end()), kFloat32Tolerance);
 }
 
 TEST_CASE("train --device cuda under fsdp on two GPUs gives two CPU ranks' losses", "[train][gpu][multi_gpu]") {

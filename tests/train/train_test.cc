@@ -248,15 +248,18 @@ TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ran
     int ranks;
     std::string parallel;
     double tolerance;  // 0: bitwise
+    bool offload = false;
   };
-  for (const Case& c : std::vector<Case>{{2, "fsdp", 0}, {3, "fsdp", 1e-5}, {2, "ddp", 1e-5}, {0, "none", 1e-5}}) {
-    INFO(c.ranks << " ranks, " << c.parallel);
-    const fs::path out = dir / fmt::format("resumed_{}_{}", c.ranks, c.parallel);
+  // (--cpu-offload on CPU ranks moves nothing: bitwise too.)
+  for (const Case& c : std::vector<Case>{
+           {2, "fsdp", 0}, {2, "fsdp", 0, true}, {3, "fsdp", 1e-5}, {2, "ddp", 1e-5}, {0, "none", 1e-5}}) {
+    INFO(c.ranks << " ranks, " << c.parallel << (c.offload ? ", offloaded" : ""));
+    const fs::path out = dir / fmt::format("resumed_{}_{}{}", c.ranks, c.parallel, c.offload ? "_offload" : "");
     const std::string program =
         c.ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, c.ranks, kTrain);
     const CommandResult resumed =
-        run(fmt::format("{} {} --parallel {} --resume {} --checkpoint-dir {} --out {}", program, flags, c.parallel,
-                        step5, (out / "ckpt").string(), out.string()),
+        run(fmt::format("{} {} --parallel {}{} --resume {} --checkpoint-dir {} --out {}", program, flags, c.parallel,
+                        c.offload ? " --cpu-offload" : "", step5, (out / "ckpt").string(), out.string()),
             dir);
     INFO(resumed.output);
     REQUIRE(resumed.exit_code == 0);

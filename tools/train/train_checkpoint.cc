@@ -158,7 +158,9 @@ RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Op
       DTR_CHECK(d.has_value(), ValueError, "train: checkpoint {}: optimizer state '{}' of parameter {} has dtype '{}'",
                 path, name, index, dtype.get<std::string>());
       const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), *d);
-      const DTensor empty(zeros(typed.local_box().shape, typed.dtype(), typed.mesh().device()), typed);
+      // Read beside the parameter (the host under --cpu-offload).
+      const Tensor& beside = params[static_cast<size_t>(index)]->to_local();
+      const DTensor empty(zeros(typed.local_box().shape, typed.dtype(), beside.device()), typed);
       state.tensors.emplace(fmt::format("optim.{}.{}", index, name), empty);
       param.tensors[name] = empty;
     }
