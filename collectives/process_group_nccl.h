@@ -4,8 +4,10 @@
 // Collectives run in issue order on the group's own communication stream, each first
 // waiting (an event) for the work queued so far on the caller's current stream (the
 // compute stream, where dtr's kernels run). Work::wait() makes the caller's stream wait
-// for the collective's completion event, without the host (a barrier's blocks the host); Work::synchronize() blocks the
-// host. A pending collective keeps its buffers alive until its event completes. A watchdog
+// for the collective's completion event, without the host (a barrier's blocks the host);
+// Work::synchronize() blocks the host. The communicator is non-blocking: each NCCL call is
+// polled until it has settled, within the group's timeout (a peer that never joins fails
+// the call). A pending collective keeps its buffers alive until its event completes. A watchdog
 // thread polls the events and NCCL's asynchronous error; on an error, or a collective
 // running past the timeout, it fails every pending Work with a DistributedError naming the
 // group, the collective and the silent peers, and aborts the communicator (ncclCommAbort);

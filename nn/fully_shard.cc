@@ -156,7 +156,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     names_.push_back(name);
   }
   for (const std::shared_ptr<Param>& p : params_) {
-    p->sharded = to_shard_device(shard_parameter(p->gathered, mesh, p->placements, offload_ ? kCPU : mesh.device()));
+    p->sharded = to_shard_device(shard_parameter(p->gathered, mesh, p->placements, shard_device()));
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
@@ -200,7 +200,7 @@ std::vector<DTensor> FSDPModule::shards_to_gather() const {
 
 DTensor FSDPModule::to_shard_device(const DTensor& leaf) const {
   const Tensor& local = leaf.to_local();
-  Tensor moved = local.to(offload_ ? Device(kCPU) : mesh_.device());
+  Tensor moved = local.to(shard_device());
   if (offload_ && offload_->pin_memory && mesh_.device().is_cuda()) moved = moved.pin_memory(mesh_.device().index);
   if (moved.storage().is_same(local.storage())) return leaf;
   DTensor out(std::move(moved), leaf.spec());
@@ -218,7 +218,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
     placements.push_back(p->placements);
   }
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
-  const Device leaf_device = sharded.front().to_local().device();
+  const Device leaf_device = shard_device();
   std::shared_ptr<ReduceState> reduce = reduce_state_;
   auto link = std::make_shared<Link>();
   const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();

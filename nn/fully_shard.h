@@ -190,8 +190,10 @@ class FSDPModule : public ParallelPolicy {
   void reset_to_sharded();
   // The shards on the mesh's device cast to param_dtype, ready for the all-gather (no graph).
   std::vector<DTensor> shards_to_gather() const;
-  // `leaf`'s value as a new leaf where this group keeps its shards (the host under
-  // offload), or `leaf` itself if it is there.
+  // Where this group keeps its shards: the host under offload, else the mesh's device.
+  Device shard_device() const { return offload_ ? Device(kCPU) : mesh_.device(); }
+  // `leaf`'s value as a new leaf on shard_device() (pinned as the policy asks), or `leaf`
+  // itself if it is there.
   DTensor to_shard_device(const DTensor& leaf) const;
   // Records gathered's autograd node: its backward is the reduce-scatter into the leaves.
   void link_to_leaves(std::vector<DTensor>& gathered);

@@ -81,8 +81,8 @@ if ((bench)); then
     echo "gpu_check: train --device cuda failed (log: $train_log)" >&2
   fi
   if python3 -c 'import torch' 2>/dev/null; then
-    python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/train_gpu_peer.py --dim 2048 \
-      --layers 16 --heads 16 --seq 2048 --batch 8 --vocab 256 --steps 10 --warmup 2 >"$peer_log" 2>&1
+    python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/train_gpu_peer.py \
+      "${train_model[@]}" --vocab 256 --steps 10 --warmup 2 >"$peer_log" 2>&1
   else
     echo "torch missing: no PyTorch peer on this machine" >"$peer_log"
   fi

@@ -9,7 +9,7 @@ dtr's train computes it (6N + 12 L d T FLOPs per token over --peak TFLOP/s). Wit
 a GPU it prints "torch missing" or "torch: no GPU" and exits 0.
 
     python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/train_gpu_peer.py \\
-        --dim 2048 --layers 16 --heads 16 --seq 2048 --batch 8 --vocab 256 --steps 10 --warmup 2 --peak 989
+        --dim 2048 --layers 16 --heads 16 --seq-len 2048 --batch-size 8 --vocab 256 --steps 10 --warmup 2 --peak 989
 """
 import argparse
 import math
@@ -64,7 +64,8 @@ class GPT(nn.Module):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    for name, default in [("dim", 2048), ("layers", 16), ("heads", 16), ("seq", 2048), ("batch", 8),
+    # The train program's flag names, so that gpu_check passes both the same model flags.
+    for name, default in [("dim", 2048), ("layers", 16), ("heads", 16), ("seq-len", 2048), ("batch-size", 8),
                           ("vocab", 256), ("steps", 10), ("warmup", 2)]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--peak", type=float, default=989.0, help="dense bf16 TFLOP/s of the GPU")
@@ -77,7 +78,7 @@ def main() -> None:
     torch.manual_seed(0)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    model = GPT(a.vocab, a.dim, a.layers, a.heads, a.seq).cuda()
+    model = GPT(a.vocab, a.dim, a.layers, a.heads, a.seq_len).cuda()
     n_params = sum(t.numel() for t in model.parameters())
     block_mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.layers:
@@ -85,7 +86,7 @@ def main() -> None:
     fully_shard(model, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
                                                       output_dtype=torch.float32))
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda")
+    ids = torch.randint(0, a.vocab, (a.batch_size, a.seq_len + 1), device="cuda")
     x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
     times = []
     for step in range(a.warmup + a.steps):
@@ -101,8 +102,8 @@ def main() -> None:
         if step >= a.warmup:
             times.append(1e3 * (time.perf_counter() - t0))
     ms = statistics.median(times)
-    tokens_per_s = a.batch * a.seq / (ms / 1e3)
-    flops_per_token = 6 * n_params + 12 * a.layers * a.dim * a.seq
+    tokens_per_s = a.batch_size * a.seq_len / (ms / 1e3)
+    flops_per_token = 6 * n_params + 12 * a.layers * a.dim * a.seq_len
     print(f"torch fsdp_gpu {ms:.1f} {tokens_per_s:.0f} {tokens_per_s * flops_per_token / (a.peak * 1e12):.3f}")
     dist.destroy_process_group()
 
