@@ -3,18 +3,27 @@
 Device code never includes fmt (nvcc 13 cannot evaluate fmt 9's consteval format
 checks): errors are raised through functions defined in .cc files.
 Each .cu becomes one object (a genrule running nvcc for sm_80 and sm_90, with
-PTX for newer cards); the objects and hdrs form a cc_library that links the
-CUDA runtime. Every build compiles them, whether or not a GPU is present.
+PTX for newer cards; `--define cuda_archs=sm_90` builds sm_90 code alone, as the
+GPU bundle does); the objects and hdrs form a cc_library that links the CUDA
+runtime. Every build compiles them, whether or not a GPU is present.
 """
 
 load("@local_cuda//:defs.bzl", "NVCC")
 
 CUDA_ARCHS = ["80", "90"]
 
+def _gencode(archs, ptx):
+    flags = ["-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in archs]
+    if ptx:
+        flags.append("-gencode arch=compute_%s,code=compute_%s" % (archs[-1], archs[-1]))
+    return " ".join(flags)
+
 def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], copts = [], **kwargs):
     """srcs: .cu files; cuda_hdrs: every header (or filegroup of headers) they include."""
-    gencode = " ".join(["-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in CUDA_ARCHS])
-    gencode += " -gencode arch=compute_%s,code=compute_%s" % (CUDA_ARCHS[-1], CUDA_ARCHS[-1])
+    gencode = select({
+        "//tools/bazel:cuda_archs_sm_90": _gencode(["90"], ptx = False),
+        "//conditions:default": _gencode(CUDA_ARCHS, ptx = True),
+    })
     objs = []
     for src in srcs:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
@@ -25,7 +34,7 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], copts = [], *
             cmd = " ".join([
                 NVCC,
                 "-std=c++20 -O3 --expt-relaxed-constexpr -Xcompiler -fPIC",
-                gencode,
+            ]) + " " + gencode + " " + " ".join([
                 "-I. -I$(GENDIR)",
                 " ".join(copts),
                 "-c $(location %s) -o $@" % src,
