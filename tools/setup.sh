@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what dtr needs on a Debian 12 machine, once: Bazel 4.2.3 and the libraries
 # it builds against. Quiet when everything is already there. The CUDA toolkit is not a
-# Debian package: it is taken from $CUDA_HOME (default /usr/local/cuda).
+# Debian package: it is taken from $CUDA_HOME (default /usr/local/cuda). Arguments name
+# more Debian packages that one tool needs (tools/gpu_bundle.sh: qemu-user).
 set -euo pipefail
 
-packages=(bazel-bootstrap bazel-platforms bazel-rules-java libeigen3-dev catch2 libgloo-dev libfmt-dev libcli11-dev nlohmann-json3-dev g++ clang-format-14)
+packages=(bazel-bootstrap bazel-platforms bazel-rules-java libeigen3-dev catch2 libgloo-dev libfmt-dev libcli11-dev nlohmann-json3-dev g++ clang-format-14 "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
