@@ -107,6 +107,7 @@ for soname in $cuda_libs; do
     if [[ -e $dir/$soname ]]; then found=$dir/$soname && break; fi
   done
   [[ -n $found ]] || found=$(ldconfig -p 2>/dev/null | awk -v lib="$soname" '$1 == lib && /x86-64/ {print $NF; exit}')
+  [[ -z $found || -e $found ]] || found=""  # the loader's cache may name a file since removed
   [[ -n $found || ! -e $here/lib/cuda/$soname ]] || found=$here/lib/cuda/$soname
   [[ -n $found ]] || stop "$soname not found under \$CUDA_HOME, /usr/local/cuda*, python3's nvidia/*/lib or ldconfig's cache (it comes with the CUDA toolkit or NVIDIA's pip packages; set CUDA_HOME)"
   dir=$(dirname "$found")
