@@ -6,7 +6,10 @@
 # test`. `tools/test.sh --gpu` also runs the tests tagged gpu (a machine with a GPU);
 # `tools/test.sh --multi-gpu` runs those and the ones tagged multi_gpu too (two or more
 # GPUs: a multi_gpu test fails, never passes, on a machine with fewer). The format check
-# (tools/format.sh --check) runs after the tests and counts as one test. A Catch2 test case
+# (tools/format.sh --check) runs after the tests and counts as one test; then the GPU bundle's
+# rehearsal (docs/gpu_bundle.md): the gpu tests and programs this build made, packed by
+# tools/gpu_bundle.sh --test-build, unpacked elsewhere and checked by the bundle's own
+# `gpu_run.sh --rehearse`, whose cases count here (packing failures count as one). A Catch2 test case
 # that cannot run on this machine warns "SKIPPED: <why>" (tools/count_catch2.py); it counts
 # as neither passed nor failed, and a line before the last one names its target.
 set -uo pipefail
@@ -44,6 +47,20 @@ while read -r target result; do
 done < <(grep -E '^//[^ ]+ +(\(cached\) )?(PASSED|FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|FLAKY)' "$log" |
   sed -E 's/\(cached\) //' | awk '{print $1, $2}')
 rm -f "$log"
+
+# Bazel cannot run inside a Bazel test, so the bundle is rehearsed here, from this build.
+rehearsal=$(mktemp -d)
+if tools/gpu_bundle.sh --test-build "$rehearsal/dtr-gpu.tar.gz" && tar -C "$rehearsal" -xzf "$rehearsal/dtr-gpu.tar.gz"; then
+  "$rehearsal/dtr-gpu-bundle/gpu_run.sh" --rehearse --logs "$rehearsal/logs" 2>&1 | sed 's/^/rehearsal: /' |
+    tee "$rehearsal/out"
+  p="" f=""
+  read -r p _ f _ < <(tail -1 "$rehearsal/out" | grep -oE '[0-9]+ passed, [0-9]+ failed$')
+  if [[ -n ${p:-} ]]; then passed=$((passed + p)) failed=$((failed + f)); else failed=$((failed + 1)); fi
+else
+  echo "tools/test.sh: building, packing or unpacking the GPU bundle failed" >&2
+  failed=$((failed + 1))
+fi
+rm -rf "$rehearsal"
 
 echo "$passed passed, $failed failed"
 if ((status != 0 || failed != 0)); then exit 1; fi

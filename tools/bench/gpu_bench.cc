@@ -1,4 +1,4 @@
-// gpu_bench: the GPU benchmarks of tools/gpu_check.sh, one table each, every figure
+// gpu_bench: the GPU benchmarks of the GPU check (tools/gpu_run.sh), one table each, every figure
 // measured against a reference in the same run on the same GPU:
 //   1. memory-bound kernels: GB/s (bytes read plus written) and the share of a
 //      device-to-device cudaMemcpyAsync's bandwidth at the same bytes (goal >= 0.8), at

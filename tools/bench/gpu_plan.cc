@@ -57,7 +57,7 @@ int run_main(int argc, char** argv) {
   const std::vector<Cluster> clusters = {{"8 x H200, NVLink 4", 8, 360e9, 15e-6},
                                          {"64 x H200, 8 nodes, IB NDR", 64, 200e9, 60e-6}};
   const std::vector<Model> models = {
-      {"gpu_check's: dim 2048, 16 layers, seq 2048, batch 8/GPU",
+      {"the GPU check's: dim 2048, 16 layers, seq 2048, batch 8/GPU",
        {.layers = 16, .dim = 2048, .vocab = 256, .seq_len = 2048, .batch_per_gpu = 8}},
       {"8B class: dim 4096, 32 layers, vocab 128256, seq 8192, batch 1/GPU",
        {.layers = 32, .dim = 4096, .vocab = 128256, .seq_len = 8192, .batch_per_gpu = 1}},

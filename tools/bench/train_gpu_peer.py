@@ -64,7 +64,7 @@ class GPT(nn.Module):
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    # The train program's flag names, so that gpu_check passes both the same model flags.
+    # The train program's flag names, so that gpu_run.sh passes both the same model flags.
     for name, default in [("dim", 2048), ("layers", 16), ("heads", 16), ("seq-len", 2048), ("batch-size", 8),
                           ("vocab", 256), ("steps", 10), ("warmup", 2)]:
         p.add_argument(f"--{name}", type=int, default=default)
