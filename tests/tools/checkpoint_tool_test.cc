@@ -1,8 +1,8 @@
 // checkpoint_tool end to end, the real binary from runfiles: a checkpoint saved by 2 ranks
 // (Shard(0) uneven, Shard(1) bf16, Replicate int64, 3-D float16, 0-d, bool) lists every
 // tensor and chunk; to-full gives the full tensors bit for bit; to-sharded at 3 ranks, then
-// to-full again, and a load at 2 ranks give the same tensors; bad input exits non-zero
-// with one line on stderr.
+// to-full again, and a load at 2 ranks give the same tensors; an existing OUT or checkpoint
+// is replaced only with --force; bad input exits non-zero with one line on stderr.
 #include <fmt/format.h>
 
 #include <sys/wait.h>
@@ -94,9 +94,8 @@ void check_full_file(const fs::path& path) {
   }
 }
 
-TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[checkpoint_tool]") {
-  const fs::path root = testing::make_temp_dir("checkpoint_tool");
-  const fs::path dir = root / "ckpt", full = root / "full.safetensors", resharded = root / "resharded";
+// The cases saved by 2 ranks into `dir`.
+void save_cases(const fs::path& dir) {
   testing::run_ranks(2, [&](int, int n) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {n});
     checkpoint::State s;
@@ -106,6 +105,12 @@ TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[check
     }
     checkpoint::save(s, dir.string());
   });
+}
+
+TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool");
+  const fs::path dir = root / "ckpt", full = root / "full.safetensors", resharded = root / "resharded";
+  save_cases(dir);
 
   const Run listed = run_tool(root, "list " + dir.string());
   INFO(listed.out << listed.err);
@@ -147,6 +152,38 @@ TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[check
       CHECK(same_bits(t.to_local(), block_of(full_value(c), t.spec().local_box())));
     }
   });
+}
+
+TEST_CASE("checkpoint_tool replaces an existing OUT or checkpoint only with --force", "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_force");
+  const fs::path dir = root / "ckpt", full = root / "full.safetensors";
+  save_cases(dir);
+  std::ofstream(full) << "precious";
+  const std::string metadata = read_text(dir / ".metadata.json");
+
+  const Run to_full = run_tool(root, fmt::format("to-full {} {}", dir.string(), full.string()));
+  INFO(to_full.err);
+  CHECK(to_full.exit_code == 1);
+  CHECK(to_full.err ==
+        fmt::format("checkpoint_tool: to-full: OUT '{}' already exists; pass --force to replace it\n", full.string()));
+  CHECK(read_text(full) == "precious");
+
+  REQUIRE(run_tool(root, fmt::format("to-full {} {} --force", dir.string(), full.string())).exit_code == 0);
+  check_full_file(full);
+  const Run over_checkpoint = run_tool(root, fmt::format("to-sharded {} {} --ranks 3", full.string(), dir.string()));
+  INFO(over_checkpoint.err);
+  CHECK(over_checkpoint.exit_code == 1);
+  CHECK_THAT(
+      over_checkpoint.err,
+      Catch::Contains(fmt::format("to-sharded: DIR '{}' already exists and is not empty; pass --force", dir.string())));
+  CHECK(read_text(dir / ".metadata.json") == metadata);
+
+  REQUIRE(run_tool(root, fmt::format("to-sharded {} {} --ranks 3 --force", full.string(), dir.string())).exit_code ==
+          0);
+  CHECK(Json::parse(read_text(dir / ".metadata.json"))["world_size"] == 3);
+  const fs::path empty = root / "empty";
+  fs::create_directories(empty);
+  CHECK(run_tool(root, fmt::format("to-sharded {} {} --ranks 2", full.string(), empty.string())).exit_code == 0);
 }
 
 TEST_CASE("checkpoint_tool exits non-zero with one line on bad input", "[checkpoint_tool]") {

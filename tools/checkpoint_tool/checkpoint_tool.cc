@@ -5,6 +5,8 @@
 //   checkpoint_tool to-full DIR OUT.safetensors              full tensors, one at a time
 //   checkpoint_tool to-sharded IN.safetensors DIR --ranks N  as if saved by N ranks, Shard(0)
 //
+// Neither replaces what is already there (an OUT file, a DIR holding anything) unless
+// --force is given.
 // to-full streams: the header comes from the metadata, then each tensor is assembled from
 // its chunks (every checksum block verified, as load does) and written before the next is
 // read, so memory holds one full tensor at a time. to-sharded starts N ranks of itself
@@ -65,6 +67,15 @@ CheckpointMetadata read_metadata(const std::string& dir, std::string_view op) {
   }
 }
 
+// Refuses to write over `path` (a file, or a directory that is not empty) without --force.
+void check_replace(const std::string& path, const std::string& flag_name, bool force, std::string_view op) {
+  std::error_code ec;
+  if (force || !fs::exists(path, ec)) return;
+  const bool empty_dir = fs::is_directory(path, ec) && fs::is_empty(path, ec);
+  DTR_CHECK(empty_dir, ValueError, "{}: {} '{}' already exists{}; pass --force to replace it", op, flag_name, path,
+            fs::is_directory(path, ec) ? " and is not empty" : "");
+}
+
 int64_t tensor_bytes(const SavedTensor& t) { return shape_numel(t.shape) * static_cast<int64_t>(itemsize(t.dtype)); }
 
 int list(const std::string& dir) {
@@ -103,8 +114,9 @@ Tensor assemble(const std::string& name, const SavedTensor& t, checkpoint::inter
   return full;
 }
 
-int to_full(const std::string& dir, const std::string& out) {
+int to_full(const std::string& dir, const std::string& out, bool force) {
   const CheckpointMetadata meta = read_metadata(dir, "to-full");
+  check_replace(out, "OUT", force, "to-full");
   // Largest element size first (every tensor aligned), then by name: nn::save_file's order.
   std::vector<std::string> order;
   for (const auto& [name, t] : meta.tensors) order.push_back(name);
@@ -177,23 +189,27 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string dir, file;
   int ranks = 1;
+  bool force = false;
   CLI::App* list = app.add_subcommand("list", "every tensor: dtype, shape, mesh, placements, chunks, bytes");
   list->add_option("DIR", dir, "checkpoint directory")->required();
   CLI::App* to_full = app.add_subcommand("to-full", "assemble full tensors into one safetensors file");
   to_full->add_option("DIR", dir, "checkpoint directory")->required();
   to_full->add_option("OUT", file, "output .safetensors file")->required();
+  to_full->add_flag("--force", force, "replace OUT if it exists");
   CLI::App* to_sharded = app.add_subcommand("to-sharded", "write a checkpoint as if saved by N ranks with Shard(0)");
   to_sharded->add_option("IN", file, "input .safetensors file")->required();
   to_sharded->add_option("DIR", dir, "checkpoint directory to write")->required();
   to_sharded->add_option("--ranks", ranks, "ranks of the saving world")->check(CLI::Range(1, 64));
+  to_sharded->add_flag("--force", force, "replace what DIR holds");
   app.failure_message(
       [](const CLI::App*, const CLI::Error& e) { return fmt::format("checkpoint_tool: {}\n", e.what()); });
   CLI11_PARSE(app, argc, argv);
   return dtr::tool_main("checkpoint_tool", [&] {
     if (*list) return dtr::tools::list(dir);
-    if (*to_full) return dtr::tools::to_full(dir, file);
+    if (*to_full) return dtr::tools::to_full(dir, file, force);
     if (dtr::launcher::is_rank_process()) return dtr::tools::to_sharded_rank(file, dir);
     dtr::tools::check_safetensors(file);
+    dtr::tools::check_replace(dir, "DIR", force, "to-sharded");
     const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(ranks, std::span(argv, argc));
     if (result.exit_code != 0) std::cerr << "checkpoint_tool: " << result.failure << "\n";
     return result.exit_code;
