@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -318,6 +319,7 @@ struct internal::PendingSave {
   std::thread writer;
   Json written = Json::object();  // the writer's outcome: chunk list, or {"error"}
   std::exception_ptr write_error;
+  std::atomic<bool> write_ended{false};  // set by the writer as its last act
   bool finished = false;
   std::exception_ptr result;  // wait()'s error, once finished
   ~PendingSave() {
@@ -636,6 +638,8 @@ void AsyncSave::wait() {
 
 bool AsyncSave::done() const { return pending_ == nullptr || pending_->finished; }
 
+bool AsyncSave::written() const { return pending_ == nullptr || pending_->write_ended.load(std::memory_order_acquire); }
+
 AsyncSave async_save(const State& state, const std::string& dir, const ProgressCallback& on_progress) {
   wait_for_async_save();
   std::weak_ptr<internal::PendingSave>& latest = latest_async_save();
@@ -643,8 +647,10 @@ AsyncSave async_save(const State& state, const std::string& dir, const ProgressC
   auto pending = std::make_shared<internal::PendingSave>();
   pending->staged = begin_save(state, dir, Staging::kCopy, on_progress);
   internal::PendingSave* p = pending.get();
-  pending->writer =
-      std::thread([p] { p->write_error = capture(p->written, [p] { p->written.update(write_staged(*p->staged)); }); });
+  pending->writer = std::thread([p] {
+    p->write_error = capture(p->written, [p] { p->written.update(write_staged(*p->staged)); });
+    p->write_ended.store(true, std::memory_order_release);
+  });
   latest = pending;
   return AsyncSave(pending);
 }

@@ -84,6 +84,10 @@ class AsyncSave {
   void wait();
   // Whether the save is done (committed or failed); false while wait() is still due.
   bool done() const;
+  // Whether this rank's background write has ended (written or failed), so that wait()
+  // would not block on it; asks no other rank. A caller commits without stalling by
+  // agreeing with the others that every rank's write has ended, then calling wait().
+  bool written() const;
 
  private:
   std::shared_ptr<internal::PendingSave> pending_;

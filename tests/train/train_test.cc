@@ -100,6 +100,8 @@ TEST_CASE("train on the built-in corpus: the loss falls, and the output files pa
 
 TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
   const fs::path dir = fresh_dir("flags");
+  const std::string a_file = (dir / "a_file").string();
+  std::ofstream(a_file) << "not a directory";
   struct Case {
     std::string flags, expected;
     int ranks;
@@ -113,6 +115,11 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
       {"--reshard-after-forward maybe", "--reshard-after-forward maybe", 0},
       {"--parallel ddp --cpu-offload", "--cpu-offload: offloading keeps FSDP's shards on the host", 0},
+      // Output paths are checked before step 1, not at the first save.
+      {"--use-dcp-checkpointing --checkpoint-dir " + a_file,
+       "--checkpoint-dir " + a_file + ": a file is there; it names a directory", 0},
+      {"--use-dcp-checkpointing --checkpoint-dir " + a_file + "/sub",
+       "--checkpoint-dir " + a_file + "/sub: cannot create", 2},
   };
   for (const Case& c : cases) {
     INFO(c.flags);
@@ -124,6 +131,78 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
     CHECK(r.output.find(c.expected) != std::string::npos);
     // One line from a rank process alone (dtrrun adds its own report of the failed rank).
     if (c.ranks == 0) CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  }
+}
+
+// The (step, loss) lines of a run's metrics.jsonl.
+std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
+  std::map<int64_t, double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return out;
+}
+
+TEST_CASE("a checkpoint is committed once every rank has written it, not at the next save", "[train]") {
+  // Committed at the save of step 200 before, after the line of step 200: a crash between
+  // the two saves restarted from scratch.
+  const testing::TrainRun trained =
+      testing::run_train("early_commit", 2,
+                         "--dim 32 --layers 1 --heads 2 --seq-len 16 --batch-size 4 --steps 200 "
+                         "--checkpoint-every 100 --log-every 1 --eval-every 0 --use-dcp-checkpointing");
+  const std::string& output = trained.result.output;
+  INFO(output);
+  const size_t committed = output.find("checkpoint step_00000100 committed");
+  const size_t last_step = output.find("step 200/200");
+  REQUIRE(committed != std::string::npos);
+  REQUIRE(last_step != std::string::npos);
+  CHECK(committed < last_step);
+}
+
+TEST_CASE("--out naming a file fails before step 1 with one line", "[train]") {
+  const fs::path dir = fresh_dir("out_is_file");
+  std::ofstream(dir / "a_file") << "not a directory";
+  const CommandResult r = run(fmt::format("{} {} --out {}", kTrain, kTinyTrainFlags, (dir / "a_file").string()), dir);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output ==
+        fmt::format("[rank 0] train: --out {}: a file is there; it names a directory (give a new path or an "
+                    "existing directory)\n",
+                    (dir / "a_file").string()));
+}
+
+TEST_CASE("a loss or gradient norm that turns non-finite stops every rank, names the step and exits 1", "[train]") {
+  const fs::path dir = fresh_dir("diverged");
+  for (const int ranks : {0, 2}) {
+    INFO(ranks << " ranks (0: one process)");
+    const fs::path out = dir / fmt::format("out{}", ranks);
+    const std::string program = ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, ranks, kTrain);
+    const CommandResult r = run(fmt::format("{} --dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 4 --steps 60 "
+                                            "--lr 1000 --grad-clip 0 --warmup 0 --eval-every 0 --log-every 1 "
+                                            "--use-dcp-checkpointing --checkpoint-every 1 --keep-last 100 --out {}",
+                                            program, out.string()),
+                                dir);
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    const nlohmann::json summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    INFO(summary.dump());
+    REQUIRE(summary.at("diverged").is_object());
+    const int64_t step = summary.at("diverged").at("step").get<int64_t>();
+    CHECK(step > 1);
+    CHECK(step < 60);
+    CHECK(summary.at("steps").get<int64_t>() == step - 1);
+    CHECK(r.output.find(fmt::format("train: step {}: the ", step)) != std::string::npos);
+    CHECK(r.output.find("is not finite") != std::string::npos);
+    // Every line of metrics and every checkpoint comes from a step before it.
+    const std::map<int64_t, double> losses = losses_by_step(out / "metrics.jsonl");
+    REQUIRE_FALSE(losses.empty());
+    CHECK(losses.rbegin()->first == step - 1);
+    for (const auto& entry : fs::directory_iterator(out / "checkpoints")) {
+      INFO(entry.path());
+      CHECK(entry.path().filename().string() < fmt::format("step_{:08d}", step));
+    }
   }
 }
 
@@ -215,17 +294,6 @@ TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary 
   CHECK(summary.at("interrupted") == true);
   CHECK(summary.at("steps").get<int64_t>() > 0);
   CHECK(summary.at("steps").get<int64_t>() < 100000);
-}
-
-// The (step, loss) lines of a run's metrics.jsonl.
-std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
-  std::map<int64_t, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
 }
 
 TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ranks, closely on others", "[train]") {

@@ -217,6 +217,11 @@ void keep_metrics_up_to(const std::filesystem::path& path, int64_t step) {
   for (const std::string& line : kept) out << line << "\n";
 }
 
+// A number as JSON: "nan", "inf" or "-inf" as strings (JSON has no such numbers).
+nlohmann::json json_value(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt::format("{}", x));
+}
+
 struct Record {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
@@ -234,6 +239,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const int64_t world = group->size();
   health_check();
   validate(c, world);
+  prepare_output_dirs(c);
 
   const bool rank0 = is_rank0();
   if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);
@@ -274,7 +280,6 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const DType compute = c.mixed_precision ? kBFloat16 : kFloat32;
   const std::optional<double> peak = device.is_cuda() ? dense_peak_tflops(gpu, compute) : std::nullopt;
 
-  std::filesystem::create_directories(c.out);
   if (rank0) {
     nlohmann::json config = {{"command", argv}, {"world_size", world}, {"vocab", vocab}, {"config", to_json(c)}};
     std::ofstream(std::filesystem::path(c.out) / "config.json") << config.dump(2) << "\n";
@@ -327,7 +332,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   int64_t step = start_at.step;
   int64_t window = start_at.window;  // the data position: the next window of the order
   bool stopped = false;
-  double grad_bytes = 0;  // the last step's gradients
+  std::optional<Record> diverged;  // the step whose loss or gradient norm was not finite
+  double grad_bytes = 0;           // the last step's gradients
   StepTracer tracer(*group, trace_steps(c), c.out);
   double comm_s = 0, exposed_s = 0;
   for (; step < c.steps; ++step) {
@@ -348,15 +354,24 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     }
     const double norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
                                         : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
+    // Both are global reductions, the same on every rank, so every rank stops here together,
+    // before the optimizer step and any checkpoint of this state.
+    if (!std::isfinite(loss_sum) || !std::isfinite(norm)) {
+      tracer.end();
+      diverged = {.step = step + 1, .loss = loss_sum, .grad_norm = norm};
+      break;
+    }
     const double lr = opt.param_groups()[0].lr;
     grad_bytes = gradient_bytes(m.net->parameters());
     opt.step();
     schedule.step();
     opt.zero_grad();
-    // Every rank's peak memory and whether any was interrupted, in one small all-reduce.
-    std::vector<double> shared(static_cast<size_t>(world + 1), 0.0);
+    // Every rank's peak memory, whether any was interrupted and whether any is still writing
+    // its part of the checkpoint in flight, in one small all-reduce.
+    std::vector<double> shared(static_cast<size_t>(world + 2), 0.0);
     shared[static_cast<size_t>(group->rank())] = static_cast<double>(memory_stats(device).peak_bytes);
-    shared.back() = g_interrupted.load() ? 1 : 0;
+    shared[static_cast<size_t>(world)] = g_interrupted.load() ? 1 : 0;
+    shared[static_cast<size_t>(world + 1)] = checkpoints && !checkpoints->written() ? 1 : 0;
     Tensor t = Tensor::from_vector<double>(shared).to(group->device());
     group->all_reduce(t, ReduceOp::kSum).wait();
     t = t.to(kCPU);
@@ -404,6 +419,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
         last_line = Clock::now();
       }
     }
+    // Every rank's write has ended: commit now, so a crash loses only the steps after it.
+    if (checkpoints && v[world + 1] == 0) checkpoints->commit();
     const bool stop = v[world] > 0;
     if (c.use_dcp_checkpointing &&
         (stop || step + 1 == c.steps || (c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0))) {
@@ -418,7 +435,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     }
   }
   const int64_t steps_run = step - start_at.step;
-  if (checkpoints) checkpoints->finish();  // the last save committed before the run ends
+  if (checkpoints) checkpoints->commit();  // the last save committed before the run ends
   const double train_s = seconds_since(start);
 
   RankFigures mine{.param_bytes = param_bytes,
@@ -442,6 +459,14 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   }
   if (rank0) {
     if (stopped) fmt::print("train: interrupted; stopped after step {} on every rank\n", step);
+    if (diverged) {
+      fmt::print(
+          "train: step {}: the {} is not finite (loss {}, gradient norm {}); stopped on every rank before the "
+          "optimizer step, and no checkpoint holds this step (try a lower --lr, --grad-clip or a longer "
+          "--warmup)\n",
+          diverged->step, std::isfinite(diverged->loss) ? "gradient norm" : "loss", diverged->loss,
+          diverged->grad_norm);
+    }
     fmt::print("\n{}", monitoring_table(ranks));
     std::vector<std::pair<double, double>> train_curve, val_curve;
     for (const Record& r : records) {
@@ -457,6 +482,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     nlohmann::json summary = {
         {"steps", step},
         {"interrupted", stopped},
+        {"diverged", diverged ? nlohmann::json{{"step", diverged->step},
+                                               {"loss", json_value(diverged->loss)},
+                                               {"grad_norm", json_value(diverged->grad_norm)}}
+                              : nlohmann::json(nullptr)},
         {"train_s", train_s},
         {"tokens_per_s", tokens_per_step * static_cast<double>(steps_run) / train_s},
         {"mfu", peak ? nlohmann::json(mfu(tokens_per_step * static_cast<double>(steps_run) / train_s / world,
@@ -474,6 +503,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     fmt::print("\nwrote {}/metrics.jsonl, {}/loss.svg, {}/summary.json, {}/config.json\n", c.out, c.out, c.out, c.out);
   }
   destroy_process_group();
+  if (diverged) return 1;
   return stopped ? 130 : 0;
 }
 

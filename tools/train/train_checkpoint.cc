@@ -97,8 +97,6 @@ void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::O
   }
 }
 
-void Checkpointer::finish() { commit(); }
-
 void Checkpointer::commit() {
   if (in_flight_.done()) return;  // nothing in flight (or already committed)
   in_flight_.wait();

@@ -39,14 +39,15 @@ class Checkpointer {
   // Commits the previous save, then stages the run after position.step steps and starts
   // writing it in the background.
   void save(const RunPosition& position, nn::Module& model, optim::Optimizer& opt);
-  // Commits the save in flight (the end of the run).
-  void finish();
-
- private:
+  // Whether this rank's part of the save in flight is written (true when none is in
+  // flight): once every rank's is, commit() costs no wait.
+  bool written() const { return in_flight_.written(); }
   // Waits for the save in flight and commits it, then deletes all but the newest
-  // keep_last committed checkpoints and what killed saves left (rank 0).
+  // keep_last committed checkpoints and what killed saves left (rank 0). Collective;
+  // nothing happens when no save is in flight.
   void commit();
 
+ private:
   std::string dir_;
   int64_t keep_last_;
   checkpoint::AsyncSave in_flight_;

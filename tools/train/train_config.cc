@@ -1,9 +1,11 @@
 #include "tools/train/train_config.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 
 #include "kernels/error.h"
 
@@ -241,6 +243,20 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int
 
 std::string checkpoint_dir_of(const TrainConfig& c) {
   return c.checkpoint_dir.empty() ? c.out + "/checkpoints" : c.checkpoint_dir;
+}
+
+void prepare_output_dirs(const TrainConfig& c) {
+  std::vector<std::pair<std::string, std::string>> dirs = {{"--out", c.out}};
+  if (c.use_dcp_checkpointing)
+    dirs.emplace_back(c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir", checkpoint_dir_of(c));
+  for (const auto& [flag, dir] : dirs) {
+    std::error_code ec;
+    DTR_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), ValueError,
+              "{} {}: a file is there; it names a directory (give a new path or an existing directory)", flag, dir);
+    std::filesystem::create_directories(dir, ec);
+    DTR_CHECK(!ec, ValueError, "{} {}: cannot create the directory: {}", flag, dir, ec.message());
+    DTR_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, ValueError, "{} {}: this user cannot write there", flag, dir);
+  }
 }
 
 void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {

@@ -83,6 +83,10 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& config
 // ValueError (one line: the flag, the value, what is legal) for a bad or contradictory
 // configuration on `world_size` ranks (before any data is read).
 void validate(const TrainConfig& config, int64_t world_size);
+// Creates --out and, when checkpointing, the checkpoint directory; ValueError naming the flag
+// when one is a file or cannot be created or written, so the run fails before step 1
+// instead of at its first save.
+void prepare_output_dirs(const TrainConfig& config);
 // ValueError when --vocab is given and smaller than the tokenizer's vocabulary.
 void check_vocab(const TrainConfig& config, int64_t tokenizer_vocab);
 
