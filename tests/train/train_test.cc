@@ -267,33 +267,46 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
   }
 }
 
-TEST_CASE("SIGINT to dtrrun stops every rank at one step and writes the summary so far", "[train]") {
-  const fs::path dir = fresh_dir("sigint");
-  const fs::path out = dir / "out";
-  int interrupted = -1;
-  std::thread interrupter([&] {
-    for (int i = 0; i < 600 && !fs::exists(out / "metrics.jsonl"); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    interrupted = testing::run_command(fmt::format("pkill -INT -f '^[^ ]*{} .*--out {}'", kDtrrun, out.string()),
-                                       dir / "pkill.txt")
-                      .exit_code;
-  });
-  const CommandResult r = run(fmt::format("{} --nproc-per-node 2 {} --dim 32 --layers 1 --heads 2 --seq-len 16 "
-                                          "--batch-size 4 --steps 100000 --log-every 100 --out {}",
-                                          kDtrrun, kTrain, out.string()),
-                              dir);
-  interrupter.join();
-  INFO(r.output);
-  CHECK(interrupted == 0);
-  CHECK(r.exit_code == 130);
-  CHECK(r.output.find("interrupted; stopped after step") != std::string::npos);
-  CHECK(r.output.find("comm %") != std::string::npos);
-  const nlohmann::json summary = nlohmann::json::parse(read_file(out / "summary.json"));
-  CHECK(summary.at("interrupted") == true);
-  CHECK(summary.at("steps").get<int64_t>() > 0);
-  CHECK(summary.at("steps").get<int64_t>() < 100000);
+TEST_CASE("SIGINT or SIGTERM stops every rank at one step, writes the summary so far, exits 128 + the signal",
+          "[train]") {
+  struct Case {
+    std::string signal;
+    int ranks;  // 0: train as one process, signalled itself
+    int exit_code;
+  };
+  for (const Case& c : {Case{"INT", 2, 130}, Case{"TERM", 2, 143}, Case{"TERM", 0, 143}}) {
+    INFO("SIG" << c.signal << " to " << (c.ranks == 0 ? "train" : "dtrrun"));
+    const fs::path dir = fresh_dir(fmt::format("sig{}_{}", c.signal, c.ranks));
+    const fs::path out = dir / "out";
+    const std::string& target = c.ranks == 0 ? kTrain : kDtrrun;
+    int interrupted = -1;
+    std::thread interrupter([&] {
+      for (int i = 0; i < 600 && !fs::exists(out / "metrics.jsonl"); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      interrupted =
+          testing::run_command(fmt::format("pkill -{} -f '^[^ ]*{} .*--out {}'", c.signal, target, out.string()),
+                               dir / "pkill.txt")
+              .exit_code;
+    });
+    const std::string program =
+        c.ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, c.ranks, kTrain);
+    const CommandResult r = run(fmt::format("{} --dim 32 --layers 1 --heads 2 --seq-len 16 --batch-size 4 "
+                                            "--steps 100000 --log-every 100 --out {}",
+                                            program, out.string()),
+                                dir);
+    interrupter.join();
+    INFO(r.output);
+    CHECK(interrupted == 0);
+    CHECK(r.exit_code == c.exit_code);
+    CHECK(r.output.find("interrupted; stopped after step") != std::string::npos);
+    CHECK(r.output.find("comm %") != std::string::npos);
+    const nlohmann::json summary = nlohmann::json::parse(read_file(out / "summary.json"));
+    CHECK(summary.at("interrupted") == true);
+    CHECK(summary.at("steps").get<int64_t>() > 0);
+    CHECK(summary.at("steps").get<int64_t>() < 100000);
+  }
 }
 
 TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ranks, closely on others", "[train]") {

@@ -66,8 +66,8 @@ using namespace dtr;
 using namespace dtr::train;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+std::atomic<int> g_interrupt_signal{0};  // the SIGINT or SIGTERM this rank received, or 0
+extern "C" void on_interrupt(int signal) { g_interrupt_signal.store(signal); }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -370,7 +370,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     // its part of the checkpoint in flight, in one small all-reduce.
     std::vector<double> shared(static_cast<size_t>(world + 2), 0.0);
     shared[static_cast<size_t>(group->rank())] = static_cast<double>(memory_stats(device).peak_bytes);
-    shared[static_cast<size_t>(world)] = g_interrupted.load() ? 1 : 0;
+    shared[static_cast<size_t>(world)] = g_interrupt_signal.load() != 0 ? 1 : 0;
     shared[static_cast<size_t>(world + 1)] = checkpoints && !checkpoints->written() ? 1 : 0;
     Tensor t = Tensor::from_vector<double>(shared).to(group->device());
     group->all_reduce(t, ReduceOp::kSum).wait();
@@ -504,7 +504,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   }
   destroy_process_group();
   if (diverged) return 1;
-  return stopped ? 130 : 0;
+  if (!stopped) return 0;
+  // 128 + the signal, as dtrrun and shells report it (a rank stopped by another's: SIGINT's).
+  const int signal = g_interrupt_signal.load();
+  return 128 + (signal != 0 ? signal : SIGINT);
 }
 
 }  // namespace
