@@ -24,6 +24,16 @@ if "$bin" --mesh 2 --shape 4 --from "P()" --to R 2>"$err"; then
 fi
 grep -q "'P()' names no reduce op; write P or P(sum)" "$err"
 "$bin" --mesh 2 --shape scalar --from "P(max)" --to R | grep -q "all_reduce(max)"
+# A malformed or huge --mesh is one line and exit code 1, not a silent 1-D mesh or bad_alloc.
+for mesh in 2x x2 2x0 100000x100000; do
+  status=0
+  "$bin" --mesh "$mesh" --shape 8 --from S0 --to R 2>"$err" || status=$?
+  if ((status != 1)) || [[ $(wc -l <"$err") != 1 ]]; then
+    echo "explain_sharding --mesh $mesh: exit $status, $(wc -l <"$err") lines on stderr" >&2
+    exit 1
+  fi
+  grep -q "^explain_sharding: --mesh '$mesh': give the mesh's sizes, each >= 1, joined by x" "$err"
+done
 # --alternatives lists the plans weighed and the reason for the choice.
 out=${TEST_TMPDIR:-/tmp}/explain_sharding_alternatives.txt
 "$bin" --mesh 2x2 --shape 5,3 --from S0,S0 --to R,R --alternatives >"$out"

@@ -196,15 +196,20 @@ TEST_CASE("checkpoint_tool exits non-zero with one line on bad input", "[checkpo
       fmt::format("to-full {} {}", (root / "empty").string(), (root / "out.safetensors").string()),
       fmt::format("to-sharded {} {} --ranks 2", (root / "missing.safetensors").string(), (root / "c").string()),
       fmt::format("to-sharded {} {} --ranks 2", (root / "junk.safetensors").string(), (root / "c").string()),
+      "bogus",
+      "list " + (root / "empty").string() + " extra",
   };
   for (const std::string& args : bad) {
     const Run r = run_tool(root, args);
     INFO(args << "\nstderr: " << r.err);
-    CHECK(r.exit_code != 0);
+    CHECK(r.exit_code == 1);
     CHECK(r.err.starts_with("checkpoint_tool: "));
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
   CHECK_FALSE(fs::exists(root / "c"));
+  CHECK(run_tool(root, "bogus").err ==
+        "checkpoint_tool: unknown command 'bogus'; the commands are list, to-full, "
+        "to-sharded\n");
 }
 
 }  // namespace

@@ -120,6 +120,24 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
        "--checkpoint-dir " + a_file + ": a file is there; it names a directory", 0},
       {"--use-dcp-checkpointing --checkpoint-dir " + a_file + "/sub",
        "--checkpoint-dir " + a_file + "/sub: cannot create", 2},
+      // Each names the flag, the value and what is legal (CLI11 printed its own range).
+      {"--steps 0", "train: --steps: got '0'; legal: a whole number >= 1", 0},
+      {"--steps abc", "train: --steps: got 'abc'; legal: a whole number >= 1", 0},
+      {"--seq-len 0", "train: --seq-len: got '0'; legal: a whole number >= 1", 0},
+      {"--threads 0", "train: --threads: got '0'; legal: a whole number >= 1", 0},
+      {"--lr -1", "train: --lr: got '-1'; legal: a finite number > 0", 0},
+      {"--lr inf", "train: --lr: got 'inf'; legal: a finite number > 0", 0},
+      {"--lr nan", "train: --lr: got 'nan'; legal: a finite number > 0", 0},
+      {"--warmup -5", "train: --warmup: got '-5'; legal: a whole number >= 0", 0},
+      {"--grad-clip -1", "train: --grad-clip: got '-1'; legal: a finite number >= 0", 0},
+      {"--dropout 2", "train: --dropout: got '2'; legal: a finite number >= 0 and <= 0.95", 0},
+      {"--bpe-vocab 9", "train: --bpe-vocab: got '9'; legal: a whole number from 257 to 65535", 0},
+      {"--steps 2", "train: --steps: given more than once; give it once", 0},
+      {"--no-such-flag", "train: The following argument was not expected: --no-such-flag (train --help lists them)", 0},
+      // hsdp's default mesh needs an even world: the message is about that, not a --mesh never given.
+      {"--parallel hsdp",
+       "--parallel hsdp on 3 rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world", 3},
+      {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes a 2-D mesh, e.g. replicate=3,shard=1", 3},
   };
   for (const Case& c : cases) {
     INFO(c.flags);
@@ -129,8 +147,12 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
     INFO(r.output);
     CHECK(r.exit_code != 0);
     CHECK(r.output.find(c.expected) != std::string::npos);
-    // One line from a rank process alone (dtrrun adds its own report of the failed rank).
-    if (c.ranks == 0) CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+    // One line and exit code 1 from a rank process alone (dtrrun adds its own report of the
+    // failed rank).
+    if (c.ranks == 0) {
+      CHECK(r.exit_code == 1);
+      CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+    }
   }
 }
 
@@ -159,6 +181,17 @@ TEST_CASE("a checkpoint is committed once every rank has written it, not at the 
   REQUIRE(committed != std::string::npos);
   REQUIRE(last_step != std::string::npos);
   CHECK(committed < last_step);
+}
+
+TEST_CASE("more threads than cores is a warning naming the figures", "[train]") {
+  const int64_t cores = std::thread::hardware_concurrency();
+  const fs::path dir = fresh_dir("oversubscribed");
+  const CommandResult r = run(fmt::format("{} --nproc-per-node 2 {} {} --threads {} --out {}", kDtrrun, kTrain,
+                                          kTinyTrainFlags, cores, (dir / "out").string()),
+                              dir);
+  INFO(r.output);
+  CHECK(r.output.find(fmt::format("train: warning: --threads {} x 2 rank(s) on this host = {} threads on {} cores",
+                                  cores, 2 * cores, cores)) != std::string::npos);
 }
 
 TEST_CASE("--out naming a file fails before step 1 with one line", "[train]") {

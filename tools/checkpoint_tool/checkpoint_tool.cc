@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "kernels/safetensors_header.h"
 #include "kernels/tensor.h"
 #include "nn/safetensors.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -201,9 +203,8 @@ int main(int argc, char** argv) {
   to_sharded->add_option("DIR", dir, "checkpoint directory to write")->required();
   to_sharded->add_option("--ranks", ranks, "ranks of the saving world")->check(CLI::Range(1, 64));
   to_sharded->add_flag("--force", force, "replace what DIR holds");
-  app.failure_message(
-      [](const CLI::App*, const CLI::Error& e) { return fmt::format("checkpoint_tool: {}\n", e.what()); });
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("checkpoint_tool", app, argc, argv))
+    return *exit_code;
   return dtr::tool_main("checkpoint_tool", [&] {
     if (*list) return dtr::tools::list(dir);
     if (*to_full) return dtr::tools::to_full(dir, file, force);

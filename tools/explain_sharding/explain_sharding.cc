@@ -33,6 +33,7 @@
 #include "dtensor/visualize_sharding.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
+#include "tools/command_line.h"
 #include "tools/explain_sharding/execute_plan.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
@@ -63,15 +64,38 @@ dtr::Shape parse_shape(const std::string& text) {
   }
 }
 
+// "2x4" -> [2, 4]: sizes >= 1 joined by 'x', at most kMaxRanks ranks in all; anything else
+// is a ValueError saying what is legal.
+constexpr int64_t kMaxRanks = 65536;
+std::vector<int64_t> parse_mesh(const std::string& text) {
+  std::vector<int64_t> mesh;
+  int64_t ranks = 1;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find('x', start), text.size());
+    const std::string_view item = std::string_view(text).substr(start, end - start);
+    int64_t size = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), size);
+    const bool ok = !item.empty() && ec == std::errc() && ptr == item.data() + item.size() && size >= 1 &&
+                    size <= kMaxRanks && ranks * size <= kMaxRanks;
+    DTR_CHECK(ok, ValueError,
+              "--mesh '{}': give the mesh's sizes, each >= 1, joined by x (e.g. 8, 2x4 or 2x2x2), {} ranks at most",
+              text, kMaxRanks);
+    ranks *= size;
+    mesh.push_back(size);
+    if (end == text.size()) return mesh;
+    start = end + 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
-  std::vector<int64_t> mesh_shape;
   std::vector<std::string> names;
-  std::string shape_text, from, to, cost_model_path;
+  std::string mesh_text, shape_text, from, to, cost_model_path;
   bool execute = false, alternatives = false;
-  app.add_option("--mesh", mesh_shape, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required()->delimiter('x');
+  app.add_option("--mesh", mesh_text, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required();
   app.add_option("--shape", shape_text, "global tensor shape, e.g. 8,6 (scalar: a 0-d tensor)")->required();
   app.add_option("--from", from, "source placements, one per mesh dim, e.g. S0,R or S(0),P(sum)")->required();
   app.add_option("--to", to, "target placements, e.g. R,S1")->required();
@@ -90,10 +114,12 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_flag("--execute", execute,
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("explain_sharding", app, argc, argv))
+    return *exit_code;
 
   return dtr::tool_main("explain_sharding", [&] {
     const dtr::DType dtype = dtypes.at(dtype_name);
+    const std::vector<int64_t> mesh_shape = parse_mesh(mesh_text);
     const dtr::Shape shape = parse_shape(shape_text);
     if (execute && dtr::launcher::is_rank_process()) {
       dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten

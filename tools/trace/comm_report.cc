@@ -12,6 +12,7 @@
 
 #include "collectives/cost_model.h"
 #include "kernels/error.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 #include "tools/trace/comm_accounting.h"
 #include "tools/trace/model_check.h"
@@ -64,7 +65,6 @@ int main(int argc, char** argv) {
   app.add_option("TRACE", path, "a Chrome trace written by train --trace (merged.json or rank<R>.json)")->required();
   app.add_option("--cost-model", model, "a cost model JSON (collective_bench --fit-cost-model)");
   app.add_option("--step", step, "only this step")->check(CLI::PositiveNumber);
-  app.failure_message([](const CLI::App*, const CLI::Error& e) { return fmt::format("comm_report: {}\n", e.what()); });
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("comm_report", app, argc, argv)) return *exit_code;
   return dtr::tool_main("comm_report", [&] { return dtr::trace::report(path, model, step); });
 }

@@ -26,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "collectives/collective_counter.h"
 #include "collectives/distributed_error.h"
@@ -49,6 +50,7 @@
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
 #include "optim/lr_scheduler.h"
+#include "tools/command_line.h"
 #include "tools/launcher/free_port.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
@@ -222,6 +224,19 @@ nlohmann::json json_value(double x) {
   return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt::format("{}", x));
 }
 
+// Ranks x --threads beyond this host's cores make every rank wait on the others' time
+// slices at each collective: up to hundreds of times slower, with no error. Rank 0 warns.
+void warn_if_oversubscribed(const TrainConfig& c) {
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t local_ranks = local != nullptr ? std::max<int64_t>(1, std::atoll(local)) : 1;
+  const int64_t cores = std::thread::hardware_concurrency();
+  if (!is_rank0() || cores == 0 || c.threads * local_ranks <= cores) return;
+  fmt::print(
+      "train: warning: --threads {} x {} rank(s) on this host = {} threads on {} cores; oversubscribed ranks run many "
+      "times slower (--threads {} fits)\n",
+      c.threads, local_ranks, c.threads * local_ranks, cores, std::max<int64_t>(1, cores / local_ranks));
+}
+
 struct Record {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
@@ -243,6 +258,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
 
   const bool rank0 = is_rank0();
   if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);
+  warn_if_oversubscribed(c);
   std::fflush(stdout);
   TrainData data = load_train_data(c);
   check_vocab(c, data.vocab);
@@ -518,9 +534,7 @@ int main(int argc, char** argv) {
       "Run N ranks with: dtrrun --nproc-per-node N train [flags]; without dtrrun it runs as one process."};
   TrainConfig config;
   add_train_flags(app, config);
-  // A bad flag is one line naming it and what is legal (CLI11's own message).
-  app.failure_message([](const CLI::App*, const CLI::Error& e) { return fmt::format("train: {}\n", e.what()); });
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = parse_command_line("train", app, argc, argv)) return *exit_code;
   const std::vector<std::string> args(argv, argv + argc);
   return tool_main("train", [&] {
     if (!launcher::is_rank_process()) {  // one process: a world of one on a free local port

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "kernels/error.h"
+#include "tools/command_line.h"
 
 namespace dtr::train {
 namespace {
@@ -24,11 +25,11 @@ int64_t parse_count(const std::string& text) {
 }  // namespace
 
 void add_train_flags(CLI::App& app, TrainConfig& c) {
-  const auto positive = CLI::PositiveNumber;
+  const CLI::Validator positive = whole_number(1), non_negative = whole_number(0);
   const auto boolean = CLI::IsMember({"true", "false"});
   app.add_option("--dim", c.dim, "model width")->check(positive)->capture_default_str()->group("Model");
   app.add_option("--layers", c.layers, "transformer blocks")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Model");
   app.add_option("--heads", c.heads, "attention heads (must divide --dim)")
@@ -55,7 +56,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(boolean)
       ->group("Model");
   app.add_option("--dropout", c.dropout, "dropout on attention weights and residual branches")
-      ->check(CLI::Range(0.0, 0.95))
+      ->check(finite_number(0, Bound::kClosed, 0.95))
       ->capture_default_str()
       ->group("Model");
 
@@ -70,9 +71,12 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(positive)
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->check(positive)->capture_default_str()->group("Training");
+  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")
+      ->check(finite_number(0, Bound::kOpen))
+      ->capture_default_str()
+      ->group("Training");
   app.add_option("--warmup", c.warmup, "linear warm-up steps")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Training");
   app.add_option("--lr-schedule", c.lr_schedule, "after warm-up: cosine (to 10% of --lr), linear (to 0) or constant")
@@ -80,11 +84,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_number(0, Bound::kClosed))
       ->capture_default_str()
       ->group("Training");
   app.add_option("--grad-clip", c.grad_clip, "max global gradient norm (0: no clipping)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(finite_number(0, Bound::kClosed))
       ->capture_default_str()
       ->group("Training");
   app.add_option("--seed", c.seed, "initialisation, dropout and data-order seed")
@@ -114,7 +118,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--prefetch", c.prefetch,
                  "explicit prefetch depth: each block's forward issues the all-gathers of the next N blocks (and "
                  "backward the previous N); 0: implicit (the last iteration's order)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Parallelism");
   app.add_option("--reshard-after-forward", c.reshard_after_forward,
@@ -149,11 +153,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Data and output");
   app.add_option("--bpe-vocab", c.bpe_vocab, "vocabulary size of the trained BPE")
-      ->check(CLI::Range(257, 65535))
+      ->check(whole_number(257, 65535))
       ->capture_default_str()
       ->group("Data and output");
   app.add_option("--eval-every", c.eval_every, "steps between validation losses (0: none)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Data and output");
   app.add_option("--eval-batches", c.eval_batches, "global batches of held-out data per validation")
@@ -173,11 +177,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--checkpoint-dir", c.checkpoint_dir, "where checkpoints go (default: OUT/checkpoints)")
       ->group("Checkpoints");
   app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: only at the end)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Checkpoints");
   app.add_option("--keep-last", c.keep_last, "checkpoints kept (older ones deleted after a newer one committed)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive)
       ->capture_default_str()
       ->group("Checkpoints");
   app.add_option("--resume", c.resume,
@@ -277,6 +281,10 @@ void validate(const TrainConfig& c, int64_t world_size) {
   const Parallel parallel = parallel_of(c);
   DTR_CHECK(parallel != Parallel::kNone || world_size == 1, ValueError,
             "--parallel none runs one process, but the world has {} ranks; use fsdp, hsdp or ddp", world_size);
+  DTR_CHECK(parallel != Parallel::kHsdp || !c.mesh.empty() || (world_size >= 2 && world_size % 2 == 0), ValueError,
+            "--parallel hsdp on {} rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world of 2 or "
+            "more; give --mesh replicate=R,shard=S with R x S = {} (e.g. replicate={},shard=1), or use --parallel fsdp",
+            world_size, world_size, world_size);
   const auto dims = mesh_dims(c, world_size);
   int64_t mesh_size = 1;
   for (const auto& [name, size] : dims) mesh_size *= size;
@@ -285,9 +293,11 @@ void validate(const TrainConfig& c, int64_t world_size) {
             mesh_size, world_size);
   if (parallel == Parallel::kHsdp) {
     DTR_CHECK(dims.size() == 2, ValueError,
-              "--mesh {}: --parallel hsdp takes a 2-D mesh, e.g. replicate=2,shard={} (the world of {} ranks "
-              "must split in two dims)",
-              mesh_text, world_size / 2, world_size);
+              "--mesh {}: --parallel hsdp takes a 2-D mesh, e.g. {} (the world of {} ranks split in two dims)",
+              mesh_text,
+              world_size % 2 == 0 ? fmt::format("replicate=2,shard={}", world_size / 2)
+                                  : fmt::format("replicate={},shard=1", world_size),
+              world_size);
   } else {
     DTR_CHECK(dims.size() == 1, ValueError, "--mesh {}: --parallel {} takes a 1-D mesh, e.g. dp={}", mesh_text,
               c.parallel, world_size);
