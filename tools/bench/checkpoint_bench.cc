@@ -27,6 +27,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@
 #include "kernels/matmul.h"
 #include "kernels/tensor.h"
 #include "tools/bench/bench_util.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -301,7 +303,8 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "where the checkpoint and reference files go (a fresh folder under it)");
   app.add_option("--base", base, "(internal) the folder of one launch");
   app.add_option("--result", result, "(internal) where rank 0 writes its row");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("checkpoint_bench", app, argc, argv))
+    return *exit_code;
   return dtr::tool_main("checkpoint_bench", [&] {
     if (dtr::launcher::is_rank_process()) return dtr::bench::run_rank(mib, base, repeats, result);
     std::vector<nlohmann::json> rows;

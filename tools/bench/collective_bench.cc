@@ -26,6 +26,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "kernels/error.h"
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -356,7 +358,8 @@ int main(int argc, char** argv) {
   app.add_option("--fit-cost-model", options.cost_model_path,
                  "fit the alpha-beta cost model to dtr's median times and write it to this JSON file (fits of other "
                  "group sizes already in it are kept)");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("collective_bench", app, argc, argv))
+    return *exit_code;
   return dtr::tool_main("collective_bench", [&] {
     if (!dtr::launcher::is_rank_process()) {
       const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(options.ranks, std::span(argv, argc));

@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <iostream>
+#include <optional>
 
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/loss.h"
@@ -25,6 +26,7 @@
 #include "kernels/parallel.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 
 namespace dtr::bench {
@@ -96,7 +98,8 @@ int run_main(int argc, char** argv) {
   CLI::App app{"DTensor dispatch overhead (sharding rule + autograd record) beside the local kernel"};
   int threads = 1;
   app.add_option("--threads", threads, "CPU kernel threads")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("dtensor_op_bench", app, argc, argv))
+    return *exit_code;
   set_num_threads(threads);
   std::cout << fmt::format("{:<16} {:<22} {:>6} {:>12} {:>13} {:>14} {:>9}\n", "op", "global shape (dp=2)", "check",
                            "kernel (us)", "DTensor (us)", "overhead (us)", "overhead");

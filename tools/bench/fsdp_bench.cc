@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -37,6 +38,7 @@
 #include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
 #include "tools/bench/reference_lm.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/train_report.h"
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::PositiveNumber);
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("fsdp_bench", app, argc, argv)) return *exit_code;
   return tool_main("fsdp_bench", [&] {
     if (launcher::is_rank_process()) {
       rank_main(steps, warmup);

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "nn/loss.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 #include "tools/train/mfu.h"
 
@@ -338,7 +340,7 @@ int run_main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--only", only, "one table: memory, matmul, attention or train")
       ->check(CLI::IsMember({"memory", "matmul", "attention", "train"}));
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("gpu_bench", app, argc, argv)) return *exit_code;
   DTR_CHECK(cuda::device_count() > 0, ValueError, "gpu_bench: no CUDA device visible; it benchmarks cuda:0");
   elements -= elements % 4096;
   fmt::print("gpu_bench on {}\n", cuda::device_description(0));

@@ -12,11 +12,13 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "collectives/cost_model.h"
 #include "tools/bench/fsdp_step_model.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -52,7 +54,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--compute-efficiency", efficiency, "achieved share of the bf16 dense peak in the model's kernels")
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("gpu_plan", app, argc, argv)) return *exit_code;
 
   const std::vector<Cluster> clusters = {{"8 x H200, NVLink 4", 8, 360e9, 15e-6},
                                          {"64 x H200, 8 nodes, IB NDR", 64, 200e9, 60e-6}};

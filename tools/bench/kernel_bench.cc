@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 
 #include <Eigen/Core>
@@ -35,6 +36,7 @@
 #include "kernels/shape_ops.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 
 namespace dtr::bench {
@@ -800,7 +802,7 @@ int run_main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--filter", filter, "run only the rows whose 'op dtype shape' contains this");
   app.add_flag("--quick", quick, "small shapes: a smoke test that takes seconds");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("kernel_bench", app, argc, argv)) return *exit_code;
   set_num_threads(threads > 0 ? threads : omp_get_num_procs());
   const Shapes& s = quick ? kQuickShapes : kFullShapes;
   // Other work on the machine steals cores from OpenMP's threads: print the load so a reader can judge.

@@ -49,6 +49,7 @@
 #include "optim/adam.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/reference_lm.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/train_report.h"
@@ -346,7 +347,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(1e-6, 4096.0));
   app.add_option("--pair-repeats", o.pair_repeats, "its timed rounds per size")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("overlap_bench", app, argc, argv)) return *exit_code;
   return tool_main("overlap_bench", [&] {
     if (launcher::is_rank_process()) return rank_main(o);
     fmt::print("{}, FSDP (each block and the root), AdamW, Gloo, {} ranks x 1 thread\n", bench::ReferenceLM::describe(),

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "dtensor/redistribute_plan.h"
 #include "kernels/error.h"
 #include "kernels/tensor.h"
+#include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 
@@ -243,7 +245,8 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "ranks to start (ignored under dtrrun)")->check(CLI::Range(1, 64));
   app.add_option("--sizes-kib", sizes_kib, "global tensor sizes in KiB")->delimiter(',');
   app.add_option("--batches", batches, "timed batches per row")->check(CLI::Range(1, 1000));
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("redistribute_bench", app, argc, argv))
+    return *exit_code;
   return dtr::tool_main("redistribute_bench", [&] {
     if (dtr::launcher::is_rank_process()) return dtr::bench::run_rank(sizes_kib, batches);
     dtr::bench::check_sizes(sizes_kib, ranks);

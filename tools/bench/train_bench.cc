@@ -38,6 +38,7 @@
 #include "kernels/error.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -224,7 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "steps per run, warm-up included")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "first steps left out of ms/step")->check(CLI::NonNegativeNumber);
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("train_bench", app, argc, argv)) return *exit_code;
   return tool_main("train_bench", [&] {
     DTR_CHECK(steps > warmup, ValueError, "--steps {} must exceed --warmup {}", steps, warmup);
     const std::string dtrrun = find_built_program("tools/launcher/dtrrun");

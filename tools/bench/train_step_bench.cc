@@ -35,6 +35,7 @@
 #include "tools/bench/bench_util.h"
 #include "tools/bench/op_family.h"
 #include "tools/bench/peer.h"
+#include "tools/command_line.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -119,7 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", rounds, "rounds of dtr's steps then the peer's, alternating")->check(CLI::PositiveNumber);
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
-  CLI11_PARSE(app, argc, argv);
+  if (const std::optional<int> exit_code = dtr::parse_command_line("train_step_bench", app, argc, argv))
+    return *exit_code;
   return tool_main("train_step_bench", [&] {
     bench::enter_workspace();  // the peer script is read from the workspace
     set_num_threads(1);
