@@ -194,6 +194,26 @@ TEST_CASE("more threads than cores is a warning naming the figures", "[train]") 
                                   cores, 2 * cores, cores)) != std::string::npos);
 }
 
+TEST_CASE("val_loss reads the same held-out windows for any --grad-accum, each once", "[train]") {
+  // It read --eval-batches micro-batches before: 4 x fewer windows under --grad-accum 4.
+  std::vector<double> val_losses;
+  for (const int accum : {1, 4}) {
+    const testing::TrainRun trained =
+        testing::run_train(fmt::format("eval_accum{}", accum), 0,
+                           fmt::format("--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 12 --grad-accum {} "
+                                       "--steps 2 --warmup 1 --eval-every 2 --eval-batches 2",
+                                       accum));
+    INFO(trained.result.output);
+    CHECK(trained.result.output.find("eval       every 2 steps: 24 held-out windows (--eval-batches 2 x --batch-size "
+                                     "12)") != std::string::npos);
+    std::ifstream metrics(trained.out / "metrics.jsonl");
+    std::string last;
+    for (std::string line; std::getline(metrics, line);) last = line;
+    val_losses.push_back(nlohmann::json::parse(last).at("val_loss").get<double>());
+  }
+  CHECK(val_losses[1] == Approx(val_losses[0]).epsilon(1e-5));
+}
+
 TEST_CASE("--out naming a file fails before step 1 with one line", "[train]") {
   const fs::path dir = fresh_dir("out_is_file");
   std::ofstream(dir / "a_file") << "not a directory";

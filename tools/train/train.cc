@@ -190,14 +190,24 @@ std::string placements_summary(nn::Transformer& net) {
   return out;
 }
 
-// The mean loss over --eval-batches global batches of held-out windows, in order.
+// The held-out windows each evaluation reads: the first --eval-batches x --batch-size of
+// the held-out order, fewer when the held-out set is smaller (each window once), in whole
+// micro-batches of the training's size; at least one micro-batch (whose windows then repeat).
+int64_t eval_windows(const TrainConfig& c, const WindowOrder& val_order) {
+  const int64_t rows = c.batch_size / c.grad_accum;
+  const int64_t available = val_order.num_windows() / rows * rows;
+  return std::max(rows, std::min(c.eval_batches * c.batch_size, available));
+}
+
+// The mean loss over eval_windows() held-out windows, in micro-batches of the training's
+// size: the same windows, so the same value (up to rounding), for any --grad-accum.
 double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const WindowOrder& val_order,
                 const DeviceMesh& mesh, int64_t vocab) {
   const NoGradGuard no_grad;
   m.net->eval();
   const int64_t rows = c.batch_size / c.grad_accum;
+  const int64_t batches = eval_windows(c, val_order) / rows;
   double total = 0;
-  const int64_t batches = std::min(c.eval_batches, std::max<int64_t>(1, val_order.num_windows() / rows));
   for (int64_t b = 0; b < batches; ++b) {
     const Batch batch = make_batch(data.val, val_order, b * rows, rows, c.seq_len, mesh);
     total += nn::cross_entropy(reshape((*m.net)(batch.tokens), {rows * c.seq_len, vocab}), batch.targets).item();
@@ -320,6 +330,17 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                data.val.size(), c.data_order, data.tokenizer ? data.tokenizer->kind() : "(ids)");
     fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
                c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
+    if (c.eval_every > 0) {
+      const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
+      fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,
+                 windows == wanted ? fmt::format(" (--eval-batches {} x --batch-size {})", c.eval_batches, c.batch_size)
+                 : windows <= val_order.num_windows()
+                     ? fmt::format(", all the held-out set has in whole micro-batches (--eval-batches {} x "
+                                   "--batch-size {} asked for {})",
+                                   c.eval_batches, c.batch_size, wanted)
+                     : fmt::format(": one micro-batch, but the held-out set has only {}, so they repeat",
+                                   val_order.num_windows()));
+    }
     fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0{})\n",
                mib(param_bytes), mib(param_bytes), mib(2 * param_bytes), c.cpu_offload ? ", in host memory" : "");
     if (!resumed_from.empty()) {
