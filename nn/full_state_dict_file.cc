@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -222,11 +223,20 @@ struct Source {
 LoadResult load_sources(Module& module, const std::map<std::string, Source>& sources, const std::string& where,
                         Strict strict, std::string_view op) {
   const StateDict current = module.state_dict();
+  // A tied entry (one tensor under several names, as gpt's output.weight is embed.weight) is
+  // loaded through any of its names the file holds: PyTorch's save_model and Hugging Face's
+  // save_pretrained keep one.
+  const auto tie_in_file = [&](const std::string& name, const DTensor& value) -> const std::string* {
+    for (const auto& [other, v] : current) {
+      if (other != name && v.is_same(value) && sources.contains(other)) return &other;
+    }
+    return nullptr;
+  };
   LoadResult result;
   std::set<std::string> known;
   for (const auto& [name, value] : current) {
     known.insert(name);
-    if (!sources.contains(name)) result.missing_keys.push_back(name);
+    if (!sources.contains(name) && tie_in_file(name, value) == nullptr) result.missing_keys.push_back(name);
   }
   for (const auto& [name, source] : sources) {
     if (!known.contains(name)) result.unexpected_keys.push_back(name);
@@ -246,6 +256,20 @@ LoadResult load_sources(Module& module, const std::map<std::string, Source>& sou
               "{}: tensor '{}' of safetensors file '{}' is {}, the module's entry is {}; convert the module (to()) "
               "or the file",
               op, name, it->second.file->path, describe(e.dtype, e.shape), describe(value.dtype(), value.shape()));
+  }
+  // A file holding a tied tensor under two names loads when the two are equal; every rank
+  // reads and compares them whole, so every rank decides alike.
+  for (const auto& [name, value] : current) {
+    const std::string* other = sources.contains(name) ? tie_in_file(name, value) : nullptr;
+    if (other == nullptr || *other < name) continue;  // each pair once
+    const LocalBox whole{Shape(value.shape().size(), 0), value.shape()};
+    const Source& a = sources.at(name);
+    const Source& b = sources.at(*other);
+    const Tensor x = read_block(*a.file, *a.entry, whole, op), y = read_block(*b.file, *b.entry, whole, op);
+    DTR_CHECK(std::memcmp(x.data(), y.data(), x.nbytes()) == 0, ValueError,
+              "{}: '{}' holds '{}' and '{}', which the module ties (one tensor), with different values; keep one "
+              "name, or make them equal",
+              op, where, name, *other);
   }
   StateDict blocks;
   for (const auto& [name, value] : current) {

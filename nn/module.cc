@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
@@ -229,24 +230,24 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
   }
   NoGradGuard no_grad;
   // Slots that share one tensor (tied weights) keep sharing the new one, loaded from the
-  // first of their names that the state dict holds.
+  // first of their names that the state dict holds, whichever slot comes first.
   std::vector<DTensor> before;
   for (const auto& entry : expected) before.push_back(entry.second->value);
+  std::vector<std::optional<size_t>> source(expected.size());  // the slot whose name loads slot i
   for (size_t i = 0; i < expected.size(); ++i) {
+    for (size_t j = 0; j < expected.size() && !source[i]; ++j) {
+      if (before[j].is_same(before[i]) && by_name.count(expected[j].first)) source[i] = j;
+    }
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (source[i] != i) continue;
     Slot* slot = expected[i].second;
-    size_t first = i;
-    for (size_t j = 0; j < i && first == i; ++j) {
-      if (before[j].is_same(before[i]) && by_name.count(expected[j].first)) first = j;
-    }
-    if (first != i) {
-      slot->value = expected[first].second->value;
-      continue;
-    }
-    const auto it = by_name.find(expected[i].first);
-    if (it == by_name.end()) continue;
-    DTensor value = it->second->redistribute(slot->value.placements()).detach();
+    DTensor value = by_name.at(expected[i].first)->redistribute(slot->value.placements()).detach();
     if (slot->is_parameter) value.requires_grad_(true);
     slot->value = std::move(value);
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (source[i] && *source[i] != i) expected[i].second->value = expected[*source[i]].second->value;
   }
   return result;
 }

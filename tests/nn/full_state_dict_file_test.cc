@@ -25,6 +25,7 @@
 #include "collectives/init.h"
 #include "kernels/allocator.h"
 #include "kernels/error.h"
+#include "kernels/fill.h"
 #include "nn/full_state_dict.h"
 #include "nn/full_state_dict_file.h"
 #include "nn/fully_shard.h"
@@ -231,6 +232,38 @@ TEST_CASE("files PyTorch wrote load with PyTorch's values; dtr's are left for th
       }
     }
   });
+}
+
+TEST_CASE("a tied weight loads from either of its names, or both when they are equal", "[nn][full_state_dict_file]") {
+  // PyTorch's safetensors.torch.save_model and Hugging Face's save_pretrained keep one name
+  // of a tied tensor (here output.weight is embed.weight).
+  const fs::path dir = testing::make_temp_dir("tied");
+  const TensorMap reference = full_state_dict(*make_model(7, 0));
+  REQUIRE(reference.contains("output.weight"));
+  REQUIRE(reference.contains("embed.weight"));
+  for (const std::string& dropped : {"output.weight", "embed.weight"}) {
+    TensorMap one_name = reference;
+    one_name.erase(dropped);
+    const std::string file = (dir / ("without_" + dropped + ".safetensors")).string();
+    save_file(one_name, file);
+    testing::run_ranks(2, [&](int, int world) {
+      const std::unique_ptr<Transformer> model = make_model(8, world);
+      const LoadResult result = load_full_state_dict_file(*model, file);
+      CHECK(result.missing_keys.empty());
+      check_same(full_state_dict(*model), reference, "loaded without " + dropped);
+    });
+  }
+  TensorMap differ = reference;
+  differ["output.weight"] = full(reference.at("output.weight").shape(), 0.5);
+  const std::string differ_file = (dir / "differ.safetensors").string();
+  save_file(differ, differ_file);
+  const std::unique_ptr<Transformer> model = make_model(8, 0);
+  CHECK_THROWS_MATCHES(load_full_state_dict_file(*model, differ_file), ValueError,
+                       MessageContains("'embed.weight' and 'output.weight', which the module ties"));
+  const std::string both = (dir / "both.safetensors").string();
+  save_file(reference, both);
+  load_full_state_dict_file(*model, both);
+  check_same(full_state_dict(*model), reference, "loaded with both names");
 }
 
 TEST_CASE("truncated files, missing tensors, wrong shapes and dtypes are typed errors naming them",
