@@ -490,7 +490,10 @@ void check_loadable(const State& state, const CheckpointMetadata& meta, const fs
     }
   }
   if (problems.empty()) return;
-  std::string message = fmt::format("{}: '{}': {}", kLoad, target.string(), fmt::join(problems, "; "));
+  std::string message =
+      fmt::format("{}: '{}': {} problem(s): {}{}", kLoad, target.string(), problems.size(),
+                  fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 5), "; "),
+                  problems.size() > 5 ? fmt::format("; and {} more", problems.size() - 5) : "");
   if (missing) {
     std::vector<std::string> names;
     for (const auto& [name, s] : meta.tensors) {
@@ -500,7 +503,8 @@ void check_loadable(const State& state, const CheckpointMetadata& meta, const fs
       }
       names.push_back(fmt::format("'{}'", name));
     }
-    message += fmt::format(" (it holds {} tensors: {})", meta.tensors.size(), fmt::join(names, ", "));
+    message += fmt::format(" (it holds {} tensors: {}; checkpoint_tool list shows them all)", meta.tensors.size(),
+                           fmt::join(names, ", "));
   }
   throw ValueError(message);
 }

@@ -13,8 +13,18 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace dtr {
+
+// A list in one line of a message, however long: "2 (a, b)" or "57 (a, b, c, d, e and 52
+// more)", so a mismatch of two large models stays readable.
+inline std::string list_summary(const std::vector<std::string>& items, size_t shown = 5) {
+  std::string out = fmt::format("{} (", items.size());
+  for (size_t i = 0; i < items.size() && i < shown; ++i) out += fmt::format("{}{}", i == 0 ? "" : ", ", items[i]);
+  if (items.size() > shown) out += fmt::format(" and {} more", items.size() - shown);
+  return out + ")";
+}
 
 class Error : public std::runtime_error {
  public:

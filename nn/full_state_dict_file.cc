@@ -242,9 +242,9 @@ LoadResult load_sources(Module& module, const std::map<std::string, Source>& sou
     if (!known.contains(name)) result.unexpected_keys.push_back(name);
   }
   DTR_CHECK(strict == Strict::kNo || (result.missing_keys.empty() && result.unexpected_keys.empty()), ValueError,
-            "{}: '{}' does not match the module: missing keys (the module's, not in the file): [{}]; unexpected "
-            "keys (in the file, not the module's): [{}]; Strict::kNo loads the names that match",
-            op, where, fmt::join(result.missing_keys, ", "), fmt::join(result.unexpected_keys, ", "));
+            "{}: '{}' does not match the module: missing keys (the module's, not in the file): {}; unexpected "
+            "keys (in the file, not the module's): {}; Strict::kNo loads the names that match",
+            op, where, list_summary(result.missing_keys), list_summary(result.unexpected_keys));
   for (const auto& [name, value] : current) {
     const auto it = sources.find(name);
     if (it == sources.end()) continue;

@@ -220,12 +220,12 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
   if (strict_failure || !mismatches.empty()) {
     std::string message = fmt::format("{}.load_state_dict: ", type_name_);
     if (strict == Strict::kYes && !result.missing_keys.empty()) {
-      message += fmt::format("missing keys {}; ", result.missing_keys);
+      message += fmt::format("missing keys: {}; ", list_summary(result.missing_keys));
     }
     if (strict == Strict::kYes && !result.unexpected_keys.empty()) {
-      message += fmt::format("unexpected keys {}; ", result.unexpected_keys);
+      message += fmt::format("unexpected keys: {}; ", list_summary(result.unexpected_keys));
     }
-    if (!mismatches.empty()) message += fmt::format("mismatches: {}; ", fmt::join(mismatches, ", "));
+    if (!mismatches.empty()) message += fmt::format("mismatches: {}; ", list_summary(mismatches, 3));
     throw ValueError(message + "nothing was loaded");
   }
   NoGradGuard no_grad;

@@ -530,6 +530,22 @@ TEST_CASE("load names a tensor missing from the checkpoint and shape or dtype mi
       CHECK_THROWS_MATCHES(checkpoint::load(s, dir.string()), ValueError,
                            MessageContains("tensor 'ids' is int64[6, 3] in the checkpoint but int32[6, 3]"));
     }
+    {
+      // Another model altogether: a count and the first problems, one readable line.
+      State s;
+      for (int i = 0; i < 40; ++i) {
+        s.tensors[fmt::format("other.{}.w", i)] = sharded(zeros({2, 2}), mesh, {Shard(0)});
+      }
+      try {
+        checkpoint::load(s, dir.string());
+        FAIL("loading another model's tensors did not throw");
+      } catch (const ValueError& e) {
+        const std::string message = e.what();
+        CHECK_THAT(message, Catch::Contains("40 problem(s): tensor 'other.0.w' is not in the checkpoint") &&
+                                Catch::Contains("; and 35 more (it holds 7 tensors"));
+        CHECK(message.size() < 800);
+      }
+    }
     // A subset of the checkpoint's tensors loads (the rest are not read).
     State s;
     DTensorSpec spec(mesh, {Shard(0)}, {7, 5}, kFloat32);
