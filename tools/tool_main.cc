@@ -8,6 +8,8 @@
 #include <exception>
 #include <string>
 
+#include "collectives/launch_env.h"
+
 namespace dtr {
 namespace {
 
@@ -22,6 +24,7 @@ std::string rank_prefix() {
 
 int tool_main(std::string_view tool, const std::function<int()>& body) {
   try {
+    adopt_launcher_env();
     return body();
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}{}: {}\n", rank_prefix(), tool, e.what());

@@ -1,6 +1,8 @@
 // tool_main: the one catch of a tool's main (dtr's benchmarks and explainers).
 //
-// A tool's main parses its flags (CLI11) and hands the rest to tool_main, which runs it and
+// A tool's main parses its flags (tools/command_line.h) and hands the rest to tool_main,
+// which first derives torchrun's variables from Slurm's srun or an MPI launcher where they
+// are absent (collectives/launch_env.h), then runs it and
 // turns whatever escapes into one line on stderr and exit code 1: "<tool>: <what()>" for a
 // dtr error (ValueError, DistributedError, OSError, ...) or any other exception, with a
 // "[rank <RANK>] " prefix when the process runs as a rank (RANK and WORLD_SIZE set, by

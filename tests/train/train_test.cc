@@ -4,8 +4,12 @@
 // --mixed-precision stays close; the built-in corpus's loss falls; bad flags exit non-zero
 // with one line naming the flag (--device cuda without a GPU too); a rank killed mid-run makes dtrrun exit non-zero
 // naming it; the output files parse.
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -212,6 +216,66 @@ TEST_CASE("val_loss reads the same held-out windows for any --grad-accum, each o
     val_losses.push_back(nlohmann::json::parse(last).at("val_loss").get<double>());
   }
   CHECK(val_losses[1] == Approx(val_losses[0]).epsilon(1e-5));
+}
+
+// A TCP port on 127.0.0.1 that nothing listens on, in [lo, hi).
+int free_port_in(int lo, int hi) {
+  for (int port = lo + static_cast<int>(::getpid()) % (hi - lo), tries = 0; tries < hi - lo; ++tries) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (bound) return port;
+    port = port + 1 == hi ? lo : port + 1;
+  }
+  FAIL("no free port in [" << lo << ", " << hi << ")");
+  return -1;
+}
+
+TEST_CASE("ranks started by srun or mpirun (their variables faked) train like dtrrun's", "[train]") {
+  const std::string flags =
+      "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 12 --steps 4 --eval-every 0 "
+      "--log-every 1 --warmup 2";
+  const std::vector<double> expected = testing::train_losses("launchers_dtrrun", 2, flags);
+  // Slurm: the master is the hostlist's first host, the port 15000 + SLURM_JOB_ID % 20000.
+  const int slurm_port = free_port_in(15000, 35000);
+  const std::string slurm =
+      fmt::format("SLURM_NTASKS=2 SLURM_NODEID=0 SLURM_TASKS_PER_NODE=2 SLURM_NODELIST=localhost SLURM_JOB_ID={}",
+                  slurm_port - 15000);
+  const int mpi_port = free_port_in(35000, 45000);
+  const std::string mpi = fmt::format("OMPI_COMM_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={}", mpi_port);
+  struct Launch {
+    std::string name, common, rank0, rank1;
+  };
+  for (const Launch& l : {Launch{"srun", slurm, "SLURM_PROCID=0 SLURM_LOCALID=0", "SLURM_PROCID=1 SLURM_LOCALID=1"},
+                          Launch{"mpirun", mpi, "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_RANK=1"}}) {
+    INFO(l.name);
+    const fs::path dir = fresh_dir("launched_by_" + l.name);
+    const std::string out = (dir / "out").string();
+    const CommandResult r =
+        run(fmt::format("(env {} {} {} {} --out {} >{}/rank1.txt 2>&1 & env {} {} {} {} --out {}; "
+                        "status=$?; wait $! || status=1; exit $status)",
+                        l.common, l.rank1, kTrain, flags, out, dir.string(), l.common, l.rank0, kTrain, flags, out),
+            dir);
+    INFO(r.output << read_file(dir / "rank1.txt"));
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("world      2 ranks") != std::string::npos);
+    check_same_losses(testing::losses_in(dir / "out" / "metrics.jsonl", 2), expected, 0);
+  }
+  // mpirun knows no rendezvous address: without MASTER_ADDR and MASTER_PORT, one line.
+  const fs::path dir = fresh_dir("mpirun_no_master");
+  const CommandResult r = run(fmt::format("env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 {} {} --out {}", kTrain,
+                                          flags, (dir / "out").string()),
+                              dir);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(
+      r.output.starts_with("train: launched by MPI (OMPI_COMM_WORLD_RANK=0 of 2) without MASTER_ADDR and "
+                           "MASTER_PORT"));
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
 }
 
 TEST_CASE("--out naming a file fails before step 1 with one line", "[train]") {
