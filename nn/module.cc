@@ -194,12 +194,19 @@ LoadResult Module::load_state_dict(const StateDict& state, Strict strict) {
       if (s.value.defined() && s.persistent) expected.emplace_back(joined(prefix, s.name), &s);
     }
   }
+  // A tied slot (one tensor under several names) is not missing when the state holds another
+  // of its names: PyTorch's save_model and Hugging Face's save_pretrained keep one.
+  const auto tie_held = [&](const std::string& name, const Slot* slot) {
+    return std::any_of(expected.begin(), expected.end(), [&](const auto& other) {
+      return other.first != name && other.second->value.is_same(slot->value) && by_name.count(other.first);
+    });
+  };
   LoadResult result;
   std::vector<std::string> mismatches;
   for (const auto& [name, slot] : expected) {
     const auto it = by_name.find(name);
     if (it == by_name.end()) {
-      result.missing_keys.push_back(name);
+      if (!tie_held(name, slot)) result.missing_keys.push_back(name);
       continue;
     }
     const DTensor& v = *it->second;

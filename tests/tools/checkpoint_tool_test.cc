@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,7 +25,12 @@
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
 #include "kernels/fill.h"
+#include "nn/full_state_dict.h"
+#include "nn/full_state_dict_file.h"
+#include "nn/fully_shard.h"
+#include "nn/init.h"
 #include "nn/safetensors.h"
+#include "nn/transformer.h"
 #include "tests/testing/multi_rank.h"
 #include "tests/testing/test_util.h"
 
@@ -186,6 +193,77 @@ TEST_CASE("checkpoint_tool replaces an existing OUT or checkpoint only with --fo
   CHECK(run_tool(root, fmt::format("to-sharded {} {} --ranks 2", full.string(), empty.string())).exit_code == 0);
 }
 
+// The causal LM train --arch gpt builds (the output tied to the embedding), small.
+std::unique_ptr<nn::Transformer> gpt(uint64_t seed) {
+  nn::manual_seed(seed);
+  return std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = 32,
+                                                                 .dim = 16,
+                                                                 .n_layers = 2,
+                                                                 .n_heads = 2,
+                                                                 .causal = true,
+                                                                 .max_seq_len = 8,
+                                                                 .final_norm = true,
+                                                                 .tie_embeddings = true});
+}
+
+TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loadable strictly", "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_export");
+  const fs::path ckpt = root / "step_00000010";
+  // Saved as train's Checkpointer saves: model.<parameter> (a tied one once) and optimizer state.
+  testing::run_ranks(2, [&](int, int n) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {n}, {"dp"});
+    std::unique_ptr<nn::Transformer> model = gpt(3);
+    nn::fully_shard(*model, mesh);
+    checkpoint::State s;
+    for (auto& [name, p] : model->named_parameters()) s.tensors.emplace("model." + name, *p);
+    s.tensors.emplace("optim.0.exp_avg", *model->named_parameters().front().second);
+    checkpoint::save(s, ckpt.string());
+  });
+  const nn::TensorMap expected = nn::full_state_dict(*gpt(3));
+  REQUIRE(expected.contains("output.weight"));
+
+  const fs::path file = root / "model.safetensors";
+  const Run exported = run_tool(root, fmt::format("export {} {}", ckpt.string(), file.string()));
+  INFO(exported.out << exported.err);
+  REQUIRE(exported.exit_code == 0);
+  const nn::TensorMap written = nn::load_file(file.string());
+  CHECK(written.size() == expected.size());
+  for (const auto& [name, t] : expected) {
+    INFO(name);
+    REQUIRE(written.contains(name));
+    CHECK(same_bits(written.at(name), t));
+  }
+  // What train --init-from does, strictly (a missing or extra name throws).
+  std::unique_ptr<nn::Transformer> fresh = gpt(4);
+  nn::load_full_state_dict_file(*fresh, file.string());
+  CHECK(same_bits(nn::full_state_dict(*fresh).at("layers.1.ffn.2.weight"), expected.at("layers.1.ffn.2.weight")));
+
+  // Hugging Face's layout: small shards, an index naming every tensor's file.
+  const fs::path hf = root / "hf";
+  REQUIRE(
+      run_tool(root, fmt::format("export {} --hf {} --max-shard-size 4000", ckpt.string(), hf.string())).exit_code ==
+      0);
+  const Json index = Json::parse(read_text(hf / "model.safetensors.index.json"));
+  CHECK(index.at("weight_map").size() == expected.size());
+  std::set<std::string> files;
+  for (const auto& [name, f] : index.at("weight_map").items()) files.insert(f.get<std::string>());
+  CHECK(files.size() > 1);
+  std::unique_ptr<nn::Transformer> from_hf = gpt(5);
+  nn::load_hf_checkpoint(*from_hf, hf.string());
+  for (const auto& [name, t] : nn::full_state_dict(*from_hf)) {
+    INFO(name);
+    CHECK(same_bits(t, expected.at(name)));
+  }
+  // Neither replaces what is there without --force; a checkpoint not from train is refused.
+  CHECK(run_tool(root, fmt::format("export {} {}", ckpt.string(), file.string())).exit_code == 1);
+  CHECK(run_tool(root, fmt::format("export {} --hf {}", ckpt.string(), hf.string())).exit_code == 1);
+  const fs::path plain = root / "plain";
+  save_cases(plain);
+  const Run not_train = run_tool(root, fmt::format("export {} {}", plain.string(), (root / "x.safetensors").string()));
+  CHECK(not_train.exit_code == 1);
+  CHECK_THAT(not_train.err, Catch::Contains("holds no model.* tensors"));
+}
+
 TEST_CASE("checkpoint_tool exits non-zero with one line on bad input", "[checkpoint_tool]") {
   const fs::path root = testing::make_temp_dir("checkpoint_tool_bad");
   fs::create_directories(root / "empty");
@@ -209,7 +287,7 @@ TEST_CASE("checkpoint_tool exits non-zero with one line on bad input", "[checkpo
   CHECK_FALSE(fs::exists(root / "c"));
   CHECK(run_tool(root, "bogus").err ==
         "checkpoint_tool: unknown command 'bogus'; the commands are list, to-full, "
-        "to-sharded\n");
+        "export, to-sharded\n");
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 //   checkpoint_tool list DIR                                every tensor, its chunks and bytes
 //   checkpoint_tool to-full DIR OUT.safetensors              full tensors, one at a time
 //   checkpoint_tool to-sharded IN.safetensors DIR --ranks N  as if saved by N ranks, Shard(0)
+//   checkpoint_tool export CKPT OUT.safetensors | --hf DIR    a train checkpoint's model under
+//                                                            PyTorch's names (train --init-from
+//                                                            and PyTorch's load_state_dict read it)
 //
 // Neither replaces what is already there (an OUT file, a DIR holding anything) unless
 // --force is given.
@@ -20,6 +23,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -38,6 +42,7 @@
 #include "kernels/error.h"
 #include "kernels/safetensors_header.h"
 #include "kernels/tensor.h"
+#include "nn/full_state_dict_file.h"
 #include "nn/safetensors.h"
 #include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
@@ -116,39 +121,120 @@ Tensor assemble(const std::string& name, const SavedTensor& t, checkpoint::inter
   return full;
 }
 
-int to_full(const std::string& dir, const std::string& out, bool force) {
-  const CheckpointMetadata meta = read_metadata(dir, "to-full");
-  check_replace(out, "OUT", force, "to-full");
+// One output tensor: its name in the file and the checkpoint tensor it holds.
+struct Written {
+  std::string name, source;
+};
+
+// Writes `tensors` of checkpoint `dir` into one safetensors file `out` (through out.tmp,
+// fsync'ed and renamed), assembling one full tensor at a time; returns the data bytes.
+int64_t write_full(const std::string& dir, const CheckpointMetadata& meta, std::vector<Written> tensors,
+                   const std::string& out, std::string_view op) {
   // Largest element size first (every tensor aligned), then by name: nn::save_file's order.
-  std::vector<std::string> order;
-  for (const auto& [name, t] : meta.tensors) order.push_back(name);
-  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
-    return itemsize(meta.tensors.at(a).dtype) > itemsize(meta.tensors.at(b).dtype);
+  std::stable_sort(tensors.begin(), tensors.end(), [&](const Written& a, const Written& b) {
+    return itemsize(meta.tensors.at(a.source).dtype) > itemsize(meta.tensors.at(b.source).dtype);
   });
   std::vector<SafetensorsEntry> entries;
   int64_t offset = 0;
-  for (const std::string& name : order) {
-    const SavedTensor& t = meta.tensors.at(name);
-    entries.push_back({name, t.dtype, t.shape, offset, offset + tensor_bytes(t)});
+  for (const Written& w : tensors) {
+    const SavedTensor& t = meta.tensors.at(w.source);
+    entries.push_back({w.name, t.dtype, t.shape, offset, offset + tensor_bytes(t)});
     offset += tensor_bytes(t);
   }
   const std::string temp = out + ".tmp";
   std::error_code ec;
   fs::remove(temp, ec);
   {
-    FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, "to-full");
+    FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, op);
     const std::string header = safetensors_header_bytes(entries, {});
-    write_all(fd.get(), header.data(), header.size(), temp, "to-full");
+    write_all(fd.get(), header.data(), header.size(), temp, op);
     checkpoint::internal::ChunkFileReader files(dir);
-    for (const std::string& name : order) {
-      const Tensor full = assemble(name, meta.tensors.at(name), files);
-      write_all(fd.get(), full.data(), full.nbytes(), temp, "to-full");
+    for (const Written& w : tensors) {
+      const Tensor full = assemble(w.source, meta.tensors.at(w.source), files);
+      write_all(fd.get(), full.data(), full.nbytes(), temp, op);
     }
-    sync_and_close(std::move(fd), temp, "to-full");
+    sync_and_close(std::move(fd), temp, op);
   }
   fs::rename(temp, out, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("to-full: rename('{}', '{}')", temp, out));
-  fmt::print("wrote {} tensors ({} bytes of data) to {}\n", entries.size(), offset, out);
+  if (ec) throw OSError(ec.value(), fmt::format("{}: rename('{}', '{}')", op, temp, out));
+  return offset;
+}
+
+int to_full(const std::string& dir, const std::string& out, bool force) {
+  const CheckpointMetadata meta = read_metadata(dir, "to-full");
+  check_replace(out, "OUT", force, "to-full");
+  std::vector<Written> tensors;
+  for (const auto& [name, t] : meta.tensors) tensors.push_back({name, name});
+  const int64_t bytes = write_full(dir, meta, tensors, out, "to-full");
+  fmt::print("wrote {} tensors ({} bytes of data) to {}\n", tensors.size(), bytes, out);
+  return 0;
+}
+
+// A train checkpoint's model as PyTorch names it: "model.<name>" -> "<name>" (optimizer
+// state left out). A checkpoint without output.weight but with embed.weight saved a tied
+// model (train --arch gpt: the output is the embedding): the embedding is written under
+// both names, as the tied PyTorch module's state_dict() holds both.
+std::vector<Written> model_tensors(const CheckpointMetadata& meta, const std::string& dir) {
+  constexpr std::string_view kModel = "model.";
+  std::vector<Written> out;
+  for (const auto& [name, t] : meta.tensors) {
+    if (name.starts_with(kModel)) out.push_back({name.substr(kModel.size()), name});
+  }
+  DTR_CHECK(!out.empty(), ValueError,
+            "export: '{}' holds no model.* tensors: not a checkpoint the train program saved (to-full writes every "
+            "tensor under its checkpoint name)",
+            dir);
+  const bool has_output = meta.tensors.contains("model.output.weight");
+  if (!has_output && meta.tensors.contains("model.embed.weight"))
+    out.push_back({"output.weight", "model.embed.weight"});
+  return out;
+}
+
+int export_model(const std::string& dir, const std::string& out, const std::string& hf_dir, int64_t max_shard_bytes,
+                 bool force) {
+  const CheckpointMetadata meta = read_metadata(dir, "export");
+  const std::vector<Written> tensors = model_tensors(meta, dir);
+  DTR_CHECK(out.empty() != hf_dir.empty(), ValueError,
+            "export: give OUT.safetensors or --hf DIR (Hugging Face's sharded layout), one of them");
+  if (!out.empty()) {
+    check_replace(out, "OUT", force, "export");
+    const int64_t bytes = write_full(dir, meta, tensors, out, "export");
+    fmt::print("exported {} tensors ({} bytes of data) to {}\n", tensors.size(), bytes, out);
+    return 0;
+  }
+  // Hugging Face's layout: shards of at most max_shard_bytes (a larger tensor alone), in
+  // name order, and model.safetensors.index.json, written into a temporary directory that
+  // replaces DIR only when complete.
+  check_replace(hf_dir, "--hf", force, "export");
+  std::vector<std::vector<Written>> shards(1);
+  int64_t shard_bytes = 0, total = 0;
+  for (const Written& w : tensors) {
+    const int64_t bytes = tensor_bytes(meta.tensors.at(w.source));
+    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(w);
+    shard_bytes += bytes;
+    total += bytes;
+  }
+  const std::string temp = hf_dir + ".tmp";
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  fs::create_directories(temp);
+  Json weight_map = Json::object();
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    write_full(dir, meta, shards[k], (fs::path(temp) / file).string(), "export");
+    for (const Written& w : shards[k]) weight_map[w.name] = file;
+  }
+  std::ofstream(fs::path(temp) / "model.safetensors.index.json")
+      << Json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) << "\n";
+  fs::remove_all(hf_dir, ec);  // only what --force allowed
+  fs::rename(temp, hf_dir, ec);
+  if (ec) throw OSError(ec.value(), fmt::format("export: rename('{}', '{}')", temp, hf_dir));
+  fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and model.safetensors.index.json\n",
+             tensors.size(), total, hf_dir, shards.size());
   return 0;
 }
 
@@ -198,6 +284,17 @@ int main(int argc, char** argv) {
   to_full->add_option("DIR", dir, "checkpoint directory")->required();
   to_full->add_option("OUT", file, "output .safetensors file")->required();
   to_full->add_flag("--force", force, "replace OUT if it exists");
+  std::string hf_dir;
+  int64_t max_shard_bytes = dtr::nn::kDefaultMaxShardBytes;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "a train checkpoint's model as a full state dict under PyTorch's names (no optimizer state)");
+  export_cmd->add_option("CKPT", dir, "a checkpoint the train program saved")->required();
+  export_cmd->add_option("OUT", file, "output .safetensors file");
+  export_cmd->add_option("--hf", hf_dir, "write Hugging Face's sharded layout (with its index) into this directory");
+  export_cmd->add_option("--max-shard-size", max_shard_bytes, "bytes per file of --hf's layout")
+      ->check(dtr::whole_number(1))
+      ->capture_default_str();
+  export_cmd->add_flag("--force", force, "replace OUT or the --hf directory if it exists");
   CLI::App* to_sharded = app.add_subcommand("to-sharded", "write a checkpoint as if saved by N ranks with Shard(0)");
   to_sharded->add_option("IN", file, "input .safetensors file")->required();
   to_sharded->add_option("DIR", dir, "checkpoint directory to write")->required();
@@ -208,6 +305,7 @@ int main(int argc, char** argv) {
   return dtr::tool_main("checkpoint_tool", [&] {
     if (*list) return dtr::tools::list(dir);
     if (*to_full) return dtr::tools::to_full(dir, file, force);
+    if (*export_cmd) return dtr::tools::export_model(dir, file, hf_dir, max_shard_bytes, force);
     if (dtr::launcher::is_rank_process()) return dtr::tools::to_sharded_rank(file, dir);
     dtr::tools::check_safetensors(file);
     dtr::tools::check_replace(dir, "DIR", force, "to-sharded");

@@ -40,6 +40,7 @@
 #include "kernels/error.h"
 #include "kernels/parallel.h"
 #include "nn/full_state_dict.h"
+#include "nn/full_state_dict_file.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
 #include "nn/loss.h"
@@ -178,7 +179,11 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     m.root = &nn::fully_shard(*m.net, mesh, options);
     if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
-  if (!c.init_from.empty()) nn::load_full_state_dict(*m.net, nn::load_file(c.init_from));
+  // A safetensors file, or Hugging Face's sharded layout (a directory with its index).
+  if (!c.init_from.empty() && std::filesystem::is_directory(c.init_from)) nn::load_hf_checkpoint(*m.net, c.init_from);
+  if (!c.init_from.empty() && !std::filesystem::is_directory(c.init_from)) {
+    nn::load_full_state_dict_file(*m.net, c.init_from);
+  }
   return m;
 }
 

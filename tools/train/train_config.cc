@@ -95,8 +95,10 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--init-from", c.init_from,
-                 "a full state dict (.safetensors, PyTorch's names, e.g. saved by PyTorch) to start from")
-      ->check(CLI::ExistingFile)
+                 "a full state dict to start from: a .safetensors file (PyTorch's names, e.g. saved by PyTorch or "
+                 "checkpoint_tool export) or Hugging Face's sharded layout (a directory with "
+                 "model.safetensors.index.json)")
+      ->check(CLI::ExistingPath)
       ->group("Training");
 
   app.add_option("--parallel", c.parallel,
