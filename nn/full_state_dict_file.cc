@@ -30,7 +30,6 @@
 namespace dtr::nn {
 namespace {
 
-constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kSingleFileName = "model.safetensors";
 
 int world_rank() { return is_initialized() ? default_group()->rank() : 0; }
@@ -319,31 +318,52 @@ LoadResult load_full_state_dict_file(Module& module, const std::string& path, St
   return load_sources(module, sources_of(*file), path, strict, op);
 }
 
+HfLayout plan_hf_layout(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
+  DTR_CHECK(max_shard_bytes > 0, ValueError, "Hugging Face layout: max_shard_bytes must be positive, got {}",
+            max_shard_bytes);
+  HfLayout layout;
+  layout.files.emplace_back();
+  int64_t filled = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (!layout.files.back().empty() && filled + bytes[i] > max_shard_bytes) {
+      layout.files.emplace_back();
+      filled = 0;
+    }
+    layout.files.back().push_back(i);
+    filled += bytes[i];
+    layout.total_bytes += bytes[i];
+  }
+  for (size_t f = 0; f < layout.files.size(); ++f) {
+    layout.file_names.push_back(fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, layout.files.size()));
+  }
+  return layout;
+}
+
+std::string HfLayout::index_json(const std::vector<std::string>& entry_names) const {
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    for (size_t i : files[f]) weight_map[entry_names.at(i)] = file_names[f];
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_bytes}};
+  index["weight_map"] = weight_map;
+  return index.dump(2) + "\n";
+}
+
 void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shard_bytes) {
   constexpr std::string_view op = "save_hf_checkpoint";
   DTR_CHECK(max_shard_bytes > 0, ValueError, "{} '{}': max_shard_bytes must be positive, got {}", op, dir,
             max_shard_bytes);
   const StateDict state = module.state_dict();
-  // Entries in order fill a file while they fit; a file always takes its first entry.
-  std::vector<std::vector<size_t>> groups(1);
-  int64_t filled = 0, total = 0;
-  for (size_t i = 0; i < state.size(); ++i) {
-    const int64_t bytes = entry_bytes(state[i].second);
-    if (!groups.back().empty() && filled + bytes > max_shard_bytes) {
-      groups.emplace_back();
-      filled = 0;
-    }
-    groups.back().push_back(i);
-    filled += bytes;
-    total += bytes;
+  std::vector<int64_t> bytes;
+  std::vector<std::string> names;
+  for (const auto& [name, value] : state) {
+    bytes.push_back(entry_bytes(value));
+    names.push_back(name);
   }
+  const HfLayout layout = plan_hf_layout(bytes, max_shard_bytes);
   std::vector<FilePlan> plans;
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
-    plans.push_back({dir + "/" + name, groups[g]});
-    for (size_t i : groups[g]) weight_map[state[i].first] = name;
-  }
+  for (size_t f = 0; f < layout.files.size(); ++f) plans.push_back({dir + "/" + layout.file_names[f], layout.files[f]});
   std::exception_ptr failure;
   if (world_rank() == 0) {
     try {
@@ -352,7 +372,7 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
       if (ec) throw OSError(ec.value(), fmt::format("{}: mkdir('{}')", op, dir));
       // An index left by an earlier save would name a mix of old and new files if this one
       // stopped midway: it goes first, so an interrupted save is detectably incomplete.
-      const std::string old_index = dir + "/" + std::string(kIndexName);
+      const std::string old_index = dir + "/" + std::string(kHfIndexName);
       if (::unlink(old_index.c_str()) != 0 && errno != ENOENT) {
         throw OSError(errno, fmt::format("{}: unlink('{}')", op, old_index));
       }
@@ -365,11 +385,8 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
   if (world_rank() == 0 && !failure) {
     // The index last: a reader that finds it finds every file it names.
     try {
-      nlohmann::ordered_json index;
-      index["metadata"] = {{"total_size", total}};
-      index["weight_map"] = weight_map;
-      const std::string text = index.dump(2) + "\n";
-      const std::string path = dir + "/" + std::string(kIndexName), temp = temporary_name(path);
+      const std::string text = layout.index_json(names);
+      const std::string path = dir + "/" + std::string(kHfIndexName), temp = temporary_name(path);
       FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
       if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
       write_all(fd.get(), text.data(), text.size(), temp, op);
@@ -384,11 +401,11 @@ void save_hf_checkpoint(Module& module, const std::string& dir, int64_t max_shar
 
 LoadResult load_hf_checkpoint(Module& module, const std::string& dir, Strict strict) {
   constexpr std::string_view op = "load_hf_checkpoint";
-  const std::string index_path = dir + "/" + std::string(kIndexName);
+  const std::string index_path = dir + "/" + std::string(kHfIndexName);
   if (!std::filesystem::exists(index_path)) {
     const std::string single = dir + "/" + std::string(kSingleFileName);
     if (std::filesystem::exists(single)) return load_full_state_dict_file(module, single, strict);
-    throw OSError(ENOENT, fmt::format("{}: '{}' holds neither {} nor {}", op, dir, kIndexName, kSingleFileName));
+    throw OSError(ENOENT, fmt::format("{}: '{}' holds neither {} nor {}", op, dir, kHfIndexName, kSingleFileName));
   }
   std::ifstream in(index_path);
   if (!in) throw OSError(errno, fmt::format("{}: open('{}')", op, index_path));

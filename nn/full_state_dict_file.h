@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "nn/module.h"
 
@@ -33,6 +35,19 @@ LoadResult load_full_state_dict_file(Module& module, const std::string& path, St
 
 // Hugging Face's default shard size (save_pretrained's max_shard_size="5GB").
 inline constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// Hugging Face's sharded layout for entries of `bytes` each, in order: they fill
+// model-00001-of-0000N.safetensors while they fit in `max_shard_bytes` (a larger one gets a
+// file of its own); the index maps each entry's name to its file.
+struct HfLayout {
+  std::vector<std::vector<size_t>> files;  // the entries (indices) each file holds
+  std::vector<std::string> file_names;
+  int64_t total_bytes = 0;
+  // model.safetensors.index.json's text: {"metadata": {"total_size"}, "weight_map"}.
+  std::string index_json(const std::vector<std::string>& entry_names) const;
+};
+HfLayout plan_hf_layout(const std::vector<int64_t>& bytes, int64_t max_shard_bytes);
+inline constexpr std::string_view kHfIndexName = "model.safetensors.index.json";
 
 // Writes Hugging Face's sharded layout into `dir` (created if absent): entries in
 // state_dict() order fill model-00001-of-0000N.safetensors while they fit in

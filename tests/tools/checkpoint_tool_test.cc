@@ -31,6 +31,7 @@
 #include "nn/init.h"
 #include "nn/safetensors.h"
 #include "nn/transformer.h"
+#include "tests/nn/nn_test_util.h"
 #include "tests/testing/multi_rank.h"
 #include "tests/testing/test_util.h"
 
@@ -196,14 +197,7 @@ TEST_CASE("checkpoint_tool replaces an existing OUT or checkpoint only with --fo
 // The causal LM train --arch gpt builds (the output tied to the embedding), small.
 std::unique_ptr<nn::Transformer> gpt(uint64_t seed) {
   nn::manual_seed(seed);
-  return std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = 32,
-                                                                 .dim = 16,
-                                                                 .n_layers = 2,
-                                                                 .n_heads = 2,
-                                                                 .causal = true,
-                                                                 .max_seq_len = 8,
-                                                                 .final_norm = true,
-                                                                 .tie_embeddings = true});
+  return std::make_unique<nn::Transformer>(testing::small_causal_lm(32, 8));
 }
 
 TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loadable strictly", "[checkpoint_tool]") {

@@ -206,35 +206,28 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
   // name order, and model.safetensors.index.json, written into a temporary directory that
   // replaces DIR only when complete.
   check_replace(hf_dir, "--hf", force, "export");
-  std::vector<std::vector<Written>> shards(1);
-  int64_t shard_bytes = 0, total = 0;
+  std::vector<int64_t> bytes;
+  std::vector<std::string> names;
   for (const Written& w : tensors) {
-    const int64_t bytes = tensor_bytes(meta.tensors.at(w.source));
-    if (!shards.back().empty() && shard_bytes + bytes > max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(w);
-    shard_bytes += bytes;
-    total += bytes;
+    bytes.push_back(tensor_bytes(meta.tensors.at(w.source)));
+    names.push_back(w.name);
   }
+  const nn::HfLayout layout = nn::plan_hf_layout(bytes, max_shard_bytes);
   const std::string temp = hf_dir + ".tmp";
   std::error_code ec;
   fs::remove_all(temp, ec);
   fs::create_directories(temp);
-  Json weight_map = Json::object();
-  for (size_t k = 0; k < shards.size(); ++k) {
-    const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-    write_full(dir, meta, shards[k], (fs::path(temp) / file).string(), "export");
-    for (const Written& w : shards[k]) weight_map[w.name] = file;
+  for (size_t f = 0; f < layout.files.size(); ++f) {
+    std::vector<Written> file;
+    for (size_t i : layout.files[f]) file.push_back(tensors[i]);
+    write_full(dir, meta, file, (fs::path(temp) / layout.file_names[f]).string(), "export");
   }
-  std::ofstream(fs::path(temp) / "model.safetensors.index.json")
-      << Json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) << "\n";
+  std::ofstream(fs::path(temp) / nn::kHfIndexName) << layout.index_json(names);
   fs::remove_all(hf_dir, ec);  // only what --force allowed
   fs::rename(temp, hf_dir, ec);
   if (ec) throw OSError(ec.value(), fmt::format("export: rename('{}', '{}')", temp, hf_dir));
-  fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and model.safetensors.index.json\n",
-             tensors.size(), total, hf_dir, shards.size());
+  fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and {}\n", tensors.size(), layout.total_bytes,
+             hf_dir, layout.files.size(), nn::kHfIndexName);
   return 0;
 }
 

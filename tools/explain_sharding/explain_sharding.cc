@@ -40,52 +40,51 @@
 
 namespace {
 
+// The whole numbers of `text` split at `delimiter` ("8,6" -> [8, 6]); nullopt when an item
+// is empty or not a whole number >= 0.
+std::optional<std::vector<int64_t>> split_sizes(const std::string& text, char delimiter) {
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(text.find(delimiter, start), text.size());
+    const std::string_view item = std::string_view(text).substr(start, end - start);
+    int64_t size = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), size);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || size < 0) return std::nullopt;
+    sizes.push_back(size);
+    if (end == text.size()) return sizes;
+    start = end + 1;
+  }
+}
+
 // "8,6" -> [8, 6]; "scalar" -> []. Anything else, the empty text included, is a ValueError
 // saying what is legal.
 dtr::Shape parse_shape(const std::string& text) {
   if (text == "scalar") return {};
-  const auto fail = [&] {
-    return dtr::ValueError(fmt::format(
-        "--shape '{}': give the global tensor's sizes as non-negative integers separated by commas, e.g. 8,6 or "
-        "0,4, or 'scalar' for a 0-d tensor",
-        text));
-  };
-  dtr::Shape shape;
-  size_t start = 0;
-  while (true) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    const std::string_view item = std::string_view(text).substr(start, end - start);
-    int64_t size = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), size);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || size < 0) throw fail();
-    shape.push_back(size);
-    if (end == text.size()) return shape;
-    start = end + 1;
-  }
+  const std::optional<std::vector<int64_t>> shape = split_sizes(text, ',');
+  DTR_CHECK(shape.has_value(), ValueError,
+            "--shape '{}': give the global tensor's sizes as non-negative integers separated by commas, e.g. 8,6 or "
+            "0,4, or 'scalar' for a 0-d tensor",
+            text);
+  return *shape;
 }
 
 // "2x4" -> [2, 4]: sizes >= 1 joined by 'x', at most kMaxRanks ranks in all; anything else
 // is a ValueError saying what is legal.
 constexpr int64_t kMaxRanks = 65536;
 std::vector<int64_t> parse_mesh(const std::string& text) {
-  std::vector<int64_t> mesh;
+  const std::optional<std::vector<int64_t>> mesh = split_sizes(text, 'x');
   int64_t ranks = 1;
-  size_t start = 0;
-  while (true) {
-    const size_t end = std::min(text.find('x', start), text.size());
-    const std::string_view item = std::string_view(text).substr(start, end - start);
-    int64_t size = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), size);
-    const bool ok = !item.empty() && ec == std::errc() && ptr == item.data() + item.size() && size >= 1 &&
-                    size <= kMaxRanks && ranks * size <= kMaxRanks;
-    DTR_CHECK(ok, ValueError,
-              "--mesh '{}': give the mesh's sizes, each >= 1, joined by x (e.g. 8, 2x4 or 2x2x2), {} ranks at most",
-              text, kMaxRanks);
+  bool ok = mesh.has_value();
+  for (size_t d = 0; ok && d < mesh->size(); ++d) {
+    const int64_t size = (*mesh)[d];
+    ok = size >= 1 && size <= kMaxRanks && ranks * size <= kMaxRanks;
     ranks *= size;
-    mesh.push_back(size);
-    if (end == text.size()) return mesh;
-    start = end + 1;
   }
+  DTR_CHECK(ok, ValueError,
+            "--mesh '{}': give the mesh's sizes, each >= 1, joined by x (e.g. 8, 2x4 or 2x2x2), {} ranks at most", text,
+            kMaxRanks);
+  return *mesh;
 }
 
 }  // namespace
