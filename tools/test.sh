@@ -9,9 +9,11 @@
 # (tools/format.sh --check) runs after the tests and counts as one test; then the GPU bundle's
 # rehearsal (docs/gpu_bundle.md): the gpu tests and programs this build made, packed by
 # tools/gpu_bundle.sh --test-build, unpacked elsewhere and checked by the bundle's own
-# `gpu_run.sh --rehearse`, whose cases count here (packing failures count as one). A Catch2 test case
-# that cannot run on this machine warns "SKIPPED: <why>" (tools/count_catch2.py); it counts
-# as neither passed nor failed, and a line before the last one names its target.
+# `gpu_run.sh --rehearse`, whose cases count here (packing failures count as one); then every
+# block of README.md and docs/train.md marked runnable (tools/run_doc_blocks.sh), one case
+# each. A Catch2 test case that cannot run on this machine warns "SKIPPED: <why>"
+# (tools/count_catch2.py); it counts as neither passed nor failed, and a line before the
+# last one names its target.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1
@@ -61,6 +63,14 @@ else
   failed=$((failed + 1))
 fi
 rm -rf "$rehearsal"
+
+# The README's and docs/train.md's runnable blocks, each one case (tools/run_doc_blocks.sh).
+doc_out=$(mktemp)
+tools/run_doc_blocks.sh README.md docs/train.md 2>&1 | sed 's/^/docs: /' | tee "$doc_out"
+p="" f=""
+read -r p _ f _ < <(tail -1 "$doc_out" | grep -oE '[0-9]+ passed, [0-9]+ failed$')
+if [[ -n ${p:-} ]]; then passed=$((passed + p)) failed=$((failed + f)); else failed=$((failed + 1)); fi
+rm -f "$doc_out"
 
 echo "$passed passed, $failed failed"
 if ((status != 0 || failed != 0)); then exit 1; fi

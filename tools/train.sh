@@ -11,5 +11,6 @@ if [[ ${1:-} == --nproc ]]; then
   nproc=$2
   shift 2
 fi
-bazel build --noshow_progress --ui_event_filters=-info //tools/train //tools/launcher:dtrrun >&2
+# Progress every 15 s: the first build takes minutes on 2 cores.
+bazel build --show_progress_rate_limit=15 --ui_event_filters=-info //tools/train //tools/launcher:dtrrun >&2
 exec bazel-bin/tools/launcher/dtrrun --nproc-per-node "$nproc" bazel-bin/tools/train/train "$@"

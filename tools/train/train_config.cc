@@ -146,7 +146,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "default: the built-in corpus")
       ->check(CLI::ExistingFile)
       ->group("Data and output");
-  app.add_option("--data-order", c.data_order, "sequential or shuffled (see the README for the exact order)")
+  app.add_option("--data-order", c.data_order, "sequential or shuffled (docs/train.md gives the exact order)")
       ->check(CLI::IsMember({"sequential", "shuffled"}))
       ->capture_default_str()
       ->group("Data and output");
