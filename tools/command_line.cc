@@ -65,8 +65,8 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
 
 CLI::Validator finite_number(double min, Bound bound, double max) {
   const std::string lower = fmt::format("{} {}", bound == Bound::kOpen ? ">" : ">=", min);
-  const std::string legal = max >= 1e300 ? fmt::format("a finite number {}", lower)
-                                         : fmt::format("a finite number {} and <= {}", lower, max);
+  const std::string legal =
+      max >= 1e300 ? fmt::format("a finite number {}", lower) : fmt::format("a finite number {} and <= {}", lower, max);
   return CLI::Validator(
       [min, bound, max, legal](std::string& text) -> std::string {
         size_t used = 0;
@@ -76,8 +76,8 @@ CLI::Validator finite_number(double min, Bound bound, double max) {
         } catch (const std::exception&) {
           used = 0;
         }
-        const bool ok = used == text.size() && std::isfinite(x) && (bound == Bound::kOpen ? x > min : x >= min) &&
-                        x <= max;
+        const bool ok =
+            used == text.size() && std::isfinite(x) && (bound == Bound::kOpen ? x > min : x >= min) && x <= max;
         return ok ? "" : fmt::format("got '{}'; legal: {}", text, legal);
       },
       fmt::format("NUMBER {}", lower));

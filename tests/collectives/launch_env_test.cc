@@ -36,8 +36,12 @@ TEST_CASE("Slurm hostlists: the first host, zero padding kept", "[launch_env]") 
 }
 
 TEST_CASE("srun: rank, world, local rank and size, master host and port", "[launch_env]") {
-  const Vars slurm = {{"SLURM_PROCID", "5"},         {"SLURM_NTASKS", "7"},    {"SLURM_LOCALID", "1"},
-                      {"SLURM_NODEID", "2"},         {"SLURM_JOB_ID", "123456"}, {"SLURM_NODELIST", "gpu[03-05]"},
+  const Vars slurm = {{"SLURM_PROCID", "5"},
+                      {"SLURM_NTASKS", "7"},
+                      {"SLURM_LOCALID", "1"},
+                      {"SLURM_NODEID", "2"},
+                      {"SLURM_JOB_ID", "123456"},
+                      {"SLURM_NODELIST", "gpu[03-05]"},
                       {"SLURM_TASKS_PER_NODE", "2(x3),1"}};
   const LauncherEnv e = derive(slurm);
   CHECK(e.launcher == "slurm");
@@ -69,12 +73,12 @@ TEST_CASE("srun: rank, world, local rank and size, master host and port", "[laun
 }
 
 TEST_CASE("mpirun: Open MPI's and PMI's variables, MASTER_ADDR and MASTER_PORT required", "[launch_env]") {
-  const Vars ompi = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "host0"},      {"MASTER_PORT", "29500"}};
+  const Vars ompi = {
+      {"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "host0"},      {"MASTER_PORT", "29500"}};
   const LauncherEnv o = derive(ompi);
   CHECK(o.launcher == "openmpi");
-  CHECK(o.variables ==
-        Vars{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
+  CHECK(o.variables == Vars{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}});
   const LauncherEnv p = derive({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
   CHECK(p.launcher == "pmi");
   CHECK(p.variables == Vars{{"RANK", "0"}, {"WORLD_SIZE", "2"}});
