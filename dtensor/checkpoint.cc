@@ -344,7 +344,7 @@ void stage(const State& state, Staging staging, StagedSave& s) {
     const Tensor& local = t.to_local();
     // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
     Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
-    s.chunks.push_back({name, std::move(host)});
+    s.chunks.push_back({name, std::move(host), box.offset});
     s.boxes.push_back(box);
   }
   s.extra = state.extra;

@@ -18,10 +18,11 @@ closed form.
 
 With --verify DIR it reads what dtr wrote there (that test writes it when
 DTR_CHECKPOINT_INTEROP_DIR names a directory): DIR/model.safetensors (save_full_state_dict)
-with safetensors.torch.load_file, and DIR/hf/ (save_hf_checkpoint) with dcp.load through
-HuggingFaceStorageReader and with the index read by hand; it checks every name, shape, dtype
-and value against the closed form and the index's total_size, and exits non-zero on a
-mismatch.
+with safetensors.torch.load_file, DIR/hf/ (save_hf_checkpoint) with dcp.load through
+HuggingFaceStorageReader and with the index read by hand, and DIR/sharded/ (checkpoint::save
+by 3 ranks, each rank file holding its shards with their offsets in DCP_SHARDING_INFO) with
+dcp.load through HuggingFaceStorageReader; it checks every name, shape, dtype and value
+against the closed form and the index's total_size, and exits non-zero on a mismatch.
 
 Made with torch 2.15.0 and safetensors 0.8.0, on the CPU, without a process group.
 """
@@ -104,6 +105,9 @@ def verify(directory: pathlib.Path) -> int:
     loaded = {name: torch.zeros_like(t) for name, t in expected.items()}
     dcp.load(loaded, storage_reader=HuggingFaceStorageReader(path=str(hf)))
     problems += check("dcp.load with HuggingFaceStorageReader(hf/)", loaded, expected)
+    sharded = {name: torch.zeros_like(t) for name, t in expected.items()}
+    dcp.load(sharded, storage_reader=HuggingFaceStorageReader(path=str(directory / "sharded")))
+    problems += check("dcp.load with HuggingFaceStorageReader(sharded/, 3 dtr ranks' files)", sharded, expected)
     for p in problems:
         print("MISMATCH", p)
     print("OK" if not problems else f"{len(problems)} problems")

@@ -6,6 +6,8 @@
 #include <array>
 #include <bit>
 
+#include <nlohmann/json.hpp>
+
 #include "collectives/posix_file.h"
 #include "dtensor/internal/crc32c.h"
 #include "kernels/error.h"
@@ -44,7 +46,9 @@ std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::v
     offset += static_cast<int64_t>(t.nbytes());
     entries.push_back({chunks[i].name, t.dtype(), t.shape(), data_begin[i], offset});
   }
-  const std::string header = safetensors_header_bytes(entries, {});
+  nlohmann::json sharding = nlohmann::json::object();
+  for (const ChunkToWrite& c : chunks) sharding[c.name] = {{"saved_offsets", c.offset}};
+  const std::string header = safetensors_header_bytes(entries, {{"DCP_SHARDING_INFO", sharding.dump()}});
   const int64_t data_start = static_cast<int64_t>(header.size());
 
   FileDescriptor fd = open_file(path, O_WRONLY | O_CREAT | O_EXCL, kSave);

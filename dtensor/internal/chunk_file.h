@@ -3,7 +3,10 @@
 // It is a plain .safetensors file (an 8-byte little-endian header length N, N bytes of JSON
 // {"<tensor name>": {"dtype", "shape", "data_offsets"}}, padded with spaces to a multiple
 // of 8, then the data), holding this rank's box of each tensor it writes under the
-// tensor's own name, so any safetensors reader can open it. Data is little-endian,
+// tensor's own name, so any safetensors reader can open it; its "__metadata__" holds
+// "DCP_SHARDING_INFO", {"<tensor name>": {"saved_offsets": [global offset of the box]}} as
+// a JSON string, which PyTorch's HuggingFaceStorageReader reads to place each chunk, so
+// torch.distributed.checkpoint.load reads a dtr checkpoint directory. Data is little-endian,
 // row-major, largest element size first so every chunk starts aligned. The writer
 // checksums each chunk in blocks of rows (checkpoint_metadata.h); the reader reads whole
 // blocks and verifies every one it reads.
@@ -22,7 +25,8 @@ namespace dtr::checkpoint::internal {
 
 struct ChunkToWrite {
   std::string name;
-  Tensor data;  // the box's values: a contiguous CPU tensor
+  Tensor data;   // the box's values: a contiguous CPU tensor
+  Shape offset;  // the box's offset in the global tensor
 };
 
 struct WrittenChunk {

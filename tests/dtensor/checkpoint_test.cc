@@ -152,7 +152,8 @@ int64_t non_empty_shards(int64_t size, int64_t ranks) {
 }
 
 // The files of a checkpoint saved at `world` ranks on a 1-D mesh, read with nn's own
-// safetensors reader: each holds exactly the boxes the metadata gives it, and every element
+// safetensors reader: each holds exactly the boxes the metadata gives it, at the offsets its
+// DCP_SHARDING_INFO gives (what PyTorch's HuggingFaceStorageReader reads), and every element
 // of every tensor is stored exactly once (Replicate tensors by rank 0 only).
 void check_files(const fs::path& dir, int world, uint64_t seed) {
   const Json meta = read_metadata(dir);
@@ -162,7 +163,11 @@ void check_files(const fs::path& dir, int world, uint64_t seed) {
   CHECK(meta["extra"] == extra_for(seed));
   int64_t stored = 0, expected = 0;
   for (int r = 0; r < world; ++r) {
-    const nn::TensorMap file = nn::load_file((dir / rank_file(r)).string());
+    SafetensorsMetadata file_metadata;
+    const nn::TensorMap file = nn::load_file((dir / rank_file(r)).string(), &file_metadata);
+    REQUIRE(file_metadata.contains("DCP_SHARDING_INFO"));
+    const Json sharding = Json::parse(file_metadata.at("DCP_SHARDING_INFO"));
+    CHECK(sharding.size() == file.size());
     for (const auto& [name, values] : file) {
       INFO("file " << rank_file(r) << ", tensor " << name);
       const Json* chunk = nullptr;
@@ -171,6 +176,7 @@ void check_files(const fs::path& dir, int world, uint64_t seed) {
       }
       REQUIRE(chunk != nullptr);
       const LocalBox box{(*chunk)["offset"].get<Shape>(), (*chunk)["shape"].get<Shape>()};
+      CHECK(sharding.at(name).at("saved_offsets").get<Shape>() == box.offset);
       CHECK(same_bits(values, block_of(full_value(case_named(name), seed), box)));
       stored += static_cast<int64_t>(values.nbytes());
     }

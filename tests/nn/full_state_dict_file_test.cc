@@ -7,7 +7,8 @@
 // round-trips with several files and a correct index. Files PyTorch wrote
 // (tools/make_checkpoint_testdata.py: safetensors.torch.save_file and DCP's
 // HuggingFaceStorageWriter) load with PyTorch's closed-form values; with
-// DTR_CHECKPOINT_INTEROP_DIR set, dtr's files are left there for that script's --verify.
+// DTR_CHECKPOINT_INTEROP_DIR set, dtr's files (a full state dict, Hugging Face's layout and a
+// checkpoint::save directory written by 3 ranks) are left there for that script's --verify.
 // Truncated files, missing tensors, wrong shapes and dtypes are typed errors naming them.
 #include <catch2/catch.hpp>
 
@@ -23,6 +24,7 @@
 #include <set>
 
 #include "collectives/init.h"
+#include "dtensor/checkpoint.h"
 #include "kernels/allocator.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
@@ -229,6 +231,11 @@ TEST_CASE("files PyTorch wrote load with PyTorch's values; dtr's are left for th
       if (keep != nullptr && !hf) {
         save_full_state_dict(model, (fs::path(keep) / "model.safetensors").string());
         save_hf_checkpoint(model, (fs::path(keep) / "hf").string(), 2048);
+        // A distributed checkpoint written by the 3 ranks, each its shards, which PyTorch's
+        // HuggingFaceStorageReader reads through each rank file's DCP_SHARDING_INFO.
+        checkpoint::State sharded;
+        for (const auto& [name, value] : model.state_dict()) sharded.tensors.emplace(name, value);
+        checkpoint::save(sharded, (fs::path(keep) / "sharded").string());
       }
     }
   });
