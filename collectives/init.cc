@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/c10d_store.h"
 #include "collectives/distributed_error.h"
 #include "collectives/prefix_store.h"
 #include "collectives/process_group_gloo.h"
@@ -104,6 +105,17 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
   const bool launcher_serves =
       agent != nullptr && (std::string_view(agent) == "True" || std::string_view(agent) == "1");
+  if (launcher_serves && std::getenv("TORCHELASTIC_RUN_ID") != nullptr) {
+    // torchrun's elastic agent serves c10d's TCPStore; its workers key under
+    // /worker/attempt_<restart count>, as PyTorch's env:// rendezvous does.
+    const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    auto agent_store = std::make_shared<C10dStore>(addr, static_cast<uint16_t>(port), default_timeout());
+    return init_process_group(
+        backend,
+        std::make_shared<PrefixStore>(fmt::format("/worker/attempt_{}", attempt != nullptr ? attempt : "0"),
+                                      std::move(agent_store)),
+        rank, world_size);
+  }
   auto store = std::make_shared<TCPStore>(
       addr, static_cast<uint16_t>(port),
       TCPStoreOptions{.is_server = rank == 0 && !launcher_serves, .timeout = default_timeout()});

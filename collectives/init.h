@@ -32,7 +32,9 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend, std::shared_pt
                                                  int world_size);
 // The default group from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR (default
 // 127.0.0.1) and MASTER_PORT. Rank 0 serves the TCP store at MASTER_ADDR:MASTER_PORT unless
-// TORCHELASTIC_USE_AGENT_STORE=True says the launcher serves it.
+// TORCHELASTIC_USE_AGENT_STORE=True says the launcher serves it: torchrun's agent (which also
+// sets TORCHELASTIC_RUN_ID) serves c10d's TCPStore, reached through C10dStore under the
+// prefix /worker/attempt_<TORCHELASTIC_RESTART_COUNT>; any other launcher, dtr's.
 std::shared_ptr<ProcessGroup> init_process_group(Backend backend);
 bool is_initialized();
 // The default group; throws ValueError before init_process_group.

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -276,6 +277,35 @@ TEST_CASE("ranks started by srun or mpirun (their variables faked) train like dt
       r.output.starts_with("train: launched by MPI (OMPI_COMM_WORLD_RANK=0 of 2) without MASTER_ADDR and "
                            "MASTER_PORT"));
   CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+}
+
+// PyTorch's torchrun where it is installed ($HOME/torch-venv, where the notes install PyTorch,
+// or PATH), else "".
+std::string find_torchrun() {
+  const passwd* user = ::getpwuid(::getuid());
+  const std::string venv = user != nullptr ? std::string(user->pw_dir) + "/torch-venv/bin/torchrun" : "";
+  if (!venv.empty() && ::access(venv.c_str(), X_OK) == 0) return venv;
+  const CommandResult which = testing::run_command("command -v torchrun", testing::fresh_dir("which") / "out.txt");
+  return which.exit_code == 0 ? which.output.substr(0, which.output.find('\n')) : "";
+}
+
+TEST_CASE("ranks started by PyTorch's torchrun rendezvous in its agent's store and train like dtrrun's", "[train]") {
+  const std::string torchrun = find_torchrun();
+  if (torchrun.empty()) {
+    WARN("SKIPPED: no torchrun here (install PyTorch in ~/torch-venv to run this case)");
+    return;
+  }
+  const std::string flags =
+      "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 12 --steps 4 --eval-every 0 "
+      "--log-every 1 --warmup 2";
+  const std::vector<double> expected = testing::train_losses("torchrun_dtrrun", 2, flags);
+  const fs::path dir = fresh_dir("torchrun");
+  const CommandResult r = run(fmt::format("{} --standalone --nproc-per-node 2 --no-python {} {} --out {}", torchrun,
+                                          kTrain, flags, (dir / "out").string()),
+                              dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  check_same_losses(testing::losses_in(dir / "out" / "metrics.jsonl", 2), expected, 0);
 }
 
 TEST_CASE("--out naming a file fails before step 1 with one line", "[train]") {
