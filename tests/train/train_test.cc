@@ -414,8 +414,10 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
   }
 }
 
-TEST_CASE("SIGINT or SIGTERM stops every rank at one step, writes the summary so far, exits 128 + the signal",
-          "[train]") {
+TEST_CASE(
+    "SIGINT or SIGTERM stops every rank at one step, commits its checkpoint, writes the summary, exits 128 + "
+    "the signal",
+    "[train]") {
   struct Case {
     std::string signal;
     int ranks;  // 0: train as one process, signalled itself
@@ -439,8 +441,10 @@ TEST_CASE("SIGINT or SIGTERM stops every rank at one step, writes the summary so
     });
     const std::string program =
         c.ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, c.ranks, kTrain);
+    // Checkpointing only at the end: the save the signal makes must be committed before exit.
     const CommandResult r = run(fmt::format("{} --dim 32 --layers 1 --heads 2 --seq-len 16 --batch-size 4 "
-                                            "--steps 100000 --log-every 100 --out {}",
+                                            "--steps 100000 --log-every 100 --use-dcp-checkpointing "
+                                            "--checkpoint-every 0 --out {}",
                                             program, out.string()),
                                 dir);
     interrupter.join();
@@ -453,6 +457,8 @@ TEST_CASE("SIGINT or SIGTERM stops every rank at one step, writes the summary so
     CHECK(summary.at("interrupted") == true);
     CHECK(summary.at("steps").get<int64_t>() > 0);
     CHECK(summary.at("steps").get<int64_t>() < 100000);
+    CHECK(fs::exists(out / "checkpoints" / fmt::format("step_{:08d}", summary.at("steps").get<int64_t>()) /
+                     ".metadata.json"));
   }
 }
 
