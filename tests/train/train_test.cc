@@ -412,6 +412,21 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
     REQUIRE(losses.size() == 1);
     CHECK(losses[0] == Approx(expected).epsilon(1e-5));
   }
+  // Into another model (the seed's: no position embedding, no final norm, its own output):
+  // one line with the counts and first names, every name in a file beside the run's output.
+  const fs::path dir = fresh_dir("init_mismatch");
+  const CommandResult r = run(fmt::format("{} --data {}tokens.bin --init-from {}model.safetensors --arch seed --dim 16 "
+                                          "--layers 3 --heads 2 --seq-len 8 --vocab 32 --batch-size 2 --steps 1 "
+                                          "--parallel none --out {}",
+                                          kTrain, data, data, (dir / "out").string()),
+                              dir);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("does not match the model (--arch seed, --layers 3): missing keys: ") != std::string::npos);
+  CHECK(r.output.find("every name in " + (dir / "out" / "init_from_mismatch.txt").string()) != std::string::npos);
+  const std::string list = read_file(dir / "out" / "init_from_mismatch.txt");
+  CHECK(list.find("  layers.2.ffn.2.weight\n") != std::string::npos);
+  CHECK(list.find("  pos_embed.weight\n") != std::string::npos);
 }
 
 TEST_CASE(

@@ -131,6 +131,28 @@ struct Model {
   }
 };
 
+// --init-from: a full state dict (a safetensors file, or Hugging Face's sharded layout in a
+// directory) loaded strictly. Names that do not match are counted in one line, with the
+// first few, and listed whole in OUT/init_from_mismatch.txt (rank 0 writes it).
+void init_from(nn::Module& net, const TrainConfig& c) {
+  const bool hf = std::filesystem::is_directory(c.init_from);
+  const nn::LoadResult r = hf ? nn::load_hf_checkpoint(net, c.init_from, nn::Strict::kNo)
+                              : nn::load_full_state_dict_file(net, c.init_from, nn::Strict::kNo);
+  if (r.missing_keys.empty() && r.unexpected_keys.empty()) return;
+  const std::filesystem::path list = std::filesystem::path(c.out) / "init_from_mismatch.txt";
+  if (is_rank0()) {
+    std::ofstream out(list);
+    out << "missing keys (the model's, not in " << c.init_from << "):\n";
+    for (const std::string& name : r.missing_keys) out << "  " << name << "\n";
+    out << "unexpected keys (in " << c.init_from << ", not the model's):\n";
+    for (const std::string& name : r.unexpected_keys) out << "  " << name << "\n";
+  }
+  throw ValueError(fmt::format(
+      "--init-from {}: does not match the model (--arch {}, --layers {}): missing keys: {}; unexpected keys: {}; "
+      "every name in {}",
+      c.init_from, c.arch, c.layers, list_summary(r.missing_keys), list_summary(r.unexpected_keys), list.string()));
+}
+
 Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   const ArchSwitches a = arch_switches(c);
   nn::manual_seed(c.seed);
@@ -179,11 +201,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     m.root = &nn::fully_shard(*m.net, mesh, options);
     if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
-  // A safetensors file, or Hugging Face's sharded layout (a directory with its index).
-  if (!c.init_from.empty() && std::filesystem::is_directory(c.init_from)) nn::load_hf_checkpoint(*m.net, c.init_from);
-  if (!c.init_from.empty() && !std::filesystem::is_directory(c.init_from)) {
-    nn::load_full_state_dict_file(*m.net, c.init_from);
-  }
+  if (!c.init_from.empty()) init_from(*m.net, c);
   return m;
 }
 
