@@ -6,10 +6,11 @@
 // connection opens with VALIDATE and the magic number 0x3C85F7CE; each request is a query
 // byte (SET 1, COMPARE_SET 2, GET 3, ADD 4, CHECK 5, WAIT 6, GETNUMKEYS 7, DELETE_KEY 8)
 // then its fields, strings as a u64 length and the bytes, integers as i64, key lists as a
-// u64 count and the keys, all little-endian; every key goes under the prefix "/" that c10d's
-// client adds (its keyPrefix_), so PyTorch clients of the same server see the same keys. SET sends no reply; WAIT's reply is one byte
-// (0: every key is there) sent when the server has every key, so a wait that runs out of
-// time closes the connection (the server drops the waiter) and names the missing keys.
+// u64 count and the keys, all little-endian. Every key goes under the prefix "/" that
+// c10d's client adds (its keyPrefix_), so PyTorch clients of the same server see the same
+// keys. SET has no reply; WAIT's is one byte (0: every key is there), sent once the server
+// has every key, so a wait that runs out of time closes the connection (the server drops
+// the waiter) and names the missing keys.
 #pragma once
 
 #include <chrono>
