@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_device.h"
+#include "nn/safetensors.h"
 #include "tests/train/train_runner.h"
 
 namespace dtr {
@@ -412,6 +413,23 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
     REQUIRE(losses.size() == 1);
     CHECK(losses[0] == Approx(expected).epsilon(1e-5));
   }
+  // The same state dict in Hugging Face's layout (one shard and its index), a directory.
+  const fs::path hf = fresh_dir("init_hf") / "hf";
+  fs::create_directories(hf);
+  fs::copy_file(data + "model.safetensors", hf / "model-00001-of-00001.safetensors");
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (const auto& [name, tensor] : nn::load_file(data + "model.safetensors")) {
+    weight_map[name] = "model-00001-of-00001.safetensors";
+  }
+  std::ofstream(hf / "model.safetensors.index.json")
+      << nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}}.dump();
+  const std::vector<double> from_hf =
+      train_losses("init_hf_run", 2,
+                   fmt::format("--data {}tokens.bin --init-from {} --dim 16 --layers 2 --heads 2 --seq-len 8 "
+                               "--vocab 32 --batch-size 2 --steps 1 --eval-every 0",
+                               data, hf.string()));
+  REQUIRE(from_hf.size() == 1);
+  CHECK(from_hf[0] == Approx(expected).epsilon(1e-5));
   // Into another model (the seed's: no position embedding, no final norm, its own output):
   // one line with the counts and first names, every name in a file beside the run's output.
   const fs::path dir = fresh_dir("init_mismatch");
