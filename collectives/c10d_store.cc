@@ -61,12 +61,6 @@ class Request {
   std::string bytes_;
 };
 
-std::string quoted(const std::vector<std::string>& keys) {
-  std::string out;
-  for (const std::string& k : keys) out += fmt::format("{}'{}'", out.empty() ? "" : ", ", k);
-  return "[" + out + "]";
-}
-
 }  // namespace
 
 C10dStore::C10dStore(std::string host, uint16_t port, std::chrono::milliseconds timeout)
@@ -150,7 +144,7 @@ std::string C10dStore::compare_set(const std::string& key, std::string_view expe
 
 void C10dStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const std::string op = fmt::format("wait({})", quoted(keys));
+  const std::string op = fmt::format("wait({})", quoted_keys(keys));
   uint8_t answer = 1;
   if (call(Request(Query::kWait).keys(keys).bytes(), &answer, 1, timeout, op)) {
     DTR_INTERNAL_ASSERT(answer == kReady, "c10d TCPStore {}:{} {}: WAIT answered {}", host_, port_, op, answer);
@@ -166,7 +160,7 @@ void C10dStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   }
   throw DistributedError(DistributedErrorKind::kTimeout,
                          fmt::format("c10d TCPStore {}:{} {} timed out after {} ms; keys still missing: {}", host_,
-                                     port_, op, timeout.count(), quoted(missing)));
+                                     port_, op, timeout.count(), quoted_keys(missing)));
 }
 
 bool C10dStore::delete_key(const std::string& key) {

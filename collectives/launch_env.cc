@@ -118,10 +118,9 @@ LauncherEnv torchrun_env_from(const EnvLookup& env) {
   return out;
 }
 
-std::string adopt_launcher_env() {
+void adopt_launcher_env() {
   const LauncherEnv derived = torchrun_env_from([](const char* name) { return std::getenv(name); });
   for (const auto& [name, value] : derived.variables) ::setenv(name.c_str(), value.c_str(), 1);
-  return derived.launcher;
 }
 
 }  // namespace dtr

@@ -33,9 +33,8 @@ struct LauncherEnv {
 };
 LauncherEnv torchrun_env_from(const EnvLookup& env);
 
-// Sets in this process (for it and its children) what torchrun_env_from(getenv) derives;
-// returns the launcher, "" when there was nothing to derive.
-std::string adopt_launcher_env();
+// Sets in this process (for it and its children) what torchrun_env_from(getenv) derives.
+void adopt_launcher_env();
 
 // The first host of a Slurm hostlist: "node[07-09,12],gpu1" -> "node07".
 std::string first_slurm_host(const std::string& hostlist);

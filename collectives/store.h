@@ -15,6 +15,9 @@
 
 namespace dtr {
 
+// Keys for a store's messages: ['a', 'b'].
+std::string quoted_keys(const std::vector<std::string>& keys);
+
 class Store {
  public:
   // PyTorch's default for collectives; the store uses the same unless told otherwise.

@@ -103,12 +103,6 @@ uint32_t read_u32(const char* p) {
   return v;
 }
 
-std::string quoted_keys(const std::vector<std::string>& keys) {
-  std::string s;
-  for (const std::string& k : keys) s += fmt::format("{}'{}'", s.empty() ? "" : ", ", k);
-  return "[" + s + "]";
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------

@@ -303,9 +303,8 @@ struct internal::StagedSave {
   World w;
   fs::path target, temp;
   std::string token;
-  std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host
-  std::vector<LocalBox> boxes;
-  Json signatures = Json::object();  // name -> spec string
+  std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host, with their offsets
+  Json signatures = Json::object();            // name -> spec string
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
   TempDirGuard guard;                           // rank 0's temporary directory
@@ -345,7 +344,6 @@ void stage(const State& state, Staging staging, StagedSave& s) {
     // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
     Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
     s.chunks.push_back({name, std::move(host), box.offset});
-    s.boxes.push_back(box);
   }
   s.extra = state.extra;
 }
@@ -396,8 +394,8 @@ Json write_staged(const StagedSave& s) {
   Json listed = Json::array();
   for (size_t i = 0; i < s.chunks.size(); ++i) {
     listed.push_back({{"name", s.chunks[i].name},
-                      {"offset", s.boxes[i].offset},
-                      {"shape", s.boxes[i].shape},
+                      {"offset", s.chunks[i].offset},
+                      {"shape", s.chunks[i].data.shape()},
                       {"file", file},
                       {"byte_range", {written[i].begin, written[i].end}},
                       {"rows_per_block", written[i].rows_per_block},

@@ -37,11 +37,7 @@ std::optional<int> parse_command_line(std::string_view tool, CLI::App& app, int 
   try {
     app.parse(argc, argv);
     return std::nullopt;
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "{}: {}\n", tool, error_line(tool, app, e, argc, argv));

@@ -50,27 +50,24 @@ done < <(grep -E '^//[^ ]+ +(\(cached\) )?(PASSED|FAILED|TIMEOUT|NO STATUS|FAILE
   sed -E 's/\(cached\) //' | awk '{print $1, $2}')
 rm -f "$log"
 
+# Adds the counts of FILE's last line, "N passed, N failed"; a step that printed none failed.
+add_counts() {
+  local p="" f=""
+  read -r p _ f _ < <(tail -1 "$1" 2>/dev/null | grep -oE '[0-9]+ passed, [0-9]+ failed$')
+  if [[ -n $p ]]; then passed=$((passed + p)) failed=$((failed + f)); else failed=$((failed + 1)); fi
+}
+steps=$(mktemp -d)
+
 # Bazel cannot run inside a Bazel test, so the bundle is rehearsed here, from this build.
-rehearsal=$(mktemp -d)
-if tools/gpu_bundle.sh --test-build "$rehearsal/dtr-gpu.tar.gz" && tar -C "$rehearsal" -xzf "$rehearsal/dtr-gpu.tar.gz"; then
-  "$rehearsal/dtr-gpu-bundle/gpu_run.sh" --rehearse --logs "$rehearsal/logs" 2>&1 | sed 's/^/rehearsal: /' |
-    tee "$rehearsal/out"
-  p="" f=""
-  read -r p _ f _ < <(tail -1 "$rehearsal/out" | grep -oE '[0-9]+ passed, [0-9]+ failed$')
-  if [[ -n ${p:-} ]]; then passed=$((passed + p)) failed=$((failed + f)); else failed=$((failed + 1)); fi
-else
-  echo "tools/test.sh: building, packing or unpacking the GPU bundle failed" >&2
-  failed=$((failed + 1))
+if tools/gpu_bundle.sh --test-build "$steps/dtr-gpu.tar.gz" && tar -C "$steps" -xzf "$steps/dtr-gpu.tar.gz"; then
+  "$steps/dtr-gpu-bundle/gpu_run.sh" --rehearse --logs "$steps/logs" 2>&1 | sed 's/^/rehearsal: /' | tee "$steps/rehearsal"
 fi
-rm -rf "$rehearsal"
+add_counts "$steps/rehearsal"
 
 # The README's and docs/train.md's runnable blocks, each one case (tools/run_doc_blocks.sh).
-doc_out=$(mktemp)
-tools/run_doc_blocks.sh README.md docs/train.md 2>&1 | sed 's/^/docs: /' | tee "$doc_out"
-p="" f=""
-read -r p _ f _ < <(tail -1 "$doc_out" | grep -oE '[0-9]+ passed, [0-9]+ failed$')
-if [[ -n ${p:-} ]]; then passed=$((passed + p)) failed=$((failed + f)); else failed=$((failed + 1)); fi
-rm -f "$doc_out"
+tools/run_doc_blocks.sh README.md docs/train.md 2>&1 | sed 's/^/docs: /' | tee "$steps/docs"
+add_counts "$steps/docs"
+rm -rf "$steps"
 
 echo "$passed passed, $failed failed"
 if ((status != 0 || failed != 0)); then exit 1; fi

@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   CLI::App* to_sharded = app.add_subcommand("to-sharded", "write a checkpoint as if saved by N ranks with Shard(0)");
   to_sharded->add_option("IN", file, "input .safetensors file")->required();
   to_sharded->add_option("DIR", dir, "checkpoint directory to write")->required();
-  to_sharded->add_option("--ranks", ranks, "ranks of the saving world")->check(CLI::Range(1, 64));
+  to_sharded->add_option("--ranks", ranks, "ranks of the saving world")->check(dtr::whole_number(1, 64));
   to_sharded->add_flag("--force", force, "replace what DIR holds");
   if (const std::optional<int> exit_code = dtr::parse_command_line("checkpoint_tool", app, argc, argv))
     return *exit_code;
