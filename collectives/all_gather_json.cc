@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "collectives/process_group.h"
-#include "kernels/error.h"
-#include "kernels/tensor.h"
+#include "core/error.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

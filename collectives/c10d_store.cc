@@ -6,7 +6,7 @@
 
 #include "collectives/distributed_error.h"
 #include "collectives/internal/socket.h"
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 namespace {

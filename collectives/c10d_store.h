@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "collectives/distributed_error.h"
-#include "collectives/file_descriptor.h"
 #include "collectives/store.h"
+#include "core/file_descriptor.h"
 
 namespace dtr {
 

@@ -4,7 +4,7 @@
 
 #include <limits>
 
-#include "kernels/trace.h"
+#include "core/trace.h"
 
 namespace dtr {
 

@@ -17,8 +17,8 @@
 
 #include "collectives/collective_counter.h"
 #include "collectives/reduce_op.h"
-#include "kernels/tensor.h"
-#include "kernels/trace.h"
+#include "core/tensor.h"
+#include "core/trace.h"
 
 namespace dtr {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 namespace {

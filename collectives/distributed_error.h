@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 

@@ -12,7 +12,7 @@
 #include "collectives/process_group_gloo.h"
 #include "collectives/process_group_nccl.h"
 #include "collectives/tcp_store.h"
-#include "kernels/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 
 namespace dtr {
 namespace {

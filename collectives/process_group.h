@@ -21,7 +21,7 @@
 #include "collectives/reduce_op.h"
 #include "collectives/store.h"
 #include "collectives/work.h"
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

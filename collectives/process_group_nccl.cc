@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "collectives/distributed_error.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/cuda/device_span.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/device_span.h"
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 
 namespace dtr {
 namespace {

@@ -15,9 +15,9 @@
 #include <string>
 #include <thread>
 
-#include "collectives/file_descriptor.h"
 #include "collectives/internal/socket.h"
 #include "collectives/store.h"
+#include "core/file_descriptor.h"
 
 namespace dtr {
 

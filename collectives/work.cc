@@ -2,7 +2,7 @@
 
 #include "collectives/collective_counter.h"
 #include "collectives/distributed_error.h"
-#include "kernels/trace.h"
+#include "core/trace.h"
 
 namespace dtr {
 

@@ -5,10 +5,10 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/trace.h"
 #include "dtensor/internal/dtensor_impl.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -45,7 +45,7 @@ class Node {
   size_t num_outputs() const { return output_specs_.size(); }
   // Creation order: later nodes run first.
   uint64_t sequence_nr() const { return sequence_nr_; }
-  // The trace region its op ran in (kernels/trace.h); the engine runs the backward in it.
+  // The trace region its op ran in (core/trace.h); the engine runs the backward in it.
   const char* region() const { return region_; }
   // Runs the backward (zero-filling undefined gradients); ValueError once released.
   std::vector<DTensor> apply(std::vector<DTensor> grad_outputs);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 

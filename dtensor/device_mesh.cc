@@ -6,7 +6,7 @@
 
 #include "collectives/init.h"
 #include "collectives/process_group.h"
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 

@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/device.h"
-#include "kernels/tensor.h"
+#include "core/device.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

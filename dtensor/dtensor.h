@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/redistribute.h"
-#include "kernels/tensor.h"
 
 namespace dtr {
 

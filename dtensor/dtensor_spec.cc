@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "dtensor/chunking.h"
-#include "kernels/error.h"
 
 namespace dtr {
 

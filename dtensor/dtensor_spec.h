@@ -13,10 +13,10 @@
 #include <span>
 #include <string>
 
+#include "core/dtype.h"
+#include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/placement.h"
-#include "kernels/dtype.h"
-#include "kernels/tensor.h"
 
 namespace dtr {
 

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <optional>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 

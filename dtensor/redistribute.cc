@@ -4,11 +4,11 @@
 #include <numeric>
 
 #include "collectives/process_group.h"
+#include "core/trace.h"
 #include "dtensor/chunking.h"
 #include "dtensor/internal/reduce_identity.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "collectives/work.h"
+#include "core/tensor.h"
 #include "dtensor/redistribute_plan.h"
-#include "kernels/tensor.h"
 
 namespace dtr {
 

@@ -8,9 +8,9 @@
 #include <optional>
 #include <tuple>
 
+#include "core/error.h"
 #include "dtensor/chunking.h"
 #include "dtensor/internal/text_table.h"
-#include "kernels/error.h"
 
 namespace dtr {
 

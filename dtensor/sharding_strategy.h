@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/trace.h"
 #include "dtensor/dtensor.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -1,10 +1,10 @@
 #include "kernels/cross_entropy.h"
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cuda/cross_entropy.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

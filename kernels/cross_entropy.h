@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

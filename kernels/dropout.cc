@@ -1,12 +1,12 @@
 #include "kernels/dropout.h"
 
+#include "core/cuda/stream.h"
+#include "core/cuda_map_layout.h"
+#include "core/trace.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cuda/dropout.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
-#include "kernels/internal/cuda_map_layout.h"
 #include "kernels/random.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

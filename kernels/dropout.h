@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/tensor.h"
 #include "kernels/shard_layout.h"
-#include "kernels/tensor.h"
 
 namespace dtr {
 

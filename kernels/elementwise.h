@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

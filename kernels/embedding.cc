@@ -1,10 +1,10 @@
 #include "kernels/embedding.h"
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cuda/embedding.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/reduce.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

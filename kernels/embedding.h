@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
-#include "kernels/cpu/copy.h"
-#include "kernels/cuda/fill_copy.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
+#include "core/cpu/copy.h"
+#include "core/cuda/fill_copy.h"
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 
 namespace dtr {
 

@@ -5,7 +5,7 @@
 // start + i * step (one fused multiply-add, the same bits on CPU and CUDA), like torch.arange.
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -1,12 +1,12 @@
 #include "kernels/index.h"
 
+#include "core/check_writable.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_map_layout.h"
+#include "core/trace.h"
 #include "kernels/cpu/index.h"
 #include "kernels/cuda/index.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/fill.h"
-#include "kernels/internal/check_writable.h"
-#include "kernels/internal/cuda_map_layout.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 

@@ -2,10 +2,10 @@
 
 #include <cmath>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/layer_norm.h"
 #include "kernels/cuda/layer_norm.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

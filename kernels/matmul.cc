@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/matmul.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 namespace {

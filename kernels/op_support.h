@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/device.h"
-#include "kernels/dtype.h"
+#include "core/device.h"
+#include "core/dtype.h"
 
 namespace dtr {
 

@@ -4,11 +4,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/adam_scalars.h"
 #include "kernels/cpu/optimizer_step.h"
 #include "kernels/cuda/optimizer_step.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <span>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr {
 

@@ -2,12 +2,12 @@
 
 #include <cmath>
 
+#include "core/check_writable.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_map_layout.h"
+#include "core/trace.h"
 #include "kernels/cpu/random.h"
 #include "kernels/cuda/random.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/internal/check_writable.h"
-#include "kernels/internal/cuda_map_layout.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

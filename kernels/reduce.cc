@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cuda/reduce.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <limits>
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <optional>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/trace.h"
 #include "kernels/cpu/shape_ops.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 

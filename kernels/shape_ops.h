@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -1,9 +1,9 @@
 #include "kernels/softmax.h"
 
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cuda/softmax.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 namespace {

@@ -9,7 +9,7 @@
 // fast path). (torch.softmax, torch.log_softmax and their _backward_data.)
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr {
 

@@ -1,7 +1,7 @@
 #include "nn/activation.h"
 
+#include "core/error.h"
 #include "dtensor/ops/dropout.h"
-#include "kernels/error.h"
 #include "nn/init.h"
 
 namespace dtr::nn {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "dtensor/ops/attention.h"
 #include "dtensor/ops/dropout.h"
 #include "dtensor/ops/matmul.h"
@@ -12,7 +13,6 @@
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
-#include "kernels/error.h"
 #include "nn/init.h"
 
 namespace dtr::nn {

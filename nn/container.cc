@@ -1,6 +1,6 @@
 #include "nn/container.h"
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::nn {
 

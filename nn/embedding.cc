@@ -1,10 +1,10 @@
 #include "nn/embedding.h"
 
+#include "core/error.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/embedding.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "nn/init.h"
 

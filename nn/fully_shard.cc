@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+#include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr::nn {
 namespace {

@@ -233,7 +233,7 @@ class FSDPModule : public ParallelPolicy {
   std::vector<FSDPModule*> ended_;               // the root's: this iteration's groups as their forwards ended
 };
 
-// Shards `module`'s parameters over the 1-D `mesh` (see above) and returns its FSDP handle,
+// Shards `module`'s parameters over `mesh` (1-D: FSDP; 2-D: HSDP; see above) and returns its FSDP handle,
 // which lives as long as the module. Typed errors: a module already sharded, a parameter
 // already sharded (fully_shard on an enclosing module came first: call it bottom-up), a
 // parameter that is not Replicate, a mesh that is not 1-D or 2-D, or a shard_placement_fn

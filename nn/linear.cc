@@ -2,8 +2,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "dtensor/ops/matmul.h"
-#include "kernels/error.h"
 #include "nn/init.h"
 
 namespace dtr::nn {

@@ -1,12 +1,12 @@
 #include "nn/loss.h"
 
+#include "core/error.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/reduction.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 
 namespace dtr::nn {

@@ -7,9 +7,9 @@
 #include <map>
 #include <optional>
 
+#include "core/error.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
-#include "kernels/error.h"
 
 namespace dtr::nn {
 

@@ -1,9 +1,9 @@
 #include "nn/norm.h"
 
+#include "core/error.h"
+#include "core/trace.h"
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/rms_norm.h"
-#include "kernels/error.h"
-#include "kernels/trace.h"
 #include "nn/init.h"
 
 namespace dtr::nn {

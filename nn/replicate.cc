@@ -4,10 +4,10 @@
 #include <memory>
 #include <optional>
 
+#include "core/error.h"
+#include "core/trace.h"
 #include "dtensor/autograd.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr::nn {
 

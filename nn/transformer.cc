@@ -1,7 +1,7 @@
 #include "nn/transformer.h"
 
+#include "core/error.h"
 #include "dtensor/ops/pointwise.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "nn/activation.h"
 

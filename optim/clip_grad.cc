@@ -5,8 +5,8 @@
 #include <map>
 
 #include "collectives/process_group.h"
+#include "core/error.h"
 #include "kernels/elementwise.h"
-#include "kernels/error.h"
 #include "kernels/reduce.h"
 
 namespace dtr::optim {

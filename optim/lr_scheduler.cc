@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::optim {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/ranges.h>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::optim {
 

@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/trace.h"
 #include "dtensor/dtensor.h"
 #include "kernels/elementwise.h"
 #include "kernels/optimizer_step.h"
-#include "kernels/trace.h"
 
 namespace dtr::optim {
 

@@ -1,6 +1,6 @@
 #include "optim/sgd.h"
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "kernels/optimizer_step.h"
 
 namespace dtr::optim {

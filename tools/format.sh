@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Formats dtr's C++ and CUDA sources (every tracked .h, .cc and .cu file) with clang-format 14
+# Formats dtr's C++ and CUDA sources (every tracked .h, .cc, .cu and .cuh file) with clang-format 14
 # and the repository's .clang-format.
 #   tools/format.sh           rewrites the files in place
 #   tools/format.sh --check   changes nothing: lists the files that differ, shows the first
@@ -12,7 +12,7 @@ if [[ -z $clang_format ]]; then
   echo "format: clang-format 14 is missing; run tools/setup.sh (it installs Debian's clang-format-14)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files '*.h' '*.cc' '*.cu')
+mapfile -t files < <(git ls-files '*.h' '*.cc' '*.cu' '*.cuh')
 
 if [[ ${1:-} != --check ]]; then
   "$clang_format" -i "${files[@]}"

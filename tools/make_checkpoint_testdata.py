@@ -4,7 +4,7 @@
     ~/torch-venv/bin/python3 tools/make_checkpoint_testdata.py            # writes testdata
     ~/torch-venv/bin/python3 tools/make_checkpoint_testdata.py --verify DIR
 
-Without arguments it writes, into tests/nn/testdata/hf/, the state dict of a tiny
+Without arguments it writes, into tests/checkpoint/testdata/hf/, the state dict of a tiny
 Transformer (the seed's model as tools/make_transformer_testdata.py writes it in PyTorch:
 vocab 8, dim 8, 1 causal block of 2 heads, 4 positions, a final norm) whose values are a
 closed form, exact in float32: the j-th entry of state_dict(), flattened, holds
@@ -13,7 +13,7 @@ j + i / 1024 at element i. It writes it twice:
   dcp_hf/                  with torch.distributed.checkpoint's HuggingFaceStorageWriter
                            (three files model-0000k-of-00003.safetensors and
                            model.safetensors.index.json).
-tests/nn/full_state_dict_file_test.cc loads both into sharded dtr models and checks the
+tests/checkpoint/full_state_dict_file_test.cc loads both into sharded dtr models and checks the
 closed form.
 
 With --verify DIR it reads what dtr wrote there (that test writes it when
@@ -39,7 +39,7 @@ from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceSt
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from make_transformer_testdata import Transformer  # noqa: E402
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/nn/testdata/hf"
+OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/checkpoint/testdata/hf"
 
 
 def closed_form_state():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes tests/nn/testdata/torch_written.safetensors with PyTorch's safetensors, for the
-test that dtr loads a file PyTorch wrote (tests/nn/safetensors_test.cc checks the values).
+"""Writes tests/checkpoint/testdata/torch_written.safetensors with PyTorch's safetensors, for the
+test that dtr loads a file PyTorch wrote (tests/checkpoint/safetensors_test.cc checks the values).
 
     python3 -m venv ~/torch-venv && ~/torch-venv/bin/pip install torch==2.15.0 safetensors
     ~/torch-venv/bin/python3 tools/make_safetensors_testdata.py
@@ -15,7 +15,7 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/nn/testdata/torch_written.safetensors"
+OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/checkpoint/testdata/torch_written.safetensors"
 
 
 def main() -> None:

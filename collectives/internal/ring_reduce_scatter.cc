@@ -12,7 +12,7 @@
 #include <numeric>
 
 #include "collectives/internal/wire_dtype.h"
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::gloo_ring {
 namespace {

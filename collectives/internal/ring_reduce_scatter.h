@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collectives/reduce_op.h"
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace gloo {
 class Context;

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "collectives/file_descriptor.h"
+#include "core/file_descriptor.h"
 
 namespace dtr::net {
 

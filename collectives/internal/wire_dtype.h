@@ -12,8 +12,8 @@
 #include <type_traits>
 
 #include "collectives/reduce_op.h"
-#include "kernels/dtype.h"
-#include "kernels/error.h"
+#include "core/dtype.h"
+#include "core/error.h"
 
 namespace dtr {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "kernels/fill.h"
 
 namespace dtr::internal {

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "collectives/reduce_op.h"
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::internal {
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/op_util.h"
@@ -12,7 +13,6 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 
 namespace dtr {
 

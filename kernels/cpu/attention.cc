@@ -5,8 +5,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/internal/lane_fold.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

@@ -10,7 +10,7 @@
 // one thread in an order fixed by the sizes alone: bitwise the same on any thread count.
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

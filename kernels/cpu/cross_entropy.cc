@@ -4,9 +4,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/internal/exp_sum.h"
 #include "kernels/cpu/internal/lane_fold.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // x may be strided; mask is a bool tensor of x's shape.
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

@@ -13,8 +13,8 @@
 #include <optional>
 #include <string_view>
 
+#include "core/tensor.h"
 #include "kernels/elementwise.h"
-#include "kernels/tensor.h"
 
 namespace dtr::cpu {
 

@@ -2,9 +2,9 @@
 
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/internal/gather_rows.h"
 #include "kernels/cpu/internal/row_store.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

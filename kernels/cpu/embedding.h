@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

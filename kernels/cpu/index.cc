@@ -1,10 +1,10 @@
 #include "kernels/cpu/index.h"
-#include "kernels/parallel.h"
+#include "core/parallel.h"
 
 #include <omp.h>
 
+#include "core/cpu/strided_loop.h"
 #include "kernels/cpu/internal/gather_rows.h"
-#include "kernels/cpu/internal/strided_loop.h"
 
 namespace dtr::cpu {
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/prefetch.h"
+#include "core/parallel.h"
 #include "kernels/cpu/internal/acc_row.h"
 #include "kernels/cpu/internal/lane_fold.h"
-#include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/row_store.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

@@ -5,7 +5,7 @@
 // grad_weight and grad_bias of n elements in x's dtype (n = grad_weight.numel()).
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

@@ -4,9 +4,9 @@
 
 #include <optional>
 
-#include "kernels/cpu/copy.h"
+#include "core/cpu/copy.h"
+#include "core/parallel.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

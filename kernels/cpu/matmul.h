@@ -3,8 +3,8 @@
 // and aliasing have been checked by the caller; a 2-D product is a batch of one.
 #pragma once
 
+#include "core/tensor.h"
 #include "kernels/matmul.h"
-#include "kernels/tensor.h"
 
 namespace dtr::cpu {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/parallel.h"
 #include "kernels/adam_scalars.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 

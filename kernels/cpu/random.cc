@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/cpu/internal/philox_batch.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "kernels/shard_layout.h"
-#include "kernels/tensor.h"
 
 namespace dtr::cpu {
 

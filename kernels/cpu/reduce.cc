@@ -4,9 +4,9 @@
 #include <limits>
 #include <numeric>
 
-#include "kernels/cpu/copy.h"
-#include "kernels/cpu/internal/prefetch.h"
-#include "kernels/cpu/internal/strided_loop.h"
+#include "core/cpu/copy.h"
+#include "core/cpu/prefetch.h"
+#include "core/cpu/strided_loop.h"
 #include "kernels/cpu/internal/vec_math.h"
 
 namespace dtr::cpu {

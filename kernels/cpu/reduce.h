@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

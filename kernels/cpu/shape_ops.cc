@@ -1,11 +1,11 @@
 #include "kernels/cpu/shape_ops.h"
-#include "kernels/parallel.h"
+#include "core/parallel.h"
 
 #include <algorithm>
 
-#include "kernels/cpu/copy.h"
-#include "kernels/cpu/internal/copy_bytes.h"
-#include "kernels/cpu/internal/stream_store.h"
+#include "core/cpu/copy.h"
+#include "core/cpu/copy_bytes.h"
+#include "core/cpu/stream_store.h"
 
 namespace dtr::cpu {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

@@ -4,10 +4,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/internal/exp_sum.h"
 #include "kernels/cpu/internal/lane_fold.h"
 #include "kernels/cpu/internal/row_store.h"
-#include "kernels/parallel.h"
 
 namespace dtr::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // contiguous, of the inputs' shape and dtype, and is overwritten.
 #pragma once
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

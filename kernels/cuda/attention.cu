@@ -8,10 +8,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
 #include "kernels/cuda/internal/block_reduce.cuh"
 #include "kernels/cuda/internal/device_math.cuh"
-#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {

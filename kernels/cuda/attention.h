@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

@@ -1,8 +1,8 @@
 #include "kernels/cuda/dropout.h"
 
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/internal/launch.h"
-#include "kernels/cuda/internal/map_index.cuh"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
+#include "core/cuda/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {

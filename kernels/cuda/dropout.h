@@ -9,8 +9,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/map_layout.h"
-#include "kernels/dtype.h"
+#include "core/cuda/map_layout.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

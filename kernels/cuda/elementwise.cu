@@ -3,10 +3,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
+#include "core/cuda/map_index.cuh"
 #include "kernels/cuda/internal/device_math.cuh"
-#include "kernels/cuda/internal/launch.h"
-#include "kernels/cuda/internal/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {

@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/map_layout.h"
-#include "kernels/dtype.h"
+#include "core/cuda/map_layout.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

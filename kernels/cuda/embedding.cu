@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/internal/launch.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
 
 namespace dtr::cuda {
 namespace {

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
 #include "kernels/cuda/internal/block_reduce.cuh"
 #include "kernels/cuda/internal/device_math.cuh"
-#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

@@ -8,10 +8,10 @@
 #include <tuple>
 #include <vector>
 
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+#include "core/error.h"
 #include "kernels/cuda/cublas_check.h"
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/stream.h"
-#include "kernels/error.h"
 
 namespace dtr::cuda {
 

@@ -23,8 +23,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/stream.h"
-#include "kernels/dtype.h"
+#include "core/cuda/stream.h"
+#include "core/dtype.h"
 
 namespace dtr::cuda {
 

@@ -1,8 +1,8 @@
 #include "kernels/cuda/optimizer_step.h"
 
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
 #include "kernels/cuda/internal/device_math.cuh"
-#include "kernels/cuda/internal/launch.h"
 
 namespace dtr::cuda {
 namespace {

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/dtype.h"
 #include "kernels/adam_scalars.h"
-#include "kernels/dtype.h"
 
 namespace dtr::cuda {
 

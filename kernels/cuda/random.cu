@@ -1,7 +1,7 @@
 #include "kernels/cuda/random.h"
 
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/internal/launch.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
 #include "kernels/philox.h"
 
 namespace dtr::cuda {

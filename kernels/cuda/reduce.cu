@@ -3,9 +3,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/internal/launch.h"
-#include "kernels/cuda/internal/map_index.cuh"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/launch.h"
+#include "core/cuda/map_index.cuh"
 
 namespace dtr::cuda {
 namespace {

@@ -1,6 +1,6 @@
 #include "kernels/internal/device_not_implemented.h"
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr {
 

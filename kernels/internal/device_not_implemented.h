@@ -9,7 +9,7 @@
 
 #include <string_view>
 
-#include "kernels/device.h"
+#include "core/device.h"
 
 namespace dtr {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {

@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/fill.h"
-#include "kernels/tensor.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::testing {

@@ -4,12 +4,12 @@
 // goes (memory falls), and errors name what went wrong.
 #include <catch2/catch.hpp>
 
+#include "core/allocator.h"
+#include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/reduction.h"
-#include "kernels/allocator.h"
 #include "kernels/fill.h"
-#include "kernels/trace.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {

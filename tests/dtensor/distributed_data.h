@@ -6,8 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include "core/tensor.h"
 #include "dtensor/dtensor_spec.h"
-#include "kernels/tensor.h"
 
 namespace dtr::testing {
 

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace dtr {

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <array>
 
+#include "core/trace.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/trace.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {

@@ -5,7 +5,7 @@
 
 #include <unordered_set>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace dtr {

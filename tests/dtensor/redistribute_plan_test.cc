@@ -8,7 +8,7 @@
 #include <limits>
 #include <set>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace dtr {

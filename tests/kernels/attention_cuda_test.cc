@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/attention.h"
-#include "kernels/error.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr::testing {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "tests/testing/test_util.h"
 

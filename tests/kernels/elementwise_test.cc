@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/fill.h"
-#include "kernels/parallel.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "tests/testing/test_util.h"
 

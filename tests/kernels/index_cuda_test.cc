@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "kernels/fill.h"
 #include "kernels/index.h"
 #include "tests/kernels/check_bitwise.h"

@@ -11,11 +11,11 @@
 #include <cmath>
 #include <string>
 
+#include "core/error.h"
+#include "core/trace.h"
 #include "kernels/elementwise.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "kernels/matmul.h"
-#include "kernels/trace.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {

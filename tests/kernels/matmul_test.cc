@@ -9,9 +9,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "kernels/allocator.h"
+#include "core/allocator.h"
+#include "core/parallel.h"
 #include "kernels/elementwise.h"
-#include "kernels/parallel.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
 

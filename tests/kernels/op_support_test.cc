@@ -11,12 +11,12 @@
 #include <set>
 #include <sstream>
 
+#include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "kernels/index.h"
 #include "kernels/layer_norm.h"

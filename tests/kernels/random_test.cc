@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "kernels/parallel.h"
+#include "core/parallel.h"
 #include "kernels/philox.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"

@@ -1,9 +1,9 @@
-// ThreadCountGuard: restores dtr's CPU thread count (kernels/parallel.h) when a test that
+// ThreadCountGuard: restores dtr's CPU thread count (core/parallel.h) when a test that
 // changed it ends, so that determinism tests (1 thread vs 2) leave no state behind for
 // the test cases that run after them.
 #pragma once
 
-#include "kernels/parallel.h"
+#include "core/parallel.h"
 
 namespace dtr::testing {
 

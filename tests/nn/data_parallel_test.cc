@@ -3,10 +3,10 @@
 // the loss, the clipped gradient norm and every weight after three AdamW steps.
 #include <catch2/catch.hpp>
 
+#include "checkpoint/full_state_dict.h"
 #include "collectives/init.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/view_ops.h"
-#include "nn/full_state_dict.h"
 #include "nn/init.h"
 #include "nn/parameter.h"
 #include "nn/transformer.h"
@@ -18,6 +18,8 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::full_state_dict;
 
 constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32;
 

@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/full_state_dict.h"
 #include "collectives/init.h"
+#include "core/allocator.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/stream.h"
+#include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/allocator.h"
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/random.h"
-#include "kernels/trace.h"
-#include "nn/full_state_dict.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
 #include "nn/loss.h"
@@ -37,6 +37,9 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::full_state_dict;
+using checkpoint::load_full_state_dict;
 
 constexpr int64_t kVocab = 128, kSeq = 16, kBatch = 4, kSteps = 5;
 

@@ -10,15 +10,15 @@
 // shard trains; mistakes are typed errors.
 #include <catch2/catch.hpp>
 
+#include "checkpoint/full_state_dict.h"
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
+#include "core/allocator.h"
+#include "core/trace.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/reduction.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/allocator.h"
-#include "kernels/trace.h"
 #include "nn/container.h"
-#include "nn/full_state_dict.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
 #include "nn/linear.h"
@@ -34,6 +34,9 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::full_state_dict;
+using checkpoint::load_full_state_dict;
 
 constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32, kSteps = 20;
 

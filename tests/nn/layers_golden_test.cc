@@ -5,11 +5,11 @@
 
 #include <memory>
 
+#include "checkpoint/full_state_dict.h"
 #include "dtensor/autograd.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
-#include "nn/full_state_dict.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/norm.h"
@@ -19,6 +19,9 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::load_full_state_dict;
+using safetensors::load_file;
 
 using testing::on_one_rank;
 using testing::relative_max_error;

@@ -7,14 +7,14 @@
 
 #include <memory>
 
+#include "checkpoint/full_state_dict.h"
+#include "core/error.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/reduction.h"
-#include "kernels/error.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
-#include "nn/full_state_dict.h"
 #include "nn/init.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
@@ -23,6 +23,9 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::full_state_dict;
+using checkpoint::load_full_state_dict;
 
 using testing::on_one_rank;
 

@@ -6,9 +6,9 @@
 
 #include <memory>
 
+#include "checkpoint/full_state_dict.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/view_ops.h"
-#include "nn/full_state_dict.h"
 #include "nn/parameter.h"
 #include "nn/transformer.h"
 #include "tests/nn/nn_test_util.h"
@@ -16,6 +16,9 @@
 
 namespace dtr::nn {
 namespace {
+
+using checkpoint::load_full_state_dict;
+using safetensors::load_file;
 
 using testing::on_one_rank;
 using testing::relative_max_error;

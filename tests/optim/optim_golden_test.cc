@@ -6,10 +6,10 @@
 #include <cmath>
 #include <memory>
 
+#include "checkpoint/full_state_dict.h"
+#include "core/error.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/error.h"
-#include "nn/full_state_dict.h"
 #include "nn/parameter.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
@@ -25,8 +25,7 @@ namespace {
 using testing::on_one_rank;
 using testing::relative_max_error;
 
-using nn::load_file;
-using nn::TensorMap;
+using safetensors::load_file;
 using testing::MessageContains;
 
 TEST_CASE("schedules give PyTorch's lr at every epoch", "[optim][golden][lr]") {
@@ -137,7 +136,7 @@ TEST_CASE("five AdamW steps of the causal model with warmup-cosine and clipping 
   for (const auto& [key, t] : data) {
     if (key.starts_with("state.")) state.emplace(key.substr(6), t);
   }
-  nn::load_full_state_dict(model, state);
+  checkpoint::load_full_state_dict(model, state);
   AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   WarmupCosineLR schedule(opt, 2, 5);
   const DTensor tokens = on_one_rank(data.at("tokens"));
@@ -155,7 +154,7 @@ TEST_CASE("five AdamW steps of the causal model with warmup-cosine and clipping 
     CHECK(std::abs(loss.item() - losses[step]) <= 1e-5 * std::abs(losses[step]));
     CHECK(std::abs(norm - norms[step]) <= 1e-5 * norms[step]);
   }
-  for (const auto& [name, t] : nn::full_state_dict(model)) {
+  for (const auto& [name, t] : checkpoint::full_state_dict(model)) {
     INFO(name);
     const Tensor& expected = data.at("final." + name);
     if (name.ends_with("in_proj_bias")) {

@@ -2,7 +2,7 @@
 // from one continues exactly as the original would (bitwise); mismatched state is refused.
 #include <catch2/catch.hpp>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "nn/parameter.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <thread>
 
-#include "kernels/cuda/stream.h"
+#include "core/cuda/stream.h"
 
 namespace dtr::testing {
 

@@ -12,9 +12,9 @@
 #include <iostream>
 #include <optional>
 
-#include "collectives/file_descriptor.h"
 #include "collectives/init.h"
 #include "collectives/tcp_store.h"
+#include "core/file_descriptor.h"
 #include "tools/launcher/rank_process.h"
 
 namespace dtr::testing {

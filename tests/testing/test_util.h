@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/tensor.h"
 #include "kernels/fill.h"
 #include "kernels/random.h"
-#include "kernels/tensor.h"
 
 namespace dtr::testing {
 

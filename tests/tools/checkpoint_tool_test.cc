@@ -20,16 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/full_state_dict.h"
+#include "checkpoint/full_state_dict_file.h"
+#include "checkpoint/load.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/save.h"
 #include "collectives/init.h"
-#include "dtensor/checkpoint.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
 #include "kernels/fill.h"
-#include "nn/full_state_dict.h"
-#include "nn/full_state_dict_file.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
-#include "nn/safetensors.h"
 #include "nn/transformer.h"
 #include "tests/nn/nn_test_util.h"
 #include "tests/testing/multi_rank.h"
@@ -93,7 +94,7 @@ Run run_tool(const fs::path& scratch, const std::string& args) {
 }
 
 void check_full_file(const fs::path& path) {
-  const nn::TensorMap tensors = nn::load_file(path.string());
+  const TensorMap tensors = safetensors::load_file(path.string());
   CHECK(tensors.size() == cases().size());
   for (const Case& c : cases()) {
     INFO("tensor " << c.name << " of " << path);
@@ -213,14 +214,14 @@ TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loada
     s.tensors.emplace("optim.0.exp_avg", *model->named_parameters().front().second);
     checkpoint::save(s, ckpt.string());
   });
-  const nn::TensorMap expected = nn::full_state_dict(*gpt(3));
+  const TensorMap expected = checkpoint::full_state_dict(*gpt(3));
   REQUIRE(expected.contains("output.weight"));
 
   const fs::path file = root / "model.safetensors";
   const Run exported = run_tool(root, fmt::format("export {} {}", ckpt.string(), file.string()));
   INFO(exported.out << exported.err);
   REQUIRE(exported.exit_code == 0);
-  const nn::TensorMap written = nn::load_file(file.string());
+  const TensorMap written = safetensors::load_file(file.string());
   CHECK(written.size() == expected.size());
   for (const auto& [name, t] : expected) {
     INFO(name);
@@ -229,8 +230,9 @@ TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loada
   }
   // What train --init-from does, strictly (a missing or extra name throws).
   std::unique_ptr<nn::Transformer> fresh = gpt(4);
-  nn::load_full_state_dict_file(*fresh, file.string());
-  CHECK(same_bits(nn::full_state_dict(*fresh).at("layers.1.ffn.2.weight"), expected.at("layers.1.ffn.2.weight")));
+  checkpoint::load_full_state_dict_file(*fresh, file.string());
+  CHECK(
+      same_bits(checkpoint::full_state_dict(*fresh).at("layers.1.ffn.2.weight"), expected.at("layers.1.ffn.2.weight")));
 
   // Hugging Face's layout: small shards, an index naming every tensor's file.
   const fs::path hf = root / "hf";
@@ -243,8 +245,8 @@ TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loada
   for (const auto& [name, f] : index.at("weight_map").items()) files.insert(f.get<std::string>());
   CHECK(files.size() > 1);
   std::unique_ptr<nn::Transformer> from_hf = gpt(5);
-  nn::load_hf_checkpoint(*from_hf, hf.string());
-  for (const auto& [name, t] : nn::full_state_dict(*from_hf)) {
+  checkpoint::load_hf_checkpoint(*from_hf, hf.string());
+  for (const auto& [name, t] : checkpoint::full_state_dict(*from_hf)) {
     INFO(name);
     CHECK(same_bits(t, expected.at(name)));
   }

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // hides), one GPU, and its errors.
 #include <catch2/catch.hpp>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/testing/test_util.h"
 #include "tools/bench/fsdp_step_model.h"
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <thread>
 
-#include "collectives/file_descriptor.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/file_descriptor.h"
 
 namespace {
 

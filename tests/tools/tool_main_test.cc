@@ -11,7 +11,7 @@
 #include <string>
 
 #include "collectives/distributed_error.h"
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/testing/test_util.h"
 #include "tools/train/corpus.h"
 #include "tools/train/tokenizer.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tests/testing/svg_text.h"
 #include "tests/testing/test_util.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_device.h"
+#include "core/cuda/cuda_device.h"
 #include "tests/train/train_runner.h"
 
 namespace dtr {

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/cuda_device.h"
-#include "nn/safetensors.h"
+#include "checkpoint/safetensors.h"
+#include "core/cuda/cuda_device.h"
 #include "tests/train/train_runner.h"
 
 namespace dtr {
@@ -418,7 +418,7 @@ TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's fir
   fs::create_directories(hf);
   fs::copy_file(data + "model.safetensors", hf / "model-00001-of-00001.safetensors");
   nlohmann::json weight_map = nlohmann::json::object();
-  for (const auto& [name, tensor] : nn::load_file(data + "model.safetensors")) {
+  for (const auto& [name, tensor] : safetensors::load_file(data + "model.safetensors")) {
     weight_map[name] = "model-00001-of-00001.safetensors";
   }
   std::ofstream(hf / "model.safetensors.index.json")

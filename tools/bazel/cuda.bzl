@@ -18,8 +18,14 @@ def _gencode(archs, ptx):
         flags.append("-gencode arch=compute_%s,code=compute_%s" % (archs[-1], archs[-1]))
     return " ".join(flags)
 
-def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], copts = [], **kwargs):
-    """srcs: .cu files; cuda_hdrs: every header (or filegroup of headers) they include."""
+# The headers every .cu may include: core's and core/cuda's, and its own package's (each
+# package with a cuda_library defines a filegroup `headers` of its .h and .cuh files).
+_COMMON_HEADERS = ["//core:headers", "//core/cuda:headers"]
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
+    """srcs: .cu files; they may include the headers of core, core/cuda and their package."""
+    own = "//%s:headers" % native.package_name()
+    cuda_hdrs = _COMMON_HEADERS + ([] if own in _COMMON_HEADERS else [":headers"])
     gencode = select({
         "//tools/bazel:cuda_archs_sm_90": _gencode(["90"], ptx = False),
         "//conditions:default": _gencode(CUDA_ARCHS, ptx = True),

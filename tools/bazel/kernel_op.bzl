@@ -2,8 +2,8 @@
 
 The op's files follow the kernel contract (kernels/README.md): <name>.h and <name>.cc hold
 the Tensor-level op, cpu/<name>.h the CPU kernel's declarations (private to the target) and
-cpu_srcs its definitions (default cpu/<name>.cc). Every op depends on :tensor, on the
-error its device switch raises for a device without a kernel, and on :trace (the switch
+cpu_srcs its definitions (default cpu/<name>.cc). Every op depends on core's tensor, on the
+error its device switch raises for a device without a kernel, and on core's trace (the switch
 times the kernel as a span).
 """
 
@@ -17,7 +17,7 @@ def kernel_op(name, cpu_srcs = None, deps = [], **kwargs):
         name = name,
         srcs = [name + ".cc", "cpu/" + name + ".h"] + (cpu_srcs if cpu_srcs != None else ["cpu/" + name + ".cc"]),
         hdrs = [name + ".h"],
-        deps = deps + [":device_not_implemented", ":tensor", ":trace"],
+        deps = deps + [":device_not_implemented", "//core:tensor", "//core:trace"],
         visibility = ["//visibility:public"],
         **kwargs
     )

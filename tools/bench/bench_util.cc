@@ -10,7 +10,7 @@
 #include <memory>
 #include <ostream>
 
-#include "kernels/parallel.h"
+#include "core/parallel.h"
 
 namespace dtr::bench {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::bench {
 

@@ -31,16 +31,17 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/load.h"
+#include "checkpoint/save.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
-#include "dtensor/checkpoint.h"
+#include "core/error.h"
+#include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
 #include "kernels/matmul.h"
-#include "kernels/tensor.h"
 #include "tools/bench/bench_util.h"
 #include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"

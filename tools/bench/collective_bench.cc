@@ -36,7 +36,7 @@
 #include "collectives/gloo_store.h"
 #include "collectives/init.h"
 #include "collectives/prefix_store.h"
-#include "kernels/error.h"
+#include "core/error.h"
 #include "kernels/fill.h"
 #include "tools/bench/bench_util.h"
 #include "tools/command_line.h"

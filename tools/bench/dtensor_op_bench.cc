@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 
+#include "core/parallel.h"
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
@@ -23,7 +24,6 @@
 #include "kernels/elementwise.h"
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
-#include "kernels/parallel.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
 #include "tools/command_line.h"

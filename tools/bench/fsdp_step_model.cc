@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/train/mfu.h"
 
 namespace dtr::bench {

@@ -23,13 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/copy_bytes.h"
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/stream.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
-#include "kernels/cuda/copy_bytes.h"
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/matmul.h"
-#include "kernels/cuda/stream.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/fill.h"

@@ -21,6 +21,7 @@
 
 #include <Eigen/Core>
 
+#include "core/parallel.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -30,7 +31,6 @@
 #include "kernels/layer_norm.h"
 #include "kernels/matmul.h"
 #include "kernels/optimizer_step.h"
-#include "kernels/parallel.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
 #include "kernels/shape_ops.h"

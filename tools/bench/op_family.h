@@ -11,7 +11,7 @@
 #include <span>
 #include <string_view>
 
-#include "kernels/trace.h"
+#include "core/trace.h"
 
 namespace dtr::bench {
 

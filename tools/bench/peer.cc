@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::bench {
 

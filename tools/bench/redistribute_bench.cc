@@ -21,11 +21,11 @@
 
 #include "collectives/init.h"
 #include "collectives/process_group.h"
+#include "core/error.h"
+#include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/redistribute_plan.h"
-#include "kernels/error.h"
-#include "kernels/tensor.h"
 #include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"

@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
 #include "tools/command_line.h"

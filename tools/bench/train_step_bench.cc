@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/trace.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/error.h"
-#include "kernels/parallel.h"
 #include "kernels/random.h"
-#include "kernels/trace.h"
 #include "nn/init.h"
 #include "nn/parameter.h"
 #include "nn/transformer.h"

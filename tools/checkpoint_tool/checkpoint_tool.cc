@@ -1,4 +1,4 @@
-// checkpoint_tool: a dtr checkpoint (dtensor/checkpoint.h) inspected, assembled into one
+// checkpoint_tool: a dtr checkpoint (checkpoint/save.h) inspected, assembled into one
 // safetensors file of full tensors, or written from one.
 //
 //   checkpoint_tool list DIR                                every tensor, its chunks and bytes
@@ -31,19 +31,20 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/chunk_file.h"
+#include "checkpoint/full_state_dict_file.h"
+#include "checkpoint/load.h"
+#include "checkpoint/metadata.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/safetensors_header.h"
+#include "checkpoint/save.h"
 #include "collectives/init.h"
-#include "collectives/posix_file.h"
-#include "dtensor/checkpoint.h"
+#include "core/error.h"
+#include "core/posix_file.h"
+#include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
-#include "dtensor/internal/checkpoint_metadata.h"
-#include "dtensor/internal/chunk_file.h"
-#include "kernels/error.h"
-#include "kernels/safetensors_header.h"
-#include "kernels/tensor.h"
-#include "nn/full_state_dict_file.h"
-#include "nn/safetensors.h"
 #include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
@@ -212,7 +213,7 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
     bytes.push_back(tensor_bytes(meta.tensors.at(w.source)));
     names.push_back(w.name);
   }
-  const nn::HfLayout layout = nn::plan_hf_layout(bytes, max_shard_bytes);
+  const checkpoint::HfLayout layout = checkpoint::plan_hf_layout(bytes, max_shard_bytes);
   const std::string temp = hf_dir + ".tmp";
   std::error_code ec;
   fs::remove_all(temp, ec);
@@ -222,12 +223,12 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
     for (size_t i : layout.files[f]) file.push_back(tensors[i]);
     write_full(dir, meta, file, (fs::path(temp) / layout.file_names[f]).string(), "export");
   }
-  std::ofstream(fs::path(temp) / nn::kHfIndexName) << layout.index_json(names);
+  std::ofstream(fs::path(temp) / checkpoint::kHfIndexName) << layout.index_json(names);
   fs::remove_all(hf_dir, ec);  // only what --force allowed
   fs::rename(temp, hf_dir, ec);
   if (ec) throw OSError(ec.value(), fmt::format("export: rename('{}', '{}')", temp, hf_dir));
   fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and {}\n", tensors.size(), layout.total_bytes,
-             hf_dir, layout.files.size(), nn::kHfIndexName);
+             hf_dir, layout.files.size(), checkpoint::kHfIndexName);
   return 0;
 }
 
@@ -250,7 +251,7 @@ int to_sharded_rank(const std::string& in, const std::string& dir) {
   const DeviceMesh mesh = init_device_mesh(kCPU, {default_group()->size()});
   checkpoint::State state;
   SafetensorsMetadata metadata;
-  for (const auto& [name, full] : nn::load_file(in, &metadata)) {
+  for (const auto& [name, full] : safetensors::load_file(in, &metadata)) {
     const Placements placements = {full.dim() == 0 ? Placement(Replicate()) : Placement(Shard(0))};
     DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
     state.tensors[name] = DTensor(block_of(full, spec.local_box()).contiguous(), spec);
@@ -278,7 +279,7 @@ int main(int argc, char** argv) {
   to_full->add_option("OUT", file, "output .safetensors file")->required();
   to_full->add_flag("--force", force, "replace OUT if it exists");
   std::string hf_dir;
-  int64_t max_shard_bytes = dtr::nn::kDefaultMaxShardBytes;
+  int64_t max_shard_bytes = dtr::checkpoint::kDefaultMaxShardBytes;
   CLI::App* export_cmd = app.add_subcommand(
       "export", "a train checkpoint's model as a full state dict under PyTorch's names (no optimizer state)");
   export_cmd->add_option("CKPT", dir, "a checkpoint the train program saved")->required();

@@ -11,11 +11,11 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
+#include "core/error.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/redistribute_plan.h"
-#include "kernels/error.h"
 
 namespace dtr {
 namespace {

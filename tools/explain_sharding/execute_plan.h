@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/tensor.h"
 #include "dtensor/placement.h"
-#include "kernels/dtype.h"
-#include "kernels/tensor.h"
 
 namespace dtr {
 

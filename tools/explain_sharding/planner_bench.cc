@@ -15,11 +15,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/error.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
-#include "kernels/error.h"
 #include "tools/tool_main.h"
 
 namespace {

@@ -6,8 +6,8 @@
 #include <span>
 #include <string_view>
 
-#include "kernels/error.h"
-#include "kernels/safetensors_header.h"
+#include "checkpoint/safetensors_header.h"
+#include "core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

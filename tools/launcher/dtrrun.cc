@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <random>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/launcher/exit_status.h"
 #include "tools/launcher/find_program.h"
 #include "tools/launcher/free_port.h"

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::launcher {
 namespace {

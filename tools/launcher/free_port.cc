@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <memory>
 
-#include "collectives/file_descriptor.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/file_descriptor.h"
 
 namespace dtr::launcher {
 

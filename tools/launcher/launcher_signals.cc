@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::launcher {
 

@@ -10,7 +10,7 @@
 
 #include <signal.h>
 
-#include "collectives/file_descriptor.h"
+#include "core/file_descriptor.h"
 
 namespace dtr::launcher {
 

@@ -11,8 +11,8 @@
 #include <exception>
 #include <utility>
 
-#include "collectives/file_descriptor.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/file_descriptor.h"
 
 namespace dtr::launcher {
 namespace {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/launcher/exit_status.h"
 #include "tools/launcher/free_port.h"
 #include "tools/launcher/launch_config.h"

@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <string_view>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/launcher/launcher_log.h"
 
 extern char** environ;

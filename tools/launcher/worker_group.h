@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/file_descriptor.h"
+#include "core/file_descriptor.h"
 #include "tools/launcher/exit_status.h"
 #include "tools/launcher/launch_config.h"
 #include "tools/launcher/launcher_signals.h"

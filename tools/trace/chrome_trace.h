@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/trace.h"
+#include "core/trace.h"
 
 namespace dtr::trace {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "collectives/cost_model.h"
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/command_line.h"
 #include "tools/tool_main.h"
 #include "tools/trace/comm_accounting.h"

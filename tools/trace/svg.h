@@ -1,6 +1,6 @@
 // What dtr's SVG writers (the loss plot, the step timeline) share: XML escaping of text and
 // attributes, the "nice" tick step of an axis (1, 2 or 5 x 10^k, Heckbert's rule in Graphics
-// Gems). Writers write finished files with write_file_atomically (collectives/posix_file.h), so
+// Gems). Writers write finished files with write_file_atomically (core/posix_file.h), so
 // a reader, a browser reloading the picture mid-run, never sees half a file.
 #pragma once
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/posix_file.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/posix_file.h"
 #include "tools/trace/svg.h"
 
 namespace dtr::trace_view {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <iterator>
 
-#include "collectives/posix_file.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/posix_file.h"
 #include "tools/trace/svg.h"
 
 namespace dtr::train {

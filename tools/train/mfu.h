@@ -13,7 +13,7 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr::train {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "kernels/error.h"
+#include "core/error.h"
 
 namespace dtr::train {
 namespace {

@@ -28,25 +28,25 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/full_state_dict.h"
+#include "checkpoint/full_state_dict_file.h"
+#include "checkpoint/safetensors.h"
 #include "collectives/collective_counter.h"
 #include "collectives/distributed_error.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
+#include "core/allocator.h"
+#include "core/cuda/cuda_device.h"
+#include "core/error.h"
+#include "core/parallel.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/allocator.h"
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/error.h"
-#include "kernels/parallel.h"
-#include "nn/full_state_dict.h"
-#include "nn/full_state_dict_file.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
 #include "nn/loss.h"
 #include "nn/parameter.h"
 #include "nn/replicate.h"
-#include "nn/safetensors.h"
 #include "nn/transformer.h"
 #include "optim/adam.h"
 #include "optim/clip_grad.h"
@@ -136,8 +136,8 @@ struct Model {
 // first few, and listed whole in OUT/init_from_mismatch.txt (rank 0 writes it).
 void init_from(nn::Module& net, const TrainConfig& c) {
   const bool hf = std::filesystem::is_directory(c.init_from);
-  const nn::LoadResult r = hf ? nn::load_hf_checkpoint(net, c.init_from, nn::Strict::kNo)
-                              : nn::load_full_state_dict_file(net, c.init_from, nn::Strict::kNo);
+  const nn::LoadResult r = hf ? checkpoint::load_hf_checkpoint(net, c.init_from, nn::Strict::kNo)
+                              : checkpoint::load_full_state_dict_file(net, c.init_from, nn::Strict::kNo);
   if (r.missing_keys.empty() && r.unexpected_keys.empty()) return;
   const std::filesystem::path list = std::filesystem::path(c.out) / "init_from_mismatch.txt";
   if (is_rank0()) {

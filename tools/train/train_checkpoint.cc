@@ -7,13 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint/load.h"
+#include "checkpoint/safetensors_dtype.h"
+#include "checkpoint/save.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
+#include "core/error.h"
 #include "dtensor/autograd.h"
-#include "dtensor/checkpoint.h"
-#include "kernels/error.h"
 #include "kernels/fill.h"
-#include "kernels/safetensors_dtype.h"
 #include "nn/init.h"
 
 namespace dtr::train {

@@ -1,5 +1,5 @@
 // The train program's checkpoints (--use-dcp-checkpointing): the model's parameters, AdamW's
-// state and step counts, the step and the data position, saved with dtensor/checkpoint.h
+// state and step counts, the step and the data position, saved with checkpoint/save.h
 // (each rank its own shards) into <checkpoint-dir>/step_<8 digits>, and loaded back on any
 // mesh and world size (the checkpoint reshards).
 //
@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dtensor/checkpoint.h"
+#include "checkpoint/save.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 

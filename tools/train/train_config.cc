@@ -7,7 +7,7 @@
 #include <charconv>
 #include <filesystem>
 
-#include "kernels/error.h"
+#include "core/error.h"
 #include "tools/command_line.h"
 
 namespace dtr::train {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/error.h"
 #include "dtensor/ops/view_ops.h"
-#include "kernels/error.h"
 #include "tools/train/corpus.h"
 
 namespace dtr::train {

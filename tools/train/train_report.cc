@@ -7,7 +7,7 @@
 
 #include "collectives/init.h"
 #include "collectives/process_group.h"
-#include "kernels/tensor.h"
+#include "core/tensor.h"
 
 namespace dtr::train {
 

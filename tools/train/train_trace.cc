@@ -8,8 +8,8 @@
 
 #include "collectives/all_gather_json.h"
 #include "collectives/clock_offset.h"
-#include "collectives/posix_file.h"
-#include "kernels/error.h"
+#include "core/error.h"
+#include "core/posix_file.h"
 #include "tools/trace/chrome_trace.h"
 #include "tools/trace/timeline_svg.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collectives/process_group.h"
-#include "kernels/trace.h"
+#include "core/trace.h"
 #include "tools/trace/comm_accounting.h"
 
 namespace dtr::train {

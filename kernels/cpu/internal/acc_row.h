@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/internal/convert_block.h"
+#include "core/cpu/convert_block.h"
 
 namespace dtr::cpu {
 

@@ -19,11 +19,11 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/internal/convert_block.h"
-#include "kernels/cpu/internal/stream_store.h"
-#include "kernels/cpu/internal/strided_loop.h"
-#include "kernels/parallel.h"
-#include "kernels/tensor.h"
+#include "core/cpu/convert_block.h"
+#include "core/cpu/stream_store.h"
+#include "core/cpu/strided_loop.h"
+#include "core/parallel.h"
+#include "core/tensor.h"
 
 namespace dtr::cpu {
 

@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/cpu/prefetch.h"
 #include "kernels/cpu/internal/lane_fold.h"
-#include "kernels/cpu/internal/prefetch.h"
 #include "kernels/cpu/internal/vec_math.h"
 
 namespace dtr::cpu {

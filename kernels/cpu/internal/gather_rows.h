@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/internal/copy_bytes.h"
-#include "kernels/cpu/internal/prefetch.h"
+#include "core/cpu/copy_bytes.h"
+#include "core/cpu/prefetch.h"
 
 namespace dtr::cpu {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cpu/internal/convert_block.h"
-#include "kernels/cpu/internal/stream_store.h"
+#include "core/cpu/convert_block.h"
+#include "core/cpu/stream_store.h"
 
 namespace dtr::cpu {
 

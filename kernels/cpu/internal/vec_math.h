@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/dtype.h"
+#include "core/dtype.h"
 
 namespace dtr::cpu {
 

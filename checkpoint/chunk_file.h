@@ -1,0 +1,85 @@
+// A chunk file: one rank's part of a distributed checkpoint, `__<rank>_0.safetensors`.
+//
+// It is a plain .safetensors file (an 8-byte little-endian header length N, N bytes of JSON
+// {"<tensor name>": {"dtype", "shape", "data_offsets"}}, padded with spaces to a multiple
+// of 8, then the data), holding this rank's box of each tensor it writes under the
+// tensor's own name, so any safetensors reader can open it; its "__metadata__" holds
+// "DCP_SHARDING_INFO", {"<tensor name>": {"saved_offsets": [global offset of the box]}} as
+// a JSON string, which PyTorch's HuggingFaceStorageReader reads to place each chunk, so
+// torch.distributed.checkpoint.load reads a dtr checkpoint directory. Data is little-endian,
+// row-major, largest element size first so every chunk starts aligned. The writer
+// checksums each chunk in blocks of rows (checkpoint_metadata.h); the reader reads whole
+// blocks and verifies every one it reads.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/metadata.h"
+#include "core/file_descriptor.h"
+#include "core/tensor.h"
+
+namespace dtr::checkpoint::internal {
+
+struct ChunkToWrite {
+  std::string name;
+  Tensor data;   // the box's values: a contiguous CPU tensor
+  Shape offset;  // the box's offset in the global tensor
+};
+
+struct WrittenChunk {
+  int64_t begin = 0;  // absolute byte range in the file
+  int64_t end = 0;
+  int64_t rows_per_block = 1;
+  std::vector<uint32_t> crc32c;
+};
+
+// Creates `path` (which must not exist) holding `chunks`, fsync'ed; returns where each
+// chunk went and its block checksums, in the order of `chunks`. `on_written`, when set, is
+// called with the data bytes of each checksum block once it is written.
+std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks,
+                                           const std::function<void(int64_t)>& on_written = {});
+
+// Whole checksum blocks of a chunk, read and verified: rows [first_row, first_row + data.size(0))
+// of the chunk (all of a 0-d chunk).
+struct ChunkRows {
+  Tensor data;
+  int64_t first_row = 0;
+};
+
+// The chunk files of one checkpoint directory, each opened and its header parsed on first
+// use, with checkpoint/safetensors_header.h's checks. Errors name the file, the tensor and the
+// chunk: a missing file is an OSError; a file whose size is not what its header says
+// (truncated), a header that does not list the chunk as the metadata does, and a block
+// whose CRC32C differs (corrupt) are ValueErrors.
+class ChunkFileReader {
+ public:
+  explicit ChunkFileReader(std::string dir) : dir_(std::move(dir)) {}
+
+  // The blocks of `chunk` of tensor `name` holding rows [row_begin, row_end).
+  ChunkRows read_rows(const std::string& name, DType dtype, const SavedChunk& chunk, int64_t row_begin,
+                      int64_t row_end);
+
+ private:
+  struct Entry {
+    DType dtype;
+    Shape shape;
+    int64_t begin;  // absolute
+    int64_t end;
+  };
+  struct OpenFile {
+    std::string path;
+    FileDescriptor fd;
+    int64_t size = 0;
+    std::map<std::string, Entry> entries;
+  };
+  // `tensor` names the tensor and chunk that needs the file, for messages.
+  OpenFile& open(const std::string& file, const std::string& tensor);
+
+  std::string dir_;
+  std::map<std::string, OpenFile> files_;
+};
+
+}  // namespace dtr::checkpoint::internal

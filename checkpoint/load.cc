@@ -1,0 +1,201 @@
+#include "checkpoint/load.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+
+#include "checkpoint/chunk_file.h"
+#include "checkpoint/internal/commit.h"
+#include "checkpoint/internal/progress_meter.h"
+#include "checkpoint/internal/rank_failure.h"
+#include "checkpoint/metadata.h"
+#include "collectives/all_gather_json.h"
+#include "core/error.h"
+#include "core/posix_file.h"
+
+namespace dtr::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using internal::CheckpointMetadata;
+using internal::SavedChunk;
+using internal::SavedTensor;
+using Json = nlohmann::json;
+using internal::checkpoint_path;
+using internal::kLoad;
+using internal::leftover_siblings;
+using internal::ProgressMeter;
+
+CheckpointMetadata read_metadata(const fs::path& target) {
+  std::error_code ec;
+  if (!fs::is_directory(target, ec)) {
+    std::string hint;
+    for (const fs::path& p : leftover_siblings(target)) {
+      if (p.filename().string().starts_with(target.filename().string() + ".old-")) {
+        hint = fmt::format(" (a save interrupted while replacing it left the previous checkpoint at '{}')", p.string());
+      }
+    }
+    throw OSError(ENOENT, fmt::format("{}: no checkpoint directory '{}'{}", kLoad, target.string(), hint));
+  }
+  const fs::path path = target / internal::kMetadataFile;
+  DTR_CHECK(fs::exists(fs::symlink_status(path, ec)), ValueError,
+            "{}: '{}' has no {}: an incomplete checkpoint (a save that did not finish) or not a checkpoint", kLoad,
+            target.string(), internal::kMetadataFile);
+  FileDescriptor fd = open_file(path.string(), O_RDONLY, kLoad);
+  const int64_t size = file_size(fd.get(), path.string(), kLoad);
+  std::string text(static_cast<size_t>(size), '\0');
+  DTR_CHECK(read_at(fd.get(), text.data(), text.size(), 0, path.string(), kLoad) == text.size(), ValueError,
+            "{}: '{}' ended early (changed while being read?)", kLoad, path.string());
+  try {
+    return internal::metadata_from_json(Json::parse(text), path.string());
+  } catch (const Json::exception& e) {
+    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", kLoad, path.string(), e.what()));
+  }
+}
+
+// Every requested tensor exists with the same shape and dtype, and is not Partial; one
+// message lists every problem.
+void check_loadable(const State& state, const CheckpointMetadata& meta, const fs::path& target) {
+  std::vector<std::string> problems;
+  bool missing = false;
+  for (const auto& [name, t] : state.tensors) {
+    if (!t.defined()) {
+      problems.push_back(fmt::format("tensor '{}' is undefined (give a DTensor of the wanted spec)", name));
+      continue;
+    }
+    const auto it = meta.tensors.find(name);
+    if (it == meta.tensors.end()) {
+      problems.push_back(fmt::format("tensor '{}' is not in the checkpoint", name));
+      missing = true;
+      continue;
+    }
+    const SavedTensor& s = it->second;
+    if (s.shape != t.shape() || s.dtype != t.dtype()) {
+      problems.push_back(fmt::format("tensor '{}' is {}{} in the checkpoint but {}{} in the state", name, s.dtype,
+                                     s.shape, t.dtype(), t.shape()));
+    }
+    if (t.spec().has_partial()) {
+      problems.push_back(
+          fmt::format("tensor '{}' is {}: a Partial target has no one value to load into; load into "
+                      "Replicate or Shard placements",
+                      name, t.spec().to_string()));
+    }
+  }
+  if (problems.empty()) return;
+  std::string message =
+      fmt::format("{}: '{}': {} problem(s): {}{}", kLoad, target.string(), problems.size(),
+                  fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 5), "; "),
+                  problems.size() > 5 ? fmt::format("; and {} more", problems.size() - 5) : "");
+  if (missing) {
+    std::vector<std::string> names;
+    for (const auto& [name, s] : meta.tensors) {
+      if (names.size() == 8) {
+        names.push_back("...");
+        break;
+      }
+      names.push_back(fmt::format("'{}'", name));
+    }
+    message += fmt::format(" (it holds {} tensors: {}; checkpoint_tool list shows them all)", meta.tensors.size(),
+                           fmt::join(names, ", "));
+  }
+  throw ValueError(message);
+}
+
+// The common box of `a` and a chunk, or none when they share no element.
+std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const Shape& shape) {
+  LocalBox out{Shape(a.offset.size()), Shape(a.offset.size())};
+  for (size_t d = 0; d < a.offset.size(); ++d) {
+    const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offset[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return out;
+}
+
+// This rank's box of `target`, read from the chunks it overlaps.
+DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
+                    internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
+  const DTensorSpec& spec = target.spec();
+  const LocalBox box = spec.local_box();
+  // A chunk that is exactly this rank's box (a load on the mesh and placements it was saved
+  // from) is read straight into the local, without a second buffer and a copy.
+  for (const SavedChunk& chunk : saved.chunks) {
+    if (shape_numel(box.shape) == 0 || chunk.offset != box.offset || chunk.shape != box.shape) continue;
+    DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
+                    .data.to(target.to_local().device()),
+                spec);
+    meter.add(static_cast<int64_t>(out.to_local().nbytes()));
+    if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
+    return out;
+  }
+  Tensor local = Tensor::empty(box.shape, spec.dtype(), kCPU);
+  if (shape_numel(box.shape) > 0) {
+    std::vector<LocalBox> filled;
+    int64_t covered = 0;
+    for (const SavedChunk& chunk : saved.chunks) {
+      const std::optional<LocalBox> common = intersect(box, chunk.offset, chunk.shape);
+      if (!common) continue;
+      for (const LocalBox& other : filled) {
+        DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
+                  "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
+                  name, common->offset);
+      }
+      const int64_t ndim = static_cast<int64_t>(box.shape.size());
+      // The rows of the chunk the common box spans (a 0-d chunk is one row).
+      const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
+      const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
+      internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
+      Tensor src = rows.data, dst = local;
+      for (int64_t d = 0; d < ndim; ++d) {
+        const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
+        src = src.narrow(d, src_start, common->shape[d]);
+        dst = dst.narrow(d, common->offset[d] - box.offset[d], common->shape[d]);
+      }
+      dst.copy_(src);
+      filled.push_back(*common);
+      covered += shape_numel(common->shape);
+      meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(spec.dtype())));
+    }
+    DTR_CHECK(covered == shape_numel(box.shape), ValueError,
+              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's box at offset {} of "
+              "shape {} (corrupt metadata)",
+              kLoad, dir.string(), name, covered, shape_numel(box.shape), box.offset, box.shape);
+  }
+  DTensor out(local.to(target.to_local().device()), spec);
+  if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
+  return out;
+}
+
+}  // namespace
+
+bool is_committed_checkpoint(const std::string& dir) { return internal::is_checkpoint(dir); }
+
+void load(State& state, const std::string& dir, const ProgressCallback& on_progress) {
+  const internal::World w = internal::world();
+  const fs::path target = checkpoint_path(dir, kLoad);
+  std::map<std::string, DTensor> loaded;
+  Json extra;
+  Json outcome = Json::object();
+  const std::exception_ptr error = internal::capture(outcome, [&] {
+    const CheckpointMetadata meta = read_metadata(target);
+    check_loadable(state, meta, target);
+    internal::ChunkFileReader files(target.string());
+    int64_t total = 0;
+    for (const auto& [name, t] : state.tensors) {
+      total += shape_numel(t.spec().local_box().shape) * static_cast<int64_t>(itemsize(t.dtype()));
+    }
+    ProgressMeter meter(on_progress, total);
+    for (const auto& [name, t] : state.tensors)
+      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, target, meter);
+    meter.finish();
+    extra = meta.extra;
+  });
+  internal::raise_if_any_failed(all_gather_json(w.group.get(), outcome), error, kLoad);
+  for (auto& [name, t] : state.tensors) t = std::move(loaded.at(name));
+  state.extra = std::move(extra);
+}
+
+}  // namespace dtr::checkpoint
