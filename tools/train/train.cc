@@ -56,6 +56,7 @@
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
 #include "tools/train/loss_plot.h"
+#include "tools/train/lr_schedule.h"
 #include "tools/train/mfu.h"
 #include "tools/train/train_checkpoint.h"
 #include "tools/train/train_config.h"
@@ -106,16 +107,6 @@ void health_check() {
                                        "the world size {}",
                                        group->rank(), got, group->size()));
   }
-}
-
-// The lr factor of step s (0-based): linear warm-up to 1, then the schedule.
-double lr_factor(const TrainConfig& c, int64_t s) {
-  if (s < c.warmup) return static_cast<double>(s + 1) / static_cast<double>(c.warmup + 1);
-  const double span = static_cast<double>(std::max<int64_t>(1, c.steps - c.warmup));
-  const double progress = std::min(1.0, static_cast<double>(s - c.warmup) / span);
-  if (c.lr_schedule == "constant") return 1.0;
-  if (c.lr_schedule == "linear") return 1.0 - progress;
-  return 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress));  // cosine to 10%
 }
 
 // The model and its parallelism, as --parallel and the rest say.
@@ -308,7 +299,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                                                             : init_device_mesh(device.type, shape, names);
   Model m = build_model(c, vocab, mesh);
   optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
-  optim::LambdaLR schedule(opt, [&c](int64_t s) { return lr_factor(c, s); });
+  optim::WarmupDecayLR schedule = make_lr_schedule(opt, c);
 
   RunPosition start_at;
   std::string resumed_from;
