@@ -16,35 +16,38 @@ namespace dtr::train {
 namespace {
 
 struct Case {
-  std::string schedule;
+  optim::LRDecay schedule;
   int64_t steps, warmup;
   std::vector<double> lrs;  // steps 1, 2, ...
 };
 
 TEST_CASE("train's lr at every step, for each --lr-schedule, --warmup and --steps", "[train][lr]") {
   const std::vector<Case> cases = {
-      {"cosine",
+      {optim::LRDecay::kCosine,
        6,
        2,
        {0.003333333333333333, 0.006666666666666666, 0.01, 0.008681980515339464, 0.0055000000000000005,
         0.0023180194846605367}},
-      {"cosine", 4, 4, {0.002, 0.004, 0.006, 0.008}},
-      {"cosine", 5, 0, {0.01, 0.009140576474687264, 0.006890576474687263, 0.004109423525312737, 0.001859423525312737}},
-      {"cosine", 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
-      {"cosine", 1, 0, {0.01}},
-      {"linear", 6, 2, {0.003333333333333333, 0.006666666666666666, 0.01, 0.0075, 0.005, 0.0025}},
-      {"linear", 4, 4, {0.002, 0.004, 0.006, 0.008}},
-      {"linear", 5, 0, {0.01, 0.008, 0.006, 0.004, 0.0019999999999999996}},
-      {"linear", 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
-      {"linear", 1, 0, {0.01}},
-      {"constant", 6, 2, {0.003333333333333333, 0.006666666666666666, 0.01, 0.01, 0.01, 0.01}},
-      {"constant", 4, 4, {0.002, 0.004, 0.006, 0.008}},
-      {"constant", 5, 0, {0.01, 0.01, 0.01, 0.01, 0.01}},
-      {"constant", 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
-      {"constant", 1, 0, {0.01}},
+      {optim::LRDecay::kCosine, 4, 4, {0.002, 0.004, 0.006, 0.008}},
+      {optim::LRDecay::kCosine,
+       5,
+       0,
+       {0.01, 0.009140576474687264, 0.006890576474687263, 0.004109423525312737, 0.001859423525312737}},
+      {optim::LRDecay::kCosine, 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
+      {optim::LRDecay::kCosine, 1, 0, {0.01}},
+      {optim::LRDecay::kLinear, 6, 2, {0.003333333333333333, 0.006666666666666666, 0.01, 0.0075, 0.005, 0.0025}},
+      {optim::LRDecay::kLinear, 4, 4, {0.002, 0.004, 0.006, 0.008}},
+      {optim::LRDecay::kLinear, 5, 0, {0.01, 0.008, 0.006, 0.004, 0.0019999999999999996}},
+      {optim::LRDecay::kLinear, 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
+      {optim::LRDecay::kLinear, 1, 0, {0.01}},
+      {optim::LRDecay::kConstant, 6, 2, {0.003333333333333333, 0.006666666666666666, 0.01, 0.01, 0.01, 0.01}},
+      {optim::LRDecay::kConstant, 4, 4, {0.002, 0.004, 0.006, 0.008}},
+      {optim::LRDecay::kConstant, 5, 0, {0.01, 0.01, 0.01, 0.01, 0.01}},
+      {optim::LRDecay::kConstant, 3, 5, {0.0016666666666666666, 0.003333333333333333, 0.005}},
+      {optim::LRDecay::kConstant, 1, 0, {0.01}},
   };
   for (const Case& c : cases) {
-    INFO("--lr-schedule " << c.schedule << " --steps " << c.steps << " --warmup " << c.warmup);
+    INFO("--lr-schedule " << flag_value(c.schedule) << " --steps " << c.steps << " --warmup " << c.warmup);
     REQUIRE(c.lrs.size() == static_cast<size_t>(c.steps));
     TrainConfig config;
     config.lr_schedule = c.schedule;
@@ -60,7 +63,7 @@ TEST_CASE("train's lr at every step, for each --lr-schedule, --warmup and --step
       const double lr = opt.param_groups()[0].lr, expected = c.lrs[static_cast<size_t>(step - 1)];
       // Bit for bit, but where a cosine decays: its last bit depends on the libm and on
       // whether the compiler fuses the multiply-add (as -march=native does on x86-64).
-      if (c.schedule == "cosine" && step > c.warmup + 1) {
+      if (c.schedule == optim::LRDecay::kCosine && step > c.warmup + 1) {
         CHECK(lr == Approx(expected).epsilon(1e-15));
       } else {
         CHECK(lr == expected);

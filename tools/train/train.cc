@@ -81,7 +81,7 @@ bool is_rank0() { return default_group()->rank() == 0; }
 // This rank's device: the CPU, or cuda:LOCAL_RANK (ValueError, before any group exists,
 // when this machine has no such device).
 Device training_device(const TrainConfig& c) {
-  if (c.device == "cpu") return kCPU;
+  if (c.device == kCPU) return kCPU;
   const char* env = std::getenv("LOCAL_RANK");
   const int local = env != nullptr && *env != '\0' ? std::atoi(env) : 0;
   const int devices = cuda::device_count();
@@ -141,14 +141,15 @@ void init_from(nn::Module& net, const TrainConfig& c) {
   throw ValueError(fmt::format(
       "--init-from {}: does not match the model (--arch {}, --layers {}): missing keys: {}; unexpected keys: {}; "
       "every name in {}",
-      c.init_from, c.arch, c.layers, list_summary(r.missing_keys), list_summary(r.unexpected_keys), list.string()));
+      c.init_from, flag_value(c.arch), c.layers, list_summary(r.missing_keys), list_summary(r.unexpected_keys),
+      list.string()));
 }
 
 Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   const ArchSwitches a = arch_switches(c);
   nn::manual_seed(c.seed);
   Model m;
-  const Parallel parallel = parallel_of(c);
+  const Parallel parallel = c.parallel;
   // --parallel none trains on its one-rank mesh directly; the others build on the CPU's and
   // fully_shard / replicate move the parameters to the mesh and its device.
   const nn::ParameterOptions where{.mesh =
@@ -163,7 +164,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
                                                                   .tie_embeddings = a.tie_embeddings,
                                                                   .dropout = c.dropout},
                                             where);
-  if (c.arch == "gpt") {
+  if (c.arch == Arch::kGpt) {
     // GPT-2's embedding init: with the output tied to it, PyTorch's N(0, 1) would start
     // from logits of standard deviation sqrt(dim).
     for (auto& [name, p] : m.net->named_parameters()) {
@@ -179,10 +180,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       options.mp_policy.reduce_dtype = kFloat32;
     }
     if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
-    if (c.reshard_after_forward == "false") options.reshard_after_forward = false;
-    if (c.reshard_after_forward != "true" && c.reshard_after_forward != "false") {
-      options.reshard_after_forward = std::stoi(c.reshard_after_forward);
-    }
+    options.reshard_after_forward = c.reshard_after_forward;
     if (parallel == Parallel::kHsdp) options.shard_mesh_dim = mesh.dim_names().back();
     for (size_t i = 0; i < m.net->layers().size(); ++i) {
       m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), mesh, options));
@@ -295,8 +293,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     shape.push_back(size);
   }
   // --parallel none: a one-rank mesh of its own.
-  const DeviceMesh mesh = parallel_of(c) == Parallel::kNone ? DeviceMesh::row_major(device.type, {1}, {}, 0, 1)
-                                                            : init_device_mesh(device.type, shape, names);
+  const DeviceMesh mesh = c.parallel == Parallel::kNone ? DeviceMesh::row_major(device.type, {1}, {}, 0, 1)
+                                                        : init_device_mesh(device.type, shape, names);
   Model m = build_model(c, vocab, mesh);
   optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
   optim::WarmupDecayLR schedule = make_lr_schedule(opt, c);
@@ -310,7 +308,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
       for (int64_t s = 0; s < start_at.step; ++s) schedule.step();
     }
   }
-  const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, data_order_of(c), c.seed);
+  const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, c.data_order, c.seed);
   const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
   const double param_bytes = parameter_bytes(m.net->parameters());
   int64_t n_params = 0;
@@ -335,13 +333,14 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                       : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
     }
     fmt::print("mesh       {}\n", mesh.to_string());
-    fmt::print("parallel   {}{}{}\n", c.parallel, c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
+    fmt::print("parallel   {}{}{}\n", flag_value(c.parallel),
+               c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
                c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "");
-    fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", c.arch, c.layers,
-               c.dim, c.heads, vocab, c.seq_len, n_params);
+    fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", flag_value(c.arch),
+               c.layers, c.dim, c.heads, vocab, c.seq_len, n_params);
     fmt::print("placements {}\n", placements_summary(*m.net));
     fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
-               data.val.size(), c.data_order, data.tokenizer ? data.tokenizer->kind() : "(ids)");
+               data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
     fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
                c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
     if (c.eval_every > 0) {
@@ -503,7 +502,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                    .train_s = train_s,
                    .tokens = tokens_per_step * static_cast<double>(steps_run) / static_cast<double>(world)};
   const std::vector<RankFigures> ranks = gather_rank_figures(mine);
-  const std::string merged_trace = tracer.write(fmt::format("dtr train: {} on {} ranks", c.parallel, world));
+  const std::string merged_trace =
+      tracer.write(fmt::format("dtr train: {} on {} ranks", flag_value(c.parallel), world));
   if (!merged_trace.empty()) {
     fmt::print("\nwrote the trace of steps {}: {} (every rank; open in ui.perfetto.dev) and {}/trace/rank<R>.json\n",
                c.trace, merged_trace, c.out);
@@ -525,11 +525,12 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
       if (r.val_loss) val_curve.emplace_back(static_cast<double>(r.step), *r.val_loss);
     }
     const std::filesystem::path out(c.out);
-    write_loss_plot(
-        (out / "loss.svg").string(),
-        {{.label = "train", .color = "#1f77b4", .points = train_curve},
-         {.label = "validation", .color = "#d62728", .points = val_curve}},
-        {.title = fmt::format("dtr train: {} on {} ranks", c.parallel, world), .x_label = "step", .y_label = "loss"});
+    write_loss_plot((out / "loss.svg").string(),
+                    {{.label = "train", .color = "#1f77b4", .points = train_curve},
+                     {.label = "validation", .color = "#d62728", .points = val_curve}},
+                    {.title = fmt::format("dtr train: {} on {} ranks", flag_value(c.parallel), world),
+                     .x_label = "step",
+                     .y_label = "loss"});
     nlohmann::json summary = {
         {"steps", step},
         {"interrupted", stopped},
