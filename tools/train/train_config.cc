@@ -295,6 +295,8 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int
   return dims;
 }
 
+DType compute_dtype(const TrainConfig& c) { return c.mixed_precision ? kBFloat16 : kFloat32; }
+
 std::string checkpoint_dir_of(const TrainConfig& c) {
   return c.checkpoint_dir.empty() ? c.out + "/checkpoints" : c.checkpoint_dir;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/device.h"
+#include "kernels/dtype.h"
 #include "optim/lr_scheduler.h"
 #include "tools/train/token_data.h"
 
@@ -81,6 +82,9 @@ std::string flag_value(const ReshardAfterForward& reshard_after_forward);
 std::string flag_value(DeviceType device);
 std::string flag_value(DataOrder data_order);
 std::string flag_value(TokenizerKind tokenizer);
+
+// The dtype of the matrix products: bfloat16 under --mixed-precision, else float32.
+DType compute_dtype(const TrainConfig& config);
 
 // --checkpoint-dir, or <out>/checkpoints.
 std::string checkpoint_dir_of(const TrainConfig& config);
