@@ -3,6 +3,7 @@
 // when the scheduler was made. Making one applies epoch 0; step() moves to the next.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -74,17 +75,40 @@ class CosineAnnealingLR : public LRScheduler {
   double eta_min_;
 };
 
-// Linear warmup then cosine decay (torchtitan's default): base_lr * (epoch + 1) /
-// (warmup + 1) during warmup, then a cosine from base_lr to base_lr * min_ratio at
-// total_steps, and base_lr * min_ratio after it.
-class WarmupCosineLR : public LRScheduler {
+// What WarmupDecayLR does after its warm-up.
+enum class LRDecay : uint8_t {
+  kCosine,    // a half cosine from base_lr down to base_lr * min_ratio
+  kLinear,    // a straight line from base_lr down to base_lr * min_ratio
+  kConstant,  // base_lr to the end (min_ratio unused)
+};
+
+// Linear warm-up, then a decay (torchtitan's schedule, nanoGPT's get_lr): base_lr * factor
+// (PyTorch's LambdaLR with this factor). For epoch e, warm-up w and total T:
+//   e < w    factor (e + 1) / (w + 1)
+//   e >= w   with progress p = min(1, (e - w) / max(1, T - w)):
+//            kCosine    min_ratio + (1 - min_ratio) * 0.5 * (1 + cos(pi * p))
+//            kLinear    min_ratio + (1 - min_ratio) * (1 - p)
+//            kConstant  1
+// T <= w is legal: the run's T epochs are all warm-up (T = w = 4: 0.2, 0.4, 0.6, 0.8, never
+// 1), and past them the decay spans one epoch.
+class WarmupDecayLR : public LRScheduler {
  public:
-  WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_ratio = 0.0);
+  WarmupDecayLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, LRDecay decay, double min_ratio = 0.0);
   double lr_at(int64_t epoch, size_t group) const override;
+  // base_lr's factor at `epoch`.
+  double factor_at(int64_t epoch) const;
 
  private:
   int64_t warmup_, total_;
+  LRDecay decay_;
   double min_ratio_;
+};
+
+// WarmupDecayLR with LRDecay::kCosine (torchtitan's default).
+class WarmupCosineLR : public WarmupDecayLR {
+ public:
+  WarmupCosineLR(Optimizer& optimizer, int64_t warmup_steps, int64_t total_steps, double min_ratio = 0.0)
+      : WarmupDecayLR(optimizer, warmup_steps, total_steps, LRDecay::kCosine, min_ratio) {}
 };
 
 // schedulers[i] runs from milestones[i - 1] (0 for the first) with its epoch counted from

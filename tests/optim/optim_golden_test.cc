@@ -187,7 +187,7 @@ TEST_CASE("optimizer and schedule errors name what is wrong", "[optim][errors]")
                        MessageContains("not a leaf that requires grad"));
   SGD sgd({{.params = {&p}}});
   CHECK_THROWS_AS(StepLR(sgd, 0), ValueError);
-  CHECK_THROWS_AS(WarmupCosineLR(sgd, 5, 5), ValueError);
+  CHECK_THROWS_AS(WarmupCosineLR(sgd, -1, 5), ValueError);
   p.set_grad(on_one_rank(Tensor::from_vector<float>({INFINITY, 1}, {2})));
   CHECK_THROWS_MATCHES(clip_grad_norm_({&p}, 1.0, 2.0, ErrorIfNonfinite::kYes), ValueError,
                        MessageContains("total norm of the gradients is inf"));

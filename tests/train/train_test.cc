@@ -119,7 +119,8 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--batch-size 5", "--batch-size 5", 2},
       {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes a 2-D mesh", 2},
       {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
-      {"--reshard-after-forward maybe", "--reshard-after-forward maybe", 0},
+      {"--reshard-after-forward maybe",
+       "train: --reshard-after-forward: got 'maybe'; legal: true, false or a rank count N >= 1", 0},
       {"--parallel ddp --cpu-offload", "--cpu-offload: offloading keeps FSDP's shards on the host", 0},
       // Output paths are checked before step 1, not at the first save.
       {"--use-dcp-checkpointing --checkpoint-dir " + a_file,

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <limits>
+#include <string_view>
+#include <type_traits>
 
 #include "core/error.h"
 #include "tools/command_line.h"
@@ -13,20 +16,86 @@
 namespace dtr::train {
 namespace {
 
-// A tri-state switch: unset, or "true" / "false".
-bool switch_or(const std::string& value, bool fallback) { return value.empty() ? fallback : value == "true"; }
-
 int64_t parse_count(const std::string& text) {
   int64_t n = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
   return error == std::errc() && end == text.data() + text.size() ? n : -1;
 }
 
+// Each name a flag takes, and the value it means.
+template <typename T>
+using Choice = std::pair<std::string_view, T>;
+
+constexpr Choice<Arch> kArchs[] = {{"seed", Arch::kSeed}, {"gpt", Arch::kGpt}};
+constexpr Choice<bool> kSwitches[] = {{"true", true}, {"false", false}};
+constexpr Choice<optim::LRDecay> kLrSchedules[] = {
+    {"cosine", optim::LRDecay::kCosine}, {"linear", optim::LRDecay::kLinear}, {"constant", optim::LRDecay::kConstant}};
+constexpr Choice<Parallel> kParallels[] = {
+    {"fsdp", Parallel::kFsdp}, {"hsdp", Parallel::kHsdp}, {"ddp", Parallel::kDdp}, {"none", Parallel::kNone}};
+constexpr Choice<DeviceType> kDevices[] = {{"cpu", kCPU}, {"cuda", kCUDA}};
+constexpr Choice<DataOrder> kDataOrders[] = {{"sequential", DataOrder::kSequential},
+                                             {"shuffled", DataOrder::kShuffled}};
+constexpr Choice<TokenizerKind> kTokenizers[] = {{"byte", TokenizerKind::kByte}, {"bpe", TokenizerKind::kBpe}};
+
+template <typename T, size_t N>
+std::string name_of(const Choice<T> (&choices)[N], T value) {
+  for (const auto& [name, v] : choices) {
+    if (v == value) return std::string(name);
+  }
+  DTR_INTERNAL_ASSERT(false, "value {} has no name among the flag's choices", static_cast<int>(value));
+}
+
+// A flag taking one of `choices`' names, parsed into `value` (a T, or an optional one that
+// stays unset when the flag is not given). Another name is CLI11's one line, "--parallel: tp
+// not in {fsdp,hsdp,ddp,none}"; --help shows the names and the default, as for a string.
+template <typename T, size_t N, typename Value>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, Value& value, const Choice<T> (&choices)[N],
+                        const std::string& help) {
+  std::vector<std::string> names;
+  for (const auto& [name, v] : choices) names.emplace_back(name);
+  const auto parse = [&value, &choices](const std::string& given) {
+    for (const auto& [name, v] : choices) {
+      if (name == given) value = v;
+    }
+  };
+  CLI::Option* option = app.add_option_function<std::string>(flag, parse, help)->check(CLI::IsMember(names));
+  if constexpr (std::is_same_v<Value, T>) option->default_str(name_of(choices, value));
+  return option;
+}
+
+// --reshard-after-forward: true, false or a rank count N >= 1; nullopt for anything else.
+std::optional<ReshardAfterForward> parse_reshard_after_forward(const std::string& text) {
+  if (text == "true" || text == "false") return text == "true";
+  const int64_t n = parse_count(text);
+  if (n < 1 || n > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(n);
+}
+
+// Its check while parsing: "got 'maybe'; legal: true, false or a rank count N >= 1".
+CLI::Validator reshard_after_forward_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (parse_reshard_after_forward(text)) return "";
+        return fmt::format("got '{}'; legal: true, false or a rank count N >= 1", text);
+      },
+      "");
+}
+
 }  // namespace
+
+std::string flag_value(Arch arch) { return name_of(kArchs, arch); }
+std::string flag_value(optim::LRDecay lr_schedule) { return name_of(kLrSchedules, lr_schedule); }
+std::string flag_value(Parallel parallel) { return name_of(kParallels, parallel); }
+std::string flag_value(DeviceType device) { return name_of(kDevices, device); }
+std::string flag_value(DataOrder data_order) { return name_of(kDataOrders, data_order); }
+std::string flag_value(TokenizerKind tokenizer) { return name_of(kTokenizers, tokenizer); }
+std::string flag_value(const ReshardAfterForward& reshard_after_forward) {
+  if (const bool* reshard = std::get_if<bool>(&reshard_after_forward)) return *reshard ? "true" : "false";
+  return std::to_string(std::get<int>(reshard_after_forward));
+}
 
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   const CLI::Validator positive = whole_number(1), non_negative = whole_number(0);
-  const auto boolean = CLI::IsMember({"true", "false"});
   app.add_option("--dim", c.dim, "model width")->check(positive)->capture_default_str()->group("Model");
   app.add_option("--layers", c.layers, "transformer blocks")
       ->check(non_negative)
@@ -39,21 +108,16 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--vocab", c.vocab, "vocabulary size (default: the tokenizer's; at least the tokenizer's)")
       ->group("Model");
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->check(positive)->capture_default_str()->group("Model");
-  app.add_option("--arch", c.arch,
-                 "seed: the seed's model (causal, no position embedding, no final norm, untied output); gpt: causal, "
-                 "learned positions, final LayerNorm, output tied to the embedding (initialised N(0, 0.02), GPT-2's)")
-      ->check(CLI::IsMember({"seed", "gpt"}))
-      ->capture_default_str()
+  add_choice(app, "--arch", c.arch, kArchs,
+             "seed: the seed's model (causal, no position embedding, no final norm, untied output); gpt: causal, "
+             "learned positions, final LayerNorm, output tied to the embedding (initialised N(0, 0.02), GPT-2's)")
       ->group("Model");
-  app.add_option("--causal", c.causal, "override --arch: causal attention")->check(boolean)->group("Model");
-  app.add_option("--pos-embed", c.pos_embed, "override --arch: a learned position embedding")
-      ->check(boolean)
+  add_choice(app, "--causal", c.causal, kSwitches, "override --arch: causal attention")->group("Model");
+  add_choice(app, "--pos-embed", c.pos_embed, kSwitches, "override --arch: a learned position embedding")
       ->group("Model");
-  app.add_option("--final-norm", c.final_norm, "override --arch: a LayerNorm before the output")
-      ->check(boolean)
+  add_choice(app, "--final-norm", c.final_norm, kSwitches, "override --arch: a LayerNorm before the output")
       ->group("Model");
-  app.add_option("--tie-embeddings", c.tie_embeddings, "override --arch: output weight = embedding")
-      ->check(boolean)
+  add_choice(app, "--tie-embeddings", c.tie_embeddings, kSwitches, "override --arch: output weight = embedding")
       ->group("Model");
   app.add_option("--dropout", c.dropout, "dropout on attention weights and residual branches")
       ->check(finite_number(0, Bound::kClosed, 0.95))
@@ -79,9 +143,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(non_negative)
       ->capture_default_str()
       ->group("Training");
-  app.add_option("--lr-schedule", c.lr_schedule, "after warm-up: cosine (to 10% of --lr), linear (to 0) or constant")
-      ->check(CLI::IsMember({"cosine", "linear", "constant"}))
-      ->capture_default_str()
+  add_choice(app, "--lr-schedule", c.lr_schedule, kLrSchedules,
+             "after warm-up: cosine (to 10% of --lr), linear (to 0) or constant")
       ->group("Training");
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")
       ->check(finite_number(0, Bound::kClosed))
@@ -101,11 +164,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(CLI::ExistingPath)
       ->group("Training");
 
-  app.add_option("--parallel", c.parallel,
-                 "fsdp (fully_shard each block and the root), hsdp (the same on a 2-D replicate x shard mesh), ddp "
-                 "(replicate), none (one process)")
-      ->check(CLI::IsMember({"fsdp", "hsdp", "ddp", "none"}))
-      ->capture_default_str()
+  add_choice(app, "--parallel", c.parallel, kParallels,
+             "fsdp (fully_shard each block and the root), hsdp (the same on a 2-D replicate x shard mesh), ddp "
+             "(replicate), none (one process)")
       ->group("Parallelism");
   app.add_option("--mesh", c.mesh,
                  "mesh dims as name=size, comma-separated: dp=4 (fsdp, ddp) or replicate=2,shard=2 (hsdp); the sizes' "
@@ -123,19 +184,19 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(non_negative)
       ->capture_default_str()
       ->group("Parallelism");
-  app.add_option("--reshard-after-forward", c.reshard_after_forward,
-                 "fsdp/hsdp blocks: true (free after forward), false (keep through backward) or N (keep 1/N of them, "
-                 "sharded within groups of N ranks)")
-      ->capture_default_str()
+  app.add_option_function<std::string>(
+         "--reshard-after-forward",
+         [&c](const std::string& text) { c.reshard_after_forward = *parse_reshard_after_forward(text); },
+         "fsdp/hsdp blocks: true (free after forward), false (keep through backward) or N (keep 1/N of them, "
+         "sharded within groups of N ranks)")
+      ->check(reshard_after_forward_check())
+      ->default_str(flag_value(c.reshard_after_forward))
       ->group("Parallelism");
   app.add_option("--threads", c.threads, "compute threads per rank")
       ->check(positive)
       ->capture_default_str()
       ->group("Parallelism");
-  app.add_option("--device", c.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str()
-      ->group("Parallelism");
+  add_choice(app, "--device", c.device, kDevices, "cpu or cuda")->group("Parallelism");
   app.add_option("--timeout", c.timeout_s, "seconds a collective may wait for a peer before every rank fails")
       ->check(positive)
       ->capture_default_str()
@@ -146,13 +207,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "default: the built-in corpus")
       ->check(CLI::ExistingFile)
       ->group("Data and output");
-  app.add_option("--data-order", c.data_order, "sequential or shuffled (docs/train.md gives the exact order)")
-      ->check(CLI::IsMember({"sequential", "shuffled"}))
-      ->capture_default_str()
+  add_choice(app, "--data-order", c.data_order, kDataOrders,
+             "sequential or shuffled (docs/train.md gives the exact order)")
       ->group("Data and output");
-  app.add_option("--tokenizer", c.tokenizer, "byte (256 tokens) or bpe (trained on the data, saved under --out)")
-      ->check(CLI::IsMember({"byte", "bpe"}))
-      ->capture_default_str()
+  add_choice(app, "--tokenizer", c.tokenizer, kTokenizers,
+             "byte (256 tokens) or bpe (trained on the data, saved under --out)")
       ->group("Data and output");
   app.add_option("--bpe-vocab", c.bpe_vocab, "vocabulary size of the trained BPE")
       ->check(whole_number(257, 65535))
@@ -208,26 +267,15 @@ std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& c) {
 }
 
 ArchSwitches arch_switches(const TrainConfig& c) {
-  const bool gpt = c.arch == "gpt";
-  return {.causal = switch_or(c.causal, true),
-          .pos_embed = switch_or(c.pos_embed, gpt),
-          .final_norm = switch_or(c.final_norm, gpt),
-          .tie_embeddings = switch_or(c.tie_embeddings, gpt)};
-}
-
-Parallel parallel_of(const TrainConfig& c) {
-  if (c.parallel == "hsdp") return Parallel::kHsdp;
-  if (c.parallel == "ddp") return Parallel::kDdp;
-  if (c.parallel == "none") return Parallel::kNone;
-  return Parallel::kFsdp;
-}
-
-DataOrder data_order_of(const TrainConfig& c) {
-  return c.data_order == "shuffled" ? DataOrder::kShuffled : DataOrder::kSequential;
+  const bool gpt = c.arch == Arch::kGpt;
+  return {.causal = c.causal.value_or(true),
+          .pos_embed = c.pos_embed.value_or(gpt),
+          .final_norm = c.final_norm.value_or(gpt),
+          .tie_embeddings = c.tie_embeddings.value_or(gpt)};
 }
 
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int64_t world_size) {
-  const Parallel parallel = parallel_of(c);
+  const Parallel parallel = c.parallel;
   if (c.mesh.empty()) {
     if (parallel == Parallel::kHsdp) return {{"replicate", 2}, {"shard", world_size / 2}};
     return {{"dp", world_size}};
@@ -246,6 +294,8 @@ std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int
   }
   return dims;
 }
+
+DType compute_dtype(const TrainConfig& c) { return c.mixed_precision ? kBFloat16 : kFloat32; }
 
 std::string checkpoint_dir_of(const TrainConfig& c) {
   return c.checkpoint_dir.empty() ? c.out + "/checkpoints" : c.checkpoint_dir;
@@ -280,7 +330,7 @@ void validate(const TrainConfig& c, int64_t world_size) {
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
-  const Parallel parallel = parallel_of(c);
+  const Parallel parallel = c.parallel;
   DTR_CHECK(parallel != Parallel::kNone || world_size == 1, ValueError,
             "--parallel none runs one process, but the world has {} ranks; use fsdp, hsdp or ddp", world_size);
   DTR_CHECK(parallel != Parallel::kHsdp || !c.mesh.empty() || (world_size >= 2 && world_size % 2 == 0), ValueError,
@@ -302,7 +352,7 @@ void validate(const TrainConfig& c, int64_t world_size) {
               world_size);
   } else {
     DTR_CHECK(dims.size() == 1, ValueError, "--mesh {}: --parallel {} takes a 1-D mesh, e.g. dp={}", mesh_text,
-              c.parallel, world_size);
+              flag_value(c.parallel), world_size);
   }
   DTR_CHECK(c.batch_size % c.grad_accum == 0, ValueError,
             "--batch-size {} (global sequences per step) does not split into --grad-accum {} micro-batches",
@@ -312,18 +362,14 @@ void validate(const TrainConfig& c, int64_t world_size) {
             "--batch-size {} (global sequences per step): each of its {} micro-batches of {} sequences must split "
             "evenly over the {} ranks; use a multiple of {}",
             c.batch_size, c.grad_accum, micro, world_size, c.grad_accum * world_size);
-  const std::string& raf = c.reshard_after_forward;
-  const int64_t k = parse_count(raf);
-  DTR_CHECK(raf == "true" || raf == "false" || k >= 1, ValueError,
-            "--reshard-after-forward {}: legal are true, false or a rank count N", raf);
-  if (k >= 1) {
-    DTR_CHECK(parallel == Parallel::kFsdp && world_size % k == 0, ValueError,
-              "--reshard-after-forward {}: a rank count needs --parallel fsdp and must divide the world size {}", raf,
+  if (const int* k = std::get_if<int>(&c.reshard_after_forward)) {
+    DTR_CHECK(parallel == Parallel::kFsdp && world_size % *k == 0, ValueError,
+              "--reshard-after-forward {}: a rank count needs --parallel fsdp and must divide the world size {}", *k,
               world_size);
   }
   DTR_CHECK(!c.cpu_offload || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--cpu-offload: offloading keeps FSDP's shards on the host; use it with --parallel fsdp or hsdp (got {})",
-            c.parallel);
+            flag_value(c.parallel));
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
 }
@@ -335,7 +381,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"heads", c.heads},
           {"vocab", c.vocab},
           {"seq_len", c.seq_len},
-          {"arch", c.arch},
+          {"arch", flag_value(c.arch)},
           {"causal", a.causal},
           {"pos_embed", a.pos_embed},
           {"final_norm", a.final_norm},
@@ -346,23 +392,23 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"grad_accum", c.grad_accum},
           {"lr", c.lr},
           {"warmup", c.warmup},
-          {"lr_schedule", c.lr_schedule},
+          {"lr_schedule", flag_value(c.lr_schedule)},
           {"weight_decay", c.weight_decay},
           {"grad_clip", c.grad_clip},
           {"seed", c.seed},
           {"init_from", c.init_from},
-          {"parallel", c.parallel},
+          {"parallel", flag_value(c.parallel)},
           {"mesh", c.mesh},
           {"mixed_precision", c.mixed_precision},
           {"cpu_offload", c.cpu_offload},
           {"prefetch", c.prefetch},
-          {"reshard_after_forward", c.reshard_after_forward},
+          {"reshard_after_forward", flag_value(c.reshard_after_forward)},
           {"threads", c.threads},
-          {"device", c.device},
+          {"device", flag_value(c.device)},
           {"timeout_s", c.timeout_s},
           {"data", c.data},
-          {"data_order", c.data_order},
-          {"tokenizer", c.tokenizer},
+          {"data_order", flag_value(c.data_order)},
+          {"tokenizer", flag_value(c.tokenizer)},
           {"bpe_vocab", c.bpe_vocab},
           {"eval_every", c.eval_every},
           {"eval_batches", c.eval_batches},

@@ -1,6 +1,9 @@
 // The train program's configuration: every flag, its default, and the checks that turn a
 // bad or contradictory combination into one ValueError line naming the flag and what is
-// legal (tool_main prints it and exits 1).
+// legal (tool_main prints it and exits 1). A flag that takes one of a few names (--parallel,
+// --lr-schedule, --device, ...) is parsed once, into an enum; a value outside them is
+// rejected while parsing, in one line naming the flag and the legal names
+// ("train: --parallel: tp not in {fsdp,hsdp,ddp,none}").
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,41 +13,54 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
+#include "optim/lr_scheduler.h"
 #include "tools/train/token_data.h"
 
 namespace dtr::train {
 
+// The flags that take one of a few names are parsed once, into these types; flag_value()
+// gives the name back (config.json and the start block print it).
+enum class Arch : uint8_t { kSeed, kGpt };
 enum class Parallel : uint8_t { kFsdp, kHsdp, kDdp, kNone };
+enum class TokenizerKind : uint8_t { kByte, kBpe };
+// --reshard-after-forward: true, false or a rank count N (FullyShardOptions' own type).
+using ReshardAfterForward = std::variant<bool, int>;
 
 struct TrainConfig {
   // Model.
   int64_t dim = 128, layers = 4, heads = 4;
   int64_t vocab = 0;  // 0: the tokenizer's
   int64_t seq_len = 128;
-  std::string arch = "gpt";  // seed | gpt; the four below override it one by one when given
-  std::string causal, pos_embed, final_norm, tie_embeddings;  // "", "true" or "false"
+  Arch arch = Arch::kGpt;  // the four below override it one by one when given
+  std::optional<bool> causal, pos_embed, final_norm, tie_embeddings;
   double dropout = 0;
   // Training.
   int64_t steps = 1000, batch_size = 16, grad_accum = 1;
   double lr = 2e-3;
   int64_t warmup = 50;
-  std::string lr_schedule = "cosine";
+  optim::LRDecay lr_schedule = optim::LRDecay::kCosine;  // after the warm-up (tools/train/lr_schedule.h)
   double weight_decay = 0.1, grad_clip = 1.0;
   uint64_t seed = 1234;
   std::string init_from;
   // Parallelism.
-  std::string parallel = "fsdp", mesh;
+  Parallel parallel = Parallel::kFsdp;
+  std::string mesh;
   bool mixed_precision = false;
   bool cpu_offload = false;
   int64_t prefetch = 0;
-  std::string reshard_after_forward = "true";
+  ReshardAfterForward reshard_after_forward = true;
   int64_t threads = 1;
-  std::string device = "cpu";
+  DeviceType device = kCPU;
   int64_t timeout_s = 60;
   // Data and output.
-  std::string data, data_order = "sequential", tokenizer = "byte";
+  std::string data;
+  DataOrder data_order = DataOrder::kSequential;
+  TokenizerKind tokenizer = TokenizerKind::kByte;
   int64_t bpe_vocab = 512;
   int64_t eval_every = 100, eval_batches = 4, log_every = 10;
   std::string out = "train_out";
@@ -56,6 +72,19 @@ struct TrainConfig {
   // Tracing: "" (off) or "FIRST:LAST", the steps (1-based, inclusive) to trace.
   std::string trace;
 };
+
+// The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",
+// flag_value(ReshardAfterForward(2)) "2".
+std::string flag_value(Arch arch);
+std::string flag_value(optim::LRDecay lr_schedule);
+std::string flag_value(Parallel parallel);
+std::string flag_value(const ReshardAfterForward& reshard_after_forward);
+std::string flag_value(DeviceType device);
+std::string flag_value(DataOrder data_order);
+std::string flag_value(TokenizerKind tokenizer);
+
+// The dtype of the matrix products: bfloat16 under --mixed-precision, else float32.
+DType compute_dtype(const TrainConfig& config);
 
 // --checkpoint-dir, or <out>/checkpoints.
 std::string checkpoint_dir_of(const TrainConfig& config);
@@ -72,9 +101,6 @@ struct ArchSwitches {
   bool causal = true, pos_embed = true, final_norm = true, tie_embeddings = true;
 };
 ArchSwitches arch_switches(const TrainConfig& config);
-
-Parallel parallel_of(const TrainConfig& config);
-DataOrder data_order_of(const TrainConfig& config);
 
 // The mesh's dims as (name, size): --mesh parsed ("dp=4", "replicate=2,shard=2"), or the
 // default for --parallel over `world_size` ranks.

@@ -48,7 +48,8 @@ TrainData load_train_data(const TrainConfig& config) {
   data.source = config.data.empty() ? fmt::format("built-in corpus ({} bytes)", text.size())
                                     : fmt::format("{} ({} bytes of text)", config.data, text.size());
   const CorpusSplit split = split_corpus(text, kValFraction);
-  data.tokenizer = config.tokenizer == "bpe" ? train_bpe(split.train, config.bpe_vocab) : byte_tokenizer();
+  data.tokenizer =
+      config.tokenizer == TokenizerKind::kBpe ? train_bpe(split.train, config.bpe_vocab) : byte_tokenizer();
   data.train = data.tokenizer->encode(split.train);
   data.val = data.tokenizer->encode(split.val);
   data.vocab = data.tokenizer->vocab_size();

@@ -1,0 +1,137 @@
+// The train program's flags that take one of a few names: each name parses into its enum
+// (config.json writes the same name back), the defaults are the documented ones, and any
+// other value is one line naming the flag, the value and the legal names. (train_test runs
+// the program itself with bad flags.)
+#include <catch2/catch.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/train/train_config.h"
+
+namespace dtr::train {
+namespace {
+
+// `command_line` parsed into a fresh configuration.
+TrainConfig parsed(const std::string& command_line) {
+  CLI::App app;
+  TrainConfig config;
+  add_train_flags(app, config);
+  app.parse(command_line, /*program_name_included=*/false);
+  return config;
+}
+
+// The one line CLI11 has for `command_line` ("" when it parses).
+std::string parse_error(const std::string& command_line) {
+  try {
+    parsed(command_line);
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_CASE("train's flags default to the documented names", "[train][flags]") {
+  const TrainConfig c = parsed("");
+  CHECK(c.arch == Arch::kGpt);
+  CHECK_FALSE(c.causal.has_value());
+  CHECK(c.lr_schedule == optim::LRDecay::kCosine);
+  CHECK(c.parallel == Parallel::kFsdp);
+  CHECK(c.reshard_after_forward == ReshardAfterForward(true));
+  CHECK(c.device == kCPU);
+  CHECK(c.data_order == DataOrder::kSequential);
+  CHECK(c.tokenizer == TokenizerKind::kByte);
+  const nlohmann::json j = to_json(c);
+  CHECK(j.at("arch") == "gpt");
+  CHECK(j.at("causal") == true);
+  CHECK(j.at("pos_embed") == true);
+  CHECK(j.at("lr_schedule") == "cosine");
+  CHECK(j.at("parallel") == "fsdp");
+  CHECK(j.at("reshard_after_forward") == "true");
+  CHECK(j.at("device") == "cpu");
+  CHECK(j.at("data_order") == "sequential");
+  CHECK(j.at("tokenizer") == "byte");
+}
+
+TEST_CASE("every name of every enum flag parses, and config.json writes it back", "[train][flags]") {
+  struct Flag {
+    std::string flag, key;  // key: config.json's
+    std::vector<std::string> names;
+  };
+  const std::vector<Flag> flags = {
+      {"--arch", "arch", {"seed", "gpt"}},
+      {"--lr-schedule", "lr_schedule", {"cosine", "linear", "constant"}},
+      {"--parallel", "parallel", {"fsdp", "hsdp", "ddp", "none"}},
+      {"--reshard-after-forward", "reshard_after_forward", {"true", "false", "1", "2", "8"}},
+      {"--device", "device", {"cpu", "cuda"}},
+      {"--data-order", "data_order", {"sequential", "shuffled"}},
+      {"--tokenizer", "tokenizer", {"byte", "bpe"}},
+  };
+  for (const Flag& f : flags) {
+    for (const std::string& name : f.names) {
+      INFO(f.flag << " " << name);
+      CHECK(to_json(parsed(f.flag + " " + name)).at(f.key) == name);
+    }
+  }
+  CHECK(parsed("--parallel ddp").parallel == Parallel::kDdp);
+  CHECK(parsed("--lr-schedule linear").lr_schedule == optim::LRDecay::kLinear);
+  CHECK(parsed("--device cuda").device == kCUDA);
+  CHECK(parsed("--tokenizer bpe").tokenizer == TokenizerKind::kBpe);
+  CHECK(parsed("--data-order shuffled").data_order == DataOrder::kShuffled);
+  CHECK(parsed("--reshard-after-forward false").reshard_after_forward == ReshardAfterForward(false));
+  CHECK(parsed("--reshard-after-forward 4").reshard_after_forward == ReshardAfterForward(4));
+}
+
+TEST_CASE("--arch and its four overrides", "[train][flags]") {
+  const ArchSwitches seed = arch_switches(parsed("--arch seed"));
+  CHECK(seed.causal);
+  CHECK_FALSE(seed.pos_embed);
+  CHECK_FALSE(seed.final_norm);
+  CHECK_FALSE(seed.tie_embeddings);
+  const TrainConfig c = parsed("--arch seed --causal false --pos-embed true --final-norm true --tie-embeddings true");
+  CHECK(c.causal == false);
+  const ArchSwitches overridden = arch_switches(c);
+  CHECK_FALSE(overridden.causal);
+  CHECK(overridden.pos_embed);
+  CHECK(overridden.final_norm);
+  CHECK(overridden.tie_embeddings);
+  CHECK(to_json(c).at("arch") == "seed");
+  CHECK(to_json(c).at("causal") == false);
+  const ArchSwitches gpt = arch_switches(parsed("--final-norm false"));
+  CHECK(gpt.causal);
+  CHECK(gpt.pos_embed);
+  CHECK_FALSE(gpt.final_norm);
+  CHECK(gpt.tie_embeddings);
+}
+
+TEST_CASE("a bad value of an enum flag is one line naming the flag, the value and the legal names", "[train][flags]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--arch llama", "--arch: llama not in {seed,gpt}"},
+      {"--causal yes", "--causal: yes not in {true,false}"},
+      {"--pos-embed 1", "--pos-embed: 1 not in {true,false}"},
+      {"--final-norm TRUE", "--final-norm: TRUE not in {true,false}"},
+      {"--tie-embeddings no", "--tie-embeddings: no not in {true,false}"},
+      {"--lr-schedule exp", "--lr-schedule: exp not in {cosine,linear,constant}"},
+      {"--parallel tp", "--parallel: tp not in {fsdp,hsdp,ddp,none}"},
+      {"--device tpu", "--device: tpu not in {cpu,cuda}"},
+      {"--data-order random", "--data-order: random not in {sequential,shuffled}"},
+      {"--tokenizer wordpiece", "--tokenizer: wordpiece not in {byte,bpe}"},
+      {"--reshard-after-forward maybe",
+       "--reshard-after-forward: got 'maybe'; legal: true, false or a rank count N >= 1"},
+      {"--reshard-after-forward 0", "--reshard-after-forward: got '0'; legal: true, false or a rank count N >= 1"},
+      {"--reshard-after-forward -2", "--reshard-after-forward: got '-2'; legal: true, false or a rank count N >= 1"},
+      {"--reshard-after-forward 2x", "--reshard-after-forward: got '2x'; legal: true, false or a rank count N >= 1"},
+      {"--reshard-after-forward 4294967296",
+       "--reshard-after-forward: got '4294967296'; legal: true, false or a rank count N >= 1"},
+  };
+  for (const auto& [command_line, expected] : cases) {
+    INFO(command_line);
+    CHECK(parse_error(command_line) == expected);
+  }
+  CHECK_THROWS_AS(parsed("--parallel fsdp --parallel ddp"), CLI::ParseError);
+}
+
+}  // namespace
+}  // namespace dtr::train

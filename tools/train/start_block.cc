@@ -1,0 +1,70 @@
+#include "tools/train/start_block.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/cuda/cuda_device.h"
+#include "tools/train/evaluate.h"
+#include "tools/train/train_model.h"
+#include "tools/train/train_report.h"
+
+namespace dtr::train {
+
+void write_run_config(const TrainConfig& c, const std::vector<std::string>& argv, int64_t world, int64_t vocab,
+                      const TrainData& data) {
+  nlohmann::json config = {{"command", argv}, {"world_size", world}, {"vocab", vocab}, {"config", to_json(c)}};
+  std::ofstream(std::filesystem::path(c.out) / "config.json") << config.dump(2) << "\n";
+  if (data.tokenizer && data.tokenizer->kind() == "bpe") {
+    data.tokenizer->save((std::filesystem::path(c.out) / "tokenizer.json").string());
+  }
+}
+
+void print_start_block(const TrainConfig& c, const Device& device, const DeviceMesh& mesh, nn::Transformer& net,
+                       const TrainData& data, int64_t vocab, const WindowOrder& val_order, const Throughput& t,
+                       const std::string& resumed_from, const RunPosition& start_at) {
+  const int64_t world = t.world;
+  fmt::print("world      {} ranks ({}), {} thread(s) each\n", world,
+             device.is_cuda() ? "nccl, one GPU each" : "gloo over TCP", c.threads);
+  if (device.is_cuda()) {
+    fmt::print("device     {} (rank 0): {}\n", device.str(), cuda::device_description(device.index));
+    fmt::print("mfu        {:.3g} GFLOP per token against {}\n", t.flops_per_token / 1e9,
+               t.peak_tflops
+                   ? fmt::format("a dense {} peak of {:.0f} TFLOP/s", dtype_name(compute_dtype(c)), *t.peak_tflops)
+                   : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
+  }
+  fmt::print("mesh       {}\n", mesh.to_string());
+  fmt::print("parallel   {}{}{}\n", flag_value(c.parallel),
+             c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
+             c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "");
+  fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", flag_value(c.arch),
+             c.layers, c.dim, c.heads, vocab, c.seq_len, parameter_count(net));
+  fmt::print("placements {}\n", placements_summary(net));
+  fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
+             data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
+  fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
+             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
+  if (c.eval_every > 0) {
+    const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
+    fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,
+               windows == wanted ? fmt::format(" (--eval-batches {} x --batch-size {})", c.eval_batches, c.batch_size)
+               : windows <= val_order.num_windows()
+                   ? fmt::format(", all the held-out set has in whole micro-batches (--eval-batches {} x "
+                                 "--batch-size {} asked for {})",
+                                 c.eval_batches, c.batch_size, wanted)
+                   : fmt::format(": one micro-batch, but the held-out set has only {}, so they repeat",
+                                 val_order.num_windows()));
+  }
+  const double param_bytes = parameter_bytes(net.parameters());
+  fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0{})\n",
+             mib(param_bytes), mib(param_bytes), mib(2 * param_bytes), c.cpu_offload ? ", in host memory" : "");
+  if (!resumed_from.empty()) {
+    fmt::print("resumed    from {}: step {}, data window {}\n", resumed_from, start_at.step, start_at.window);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace dtr::train

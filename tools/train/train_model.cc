@@ -1,0 +1,118 @@
+#include "tools/train/train_model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include "collectives/init.h"
+#include "core/error.h"
+#include "checkpoint/full_state_dict_file.h"
+#include "nn/init.h"
+#include "nn/parameter.h"
+
+namespace dtr::train {
+namespace {
+
+// --init-from: a full state dict (a safetensors file, or Hugging Face's sharded layout in a
+// directory) loaded strictly. Names that do not match are counted in one line, with the
+// first few, and listed whole in OUT/init_from_mismatch.txt (rank 0 writes it).
+void init_from(nn::Module& net, const TrainConfig& c) {
+  const bool hf = std::filesystem::is_directory(c.init_from);
+  const nn::LoadResult r = hf ? checkpoint::load_hf_checkpoint(net, c.init_from, nn::Strict::kNo)
+                              : checkpoint::load_full_state_dict_file(net, c.init_from, nn::Strict::kNo);
+  if (r.missing_keys.empty() && r.unexpected_keys.empty()) return;
+  const std::filesystem::path list = std::filesystem::path(c.out) / "init_from_mismatch.txt";
+  if (default_group()->rank() == 0) {
+    std::ofstream out(list);
+    out << "missing keys (the model's, not in " << c.init_from << "):\n";
+    for (const std::string& name : r.missing_keys) out << "  " << name << "\n";
+    out << "unexpected keys (in " << c.init_from << ", not the model's):\n";
+    for (const std::string& name : r.unexpected_keys) out << "  " << name << "\n";
+  }
+  throw ValueError(fmt::format(
+      "--init-from {}: does not match the model (--arch {}, --layers {}): missing keys: {}; unexpected keys: {}; "
+      "every name in {}",
+      c.init_from, flag_value(c.arch), c.layers, list_summary(r.missing_keys), list_summary(r.unexpected_keys),
+      list.string()));
+}
+
+}  // namespace
+
+DeviceMesh training_mesh(const TrainConfig& c, DeviceType device_type, int64_t world_size) {
+  if (c.parallel == Parallel::kNone) return DeviceMesh::row_major(device_type, {1}, {}, 0, 1);
+  std::vector<int64_t> shape;
+  std::vector<std::string> names;
+  for (const auto& [name, size] : mesh_dims(c, world_size)) {
+    names.push_back(name);
+    shape.push_back(size);
+  }
+  return init_device_mesh(device_type, shape, names);
+}
+
+Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
+  const ArchSwitches a = arch_switches(c);
+  nn::manual_seed(c.seed);
+  Model m;
+  const Parallel parallel = c.parallel;
+  // --parallel none trains on its one-rank mesh directly; the others build on the CPU's and
+  // fully_shard / replicate move the parameters to the mesh and its device.
+  const nn::ParameterOptions where{.mesh =
+                                       parallel == Parallel::kNone ? std::optional<DeviceMesh>(mesh) : std::nullopt};
+  m.net = std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = vocab,
+                                                                  .dim = c.dim,
+                                                                  .n_layers = c.layers,
+                                                                  .n_heads = c.heads,
+                                                                  .causal = a.causal,
+                                                                  .max_seq_len = a.pos_embed ? c.seq_len : 0,
+                                                                  .final_norm = a.final_norm,
+                                                                  .tie_embeddings = a.tie_embeddings,
+                                                                  .dropout = c.dropout},
+                                            where);
+  if (c.arch == Arch::kGpt) {
+    // GPT-2's embedding init: with the output tied to it, PyTorch's N(0, 1) would start
+    // from logits of standard deviation sqrt(dim).
+    for (auto& [name, p] : m.net->named_parameters()) {
+      if (name == "embed.weight" || name == "pos_embed.weight") nn::normal_(*p, 0.0, 0.02);
+    }
+  }
+  if (parallel == Parallel::kDdp) {
+    m.ddp = &nn::replicate(*m.net, mesh);
+  } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
+    nn::FullyShardOptions options;
+    if (c.mixed_precision) {
+      options.mp_policy.param_dtype = kBFloat16;
+      options.mp_policy.reduce_dtype = kFloat32;
+    }
+    if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
+    options.reshard_after_forward = c.reshard_after_forward;
+    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = mesh.dim_names().back();
+    for (size_t i = 0; i < m.net->layers().size(); ++i) {
+      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), mesh, options));
+    }
+    options.reshard_after_forward.reset();      // the root keeps its parameters for backward
+    options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
+    m.root = &nn::fully_shard(*m.net, mesh, options);
+    if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
+  }
+  if (!c.init_from.empty()) init_from(*m.net, c);
+  return m;
+}
+
+std::string placements_summary(nn::Transformer& net) {
+  std::map<std::string, int64_t> counts;
+  for (auto& [name, p] : net.named_parameters()) ++counts[placements_str(p->placements())];
+  std::string out;
+  for (const auto& [placements, n] : counts) out += fmt::format("{}{} x {}", out.empty() ? "" : ", ", n, placements);
+  return out;
+}
+
+int64_t parameter_count(nn::Transformer& net) {
+  int64_t n = 0;
+  for (auto& [name, p] : net.named_parameters()) n += p->numel();
+  return n;
+}
+
+}  // namespace dtr::train

@@ -1,0 +1,56 @@
+#include "tools/train/train_step.h"
+
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/view_ops.h"
+#include "core/allocator.h"
+#include "core/trace.h"
+#include "nn/loss.h"
+#include "optim/clip_grad.h"
+#include "tools/train/train_data.h"
+#include "tools/train/train_report.h"
+
+namespace dtr::train {
+
+StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
+                      const std::vector<uint16_t>& tokens, const WindowOrder& order, const DeviceMesh& mesh,
+                      int64_t vocab, int64_t& window) {
+  const int64_t micro_rows = c.batch_size / c.grad_accum;
+  StepResult r;
+  for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
+    m.set_gradient_sync(micro + 1 == c.grad_accum);
+    const Batch batch = [&] {
+      const trace::Span span("batch", trace::Category::kData);
+      return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
+    }();
+    window += micro_rows;
+    DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
+    if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
+    loss.backward();
+    r.loss += loss.item();
+  }
+  r.grad_norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
+                                : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
+  if (!r.finite()) return r;
+  r.lr = opt.param_groups()[0].lr;
+  r.grad_bytes = gradient_bytes(m.net->parameters());
+  opt.step();
+  schedule.step();
+  opt.zero_grad();
+  return r;
+}
+
+StepAgreement agree_after_step(ProcessGroup& group, const Device& device, const RankStatus& mine) {
+  const auto world = static_cast<size_t>(group.size());
+  std::vector<double> shared(world + 2, 0.0);
+  shared[static_cast<size_t>(group.rank())] = static_cast<double>(memory_stats(device).peak_bytes);
+  shared[world] = mine.interrupted ? 1 : 0;
+  shared[world + 1] = mine.writing_checkpoint ? 1 : 0;
+  Tensor t = Tensor::from_vector<double>(shared).to(group.device());
+  group.all_reduce(t, ReduceOp::kSum).wait();
+  t = t.to(kCPU);
+  const double* v = t.data_ptr<double>();
+  return {
+      .peak_bytes = std::vector<double>(v, v + world), .stop = v[world] > 0, .checkpoint_written = v[world + 1] == 0};
+}
+
+}  // namespace dtr::train
