@@ -18,6 +18,7 @@
 #include "collectives/init.h"
 #include "collectives/posix_file.h"
 #include "collectives/process_group.h"
+#include "collectives/temp_path.h"
 #include "dtensor/internal/checkpoint_metadata.h"
 #include "dtensor/internal/chunk_file.h"
 #include "dtensor/internal/rank_failure.h"
@@ -223,13 +224,13 @@ CheckpointMetadata build_metadata(const std::map<std::string, SavedTensor>& skel
 // RENAME_EXCHANGE swaps the two directories in one atomic step and the previous one is
 // then removed; where the filesystem cannot exchange, the previous one moves aside to
 // `<dir>.old-<token>` first (a crash between the two renames leaves no `dir`, the previous
-// checkpoint there and the new complete one at `temp`). `moved` is set as soon as the new
-// checkpoint is at `target`; the parent is fsync'ed after (a failure then says the new
-// checkpoint is in place).
-void commit(const fs::path& temp, const fs::path& target, const std::string& token, bool& moved) {
+// checkpoint there and the new complete one at `temp`). `owner` (of `temp`) gives it up as
+// soon as the new checkpoint is at `target`; the parent is fsync'ed after (a failure then
+// says the new checkpoint is in place).
+void commit(const fs::path& temp, const fs::path& target, const std::string& token, TempPath& owner) {
   const std::string parent = target.parent_path().string();
   auto make_durable = [&] {
-    moved = true;
+    owner.release();
     try {
       sync_directory(parent, kSave);
     } catch (const OSError& e) {
@@ -269,19 +270,6 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
   fs::remove_all(old, ec);
 }
 
-// Rank 0's temporary directory, removed unless the save committed it.
-struct TempDirGuard {
-  fs::path path;
-  bool committed = false;
-  TempDirGuard() = default;
-  TempDirGuard(const TempDirGuard&) = delete;
-  TempDirGuard& operator=(const TempDirGuard&) = delete;
-  ~TempDirGuard() {
-    std::error_code ec;
-    if (!committed && !path.empty()) fs::remove_all(path, ec);
-  }
-};
-
 // Runs f, returning the exception it threw (or null) and recording it in `outcome`.
 template <class F>
 std::exception_ptr capture(Json& outcome, F&& f) {
@@ -307,7 +295,7 @@ struct internal::StagedSave {
   Json signatures = Json::object();            // name -> spec string
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
-  TempDirGuard guard;                           // rank 0's temporary directory
+  TempPath guard;                               // rank 0's temporary directory, removed unless the save committed it
   ProgressCallback on_progress;                 // called by the writer (step 2)
 };
 
@@ -373,7 +361,7 @@ std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& di
   internal::raise_if_any_failed(outcomes, error, kSave);
   s->token = outcomes[0]["token"].get<std::string>();
   s->temp = s->target.string() + ".tmp-" + s->token;
-  if (s->w.rank == 0) s->guard.path = s->temp;
+  if (s->w.rank == 0) s->guard = TempPath(s->temp);
   return s;
 }
 
@@ -417,7 +405,7 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
     const std::string text = internal::metadata_to_json(build_metadata(s.skeleton, s.extra, outcomes)).dump(1);
     write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
     sync_directory(s.temp.string(), kSave);
-    commit(s.temp, s.target, s.token, s.guard.committed);  // the guard keeps what moved into place
+    commit(s.temp, s.target, s.token, s.guard);  // the guard keeps what moved into place
   });
   outcomes = all_gather_json(s.w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);

@@ -98,6 +98,14 @@ TEST_CASE("a failed save leaves the existing file intact", "[safetensors][errors
   CHECK_THROWS_MATCHES(save_file({{"w", random_tensor({8}, kFloat32, 4)}}, path), OSError,
                        MessageContains("save_file: open(") && MessageContains("ckpt.safetensors.tmp"));
   CHECK(read_bytes(path) == before);
+  CHECK(fs::is_directory(dir / "ckpt.safetensors.tmp"));  // not the save's own: left alone
+  // A save whose rename fails (a non-empty directory stands at the path) removes its temporary file.
+  const fs::path blocked = dir / "blocked.safetensors";
+  fs::create_directories(blocked / "inside");
+  CHECK_THROWS_MATCHES(save_file({{"w", random_tensor({8}, kFloat32, 4)}}, blocked), OSError,
+                       MessageContains("save_file: rename(") && MessageContains("blocked.safetensors.tmp"));
+  CHECK_FALSE(fs::exists(dir / "blocked.safetensors.tmp"));
+  CHECK(fs::is_directory(blocked / "inside"));
   CHECK_THROWS_MATCHES(load_file((dir / "missing.safetensors").string()), OSError,
                        MessageContains("missing.safetensors") && MessageContains("No such file"));
 }

@@ -33,6 +33,7 @@
 
 #include "collectives/init.h"
 #include "collectives/posix_file.h"
+#include "collectives/temp_path.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
@@ -141,22 +142,20 @@ int64_t write_full(const std::string& dir, const CheckpointMetadata& meta, std::
     entries.push_back({w.name, t.dtype, t.shape, offset, offset + tensor_bytes(t)});
     offset += tensor_bytes(t);
   }
-  const std::string temp = out + ".tmp";
+  const std::string name = out + ".tmp";
   std::error_code ec;
-  fs::remove(temp, ec);
-  {
-    FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, op);
-    const std::string header = safetensors_header_bytes(entries, {});
-    write_all(fd.get(), header.data(), header.size(), temp, op);
-    checkpoint::internal::ChunkFileReader files(dir);
-    for (const Written& w : tensors) {
-      const Tensor full = assemble(w.source, meta.tensors.at(w.source), files);
-      write_all(fd.get(), full.data(), full.nbytes(), temp, op);
-    }
-    sync_and_close(std::move(fd), temp, op);
+  fs::remove(name, ec);  // a leftover of an interrupted run
+  FileDescriptor fd = open_file(name, O_WRONLY | O_CREAT | O_EXCL, op);
+  TempPath temp(name);  // removed on any failure from here on
+  const std::string header = safetensors_header_bytes(entries, {});
+  write_all(fd.get(), header.data(), header.size(), name, op);
+  checkpoint::internal::ChunkFileReader files(dir);
+  for (const Written& w : tensors) {
+    const Tensor full = assemble(w.source, meta.tensors.at(w.source), files);
+    write_all(fd.get(), full.data(), full.nbytes(), name, op);
   }
-  fs::rename(temp, out, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("{}: rename('{}', '{}')", op, temp, out));
+  sync_and_close(std::move(fd), name, op);
+  temp.rename_to(out, op);
   return offset;
 }
 
@@ -213,19 +212,19 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
     names.push_back(w.name);
   }
   const nn::HfLayout layout = nn::plan_hf_layout(bytes, max_shard_bytes);
-  const std::string temp = hf_dir + ".tmp";
+  const fs::path name = hf_dir + ".tmp";
   std::error_code ec;
-  fs::remove_all(temp, ec);
-  fs::create_directories(temp);
+  fs::remove_all(name, ec);  // a leftover of an interrupted run
+  fs::create_directories(name);
+  TempPath temp(name);  // removed, with what it holds, on any failure from here on
   for (size_t f = 0; f < layout.files.size(); ++f) {
     std::vector<Written> file;
     for (size_t i : layout.files[f]) file.push_back(tensors[i]);
-    write_full(dir, meta, file, (fs::path(temp) / layout.file_names[f]).string(), "export");
+    write_full(dir, meta, file, (name / layout.file_names[f]).string(), "export");
   }
-  std::ofstream(fs::path(temp) / nn::kHfIndexName) << layout.index_json(names);
+  std::ofstream(name / nn::kHfIndexName) << layout.index_json(names);
   fs::remove_all(hf_dir, ec);  // only what --force allowed
-  fs::rename(temp, hf_dir, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("export: rename('{}', '{}')", temp, hf_dir));
+  temp.rename_to(hf_dir, "export");
   fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and {}\n", tensors.size(), layout.total_bytes,
              hf_dir, layout.files.size(), nn::kHfIndexName);
   return 0;
