@@ -34,7 +34,31 @@ TEST_CASE("placements are values: ==, hash, kind queries", "[placement]") {
       Shard(0), Shard(0), Shard(1), Replicate(), Partial(), Partial(), Partial(ReduceOp::kMin)};
   CHECK(set.size() == 5);
   CHECK(set.count(Shard(1)) == 1);
-  CHECK(std::hash<Placement>{}(Shard(3)) == std::hash<Placement>{}(Shard(3)));
+}
+
+TEST_CASE("equal placements hash equal; the distinct ones the suite uses hash apart", "[placement]") {
+  const std::hash<Placement> hash;
+  const std::vector<Placement> distinct = {Shard(0),
+                                           Shard(1),
+                                           Shard(2),
+                                           Shard(3),
+                                           Shard(-1),
+                                           Replicate(),
+                                           Partial(ReduceOp::kSum),
+                                           Partial(ReduceOp::kAvg),
+                                           Partial(ReduceOp::kMax),
+                                           Partial(ReduceOp::kMin)};
+  for (const Placement& a : distinct) {
+    INFO(a.repr());
+    // The same value made another way: parsed back from its short and long forms.
+    CHECK(hash(parse_placement(a.str())) == hash(a));
+    CHECK(hash(parse_placement(a.repr())) == hash(a));
+    for (const Placement& b : distinct) {
+      INFO("vs " << b.repr());
+      if (a != b) CHECK(hash(a) != hash(b));
+    }
+  }
+  CHECK(hash(Partial()) == hash(Partial(ReduceOp::kSum)));
 }
 
 TEST_CASE("shard_dim and reduce_op of the wrong kind are the caller's ValueError", "[placement][errors]") {
