@@ -6,8 +6,9 @@
 // Shard(1) matrices, bf16 parameters (within a stated tolerance) and CPU offload; every step's
 // collectives are counted (one all-gather per group in forward, one more per resharded
 // group in backward, one reduce-scatter per group; DDP: one all-reduce per bucket); the
-// gathered parameters are released after each block's forward; a layer with an empty
-// shard trains; mistakes are typed errors.
+// gathered parameters are released after each block's forward, and kept after backward
+// with set_reshard_after_backward(false) (the next forward then gathers nothing); a layer
+// with an empty shard trains; mistakes are typed errors.
 #include <catch2/catch.hpp>
 
 #include "collectives/collective_counter.h"
@@ -585,6 +586,63 @@ TEST_CASE("a reduce-scatter still in flight after a backward that is not the las
       std::vector<double> twice = testing::to_f64(once[i]);
       for (double& v : twice) v *= 2;
       testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "accumulated grad");
+    }
+  });
+}
+
+TEST_CASE("set_reshard_after_backward(false) keeps the gathered parameters: the next forward gathers nothing",
+          "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
+    const DTensor x = distribute_tensor(tokens, mesh, {Shard(0)});
+    // Two micro-batches, their gradients accumulated, with every group resharded after
+    // backward or kept gathered; the second micro-batch's collectives.
+    struct Accumulated {
+      int64_t groups = 0, blocks = 0;
+      int64_t forward_gathers = 0, backward_gathers = 0, reduce_scatters = 0;
+      std::vector<Tensor> grads;
+    };
+    auto accumulate = [&](bool reshard_after_backward) {
+      manual_seed(42);
+      Transformer model(testing::small_causal_lm(kVocab, kSeq));
+      std::vector<FSDPModule*> groups;
+      for (auto& [name, m] : model.named_modules()) {
+        if (m->type_name() == "TransformerBlock") groups.push_back(&fully_shard(*m, mesh));
+      }
+      Accumulated a;
+      a.blocks = static_cast<int64_t>(groups.size());
+      groups.push_back(&fully_shard(model, mesh));
+      a.groups = static_cast<int64_t>(groups.size());
+      for (FSDPModule* g : groups) g->set_reshard_after_backward(reshard_after_backward);
+      sum(model(x)).backward();
+      // Kept: every group still holds its whole parameters on every rank.
+      for (FSDPModule* g : groups) CHECK((g->gathered_bytes() > 0) == !reshard_after_backward);
+      collective_counter().reset();
+      const DTensor loss = sum(model(x));
+      a.forward_gathers = calls(CollectiveKind::kAllGather);
+      collective_counter().reset();
+      loss.backward();
+      a.backward_gathers = calls(CollectiveKind::kAllGather);
+      a.reduce_scatters = calls(CollectiveKind::kReduceScatter);
+      for (FSDPModule* g : groups) CHECK((g->gathered_bytes() > 0) == !reshard_after_backward);
+      for (DTensor* p : model.parameters()) a.grads.push_back(p->grad().full_tensor());
+      return a;
+    };
+    const Accumulated resharded = accumulate(true), kept = accumulate(false);
+    REQUIRE(resharded.blocks == 2);
+    CHECK(resharded.forward_gathers == resharded.groups);  // each group gathers again
+    CHECK(kept.forward_gathers == 0);                      // each uses what it kept
+    // Blocks release their parameters after forward either way (reshard_after_forward), so
+    // their backward gathers them again; the root keeps its own through forward.
+    CHECK(resharded.backward_gathers == resharded.blocks);
+    CHECK(kept.backward_gathers == kept.blocks);
+    CHECK(resharded.reduce_scatters == resharded.groups);
+    CHECK(kept.reduce_scatters == kept.groups);
+    // The kept parameters are the same values: the accumulated gradients agree bit for bit.
+    REQUIRE(kept.grads.size() == resharded.grads.size());
+    for (size_t i = 0; i < kept.grads.size(); ++i) {
+      testing::check_equal(kept.grads[i], testing::to_f64(resharded.grads[i]), fmt::format("gradient {}", i));
     }
   });
 }
