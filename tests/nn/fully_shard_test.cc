@@ -225,7 +225,7 @@ void check_same(const Run& many, const Run& one) {
     INFO(name);
     REQUIRE(many.weights.count(name) == 1);
     if (name.ends_with("in_proj_bias")) continue;  // its key third is AdamW on rounding noise
-    testing::check_close(many.weights.at(name), testing::to_f64(w), {1e-3, 1e-4}, name);
+    testing::check_close(many.weights.at(name), w, {1e-3, 1e-4}, name);
   }
 }
 
@@ -406,7 +406,7 @@ TEST_CASE("fully_shard: a forward without backward changes nothing, and loaded w
     load_full_state_dict(model, weights);
     const Tensor sharded_logits = model(distribute_tensor(tokens, mesh, {Shard(0)})).full_tensor();
     const Tensor expected = other(distribute_tensor(tokens, single_rank_mesh(), {Replicate()})).full_tensor();
-    testing::check_close(sharded_logits, testing::to_f64(expected), {1e-5, 1e-5}, "logits after load");
+    testing::check_close(sharded_logits, expected, {1e-5, 1e-5}, "logits after load");
   });
 }
 
@@ -476,9 +476,7 @@ TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter w
     sum(model(x)).backward();
     const std::vector<DTensor*> params = model.parameters();
     for (size_t i = 0; i < params.size(); ++i) {
-      std::vector<double> twice = testing::to_f64(grads[i]);
-      for (double& v : twice) v *= 2;
-      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "grad");
+      testing::check_close(params[i]->grad().full_tensor(), mul(grads[i], 2.0), {1e-6, 1e-6}, "grad");
     }
     CHECK_THROWS_MATCHES(fsdp_module(model)->set_gradient_divide_factor(0), ValueError,
                          testing::MessageContains("must be positive"));
@@ -553,7 +551,7 @@ TEST_CASE("a group or parameter the loss does not reach on one rank is reduced w
         for (auto& [name, p] : model.named_parameters()) {
           INFO(name);
           REQUIRE(p->grad().defined());
-          testing::check_close(p->grad().full_tensor(), testing::to_f64(expected.at(name)), {1e-6, 1e-6}, name);
+          testing::check_close(p->grad().full_tensor(), expected.at(name), {1e-6, 1e-6}, name);
         }
       }
     }
@@ -583,9 +581,7 @@ TEST_CASE("a reduce-scatter still in flight after a backward that is not the las
     const std::vector<DTensor*> params = model.parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       CHECK_FALSE(params[i]->grad().is_pending());
-      std::vector<double> twice = testing::to_f64(once[i]);
-      for (double& v : twice) v *= 2;
-      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "accumulated grad");
+      testing::check_close(params[i]->grad().full_tensor(), mul(once[i], 2.0), {1e-6, 1e-6}, "accumulated grad");
     }
   });
 }
@@ -642,7 +638,7 @@ TEST_CASE("set_reshard_after_backward(false) keeps the gathered parameters: the 
     // The kept parameters are the same values: the accumulated gradients agree bit for bit.
     REQUIRE(kept.grads.size() == resharded.grads.size());
     for (size_t i = 0; i < kept.grads.size(); ++i) {
-      testing::check_equal(kept.grads[i], testing::to_f64(resharded.grads[i]), fmt::format("gradient {}", i));
+      testing::check_equal(kept.grads[i], resharded.grads[i], fmt::format("gradient {}", i));
     }
   });
 }
@@ -705,7 +701,7 @@ TEST_CASE("an optimizer built before fully_shard steps the sharded leaves, as on
       return full_state_dict(layer);
     };
     const TensorMap before = trained(true), after = trained(false);
-    for (const auto& [name, w] : after) testing::check_close(before.at(name), testing::to_f64(w), {0, 0}, name);
+    for (const auto& [name, w] : after) testing::check_close(before.at(name), w, {0, 0}, name);
   });
 }
 

@@ -173,15 +173,14 @@ TEST_CASE("a file written by PyTorch's safetensors loads", "[safetensors]") {
   const TensorMap t = load_file("tests/nn/testdata/torch_written.safetensors", &metadata);
   CHECK(metadata == SafetensorsMetadata{{"written_by", "safetensors.torch.save_file"}});
   REQUIRE(t.size() == 7);
-  testing::check_equal(t.at("f32"), {0, 1.5, -2, 3.25, 4, -5.5}, "f32");
-  CHECK(t.at("f32").shape() == Shape{2, 3});
-  testing::check_equal(t.at("f64"), {0.1, -0.2}, "f64");
-  testing::check_equal(t.at("bf16"), {1, -2, 0.5}, "bf16");
-  testing::check_equal(t.at("f16"), {0.25, 65504}, "f16");
-  testing::check_equal(t.at("i32"), {-7, 8, 2147483647}, "i32");
+  testing::check_equal(t.at("f32"), Shape{2, 3}, {0, 1.5, -2, 3.25, 4, -5.5}, "f32");
+  testing::check_equal(t.at("f64"), Shape{2}, {0.1, -0.2}, "f64");
+  testing::check_equal(t.at("bf16"), Shape{3}, {1, -2, 0.5}, "bf16");
+  testing::check_equal(t.at("f16"), Shape{2}, {0.25, 65504}, "f16");
+  testing::check_equal(t.at("i32"), Shape{3}, {-7, 8, 2147483647}, "i32");
   CHECK(t.at("i64").data_ptr<int64_t>()[0] == std::numeric_limits<int64_t>::lowest());
   CHECK(t.at("i64").data_ptr<int64_t>()[1] == std::numeric_limits<int64_t>::max());
-  testing::check_equal(t.at("mask"), {1, 0, 1, 1}, "bool");
+  testing::check_equal(t.at("mask"), Shape{4}, {1, 0, 1, 1}, "bool");
   CHECK(t.at("mask").dtype() == kBool);
 }
 
