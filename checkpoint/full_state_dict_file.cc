@@ -14,18 +14,21 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/internal/rank_failure.h"
 #include "checkpoint/safetensors_header.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "core/error.h"
 #include "core/file_descriptor.h"
 #include "core/posix_file.h"
+#include "core/temp_path.h"
 
 namespace dtr::checkpoint {
 namespace {
@@ -33,6 +36,17 @@ namespace {
 constexpr std::string_view kSingleFileName = "model.safetensors";
 
 int world_rank() { return is_initialized() ? default_group()->rank() : 0; }
+
+// The group whose ranks learn each other's outcome: the default one, or none in a world of one.
+ProcessGroup* outcome_group() {
+  return is_initialized() && default_group()->size() > 1 ? default_group().get() : nullptr;
+}
+
+// Every rank calls it, with its own failure or null; when any rank failed, every rank throws
+// (the failed one its own error, the others the same type naming it: rank_failure.h).
+void raise_if_any_rank_failed(std::exception_ptr failure, std::string_view op, const std::string& path) {
+  internal::raise_if_any_rank_failed(outcome_group(), failure, fmt::format("{} '{}'", op, path));
+}
 
 int64_t entry_bytes(const DTensor& value) {
   return shape_numel(value.shape()) * static_cast<int64_t>(itemsize(value.dtype()));
@@ -43,16 +57,24 @@ std::string describe(DType dtype, const Shape& shape) { return fmt::format("{}[{
 // ---- Writing (rank 0) ---------------------------------------------------------------------
 
 // sync_and_close `fd` and rename `temp` over `path`: the file appears whole or not at all.
-void commit(FileDescriptor fd, const std::string& temp, const std::string& path, std::string_view op) {
-  sync_and_close(std::move(fd), temp, op);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    throw OSError(errno, fmt::format("{}: rename('{}', '{}')", op, temp, path));
-  }
+void commit(FileDescriptor fd, TempPath& temp, const std::string& path, std::string_view op) {
+  sync_and_close(std::move(fd), temp.string(), op);
+  temp.rename_to(path, op);
 }
 
 // `path`'s temporary name while it is written: unique per process, so two saves of one
 // file from different processes do not write into each other.
 std::string temporary_name(const std::string& path) { return fmt::format("{}.tmp-{}", path, ::getpid()); }
+
+// Opens (creating or truncating) `path`'s temporary file for writing, and takes it over:
+// `temp` removes it unless it is committed.
+FileDescriptor open_temporary(const std::string& path, TempPath& temp, std::string_view op) {
+  const std::string name = temporary_name(path);
+  FileDescriptor fd(::open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, name));
+  temp = TempPath(name);
+  return fd;
+}
 
 std::string parent_directory(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
@@ -67,8 +89,9 @@ struct FilePlan {
 
 // Writes each plan's file: its header first, then its tensors as they are gathered, one at a
 // time (every rank takes part in each gather; ranks other than 0 drop the result at once).
-// A failure on rank 0 lands in `failure` and stops its writing, but not its part in the
-// gathers, so that every rank reaches the outcome's broadcast (agree) instead of hanging.
+// A failure on rank 0 lands in `failure` and stops its writing (its temporary file goes), but
+// not its part in the gathers, so that every rank reaches the exchange of outcomes
+// (raise_if_any_rank_failed) instead of hanging.
 void write_files(const nn::StateDict& state, const std::vector<FilePlan>& plans, std::string_view op,
                  std::exception_ptr& failure) {
   const bool writer = world_rank() == 0;
@@ -85,7 +108,7 @@ void write_files(const nn::StateDict& state, const std::vector<FilePlan>& plans,
       entries.push_back({state[i].first, value.dtype(), value.shape(), offset, offset + entry_bytes(value)});
       offset = entries.back().end;
     }
-    const std::string temp = temporary_name(plan.path);
+    TempPath temp;  // removed at the end of this iteration unless committed
     FileDescriptor fd;
     auto attempt = [&](auto&& step) {
       if (!writer || failure) return;
@@ -93,16 +116,13 @@ void write_files(const nn::StateDict& state, const std::vector<FilePlan>& plans,
         step();
       } catch (...) {
         failure = std::current_exception();
-        fd = FileDescriptor();
-        ::unlink(temp.c_str());
       }
     };
     attempt([&] {
       // {"format": "pt"}: what transformers' from_pretrained looks for.
       const std::string header = safetensors_header_bytes(entries, {{"format", "pt"}});
-      fd = FileDescriptor(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
-      write_all(fd.get(), header.data(), header.size(), temp, op);
+      fd = open_temporary(plan.path, temp, op);
+      write_all(fd.get(), header.data(), header.size(), temp.string(), op);
     });
     for (size_t k = 0; k < order.size(); ++k) {
       Tensor full = state[order[k]].second.full_tensor();  // collective: every rank, every entry
@@ -111,26 +131,11 @@ void write_files(const nn::StateDict& state, const std::vector<FilePlan>& plans,
         DTR_INTERNAL_ASSERT(static_cast<int64_t>(full.nbytes()) == entries[k].end - entries[k].begin,
                             "'{}' gathered {} bytes, its header entry holds {}", entries[k].name, full.nbytes(),
                             entries[k].end - entries[k].begin);
-        write_all(fd.get(), full.data(), full.nbytes(), temp, op);
+        write_all(fd.get(), full.data(), full.nbytes(), temp.string(), op);
       });
     }
     attempt([&] { commit(std::move(fd), temp, plan.path, op); });
   }
-}
-
-// Rank 0 tells every rank whether it wrote everything; a failure is thrown on every rank.
-void agree(std::exception_ptr failure, std::string_view op, const std::string& path) {
-  if (is_initialized() && default_group()->size() > 1) {
-    Tensor flag = Tensor::empty({1}, kInt64, kCPU);
-    *static_cast<int64_t*>(flag.data()) = failure ? 1 : 0;
-    flag = flag.to(default_group()->device());
-    default_group()->broadcast(flag, 0).wait();
-    flag = flag.to(kCPU);
-    if (!failure && *static_cast<const int64_t*>(flag.data()) != 0) {
-      throw Error(fmt::format("{} '{}': rank 0, which writes it, failed (its own error says why)", op, path));
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
 }
 
 // ---- Reading (every rank, its own blocks) -------------------------------------------------
@@ -217,10 +222,17 @@ struct Source {
   const SafetensorsEntry* entry;
 };
 
+// What a load reads before it changes anything: this rank's block of every entry found, under
+// the entry's own spec, and the names that did not match.
+struct ReadBlocks {
+  nn::StateDict blocks;
+  nn::LoadResult result;
+};
+
 // Checks names, shapes and dtypes (every problem before anything is read), then reads each
-// rank's blocks and hands them to load_state_dict under the entries' own specs.
-nn::LoadResult load_sources(nn::Module& module, const std::map<std::string, Source>& sources, const std::string& where,
-                            nn::Strict strict, std::string_view op) {
+// rank's blocks, for load_state_dict.
+ReadBlocks read_sources(nn::Module& module, const std::map<std::string, Source>& sources, const std::string& where,
+                        nn::Strict strict, std::string_view op) {
   const nn::StateDict current = module.state_dict();
   // A tied entry (one tensor under several names, as gpt's output.weight is embed.weight) is
   // loaded through any of its names the file holds: PyTorch's save_model and Hugging Face's
@@ -231,7 +243,8 @@ nn::LoadResult load_sources(nn::Module& module, const std::map<std::string, Sour
     }
     return nullptr;
   };
-  nn::LoadResult result;
+  ReadBlocks read;
+  nn::LoadResult& result = read.result;
   std::set<std::string> known;
   for (const auto& [name, value] : current) {
     known.insert(name);
@@ -270,7 +283,7 @@ nn::LoadResult load_sources(nn::Module& module, const std::map<std::string, Sour
               "name, or make them equal",
               op, where, name, *other);
   }
-  nn::StateDict blocks;
+  nn::StateDict& blocks = read.blocks;
   for (const auto& [name, value] : current) {
     const auto it = sources.find(name);
     if (it == sources.end()) continue;
@@ -283,14 +296,69 @@ nn::LoadResult load_sources(nn::Module& module, const std::map<std::string, Sour
     const Tensor block = read_block(*it->second.file, *it->second.entry, spec.local_box(), op);
     blocks.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
   }
-  module.load_state_dict(blocks, nn::Strict::kNo);
-  return result;
+  return read;
 }
 
 std::map<std::string, Source> sources_of(const OpenFile& file) {
   std::map<std::string, Source> sources;
   for (const SafetensorsEntry& e : file.header.entries) sources.emplace(e.name, Source{&file, &e});
   return sources;
+}
+
+constexpr std::string_view kLoadFile = "load_full_state_dict_file";
+
+ReadBlocks read_file(nn::Module& module, const std::string& path, nn::Strict strict) {
+  const std::unique_ptr<OpenFile> file = open_safetensors(path, kLoadFile);
+  return read_sources(module, sources_of(*file), path, strict, kLoadFile);
+}
+
+// load_hf_checkpoint's reading: through the index, or the directory's one model.safetensors.
+ReadBlocks read_hf(nn::Module& module, const std::string& dir, nn::Strict strict, std::string_view op) {
+  const std::string index_path = dir + "/" + std::string(kHfIndexName);
+  if (!std::filesystem::exists(index_path)) {
+    const std::string single = dir + "/" + std::string(kSingleFileName);
+    if (std::filesystem::exists(single)) return read_file(module, single, strict);
+    throw OSError(ENOENT, fmt::format("{}: '{}' holds neither {} nor {}", op, dir, kHfIndexName, kSingleFileName));
+  }
+  std::ifstream in(index_path);
+  if (!in) throw OSError(errno, fmt::format("{}: open('{}')", op, index_path));
+  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  DTR_CHECK(
+      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      ValueError, "{}: index '{}' is not JSON with a \"weight_map\" object", op, index_path);
+  std::map<std::string, std::unique_ptr<OpenFile>> files;
+  std::map<std::string, Source> sources;
+  for (const auto& [name, file_name] : index["weight_map"].items()) {
+    DTR_CHECK(file_name.is_string(), ValueError, "{}: index '{}' maps '{}' to {}, not a file name", op, index_path,
+              name, file_name.dump());
+    const std::string base = file_name.get<std::string>();
+    DTR_CHECK(!base.empty() && base.find('/') == std::string::npos && base != "..", ValueError,
+              "{}: index '{}' maps '{}' to '{}', not a file name in the directory", op, index_path, name, base);
+    auto& file = files[base];
+    if (!file) file = open_safetensors(dir + "/" + base, op);
+    const auto it = std::find_if(file->header.entries.begin(), file->header.entries.end(),
+                                 [&](const SafetensorsEntry& e) { return e.name == name; });
+    DTR_CHECK(it != file->header.entries.end(), ValueError,
+              "{}: index '{}' maps tensor '{}' to '{}', which does not hold it", op, index_path, name, file->path);
+    sources.emplace(name, Source{file.get(), &*it});
+  }
+  return read_sources(module, sources, dir, strict, op);
+}
+
+// Reads this rank's blocks (`read`), learns whether every rank did, and only then loads them:
+// when any rank fails, every rank throws and no rank's module changes.
+nn::LoadResult load_agreed(nn::Module& module, const std::function<ReadBlocks()>& read, std::string_view op,
+                           const std::string& path) {
+  ReadBlocks mine;
+  std::exception_ptr failure;
+  try {
+    mine = read();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  raise_if_any_rank_failed(failure, op, path);
+  module.load_state_dict(mine.blocks, nn::Strict::kNo);
+  return mine.result;
 }
 
 }  // namespace
@@ -309,13 +377,12 @@ void save_full_state_dict(nn::Module& module, const std::string& path) {
       failure = std::current_exception();
     }
   }
-  agree(failure, op, path);
+  raise_if_any_rank_failed(failure, op, path);
 }
 
 nn::LoadResult load_full_state_dict_file(nn::Module& module, const std::string& path, nn::Strict strict) {
-  constexpr std::string_view op = "load_full_state_dict_file";
-  const std::unique_ptr<OpenFile> file = open_safetensors(path, op);
-  return load_sources(module, sources_of(*file), path, strict, op);
+  return load_agreed(
+      module, [&] { return read_file(module, path, strict); }, kLoadFile, path);
 }
 
 HfLayout plan_hf_layout(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
@@ -386,50 +453,23 @@ void save_hf_checkpoint(nn::Module& module, const std::string& dir, int64_t max_
     // The index last: a reader that finds it finds every file it names.
     try {
       const std::string text = layout.index_json(names);
-      const std::string path = dir + "/" + std::string(kHfIndexName), temp = temporary_name(path);
-      FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      if (!fd.valid()) throw OSError(errno, fmt::format("{}: open('{}')", op, temp));
-      write_all(fd.get(), text.data(), text.size(), temp, op);
+      const std::string path = dir + "/" + std::string(kHfIndexName);
+      TempPath temp;
+      FileDescriptor fd = open_temporary(path, temp, op);
+      write_all(fd.get(), text.data(), text.size(), temp.string(), op);
       commit(std::move(fd), temp, path, op);
       sync_directory(dir, op);
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  agree(failure, op, dir);
+  raise_if_any_rank_failed(failure, op, dir);
 }
 
 nn::LoadResult load_hf_checkpoint(nn::Module& module, const std::string& dir, nn::Strict strict) {
   constexpr std::string_view op = "load_hf_checkpoint";
-  const std::string index_path = dir + "/" + std::string(kHfIndexName);
-  if (!std::filesystem::exists(index_path)) {
-    const std::string single = dir + "/" + std::string(kSingleFileName);
-    if (std::filesystem::exists(single)) return load_full_state_dict_file(module, single, strict);
-    throw OSError(ENOENT, fmt::format("{}: '{}' holds neither {} nor {}", op, dir, kHfIndexName, kSingleFileName));
-  }
-  std::ifstream in(index_path);
-  if (!in) throw OSError(errno, fmt::format("{}: open('{}')", op, index_path));
-  const nlohmann::json index = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  DTR_CHECK(
-      !index.is_discarded() && index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
-      ValueError, "{}: index '{}' is not JSON with a \"weight_map\" object", op, index_path);
-  std::map<std::string, std::unique_ptr<OpenFile>> files;
-  std::map<std::string, Source> sources;
-  for (const auto& [name, file_name] : index["weight_map"].items()) {
-    DTR_CHECK(file_name.is_string(), ValueError, "{}: index '{}' maps '{}' to {}, not a file name", op, index_path,
-              name, file_name.dump());
-    const std::string base = file_name.get<std::string>();
-    DTR_CHECK(!base.empty() && base.find('/') == std::string::npos && base != "..", ValueError,
-              "{}: index '{}' maps '{}' to '{}', not a file name in the directory", op, index_path, name, base);
-    auto& file = files[base];
-    if (!file) file = open_safetensors(dir + "/" + base, op);
-    const auto it = std::find_if(file->header.entries.begin(), file->header.entries.end(),
-                                 [&](const SafetensorsEntry& e) { return e.name == name; });
-    DTR_CHECK(it != file->header.entries.end(), ValueError,
-              "{}: index '{}' maps tensor '{}' to '{}', which does not hold it", op, index_path, name, file->path);
-    sources.emplace(name, Source{file.get(), &*it});
-  }
-  return load_sources(module, sources, dir, strict, op);
+  return load_agreed(
+      module, [&] { return read_hf(module, dir, strict, op); }, op, dir);
 }
 
 }  // namespace dtr::checkpoint

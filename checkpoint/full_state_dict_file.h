@@ -9,7 +9,10 @@
 // nothing else is held. Each file appears atomically (<file>.tmp, fsync, rename); the index
 // is written last. Load reads no more than each rank's own block of every tensor: one pread
 // per contiguous run of the block (one per tensor for Shard(0) and Replicate; one per row
-// for Shard(1) of a matrix), so no rank materialises the whole model and no rank communicates.
+// for Shard(1) of a matrix), so no rank materialises the whole model; the only communication is
+// the outcome's (checkpoint/internal/rank_failure.h), so that when any rank fails every rank
+// throws: the failed one its own error, the others the same type ("<op> '<path>': rank k
+// failed: <its message>"), and nobody hangs in a later collective.
 #pragma once
 
 #include <cstdint>
@@ -23,14 +26,16 @@ namespace dtr::checkpoint {
 
 // Writes every state_dict() entry's full tensor to `path` (one .safetensors file). Collective
 // over the default process group: every rank calls it; when rank 0 fails to write, every
-// rank throws (rank 0 its own error, the others an Error naming rank 0 and the path).
+// rank throws (rank 0 its own error, the others the same type naming rank 0 and the path).
 void save_full_state_dict(nn::Module& module, const std::string& path);
 
 // Loads `path` into `module`: each rank reads only its block of each entry, under the
 // entry's current mesh and placements. A shape or dtype that differs is a ValueError or
 // TypeError naming the file and the tensor; with nn::Strict::kYes, so is any missing or
 // unexpected name (all of them listed, before anything changes). A truncated or corrupt file
-// is a ValueError naming the file (and the tensor), a missing one an OSError. No communication.
+// is a ValueError naming the file (and the tensor), a missing one an OSError. Collective over
+// the default process group for the outcome only (every rank calls it): when any rank fails,
+// every rank throws its error type, and no rank's module changes.
 nn::LoadResult load_full_state_dict_file(nn::Module& module, const std::string& path,
                                          nn::Strict strict = nn::Strict::kYes);
 

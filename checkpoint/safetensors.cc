@@ -11,6 +11,7 @@
 #include "checkpoint/safetensors_header.h"
 #include "core/error.h"
 #include "core/file_descriptor.h"
+#include "core/temp_path.h"
 
 namespace dtr::safetensors {
 
@@ -35,19 +36,16 @@ void save_file(const TensorMap& tensors, const std::string& path, const Safetens
   }
   const std::string header = safetensors_header_bytes(entries, metadata);
 
-  const std::string temp = path + ".tmp";
-  FileDescriptor fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) throw OSError(errno, fmt::format("save_file: open('{}')", temp));
+  const std::string name = path + ".tmp";
+  FileDescriptor fd(::open(name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) throw OSError(errno, fmt::format("save_file: open('{}')", name));
+  TempPath temp(name);  // any failure from here on removes it: `path` is the old file or the new one
   auto write_all = [&](const void* p, size_t n) {
     const char* bytes = static_cast<const char*>(p);
     while (n > 0) {
       const ssize_t w = ::write(fd.get(), bytes, n);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        const int error = errno;
-        ::unlink(temp.c_str());
-        throw OSError(error, fmt::format("save_file: write('{}')", temp));
-      }
+      if (w < 0) throw OSError(errno, fmt::format("save_file: write('{}')", name));
       bytes += w;
       n -= static_cast<size_t>(w);
     }
@@ -55,15 +53,9 @@ void save_file(const TensorMap& tensors, const std::string& path, const Safetens
   write_all(header.data(), header.size());
   for (const Tensor& t : data) write_all(t.data(), t.nbytes());
   if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    throw OSError(error, fmt::format("save_file: fsync('{}')", temp));
+    throw OSError(errno, fmt::format("save_file: fsync('{}')", name));
   }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    throw OSError(error, fmt::format("save_file: rename('{}', '{}')", temp, path));
-  }
+  temp.rename_to(path, "save_file");
 }
 
 TensorMap load_file(const std::string& path, SafetensorsMetadata* metadata) {

@@ -54,6 +54,38 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   DTR_INTERNAL_ASSERT(false, "unknown ReduceOp {}", static_cast<int>(op));
 }
 
+// The one owner of an NCCL communicator (FileDescriptor's idea, for an ncclComm_t): made
+// through init_target(), freed exactly once whatever throws afterwards. Destruction aborts
+// it (ncclCommAbort frees it at once, cancelling what is queued, and never waits for a
+// peer, so no error path can hang in it); a clean shutdown finalizes it and calls destroy().
+// Empty (owning nothing) before ncclCommInitRank* and after abort() or destroy().
+class NcclComm {
+ public:
+  NcclComm() = default;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+  ~NcclComm() { abort(); }
+
+  ncclComm_t get() const { return comm_; }
+  // Where ncclCommInitRank* writes the new communicator: the handle owns it from then on,
+  // including when the call fails after writing it (a non-blocking init in progress).
+  ncclComm_t* init_target() {
+    DTR_INTERNAL_ASSERT(comm_ == nullptr, "a second communicator into one NcclComm");
+    return &comm_;
+  }
+  // ncclCommAbort, once; the handle is empty afterwards.
+  void abort() noexcept {
+    if (comm_ != nullptr) ncclCommAbort(std::exchange(comm_, nullptr));
+  }
+  // ncclCommDestroy of a communicator whose ncclCommFinalize has settled; empty afterwards.
+  void destroy() noexcept {
+    if (comm_ != nullptr) ncclCommDestroy(std::exchange(comm_, nullptr));
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
 }  // namespace
 
 struct ProcessGroupNCCL::Impl {
@@ -69,11 +101,12 @@ struct ProcessGroupNCCL::Impl {
 
   ProcessGroupNCCL& group;
   int device;
-  ncclComm_t comm = nullptr;
-  bool aborted = false;
   std::optional<cuda::Stream> stream;  // the group's communication stream
   std::string comm_lane;               // its trace lane: "cuda:0 nccl default_pg"
   Tensor barrier_buffer;
+  // Empty once aborted. Declared after the stream and the buffer its calls use, so that when
+  // a constructor that throws destroys them, the communicator is aborted first.
+  NcclComm comm;
   std::mutex mutex;            // guards comm calls, pending and broken
   std::condition_variable cv;  // a collective was issued, or the group is going
   std::deque<Pending> pending;
@@ -89,7 +122,7 @@ struct ProcessGroupNCCL::Impl {
   // Throws DistributedError(kBackend) naming the call, device, rank and NCCL's own message.
   void check(ncclResult_t result, const char* call) const {
     if (result == ncclSuccess || result == ncclInProgress) return;
-    const char* last = comm != nullptr ? ncclGetLastError(comm) : "";
+    const char* last = comm.get() != nullptr ? ncclGetLastError(comm.get()) : "";
     throw DistributedError(DistributedErrorKind::kBackend,
                            fmt::format("{} failed on cuda:{} (rank {} of group '{}'): {} ({})", call, device,
                                        group.rank(), group.name(), ncclGetErrorString(result), last));
@@ -111,7 +144,7 @@ void ProcessGroupNCCL::Impl::settle(const std::string& what) {
   const Clock::time_point deadline = Clock::now() + group.timeout();
   while (true) {
     ncclResult_t state = ncclSuccess;
-    DTR_NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
+    DTR_NCCL_CHECK(ncclCommGetAsyncError(comm.get(), &state));
     if (state == ncclSuccess) return;
     check(state, what.c_str());  // an error: throws
     if (Clock::now() > deadline) {
@@ -137,20 +170,20 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
   switch (c.kind) {
     case CollectiveKind::kAllReduce:
       if (c.output.numel() == 0) return;
-      DTR_NCCL_CHECK(ncclAllReduce(out, out, c.output.numel(), type, nccl_op(c.op), comm, s));
+      DTR_NCCL_CHECK(ncclAllReduce(out, out, c.output.numel(), type, nccl_op(c.op), comm.get(), s));
       return;
     case CollectiveKind::kAllGather: {
       if (c.output.numel() == 0) return;
       const int64_t mine = c.output_counts[rank];
       if (equal(c.output_counts)) {
-        DTR_NCCL_CHECK(ncclAllGather(in, out, mine, type, comm, s));
+        DTR_NCCL_CHECK(ncclAllGather(in, out, mine, type, comm.get(), s));
         return;
       }
       DTR_NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < n; ++r) {
         if (c.output_counts[r] == 0) continue;
         char* block = out + Collective::offset_of(c.output_counts, r) * elem;
-        DTR_NCCL_CHECK(ncclBroadcast(r == rank ? in : block, block, c.output_counts[r], type, r, comm, s));
+        DTR_NCCL_CHECK(ncclBroadcast(r == rank ? in : block, block, c.output_counts[r], type, r, comm.get(), s));
       }
       DTR_NCCL_CHECK(ncclGroupEnd());
       return;
@@ -158,7 +191,7 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
     case CollectiveKind::kReduceScatter: {
       if (c.input.numel() == 0) return;
       if (equal(c.input_counts)) {
-        DTR_NCCL_CHECK(ncclReduceScatter(in, out, c.input_counts[rank], type, nccl_op(c.op), comm, s));
+        DTR_NCCL_CHECK(ncclReduceScatter(in, out, c.input_counts[rank], type, nccl_op(c.op), comm.get(), s));
         return;
       }
       DTR_NCCL_CHECK(ncclGroupStart());
@@ -166,7 +199,7 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
         if (c.input_counts[r] == 0) continue;
         char* block = in + Collective::offset_of(c.input_counts, r) * elem;
         DTR_NCCL_CHECK(
-            ncclReduce(block, r == rank ? out : nullptr, c.input_counts[r], type, nccl_op(c.op), r, comm, s));
+            ncclReduce(block, r == rank ? out : nullptr, c.input_counts[r], type, nccl_op(c.op), r, comm.get(), s));
       }
       DTR_NCCL_CHECK(ncclGroupEnd());
       return;
@@ -175,22 +208,23 @@ void ProcessGroupNCCL::Impl::launch(const Collective& c) {
       DTR_NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < n; ++r) {
         if (c.input_counts[r] > 0) {
-          DTR_NCCL_CHECK(
-              ncclSend(in + Collective::offset_of(c.input_counts, r) * elem, c.input_counts[r], type, r, comm, s));
+          DTR_NCCL_CHECK(ncclSend(in + Collective::offset_of(c.input_counts, r) * elem, c.input_counts[r], type, r,
+                                  comm.get(), s));
         }
         if (c.output_counts[r] > 0) {
-          DTR_NCCL_CHECK(
-              ncclRecv(out + Collective::offset_of(c.output_counts, r) * elem, c.output_counts[r], type, r, comm, s));
+          DTR_NCCL_CHECK(ncclRecv(out + Collective::offset_of(c.output_counts, r) * elem, c.output_counts[r], type, r,
+                                  comm.get(), s));
         }
       }
       DTR_NCCL_CHECK(ncclGroupEnd());
       return;
     case CollectiveKind::kBroadcast:
       if (c.output.numel() == 0) return;
-      DTR_NCCL_CHECK(ncclBroadcast(out, out, c.output.numel(), type, c.root, comm, s));
+      DTR_NCCL_CHECK(ncclBroadcast(out, out, c.output.numel(), type, c.root, comm.get(), s));
       return;
     case CollectiveKind::kBarrier:
-      DTR_NCCL_CHECK(ncclAllReduce(barrier_buffer.data(), barrier_buffer.data(), 1, ncclFloat32, ncclSum, comm, s));
+      DTR_NCCL_CHECK(
+          ncclAllReduce(barrier_buffer.data(), barrier_buffer.data(), 1, ncclFloat32, ncclSum, comm.get(), s));
       return;
   }
 }
@@ -220,10 +254,7 @@ void ProcessGroupNCCL::Impl::abort_all(DistributedErrorKind kind, const std::str
     std::fflush(stderr);
     std::_Exit(1);
   }
-  if (!aborted && comm != nullptr) {
-    ncclCommAbort(comm);
-    aborted = true;
-  }
+  comm.abort();
   if (!errors.empty()) broken = errors.front();
   for (Pending& p : pending) retired.push_back(std::move(p));
   pending.clear();
@@ -245,9 +276,9 @@ void ProcessGroupNCCL::Impl::watch() {
     cv.wait_for(lock, kWatchdogPeriod);
     if (pending.empty()) continue;
     ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
+    if (ncclCommGetAsyncError(comm.get(), &async) != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
       abort_all(DistributedErrorKind::kBackend, fmt::format("NCCL reported an asynchronous error: {} ({})",
-                                                            ncclGetErrorString(async), ncclGetLastError(comm)));
+                                                            ncclGetErrorString(async), ncclGetLastError(comm.get())));
       continue;
     }
     // Collectives finish in issue order on the one stream: only the oldest can be next.
@@ -296,13 +327,10 @@ ProcessGroupNCCL::ProcessGroupNCCL(std::shared_ptr<Store> store, int rank, int s
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // see Impl::settle
-  try {
-    impl_->check(ncclCommInitRankConfig(&impl_->comm, size, id, rank, &config), "ncclCommInitRankConfig");
-    impl_->settle("ncclCommInitRankConfig");
-  } catch (...) {
-    if (impl_->comm != nullptr) ncclCommAbort(impl_->comm);
-    throw;
-  }
+  // From here on impl_->comm owns the communicator: a throw below (NCCL's, the stream's, the
+  // buffer's allocation, the thread's) destroys impl_, which aborts it.
+  impl_->check(ncclCommInitRankConfig(impl_->comm.init_target(), size, id, rank, &config), "ncclCommInitRankConfig");
+  impl_->settle("ncclCommInitRankConfig");
   impl_->stream.emplace(device);
   impl_->comm_lane = fmt::format("cuda:{} nccl {}", device, name());
   impl_->barrier_buffer = Tensor::empty({1}, kFloat32, Device(kCUDA, device));
@@ -319,15 +347,14 @@ ProcessGroupNCCL::~ProcessGroupNCCL() {
   // Buffers of aborted collectives the stream has not passed yet are left allocated
   // (leaked, deliberately): freeing them could hand memory a copy still writes to others.
   if (!impl_->retired.empty()) new std::deque<Impl::Pending>(std::move(impl_->retired));
-  if (impl_->comm == nullptr || impl_->aborted) return;
-  // A destructor never throws: a communicator that does not finalise in time is aborted.
+  if (impl_->comm.get() == nullptr) return;  // aborted already
+  // A destructor never throws: a communicator that does not finalise in time is left to its
+  // handle, which aborts it when impl_ goes.
   try {
-    impl_->check(ncclCommFinalize(impl_->comm), "ncclCommFinalize");
+    impl_->check(ncclCommFinalize(impl_->comm.get()), "ncclCommFinalize");
     impl_->settle("ncclCommFinalize");
-    ncclCommDestroy(impl_->comm);
-  } catch (const std::exception&) {
-    ncclCommAbort(impl_->comm);
-  }
+    impl_->comm.destroy();
+  } catch (const std::exception&) {}
 }
 
 Device ProcessGroupNCCL::device() const { return Device(kCUDA, impl_->device); }

@@ -13,7 +13,9 @@
 // group, the collective and the silent peers, and aborts the communicator (ncclCommAbort);
 // if a stream had already waited for a failed collective, it prints that error and exits
 // the process instead (its result may be in use). The uneven forms are grouped calls, as in
-// PyTorch. Compiled in every build; run where a GPU is.
+// PyTorch. The communicator has one owner, a handle that aborts it unless a clean shutdown
+// finalized it, so a constructor that throws after ncclCommInitRankConfig frees it too.
+// Compiled in every build; run where a GPU is.
 #pragma once
 
 #include <memory>

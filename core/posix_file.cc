@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "core/error.h"
+#include "core/temp_path.h"
 
 namespace dtr {
 
@@ -63,19 +64,12 @@ void sync_directory(const std::string& path, std::string_view op) {
 }
 
 void write_file_atomically(const std::string& path, std::string_view text, std::string_view op) {
-  const std::string temp = path + ".tmp";
-  FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_TRUNC, op);
-  // Any failure after the open removes the temporary file, so that only `path` is ever left.
-  try {
-    write_all(fd.get(), text.data(), text.size(), temp, op);
-    sync_and_close(std::move(fd), temp, op);
-    if (::rename(temp.c_str(), path.c_str()) != 0) {
-      throw OSError(errno, fmt::format("{}: rename('{}', '{}')", op, temp, path));
-    }
-  } catch (...) {
-    ::unlink(temp.c_str());
-    throw;
-  }
+  const std::string name = path + ".tmp";
+  FileDescriptor fd = open_file(name, O_WRONLY | O_CREAT | O_TRUNC, op);
+  TempPath temp(name);  // any failure from here on removes it, so that only `path` is ever left
+  write_all(fd.get(), text.data(), text.size(), name, op);
+  sync_and_close(std::move(fd), name, op);
+  temp.rename_to(path, op);
 }
 
 }  // namespace dtr

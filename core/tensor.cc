@@ -65,7 +65,9 @@ Tensor::Tensor(Storage storage, Shape shape, Shape strides, int64_t offset, DTyp
       strides_(std::move(strides)),
       offset_(offset),
       dtype_(dtype) {
-  DTR_INTERNAL_ASSERT(shape_.size() == strides_.size(), "shape {} vs strides {}", shape_, strides_);
+  DTR_CHECK(shape_.size() == strides_.size(), ValueError,
+            "Tensor: shape {} has {} dims but strides {} has {}; give one stride per dim", shape_, shape_.size(),
+            strides_, strides_.size());
 }
 
 namespace {

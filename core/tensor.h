@@ -39,6 +39,7 @@ Shape infer_shape(Shape shape, int64_t numel, std::string_view op);
 class Tensor {
  public:
   Tensor() = default;
+  // A view of `storage`; ValueError unless shape and strides have one entry per dim each.
   Tensor(Storage storage, Shape shape, Shape strides, int64_t offset, DType dtype);
 
   // New uninitialised contiguous tensor.

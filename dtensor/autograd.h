@@ -50,9 +50,13 @@ class Node {
   // Runs the backward (zero-filling undefined gradients); ValueError once released.
   std::vector<DTensor> apply(std::vector<DTensor> grad_outputs);
   // Hooks on the gradient of output `output_nr`, run before the backward (tensor hooks
-  // on non-leaf tensors, registered through DTensor::register_hook).
+  // on non-leaf tensors, registered through DTensor::register_hook; ids are unique).
   void add_pre_hook(int id, size_t output_nr, std::function<DTensor(const DTensor&)> hook);
-  void remove_pre_hook(int id) { pre_hooks_.erase(id); }
+  // Removes hook `id` if it is output `output_nr`'s; otherwise does nothing.
+  void remove_pre_hook(int id, size_t output_nr) {
+    const auto it = pre_hooks_.find(id);
+    if (it != pre_hooks_.end() && it->second.first == output_nr) pre_hooks_.erase(it);
+  }
   // Drops the backward function and everything it saved (unless SavedState::kKeep).
   void release() {
     if (saved_ == SavedState::kReleaseAfterRun) backward_ = nullptr;

@@ -7,12 +7,17 @@
 namespace dtr {
 
 int64_t chunk_capacity(int64_t size, int64_t num_chunks) {
-  DTR_INTERNAL_ASSERT(size >= 0 && num_chunks >= 1, "chunk_capacity({}, {})", size, num_chunks);
+  DTR_CHECK(size >= 0 && num_chunks >= 1, ValueError,
+            "chunk_capacity: cannot split a dim of length {} into {} chunks; the length must be >= 0 and the number "
+            "of chunks >= 1",
+            size, num_chunks);
   return (size + num_chunks - 1) / num_chunks;
 }
 
 ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index) {
-  DTR_INTERNAL_ASSERT(index >= 0 && index < num_chunks, "chunk {} of {}", index, num_chunks);
+  DTR_CHECK(index >= 0 && index < num_chunks, IndexError,
+            "chunk_range: chunk {} of a dim of length {} split into {} chunks; chunks run from 0 to {}", index, size,
+            num_chunks, num_chunks - 1);
   const int64_t capacity = chunk_capacity(size, num_chunks);
   const int64_t begin = std::min(size, index * capacity);
   const int64_t end = std::min(size, begin + capacity);

@@ -22,11 +22,13 @@ struct ChunkRange {
   friend bool operator==(const ChunkRange&, const ChunkRange&) = default;
 };
 
-// Chunk `index` (0 <= index < num_chunks) of a dim of length size >= 0.
+// Chunk `index` (0 <= index < num_chunks) of a dim of length size >= 0; IndexError for an
+// index outside the chunks, ValueError for a negative size or num_chunks < 1.
 ChunkRange chunk_range(int64_t size, int64_t num_chunks, int64_t index);
 
 // ceil(size / num_chunks): the length of a full chunk, to which collectives pad every
-// chunk so that all ranks of a group exchange equal-sized buffers.
+// chunk so that all ranks of a group exchange equal-sized buffers. ValueError unless
+// size >= 0 and num_chunks >= 1.
 int64_t chunk_capacity(int64_t size, int64_t num_chunks);
 
 // The chunks of a dim of length `size` sharded by several mesh dims in nesting order

@@ -107,7 +107,10 @@ int64_t DeviceMesh::local_rank(int64_t mesh_dim) const {
 }
 
 std::vector<int64_t> DeviceMesh::coordinate_at(int64_t index) const {
-  DTR_INTERNAL_ASSERT(index >= 0 && index < size(), "position {} in a mesh of {} ranks", index, size());
+  DTR_CHECK(index >= 0 && index < size(), IndexError,
+            "DeviceMesh.coordinate_at: position {} is outside {}; positions run from 0 to {} (row-major, one per "
+            "rank)",
+            index, to_string(), size() - 1);
   std::vector<int64_t> coord(shape_.size());
   for (int64_t d = ndim() - 1; d >= 0; --d) {
     coord[d] = index % shape_[d];

@@ -62,7 +62,8 @@ class DeviceMesh {
   // This process's index along one mesh dim (mesh.get_local_rank(mesh_dim)).
   int64_t local_rank(int64_t mesh_dim) const;
 
-  // The coordinate of the rank at row-major position `index` (0 <= index < size()).
+  // The coordinate of the rank at row-major position `index` (0 <= index < size()); IndexError
+  // naming the mesh otherwise.
   std::vector<int64_t> coordinate_at(int64_t index) const;
   // The coordinate of a global rank; ValueError if the rank is not in this mesh.
   std::vector<int64_t> coordinate_of(int64_t rank) const;

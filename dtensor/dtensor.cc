@@ -1,6 +1,7 @@
 #include "dtensor/dtensor.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "collectives/process_group.h"
 #include "dtensor/autograd.h"
@@ -126,7 +127,10 @@ DTensor DTensor::detach() const {
 int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
   DTR_CHECK(requires_grad(), ValueError, "register_hook: {} does not require grad; its gradient is never computed",
             to_string());
-  const int id = impl().next_hook_id++;
+  // Unique in the process: two outputs of one node keep their hooks apart on that node, and
+  // no other tensor's id can name one of this tensor's hooks.
+  static std::atomic<int> next_hook_id{0};
+  const int id = next_hook_id.fetch_add(1, std::memory_order_relaxed);
   if (impl().grad_fn) {
     impl().grad_fn->add_pre_hook(id, impl().output_nr, std::move(hook));
   } else {
@@ -137,7 +141,7 @@ int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
 
 void DTensor::remove_hook(int id) const {
   impl().hooks.erase(id);
-  if (impl().grad_fn) impl().grad_fn->remove_pre_hook(id);
+  if (impl().grad_fn) impl().grad_fn->remove_pre_hook(id, impl().output_nr);
 }
 
 void DTensor::register_post_accumulate_grad_hook(std::function<void(const DTensor&)> hook) const {

@@ -76,8 +76,12 @@ class DTensor {
   // A new tensor on the same data that no graph records.
   DTensor detach() const;
   // Calls hook(grad) whenever a gradient for this tensor is computed; a defined result
-  // replaces the gradient. Returns an id for remove_hook.
+  // replaces the gradient. Hooks run in the order they were registered. Returns an id for
+  // remove_hook, unique in the process.
   int register_hook(std::function<DTensor(const DTensor&)> hook) const;
+  // Removes this tensor's hook `id`: it is not called again, the tensor's other hooks still
+  // are. An id already removed, or one this tensor did not return, changes nothing (as
+  // PyTorch's RemovableHandle.remove() may be called twice).
   void remove_hook(int id) const;
   // Leaves only: calls hook(*this) after a gradient was accumulated into grad() (FSDP's
   // reduce-scatter trigger; torch's register_post_accumulate_grad_hook).

@@ -13,12 +13,18 @@ Placement Replicate() { return Placement(Placement::Kind::kReplicate, 0, ReduceO
 Placement Partial(ReduceOp op) { return Placement(Placement::Kind::kPartial, 0, op); }
 
 int64_t Placement::shard_dim() const {
-  DTR_INTERNAL_ASSERT(is_shard(), "shard_dim() of {}", repr());
+  DTR_CHECK(is_shard(), ValueError,
+            "Placement.shard_dim: {} is not a Shard placement; only Shard(dim) has a shard dim (test is_shard() "
+            "first)",
+            repr());
   return dim_;
 }
 
 ReduceOp Placement::reduce_op() const {
-  DTR_INTERNAL_ASSERT(is_partial(), "reduce_op() of {}", repr());
+  DTR_CHECK(is_partial(), ValueError,
+            "Placement.reduce_op: {} is not a Partial placement; only Partial(op) has a reduce op (test "
+            "is_partial() first)",
+            repr());
   return op_;
 }
 

@@ -33,9 +33,9 @@ class Placement {
   bool is_replicate() const { return kind_ == Kind::kReplicate; }
   bool is_partial() const { return kind_ == Kind::kPartial; }
   Kind kind() const { return kind_; }
-  // The sharded tensor dim; only for Shard.
+  // The sharded tensor dim; ValueError naming the placement unless it is a Shard.
   int64_t shard_dim() const;
-  // The reduction of the terms; only for Partial.
+  // The reduction of the terms; ValueError naming the placement unless it is a Partial.
   ReduceOp reduce_op() const;
 
   // PyTorch's repr: "Shard(dim=0)", "Replicate()", "Partial(sum)".

@@ -472,7 +472,9 @@ RedistributePlan::RedistributePlan(std::vector<DTensorSpec> sources, Placements 
       target_(std::move(target)),
       steps_(std::move(steps)),
       strategy_(std::move(strategy)) {
-  DTR_INTERNAL_ASSERT(!sources_.empty(), "a plan with no tensors");
+  DTR_CHECK(!sources_.empty(), ValueError,
+            "RedistributePlan: a plan to {} ({}) moves no tensors; give it at least one source spec",
+            placements_str(target_), strategy_);
 }
 
 int64_t RedistributePlan::num_collectives() const {
@@ -549,7 +551,8 @@ std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTenso
 }
 
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives) {
-  DTR_INTERNAL_ASSERT(!alternatives.empty(), "no plans to choose from");
+  DTR_CHECK(!alternatives.empty(), ValueError,
+            "best_plan_index: no plans to choose from; pass plan_alternatives' result, which holds at least one");
   size_t best = 0;
   for (size_t k = 1; k < alternatives.size(); ++k) {
     if (plan_cost(alternatives[k]) < plan_cost(alternatives[best])) best = k;

@@ -67,7 +67,7 @@ struct RedistributeStep {
 class RedistributePlan {
  public:
   // `strategy` says how the planner built the steps (the passes' orders, Shard -> Partial,
-  // merging), for explain_alternatives.
+  // merging), for explain_alternatives. ValueError when `sources` is empty.
   RedistributePlan(std::vector<DTensorSpec> sources, Placements target, std::vector<RedistributeStep> steps,
                    std::string strategy);
 
@@ -112,7 +112,7 @@ std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const
 std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTensorSpec> sources,
                                                           const Placements& target);
 
-// The index in `alternatives` of the plan plan_redistribute picks.
+// The index in `alternatives` of the plan plan_redistribute picks; ValueError when it is empty.
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives);
 
 // Every alternative with its steps and bytes, which one was chosen and why; with a cost

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "collectives/all_gather_json.h"
 #include "core/error.h"
 
 namespace dtr::checkpoint::internal {
@@ -16,6 +17,12 @@ nlohmann::json failure_json(std::exception_ptr error) {
     return {{"kind", "ValueError"}, {"message", e.what()}};
   } catch (const TypeError& e) {
     return {{"kind", "TypeError"}, {"message", e.what()}};
+  } catch (const IndexError& e) {
+    return {{"kind", "IndexError"}, {"message", e.what()}};
+  } catch (const NotImplementedError& e) {
+    return {{"kind", "NotImplementedError"}, {"message", e.what()}};
+  } catch (const InternalError& e) {
+    return {{"kind", "InternalError"}, {"message", e.what()}};
   } catch (const OSError& e) {
     // OSError appends ": <strerror>"; the receiving side's OSError appends it again.
     std::string message = e.what();
@@ -38,6 +45,9 @@ void raise_if_any_failed(const std::vector<nlohmann::json>& outcomes, std::excep
     const std::string message = fmt::format("{}: rank {} failed: {}", op, rank, e.value("message", ""));
     if (kind == "ValueError") throw ValueError(message);
     if (kind == "TypeError") throw TypeError(message);
+    if (kind == "IndexError") throw IndexError(message);
+    if (kind == "NotImplementedError") throw NotImplementedError(message);
+    if (kind == "InternalError") throw InternalError(message);
     if (kind == "OSError") throw OSError(e.value("errno", 0), message);
     throw Error(message);
   }
@@ -48,6 +58,12 @@ World world() {
   std::shared_ptr<ProcessGroup> group = default_group();
   const int rank = group->rank(), size = group->size();
   return {std::move(group), rank, size};
+}
+
+void raise_if_any_rank_failed(ProcessGroup* group, std::exception_ptr mine, std::string_view op) {
+  nlohmann::json outcome = nlohmann::json::object();
+  if (mine) outcome["error"] = failure_json(mine);
+  raise_if_any_failed(all_gather_json(group, outcome), mine, op);
 }
 
 }  // namespace dtr::checkpoint::internal

@@ -1,10 +1,13 @@
-// Shared failures: when one rank of a collective checkpoint step fails (a write error, a
-// corrupt chunk), every rank raises, so that none goes on to wait in a later collective.
+// Shared failures: when one rank of a collective step fails (a checkpoint's write error or
+// corrupt chunk, a full state dict file it cannot write or read), every rank raises, so
+// that none goes on to wait in a later collective.
 //
 // Each rank sends its outcome in the step's all_gather_json: {"error": failure_json(e)} when
 // it failed. raise_if_any_failed then rethrows a rank's own exception unchanged, and on the
-// other ranks throws the same kind (ValueError, TypeError, OSError with its errno, or Error)
-// with "<op>: rank <k> failed: <its message>", naming the lowest failed rank.
+// other ranks throws the same kind (ValueError, TypeError, IndexError, NotImplementedError,
+// OSError with its errno, InternalError, or Error) with "<op>: rank <k> failed: <its
+// message>", naming the lowest failed rank. raise_if_any_rank_failed is the whole protocol
+// for a step whose outcome carries nothing else.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -45,5 +48,9 @@ std::exception_ptr capture(nlohmann::json& outcome, F&& f) {
     return e;
   }
 }
+
+// Collective over `group` (null: a world of one): every rank calls it, with its own error or
+// null, and every rank throws when any failed (as raise_if_any_failed); else returns.
+void raise_if_any_rank_failed(ProcessGroup* group, std::exception_ptr mine, std::string_view op);
 
 }  // namespace dtr::checkpoint::internal

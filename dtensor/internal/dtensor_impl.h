@@ -27,7 +27,6 @@ struct DTensor::Impl {
   DTensor grad;
   std::optional<Placements> grad_placements;
   std::map<int, std::function<DTensor(const DTensor&)>> hooks;
-  int next_hook_id = 0;
   std::vector<std::function<void(const DTensor&)>> post_accumulate_hooks;
   std::weak_ptr<Node> grad_accumulator;  // the node gradients of this leaf flow into
 };

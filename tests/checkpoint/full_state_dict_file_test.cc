@@ -1,7 +1,7 @@
 // Full state dicts as files on real ranks: save_full_state_dict of a fully_shard-ed small
 // Transformer on 1, 2 and 3 ranks (uneven shards) loads with load_full_state_dict_file into a
 // fresh sharded model on every other world size (also with Shard(1) matrices, which read one
-// run per row) bit for bit, and with nn::load_file (the independent reader) under PyTorch's
+// run per row) bit for bit, and with safetensors::load_file (the independent reader) under PyTorch's
 // names; a non-zero rank's allocator peak stays within two full tensors of the largest entry
 // while saving and below its shard plus one tensor while loading. Hugging Face's layout
 // round-trips with several files and a correct index. Files PyTorch wrote
@@ -9,11 +9,14 @@
 // HuggingFaceStorageWriter) load with PyTorch's closed-form values; with
 // DTR_CHECKPOINT_INTEROP_DIR set, dtr's files (a full state dict, Hugging Face's layout and a
 // checkpoint::save directory written by 3 ranks) are left there for that script's --verify.
-// Truncated files, missing tensors, wrong shapes and dtypes are typed errors naming them.
+// Truncated files, missing tensors, wrong shapes and dtypes are typed errors naming them; a
+// failure on any rank (rank 0's write, another rank's read) is thrown on every rank with its
+// type, and a failed load changes no rank's module.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <type_traits>
 
 #include "checkpoint/full_state_dict.h"
 #include "checkpoint/full_state_dict_file.h"
@@ -123,7 +127,7 @@ TEST_CASE("save_full_state_dict on 1, 2 and 3 ranks loads on every world size, b
       INFO("peak extra " << extra << " bytes; largest entry " << largest << ", model " << total);
       if (rank != 0) CHECK(extra <= 2 * largest + 4096);  // a gather's buffer and its result
       // PyTorch's names and the values, through the independent reader.
-      check_same(load_file(file_for(dir, world)), expected, "nn::load_file of the saved file");
+      check_same(load_file(file_for(dir, world)), expected, "safetensors::load_file of the saved file");
       CHECK_FALSE(fs::exists(file_for(dir, world) + ".tmp"));
     });
   }
@@ -185,7 +189,7 @@ TEST_CASE("Hugging Face's sharded layout round-trips with several files and a co
     for (const std::string& name : names) CHECK(tensors.contains(name));
     all.insert(tensors.begin(), tensors.end());
   }
-  check_same(all, expected, "the files the index names, read with nn::load_file");
+  check_same(all, expected, "the files the index names, read with safetensors::load_file");
   for (int world : {1, 3}) {
     testing::run_ranks(world, [&](int, int world) {
       INFO("loaded on " << world << " ranks");
@@ -347,21 +351,100 @@ TEST_CASE("truncated files, missing tensors, wrong shapes and dtypes are typed e
   check_same(full_state_dict(*model), state, "after the failed loads");
 }
 
-TEST_CASE("when rank 0 cannot write, every rank throws instead of hanging", "[nn][full_state_dict_file]") {
+TEST_CASE("when rank 0 cannot write, every rank throws its error type instead of hanging",
+          "[nn][full_state_dict_file]") {
   const fs::path dir = testing::make_temp_dir("unwritable");
   testing::run_ranks(2, [&](int rank, int world) {
     const std::unique_ptr<Transformer> model = make_model(42, world);
     const std::string path = (dir / "no_such_dir" / "model.safetensors").string();
-    if (rank == 0) {
-      CHECK_THROWS_MATCHES(save_full_state_dict(*model, path), OSError, MessageContains(path));
-    } else {
-      CHECK_THROWS_MATCHES(save_full_state_dict(*model, path), Error,
-                           MessageContains("rank 0") && MessageContains(path));
+    try {
+      save_full_state_dict(*model, path);
+      FAIL("the save into a missing directory succeeded");
+    } catch (const OSError& e) {  // rank 0's own error; the other rank's names rank 0, with its errno
+      CHECK(e.error_number() == ENOENT);
+      CHECK_THAT(e.what(), Catch::Contains(path));
+      if (rank == 0) {
+        CHECK_THAT(e.what(), !Catch::Contains("failed:"));
+      } else {
+        CHECK_THAT(e.what(), Catch::Contains(fmt::format("save_full_state_dict '{}': rank 0 failed: ", path)));
+      }
     }
+    // Rank 0, which failed, left nothing in the directory (checked before the next save writes there).
+    if (rank == 0) CHECK(fs::is_empty(dir));
     // The group is still usable: the next save succeeds on every rank.
     save_full_state_dict(*model, (dir / "model.safetensors").string());
   });
   CHECK(load_file((dir / "model.safetensors").string()).size() == full_state_dict(*make_model(42, 0)).size());
+}
+
+// Every rank loads its own `file` into `model`, a bad one on some ranks: every rank throws E,
+// a rank whose file is bad its own error, the others one naming the lowest failed rank and
+// quoting its message (which names `bad_file`); and no rank's module changes.
+template <class E>
+void check_every_rank_throws(Module& model, const std::string& file, const std::string& good, int lowest_failed,
+                             const std::string& bad_file) {
+  INFO("loading " << file);
+  const TensorMap before = full_state_dict(model);
+  try {
+    load_full_state_dict_file(model, file);
+    FAIL("the load succeeded");
+  } catch (const E& e) {
+    CHECK_THAT(e.what(), Catch::Contains(bad_file));
+    if (file == good) {
+      CHECK_THAT(e.what(),
+                 Catch::Contains(fmt::format("load_full_state_dict_file '{}': rank {} failed: ", good, lowest_failed)));
+    } else {
+      CHECK_THAT(e.what(), !Catch::Contains("failed:"));
+    }
+    if constexpr (std::is_same_v<E, OSError>) CHECK(e.error_number() == ENOENT);
+  }
+  // A rank that read its blocks did not apply them.
+  check_same(full_state_dict(model), before, "after the failed load");
+}
+
+TEST_CASE("when a non-zero rank cannot read its blocks, every rank throws its error type and no module changes",
+          "[nn][full_state_dict_file]") {
+  const fs::path dir = testing::make_temp_dir("rank_fails_to_load");
+  const std::string good = (dir / "good.safetensors").string();
+  save_full_state_dict(*make_model(42, 0), good);
+  TensorMap reshaped = load_file(good), retyped = reshaped;
+  reshaped["norm.bias"] = Tensor::empty({3}, kFloat32);
+  retyped["norm.bias"] = retyped["norm.bias"].to(kFloat64);
+  const std::string reshaped_file = (dir / "reshaped.safetensors").string();
+  const std::string retyped_file = (dir / "retyped.safetensors").string();
+  const std::string absent = (dir / "absent.safetensors").string();
+  save_file(reshaped, reshaped_file);
+  save_file(retyped, retyped_file);
+  testing::run_ranks(3, [&](int rank, int world) {
+    const std::unique_ptr<Transformer> model = make_model(7, world);  // values other than the file's
+    // Rank 2 alone cannot open its file: an OSError on every rank, with its errno.
+    check_every_rank_throws<OSError>(*model, rank == 2 ? absent : good, good, 2, absent);
+    // Rank 1 finds a shape that differs (ValueError), rank 2 a dtype (TypeError): each throws
+    // its own, and rank 0 that of rank 1, the lowest.
+    if (rank == 2) {
+      check_every_rank_throws<TypeError>(*model, retyped_file, good, 1, retyped_file);
+    } else {
+      check_every_rank_throws<ValueError>(*model, rank == 1 ? reshaped_file : good, good, 1, reshaped_file);
+    }
+    // load_hf_checkpoint follows the same protocol (here through a directory's lone model.safetensors).
+    const fs::path lone = dir / "lone";
+    if (rank == 0) {
+      fs::create_directories(lone);
+      fs::copy_file(good, lone / "model.safetensors");
+    }
+    load_full_state_dict_file(*model, good);  // collective: the barrier after which `lone` is there
+    try {
+      load_hf_checkpoint(*model, rank == 1 ? (dir / "no_such_dir").string() : lone.string());
+      FAIL("load_hf_checkpoint succeeded");
+    } catch (const OSError& e) {
+      CHECK(e.error_number() == ENOENT);
+      CHECK_THAT(e.what(), Catch::Contains("no_such_dir") && Catch::Contains("holds neither"));
+      CHECK(Catch::Contains("rank 1 failed: ").match(e.what()) == (rank != 1));
+    }
+    // The group is still usable: every rank loads the good file.
+    load_full_state_dict_file(*model, good);
+    check_same(full_state_dict(*model), load_file(good), "loaded after the failures");
+  });
 }
 
 }  // namespace

@@ -131,7 +131,7 @@ TEST_CASE("CUDA allocator counts bytes; fill and cast match the CPU kernels", "[
     for (DType d : testing::kAllDTypes) {
       Tensor t = full({n}, 3.0, d, gpu);
       CHECK(memory_stats(gpu).bytes_in_use == before.bytes_in_use + static_cast<int64_t>(n * itemsize(d)));
-      check_equal(t, std::vector<double>(n, 3.0), fmt::format("cuda fill {} n={}", dtype_name(d), n));
+      check_equal(t, Shape{n}, std::vector<double>(n, 3.0), fmt::format("cuda fill {} n={}", dtype_name(d), n));
     }
   }
   CHECK(memory_stats(gpu).bytes_in_use == before.bytes_in_use);
@@ -192,7 +192,7 @@ TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocki
   CHECK(pinned.is_pinned());
   CHECK_FALSE(host.is_pinned());
   CHECK(pinned.pin_memory().storage().is_same(pinned.storage()));
-  check_equal(pinned, to_f64(host), "pin_memory keeps the values");
+  check_equal(pinned, host, "pin_memory keeps the values");
   CHECK_THROWS_MATCHES(zeros({2}, kFloat32, gpu).pin_memory(), ValueError,
                        testing::MessageContains("only CPU tensors are pinned"));
 
@@ -204,7 +204,7 @@ TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocki
   device.copy_(source);
   CHECK_FALSE(stream.query());  // queued behind the hold: the host did not wait
   fill_(source, -1.0);
-  check_equal(device, to_f64(host), "a host-to-device copy reads the source as it was");
+  check_equal(device, host, "a host-to-device copy reads the source as it was");
 
   // non_blocking from pinned memory: queued, and the block stays reserved after the
   // tensor is freed until the copy has run.
@@ -219,7 +219,7 @@ TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocki
   const Tensor next = host.pin_memory();  // the same size, while the copy is pending
   CHECK(next.storage().data() != block);
   stream.synchronize();
-  check_equal(device, to_f64(host), "a non-blocking copy from pinned memory");
+  check_equal(device, host, "a non-blocking copy from pinned memory");
   // Once the copy has run, the reserved block is free again: the next request of its size
   // needs no cudaHostAlloc.
   const int64_t host_allocs = pinned_host_allocator(0).stats().system_allocs;
@@ -232,12 +232,12 @@ TEST_CASE("pinned host memory: pin_memory, copies through staging and non-blocki
   back.copy_(device, /*non_blocking=*/true);
   CHECK_FALSE(stream.query());
   stream.synchronize();
-  check_equal(back, to_f64(host), "a non-blocking copy into pinned memory");
+  check_equal(back, host, "a non-blocking copy into pinned memory");
   // Blocking copies into pinned memory wait, whatever the stream holds.
   Tensor waited = zeros(host.shape()).pin_memory();
   hold(stream, 50);
   waited.copy_(device);
-  check_equal(waited, to_f64(host), "a blocking copy into pinned memory");
+  check_equal(waited, host, "a blocking copy into pinned memory");
 }
 
 TEST_CASE("device copies take any layout: transposes, slices, broadcasts, casts, into views", "[gpu]") {

@@ -1,8 +1,13 @@
 // The autograd engine on one rank: gradients accumulate (+=), no_grad records nothing,
 // detach cuts the graph, retain_graph keeps saved tensors, hooks see and replace
-// gradients, post-accumulate hooks fire on leaves, saved tensors are freed as backward
+// gradients and remove_hook removes one hook of one tensor (also of one output of a
+// two-output node), post-accumulate hooks fire on leaves, saved tensors are freed as backward
 // goes (memory falls), and errors name what went wrong.
 #include <catch2/catch.hpp>
+
+#include <span>
+#include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/trace.h"
@@ -80,6 +85,90 @@ TEST_CASE("tensor hooks see and may replace a gradient; post-accumulate hooks fi
   CHECK(seen == std::vector<double>{1, 1});
   CHECK(to_f64(x.grad().to_local()) == std::vector<double>{30, 30});
   CHECK(accumulated == 1);
+}
+
+TEST_CASE("remove_hook: a removed hook is not called, the tensor's others still are; a second removal does nothing",
+          "[autograd][hooks]") {
+  for (const bool on_leaf : {false, true}) {
+    INFO((on_leaf ? "a leaf's hooks (run by its accumulator)" : "a non-leaf's hooks (run by its node)"));
+    DTensor x = leaf(Tensor::from_vector<double>({1, 2}));
+    DTensor h = on_leaf ? x : mul(x, 3.0);
+    std::vector<std::string> calls;
+    const int a = h.register_hook([&](const DTensor&) {
+      calls.push_back("a");
+      return DTensor();
+    });
+    const int b = h.register_hook([&](const DTensor& g) {
+      calls.push_back("b");
+      return mul(g, 10.0);  // were it called, the gradient would be 10 times larger
+    });
+    const int c = h.register_hook([&](const DTensor&) {
+      calls.push_back("c");
+      return DTensor();
+    });
+    CHECK(a != b);
+    CHECK(b != c);
+    h.remove_hook(b);
+    const DTensor loss = sum(h);
+    loss.backward(DTensor(), RetainGraph::kYes);
+    CHECK(calls == std::vector<std::string>{"a", "c"});
+    const double slope = on_leaf ? 1.0 : 3.0;
+    CHECK(to_f64(x.grad().to_local()) == std::vector<double>{slope, slope});
+    // Removing it again, or an id this tensor never returned, changes nothing.
+    h.remove_hook(b);
+    h.remove_hook(c + 1000);
+    calls.clear();
+    loss.backward(DTensor(), RetainGraph::kYes);
+    CHECK(calls == std::vector<std::string>{"a", "c"});
+    // Removing the others leaves none.
+    h.remove_hook(a);
+    h.remove_hook(c);
+    calls.clear();
+    loss.backward();
+    CHECK(calls.empty());
+    CHECK(to_f64(x.grad().to_local()) == std::vector<double>{3 * slope, 3 * slope});
+  }
+}
+
+TEST_CASE("hooks on two outputs of one node are each called, and each removed alone", "[autograd][hooks]") {
+  DTensor x = leaf(Tensor::from_vector<double>({1, 2}));
+  std::vector<DTensor> outputs;
+  {
+    const NoGradGuard values_only;
+    outputs = {mul(x, 2.0), mul(x, 3.0)};
+  }
+  // One node, two outputs (as a coalesced redistribute makes): d(2x)/dx and d(3x)/dx.
+  record("two_outputs", std::span<const DTensor>(&x, 1), std::span<DTensor>(outputs),
+         [](const std::vector<DTensor>& g) { return std::vector<DTensor>{add(mul(g[0], 2.0), mul(g[1], 3.0))}; });
+  REQUIRE(outputs[0].grad_fn() == outputs[1].grad_fn());
+  int first = 0, second = 0;
+  const int id0 = outputs[0].register_hook([&](const DTensor&) {
+    ++first;
+    return DTensor();
+  });
+  const int id1 = outputs[1].register_hook([&](const DTensor&) {
+    ++second;
+    return DTensor();
+  });
+  const DTensor loss = add(sum(outputs[0]), sum(outputs[1]));
+  loss.backward(DTensor(), RetainGraph::kYes);
+  CHECK(first == 1);
+  CHECK(second == 1);
+  CHECK(to_f64(x.grad().to_local()) == std::vector<double>{5, 5});
+  // The other output's id removes nothing from this one.
+  outputs[0].remove_hook(id1);
+  loss.backward(DTensor(), RetainGraph::kYes);
+  CHECK(first == 2);
+  CHECK(second == 2);
+  // Each output's own id removes its hook alone.
+  outputs[1].remove_hook(id1);
+  loss.backward(DTensor(), RetainGraph::kYes);
+  CHECK(first == 3);
+  CHECK(second == 2);
+  outputs[0].remove_hook(id0);
+  loss.backward();
+  CHECK(first == 3);
+  CHECK(second == 2);
 }
 
 TEST_CASE("saved tensors are released as backward runs: memory falls", "[autograd][memory]") {

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <catch2/catch.hpp>
 
+#include "core/error.h"
 #include "dtensor/dtensor_spec.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
@@ -80,6 +81,17 @@ TEST_CASE("nested sharding: mesh dim 0 chunks first, mesh dim 1 chunks each piec
   // Left to right: 12 rows -> 6 per mesh dim 0 chunk -> 2 each (mesh dim 1 first would give offset 4).
   const DTensorSpec left(testing::make_mesh({2, 3}), {Shard(0), Shard(0)}, {12}, kFloat32);
   CHECK(left.local_box(std::vector<int64_t>{0, 1}).offset == Shape{2});
+}
+
+TEST_CASE("a chunk outside the split, or an impossible split, is the caller's error", "[chunking][errors]") {
+  using testing::MessageContains;
+  CHECK_THROWS_MATCHES(chunk_range(10, 4, 4), IndexError,
+                       MessageContains("chunk_range: chunk 4 of a dim of length 10 split into 4 chunks") &&
+                           MessageContains("from 0 to 3"));
+  CHECK_THROWS_AS(chunk_range(10, 4, -1), IndexError);
+  CHECK_THROWS_MATCHES(chunk_capacity(10, 0), ValueError,
+                       MessageContains("length 10 into 0 chunks") && MessageContains("chunks >= 1"));
+  CHECK_THROWS_AS(chunk_capacity(-1, 2), ValueError);
 }
 
 }  // namespace

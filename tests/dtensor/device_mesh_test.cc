@@ -124,6 +124,16 @@ TEST_CASE("mesh look-ups name the mesh and what is legal", "[device_mesh][errors
   CHECK_THROWS_MATCHES(mesh.size(2), IndexError, MessageContains("mesh dim 2 out of range"));
   CHECK_THROWS_MATCHES(mesh.coordinate_of(9), ValueError, MessageContains("rank 9 is not in DeviceMesh('cpu'"));
   CHECK_THROWS_MATCHES(mesh.rank_at(std::vector<int64_t>{0, 2}), IndexError, MessageContains("outside a mesh"));
+  // A position past the mesh is the caller's IndexError (not a dtr bug), naming the mesh and the legal range.
+  for (int64_t index : {4, -1}) {
+    INFO(index);
+    CHECK_THROWS_MATCHES(mesh.coordinate_at(index), IndexError,
+                         MessageContains(fmt::format("DeviceMesh.coordinate_at: position {} is outside "
+                                                     "DeviceMesh('cpu', [[0, 1], [2, 3]]",
+                                                     index)) &&
+                             MessageContains("from 0 to 3"));
+  }
+  CHECK(mesh.coordinate_at(3) == std::vector<int64_t>{1, 1});
   CHECK_THROWS_MATCHES(testing::make_mesh({4})["dp"], ValueError, MessageContains("no mesh dim named 'dp'"));
 }
 

@@ -74,19 +74,19 @@ TEST_CASE("layer_norm rules: rows stay sharded, parameter gradients are Partial(
     DTensor out = layer_norm(dx, {4}, dw, db, eps);
     CHECK(issued_collectives() == 0);
     CHECK(out.placements() == Placements{Shard(0)});
-    testing::check_close(out.full_tensor(), y, "layer_norm of S(0) rows");
+    testing::check_close(out.full_tensor(), x.shape(), y, "layer_norm of S(0) rows");
     out.backward(dg);
     CHECK(dw.grad().placements() == Placements{Partial()});
     CHECK(db.grad().placements() == Placements{Partial()});
-    testing::check_close(dw.grad().full_tensor(), grad_w, "grad_weight");
-    testing::check_equal(db.grad().full_tensor(), grad_b, "grad_bias (integer sums, exact)");
+    testing::check_close(dw.grad().full_tensor(), w.shape(), grad_w, "grad_weight");
+    testing::check_equal(db.grad().full_tensor(), b.shape(), grad_b, "grad_bias (integer sums, exact)");
     // The normalised dim sharded: gathered first, the value unchanged.
     DTensor cols = distribute_tensor(x, mesh, {Shard(1)});
     collective_counter().reset();
     reset_promised_collectives();
     DTensor out_cols = layer_norm(cols, {4}, dw.detach(), db.detach(), eps);
     CHECK(issued_collectives() == promised_collectives());
-    testing::check_close(out_cols.full_tensor(), y, "layer_norm of S(1) columns");
+    testing::check_close(out_cols.full_tensor(), x.shape(), y, "layer_norm of S(1) columns");
   });
 }
 

@@ -75,7 +75,7 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
     CHECK(std::abs(loss.item() - total / 4) <= 1e-12);
     loss.backward();
     CHECK(x.grad().placements() == Placements{Shard(0)});
-    testing::check_close(x.grad().full_tensor(), grad, "grad_logits");
+    testing::check_close(x.grad().full_tensor(), logits.shape(), grad, "grad_logits");
     // kSum needs no count: no communication at all.
     collective_counter().reset();
     CHECK(cross_entropy(x.detach(), y, -100, Reduction::kSum).placements() == Placements{Partial()});
@@ -91,7 +91,7 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
     for (int64_t n = 0; n < 5; ++n) {
       for (int64_t c = 0; c < 4 && t[n] != -100; ++c) exact[n * 4 + c] = (0.25 - (c == t[n] ? 1 : 0)) / 4;
     }
-    testing::check_equal(zero.grad().full_tensor(), exact, "grad_logits of zero logits");
+    testing::check_equal(zero.grad().full_tensor(), logits.shape(), exact, "grad_logits of zero logits");
     // Class-sharded logits are gathered first; the value is unchanged.
     DTensor cols = distribute_tensor(logits, mesh, {Shard(1)});
     CHECK(std::abs(cross_entropy(cols, y).item() - total / 4) <= 1e-12);
@@ -137,7 +137,7 @@ TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, c
       }
       CHECK(std::abs(loss.item() - total / 4) <= 1e-12);
       loss.backward();
-      testing::check_close(x.grad().full_tensor(), grad, "grad_logits");
+      testing::check_close(x.grad().full_tensor(), logits.shape(), grad, "grad_logits");
     }
   });
 }

@@ -159,11 +159,11 @@ inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int ma
       if (x.requires_grad()) x.set_grad({});
     }
     const OpResult r = run_op(c, inputs, w);
-    check_close(r.output, to_f64(reference.output), Tolerance{c.atol, c.rtol}, what + ": output");
+    check_close(r.output, reference.output, Tolerance{c.atol, c.rtol}, what + ": output");
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (!reference.grads[i].defined()) continue;
       REQUIRE(r.grads[i].defined());
-      check_close(r.grads[i], to_f64(reference.grads[i]), Tolerance{c.atol, c.rtol},
+      check_close(r.grads[i], reference.grads[i], Tolerance{c.atol, c.rtol},
                   what + ": gradient of input " + std::to_string(i));
     }
   }

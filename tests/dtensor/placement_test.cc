@@ -29,13 +29,48 @@ TEST_CASE("placements are values: ==, hash, kind queries", "[placement]") {
   CHECK_FALSE(Replicate().is_shard());
   CHECK(Partial(ReduceOp::kMax).is_partial());
   CHECK(Partial(ReduceOp::kMax).reduce_op() == ReduceOp::kMax);
-  CHECK_THROWS_AS(Replicate().shard_dim(), InternalError);
 
   const std::unordered_set<Placement> set = {
       Shard(0), Shard(0), Shard(1), Replicate(), Partial(), Partial(), Partial(ReduceOp::kMin)};
   CHECK(set.size() == 5);
   CHECK(set.count(Shard(1)) == 1);
-  CHECK(std::hash<Placement>{}(Shard(3)) == std::hash<Placement>{}(Shard(3)));
+}
+
+TEST_CASE("equal placements hash equal; the distinct ones the suite uses hash apart", "[placement]") {
+  const std::hash<Placement> hash;
+  const std::vector<Placement> distinct = {Shard(0),
+                                           Shard(1),
+                                           Shard(2),
+                                           Shard(3),
+                                           Shard(-1),
+                                           Replicate(),
+                                           Partial(ReduceOp::kSum),
+                                           Partial(ReduceOp::kAvg),
+                                           Partial(ReduceOp::kMax),
+                                           Partial(ReduceOp::kMin)};
+  for (const Placement& a : distinct) {
+    INFO(a.repr());
+    // The same value made another way: parsed back from its short and long forms.
+    CHECK(hash(parse_placement(a.str())) == hash(a));
+    CHECK(hash(parse_placement(a.repr())) == hash(a));
+    for (const Placement& b : distinct) {
+      INFO("vs " << b.repr());
+      if (a != b) CHECK(hash(a) != hash(b));
+    }
+  }
+  CHECK(hash(Partial()) == hash(Partial(ReduceOp::kSum)));
+}
+
+TEST_CASE("shard_dim and reduce_op of the wrong kind are the caller's ValueError", "[placement][errors]") {
+  // A caller's mistake, not a dtr bug: the message names the op and the placement, and says what has one.
+  CHECK_THROWS_MATCHES(Replicate().shard_dim(), ValueError,
+                       MessageContains("Placement.shard_dim: Replicate() is not a Shard placement") &&
+                           MessageContains("only Shard(dim) has a shard dim"));
+  CHECK_THROWS_MATCHES(Partial(ReduceOp::kAvg).shard_dim(), ValueError, MessageContains("Partial(avg)"));
+  CHECK_THROWS_MATCHES(Shard(1).reduce_op(), ValueError,
+                       MessageContains("Placement.reduce_op: Shard(dim=1) is not a Partial placement") &&
+                           MessageContains("only Partial(op) has a reduce op"));
+  CHECK_THROWS_MATCHES(Replicate().reduce_op(), ValueError, MessageContains("Replicate()"));
 }
 
 TEST_CASE("repr and short form follow PyTorch", "[placement]") {

@@ -125,10 +125,10 @@ TEST_CASE("view and shape ops: values against index loops", "[dtensor][ops]") {
       for (int64_t k = 1; k < 3; ++k) joined.push_back(at(i, j, k));
     }
   }
-  testing::check_equal(permute(d, {2, 0, 1}).to_local(), permuted, "permute");
-  testing::check_equal(narrow(d, 1, 1, 3).to_local(), narrowed, "narrow");
-  testing::check_equal(cat({d, narrow(d, 2, 1, 2)}, 2).to_local(), joined, "cat");
-  testing::check_equal(reshape(d, {10, 4}).to_local(), v, "reshape");
+  testing::check_equal(permute(d, {2, 0, 1}).to_local(), Shape{4, 2, 5}, permuted, "permute");
+  testing::check_equal(narrow(d, 1, 1, 3).to_local(), Shape{2, 3, 4}, narrowed, "narrow");
+  testing::check_equal(cat({d, narrow(d, 2, 1, 2)}, 2).to_local(), Shape{2, 5, 6}, joined, "cat");
+  testing::check_equal(reshape(d, {10, 4}).to_local(), Shape{10, 4}, v, "reshape");
   const DTensor y = reshape(d, {4, -1, 5});
   CHECK(y.shape() == Shape{4, 2, 5});
   const std::vector<DTensor> pieces = chunk(d, 4, 1);  // sizes 2, 2, 1
@@ -156,18 +156,18 @@ TEST_CASE("view and shape ops keep shards that stay whole, without communication
     CHECK(narrowed.placements() == Placements{Shard(0)});
     CHECK(pieces[1].placements() == Placements{Shard(0)});
     CHECK(permuted.placements() == Placements{Shard(0)});
-    testing::check_equal(merged.full_tensor(), testing::to_f64(m), "reshape [4, 6] -> [24]");
-    testing::check_equal(split_cols.full_tensor(), testing::to_f64(m), "view [4, 6] -> [4, 2, 3]");
+    testing::check_equal(merged.full_tensor(), m.reshape({24}), "reshape [4, 6] -> [24]");
+    testing::check_equal(split_cols.full_tensor(), m.view({4, 2, 3}), "view [4, 6] -> [4, 2, 3]");
     // [5, 3] S(0) -> [15]: rows 0:3 are elements 0:9 but chunk 0 of 15 is 0:8, so the
     // shard is gathered first (never silently wrong).
     const DTensor uneven = distribute_tensor(a, mesh, {Shard(0)});
     collective_counter().reset();
     const DTensor flat = reshape(uneven, {15});
     CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);
-    testing::check_equal(flat.full_tensor(), testing::to_f64(a), "reshape [5, 3] -> [15]");
+    testing::check_equal(flat.full_tensor(), a.reshape({15}), "reshape [5, 3] -> [15]");
     // Narrowing or cutting the sharded dim gathers it first.
     collective_counter().reset();
-    testing::check_equal(narrow(rows, 0, 1, 2).full_tensor(), testing::to_f64(m.narrow(0, 1, 2)), "narrow dim 0");
+    testing::check_equal(narrow(rows, 0, 1, 2).full_tensor(), m.narrow(0, 1, 2), "narrow dim 0");
     CHECK(collective_counter().calls(CollectiveKind::kAllGather) >= 1);
   });
 }
@@ -181,7 +181,7 @@ TEST_CASE("reshape keeps nested shards on a 2x2 mesh when every rank's box stays
     const DTensor flat = reshape(nested, {24});
     CHECK(collective_counter().snapshot().empty());
     CHECK(flat.placements() == Placements{Shard(0), Shard(0)});
-    testing::check_equal(flat.full_tensor(), testing::to_f64(m), "nested reshape");
+    testing::check_equal(flat.full_tensor(), m.reshape({24}), "nested reshape");
   });
 }
 

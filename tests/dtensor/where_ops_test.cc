@@ -72,17 +72,17 @@ TEST_CASE("where, masked_fill and comparisons: values and gradients known exactl
   a.requires_grad_();
   b.requires_grad_();
   const DTensor y = where(on_one_rank(cond), a, b);
-  testing::check_equal(y.to_local(), {1, -2, -3, 4}, "where");
+  testing::check_equal(y.to_local(), Shape{4}, {1, -2, -3, 4}, "where");
   y.backward(on_one_rank(Tensor::from_vector<double>({10, 20, 30, 40}, {4})));
-  testing::check_equal(a.grad().to_local(), {10, 0, 0, 40}, "where: gradient of a");
-  testing::check_equal(b.grad().to_local(), {0, 20, 30, 0}, "where: gradient of b");
+  testing::check_equal(a.grad().to_local(), Shape{4}, {10, 0, 0, 40}, "where: gradient of a");
+  testing::check_equal(b.grad().to_local(), Shape{4}, {0, 20, 30, 0}, "where: gradient of b");
   a.set_grad({});
   masked_fill(a, on_one_rank(cond), 7.0).backward(on_one_rank(Tensor::from_vector<double>({1, 1, 1, 1}, {4})));
-  testing::check_equal(masked_fill(a, on_one_rank(cond), 7.0).to_local(), {7, 2, 3, 7}, "masked_fill");
-  testing::check_equal(a.grad().to_local(), {0, 1, 1, 0}, "masked_fill: gradient");
-  testing::check_equal(le(a, 2.0).to_local(), {1, 1, 0, 0}, "le scalar");
-  testing::check_equal(ne(a, neg(b)).to_local(), {0, 0, 0, 0}, "ne");
-  testing::check_equal(logical_not(on_one_rank(cond)).to_local(), {0, 1, 1, 0}, "logical_not");
+  testing::check_equal(masked_fill(a, on_one_rank(cond), 7.0).to_local(), Shape{4}, {7, 2, 3, 7}, "masked_fill");
+  testing::check_equal(a.grad().to_local(), Shape{4}, {0, 1, 1, 0}, "masked_fill: gradient");
+  testing::check_equal(le(a, 2.0).to_local(), Shape{4}, {1, 1, 0, 0}, "le scalar");
+  testing::check_equal(ne(a, neg(b)).to_local(), Shape{4}, {0, 0, 0, 0}, "ne");
+  testing::check_equal(logical_not(on_one_rank(cond)).to_local(), Shape{4}, {0, 1, 1, 0}, "logical_not");
 }
 
 TEST_CASE("Partial inputs: where and masked_fill keep the exact cases, comparisons reduce first", "[dtensor][ops]") {
@@ -98,16 +98,16 @@ TEST_CASE("Partial inputs: where and masked_fill keep the exact cases, compariso
     CHECK(collective_counter().snapshot().empty());
     CHECK(w.placements() == Placements{Partial()});
     CHECK(f.placements() == Placements{Partial()});
-    testing::check_equal(w.full_tensor(), testing::to_f64(mul(where(m, a, b), 2.0)), "where of Partials");
-    testing::check_equal(f.full_tensor(), testing::to_f64(mul(masked_fill(a, m, 0.0), 2.0)), "masked_fill 0");
+    testing::check_equal(w.full_tensor(), mul(where(m, a, b), 2.0), "where of Partials");
+    testing::check_equal(f.full_tensor(), mul(masked_fill(a, m, 0.0), 2.0), "masked_fill 0");
     // A value other than 0 on P(sum) would be counted once per rank: reduced first.
     const DTensor g = masked_fill(pa, mask, 3.0);
     CHECK_FALSE(g.placements()[0].is_partial());
-    testing::check_equal(g.full_tensor(), testing::to_f64(masked_fill(mul(a, 2.0), m, 3.0)), "masked_fill 3");
+    testing::check_equal(g.full_tensor(), masked_fill(mul(a, 2.0), m, 3.0), "masked_fill 3");
     // Comparisons need the real value.
     const DTensor c = gt(pa, 1.0);
     CHECK_FALSE(c.placements()[0].is_partial());
-    testing::check_equal(c.full_tensor(), testing::to_f64(gt(mul(a, 2.0), 1.0)), "gt of a Partial");
+    testing::check_equal(c.full_tensor(), gt(mul(a, 2.0), 1.0), "gt of a Partial");
   });
 }
 

@@ -32,13 +32,14 @@ Shape concat(Shape lead, std::initializer_list<int64_t> tail) {
 }
 
 struct Composed {
-  std::vector<double> out, lse, grad_q, grad_k, grad_v;
+  Tensor out, lse, grad_q, grad_k, grad_v;  // float64, in the inputs' leading dims
 };
 
 // The op written with the unfused kernels, in float64 on [B, T, E] views of the inputs' values.
 Composed composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out, bool causal, double scale,
                   int64_t offset) {
   const int64_t tq = q.size(-2), tk = k.size(-2), e = q.size(-1), ev = v.size(-1);
+  const Shape lead(q.shape().begin(), q.shape().end() - 2);
   const int64_t b = q.numel() == 0 ? 0 : q.numel() / (tq * e);
   const Tensor qd = q.to(kFloat64).reshape({b, tq, e}), kd = k.to(kFloat64).reshape({b, tk, e}),
                vd = v.to(kFloat64).reshape({b, tk, ev}), gd = grad_out.to(kFloat64).reshape({b, tq, ev});
@@ -51,14 +52,14 @@ Composed composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   }
   const Tensor p = softmax(scores, -1);
   Composed c;
-  c.out = to_f64(bmm(p, vd));
+  c.out = bmm(p, vd).reshape(concat(lead, {tq, ev}));
   // lse = s_0 - log_softmax(s)_0: key 0 is seen by every row.
-  c.lse = to_f64(sub(scores.select(-1, 0), log_softmax(scores, -1).select(-1, 0)));
-  const Tensor dp = bmm(gd, vd.transpose(1, 2));               // [B, Tq, Tk]
-  const Tensor ds = softmax_backward(dp, p, -1);               // [B, Tq, Tk]
-  c.grad_q = to_f64(mul(bmm(ds, kd), scale));                  // [B, Tq, E]
-  c.grad_k = to_f64(mul(bmm(ds.transpose(1, 2), qd), scale));  // [B, Tk, E]
-  c.grad_v = to_f64(bmm(p.transpose(1, 2), gd));               // [B, Tk, Ev]
+  c.lse = sub(scores.select(-1, 0), log_softmax(scores, -1).select(-1, 0)).reshape(concat(lead, {tq}));
+  const Tensor dp = bmm(gd, vd.transpose(1, 2));                          // [B, Tq, Tk]
+  const Tensor ds = softmax_backward(dp, p, -1);                          // [B, Tq, Tk]
+  c.grad_q = mul(bmm(ds, kd), scale).reshape(q.shape());                  // [B, Tq, E]
+  c.grad_k = mul(bmm(ds.transpose(1, 2), qd), scale).reshape(k.shape());  // [B, Tk, E]
+  c.grad_v = bmm(p.transpose(1, 2), gd).reshape(v.shape());               // [B, Tk, Ev]
   return c;
 }
 
@@ -149,7 +150,8 @@ TEST_CASE("attention of large logits stays finite and accurate", "[attention]") 
       const Tensor g = random_normal(concat(c.lead, {c.tq, c.ev}), d, seed + 3);
       const Composed ref = composed(q, k, v, g, c.causal, 40.0, c.offset);
       const AttentionOutput r = attention(q, k, v, c.causal, 40.0, c.offset);
-      REQUIRE(*std::max_element(ref.lse.begin(), ref.lse.end()) > 100.0);
+      const std::vector<double> lse = to_f64(ref.lse);
+      REQUIRE(*std::max_element(lse.begin(), lse.end()) > 100.0);
       check_close(r.out, ref.out, "large-logit out " + what);
       check_close(r.lse, ref.lse, lse_tolerance(d), "large-logit lse " + what);
       const AttentionGrads gr = attention_backward(g, q, k, v, r.out, r.lse, c.causal, 40.0, c.offset);
@@ -160,9 +162,9 @@ TEST_CASE("attention of large logits stays finite and accurate", "[attention]") 
       // times the scale 40 and |k| ~ 3, reaches ~4e-5.
       Tolerance tol = grad_tolerance(d);
       if (d != kFloat64) tol.atol = std::max(tol.atol, 1e-4);
-      check_close(gr.grad_q, to_f64(exact.grad_q), tol, "large-logit grad_q " + what);
-      check_close(gr.grad_k, to_f64(exact.grad_k), tol, "large-logit grad_k " + what);
-      check_close(gr.grad_v, to_f64(exact.grad_v), tol, "large-logit grad_v " + what);
+      check_close(gr.grad_q, exact.grad_q, tol, "large-logit grad_q " + what);
+      check_close(gr.grad_k, exact.grad_k, tol, "large-logit grad_k " + what);
+      check_close(gr.grad_v, exact.grad_v, tol, "large-logit grad_v " + what);
       if (d == kFloat64) check_close(gr.grad_q, ref.grad_q, grad_tolerance(d), "large-logit composed " + what);
     }
   }
@@ -181,16 +183,16 @@ TEST_CASE("attention takes non-contiguous inputs", "[attention]") {
     const double scale = 0.3;
     const AttentionOutput r = attention(q, k, v, true, scale, 8);
     const AttentionOutput rc = attention(q.contiguous(), k.contiguous(), v.contiguous(), true, scale, 8);
-    check_equal(r.out, to_f64(rc.out), "non-contiguous out");
-    check_equal(r.lse, to_f64(rc.lse), "non-contiguous lse");
+    check_equal(r.out, rc.out, "non-contiguous out");
+    check_equal(r.lse, rc.lse, "non-contiguous lse");
     const Composed ref = composed(q, k, v, g, true, scale, 8);
     check_close(r.out, ref.out, fmt::format("{} transposed q out", dtype_name(d)));
     const AttentionGrads gr = attention_backward(g, q, k, v, testing::strided_copy(r.out), r.lse, true, scale, 8);
     const AttentionGrads gc = attention_backward(g.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), rc.out,
                                                  rc.lse, true, scale, 8);
-    check_equal(gr.grad_q, to_f64(gc.grad_q), "non-contiguous grad_q");
-    check_equal(gr.grad_k, to_f64(gc.grad_k), "non-contiguous grad_k");
-    check_equal(gr.grad_v, to_f64(gc.grad_v), "non-contiguous grad_v");
+    check_equal(gr.grad_q, gc.grad_q, "non-contiguous grad_q");
+    check_equal(gr.grad_k, gc.grad_k, "non-contiguous grad_k");
+    check_equal(gr.grad_v, gc.grad_v, "non-contiguous grad_v");
     check_close(gr.grad_q, ref.grad_q, grad_tolerance(d), "transposed q grad_q");
   }
 }
@@ -211,11 +213,12 @@ TEST_CASE("attention with equal scores averages the visible values exactly", "[a
       lse.push_back(std::log(n));
     }
     const AttentionOutput r = attention(q, k, v, true, 0.5, offset);
-    check_equal(r.out, out, fmt::format("{} equal scores, causal", dtype_name(d)));
-    check_close(r.lse, lse, lse_tolerance(d), "lse of equal scores");
+    check_equal(r.out, Shape{tq, 2}, out, fmt::format("{} equal scores, causal", dtype_name(d)));
+    check_close(r.lse, Shape{tq}, lse, lse_tolerance(d), "lse of equal scores");
     std::vector<double> mean_all;
     for (int64_t i = 0; i < tq; ++i) mean_all.insert(mean_all.end(), {(tk - 1) / 2.0, tk - 1.0});
-    check_equal(attention(q, k, v, false, 0.5).out, mean_all, fmt::format("{} equal scores", dtype_name(d)));
+    check_equal(attention(q, k, v, false, 0.5).out, Shape{tq, 2}, mean_all,
+                fmt::format("{} equal scores", dtype_name(d)));
   }
 }
 
@@ -248,7 +251,8 @@ TEST_CASE("attention_backward equals a central finite difference of the float64 
         p[i] = saved;
         numeric.push_back((up - down) / (2 * h));
       }
-      check_close(grad, numeric, Tolerance{1e-7, 1e-6}, fmt::format("{} finite difference, causal {}", name, causal));
+      check_close(grad, x->shape(), numeric, Tolerance{1e-7, 1e-6},
+                  fmt::format("{} finite difference, causal {}", name, causal));
     }
   }
 }
@@ -263,8 +267,8 @@ TEST_CASE("attention with no query rows or an empty batch gives empty outputs", 
     CHECK(r.lse.shape() == concat(lead, {tq}));
     const AttentionGrads g = attention_backward(Tensor::empty(r.out.shape()), q, k, v, r.out, r.lse, true, 1.0);
     CHECK(g.grad_q.shape() == q.shape());
-    check_equal(g.grad_k, std::vector<double>(k.numel(), 0.0), "grad_k without queries");
-    check_equal(g.grad_v, std::vector<double>(v.numel(), 0.0), "grad_v without queries");
+    check_equal(g.grad_k, zeros(k.shape(), kFloat64), "grad_k without queries");
+    check_equal(g.grad_v, zeros(v.shape(), kFloat64), "grad_v without queries");
   }
 }
 

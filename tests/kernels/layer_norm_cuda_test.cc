@@ -31,18 +31,18 @@ void check_layer_norm(const Tensor& x, const Shape& normalized, const std::optio
   const Tensor grad_y = random_tensor(x.shape(), x.dtype(), 99, -1, 1);
   const LayerNormOutput cpu = layer_norm(x, normalized, w, b);
   const LayerNormOutput gpu = layer_norm(x.to(kGpu), normalized, on_gpu(w), on_gpu(b));
-  check_close(gpu.y, to_f64(cpu.y), what + " y");
-  check_close(gpu.mean, to_f64(cpu.mean), what + " mean");
-  check_close(gpu.rstd, to_f64(cpu.rstd), what + " rstd");
+  check_close(gpu.y, cpu.y, what + " y");
+  check_close(gpu.mean, cpu.mean, what + " mean");
+  check_close(gpu.rstd, cpu.rstd, what + " rstd");
   const LayerNormGrads cg = layer_norm_backward(grad_y, x, cpu.mean, cpu.rstd, w);
   const LayerNormGrads gg = layer_norm_backward(grad_y.to(kGpu), x.to(kGpu), gpu.mean, gpu.rstd, on_gpu(w));
   // Sums over every row: the tolerance grows with their number.
   const double rows = static_cast<double>(cpu.mean.numel());
   const testing::Tolerance sums{testing::tolerance_for(x.dtype()).atol * std::sqrt(rows),
                                 testing::tolerance_for(x.dtype()).rtol * std::sqrt(rows)};
-  check_close(gg.grad_x, to_f64(cg.grad_x), what + " grad_x");
-  check_close(gg.grad_weight, to_f64(cg.grad_weight), sums, what + " grad_weight");
-  check_close(gg.grad_bias, to_f64(cg.grad_bias), sums, what + " grad_bias");
+  check_close(gg.grad_x, cg.grad_x, what + " grad_x");
+  check_close(gg.grad_weight, cg.grad_weight, sums, what + " grad_weight");
+  check_close(gg.grad_bias, cg.grad_bias, sums, what + " grad_bias");
   const LayerNormGrads again = layer_norm_backward(grad_y.to(kGpu), x.to(kGpu), gpu.mean, gpu.rstd, on_gpu(w));
   CHECK(to_f64(again.grad_weight) == to_f64(gg.grad_weight));
   CHECK(to_f64(again.grad_bias) == to_f64(gg.grad_bias));

@@ -41,7 +41,7 @@ void check_matmul(const Tensor& a, const Tensor& b, const Tensor& ga, const Tens
   const Tensor expected = matmul(a, b);
   const Tensor got = matmul(ga, gb);
   REQUIRE(got.device() == kGpu);
-  check_close(got, to_f64(expected), tolerance(a.dtype(), a.size(1)), what);
+  check_close(got, expected, tolerance(a.dtype(), a.size(1)), what);
 }
 
 TEST_CASE("CUDA matmul matches the CPU in every floating dtype and shape", "[gpu]") {
@@ -63,24 +63,24 @@ TEST_CASE("CUDA matmul matches the CPU in every floating dtype and shape", "[gpu
 
 TEST_CASE("CUDA bmm: batches, a broadcast batch, strided views copied, K = 0, TF32", "[gpu]") {
   const Tensor a = random_tensor({6, 33, 17}, kFloat32, 1), b = random_tensor({6, 17, 9}, kFloat32, 2);
-  check_close(bmm(a.to(kGpu), b.to(kGpu)), to_f64(bmm(a, b)), tolerance(kFloat32, 17), "bmm");
+  check_close(bmm(a.to(kGpu), b.to(kGpu)), bmm(a, b), tolerance(kFloat32, 17), "bmm");
   // The same right operand for every batch: stride 0, no copy.
   const Tensor shared = random_tensor({1, 17, 9}, kFloat32, 3);
-  check_close(bmm(a.to(kGpu), shared.to(kGpu).expand({6, 17, 9})), to_f64(bmm(a, shared.expand({6, 17, 9}))),
+  check_close(bmm(a.to(kGpu), shared.to(kGpu).expand({6, 17, 9})), bmm(a, shared.expand({6, 17, 9})),
               tolerance(kFloat32, 17), "broadcast batch");
   // Every other column: neither stride is 1, so the operand is copied first.
   const Tensor wide = random_tensor({33, 34}, kFloat32, 4), right = random_tensor({17, 5}, kFloat32, 5);
   const Tensor cols = wide.slice(1, 0, 34, 2);
-  check_close(matmul(wide.to(kGpu).slice(1, 0, 34, 2), right.to(kGpu)), to_f64(matmul(cols, right)),
-              tolerance(kFloat32, 17), "strided columns");
+  check_close(matmul(wide.to(kGpu).slice(1, 0, 34, 2), right.to(kGpu)), matmul(cols, right), tolerance(kFloat32, 17),
+              "strided columns");
   const Tensor none = matmul(zeros({4, 0}, kFloat32, kGpu), zeros({0, 3}, kFloat32, kGpu));
-  testing::check_equal(none, std::vector<double>(12, 0.0), "K = 0");
+  testing::check_equal(none, Shape{4, 3}, std::vector<double>(12, 0.0), "K = 0");
   // TF32: products of 10-bit mantissas, accumulated in float32.
   const Tensor x = random_tensor({256, 512}, kFloat32, 6), y = random_tensor({512, 128}, kFloat32, 7);
   set_matmul_allow_tf32(true);
   const Tensor tf32 = matmul(x.to(kGpu), y.to(kGpu));
   set_matmul_allow_tf32(false);
-  check_close(tf32, to_f64(matmul(x, y)), {2e-2, 2e-2}, "tf32");
+  check_close(tf32, matmul(x, y), {2e-2, 2e-2}, "tf32");
 }
 
 // The epilogue's tolerance: the product's, and for the GELU cuBLASLt's own float32 tanh
@@ -98,16 +98,16 @@ void check_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, con
   for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGeluTanh}) {
     const Tensor got = matmul_bias(ga, gb, gbias, e);
     REQUIRE(got.device() == kGpu);
-    check_close(got, to_f64(matmul_bias(a, b, bias, e)), epilogue_tolerance(a.dtype(), k, e),
+    check_close(got, matmul_bias(a, b, bias, e), epilogue_tolerance(a.dtype(), k, e),
                 what + (e == Epilogue::kBias ? ", bias" : ", bias + gelu"));
   }
   const MatmulBiasGelu expected = matmul_bias_gelu(a, b, bias);
   const MatmulBiasGelu got = matmul_bias_gelu(ga, gb, gbias);
   REQUIRE(got.pre.shape() == expected.pre.shape());
   CHECK(got.pre.stride(-2) % 8 == 0);  // cuBLASLt's aux rows: a multiple of 8 apart
-  check_close(got.out, to_f64(expected.out), epilogue_tolerance(a.dtype(), k, Epilogue::kBiasGeluTanh),
+  check_close(got.out, expected.out, epilogue_tolerance(a.dtype(), k, Epilogue::kBiasGeluTanh),
               what + ", matmul_bias_gelu out");
-  check_close(got.pre, to_f64(expected.pre), tolerance(a.dtype(), k), what + ", matmul_bias_gelu pre");
+  check_close(got.pre, expected.pre, tolerance(a.dtype(), k), what + ", matmul_bias_gelu pre");
 }
 
 TEST_CASE("CUDA matmul_bias epilogues match the CPU at transformer and odd shapes", "[gpu]") {
@@ -169,15 +169,15 @@ TEST_CASE("CUDA matmul_bias: misaligned operands, a folded batch, K = 0, TF32", 
     const Tensor a3 = random_tensor({2, 5, 40}, d, 605);
     const Tensor y3 = matmul_bias(a3.to(kGpu), b.to(kGpu), bias.contiguous().to(kGpu));
     REQUIRE(y3.shape() == Shape{2, 5, 24});
-    check_close(y3, to_f64(matmul_bias(a3, b, bias.contiguous())), tolerance(d, 40), "folded batch");
+    check_close(y3, matmul_bias(a3, b, bias.contiguous()), tolerance(d, 40), "folded batch");
     // K = 0: the bias alone (and its GELU).
     const Tensor none_a = zeros({4, 0}, d, kGpu), none_b = zeros({0, 24}, d, kGpu);
     const Tensor cpu_bias = bias.contiguous();
-    check_close(matmul_bias(none_a, none_b, cpu_bias.to(kGpu)), to_f64(cpu_bias.unsqueeze(0).expand({4, 24})),
-                {0.0, 0.0}, "K = 0");
+    check_close(matmul_bias(none_a, none_b, cpu_bias.to(kGpu)), cpu_bias.unsqueeze(0).expand({4, 24}), {0.0, 0.0},
+                "K = 0");
     const MatmulBiasGelu g = matmul_bias_gelu(none_a, none_b, cpu_bias.to(kGpu));
-    check_close(g.pre, to_f64(cpu_bias.unsqueeze(0).expand({4, 24})), {0.0, 0.0}, "K = 0, pre");
-    check_close(g.out, to_f64(gelu(cpu_bias, GeluApproximation::kTanh).unsqueeze(0).expand({4, 24})), tolerance(d, 1),
+    check_close(g.pre, cpu_bias.unsqueeze(0).expand({4, 24}), {0.0, 0.0}, "K = 0, pre");
+    check_close(g.out, gelu(cpu_bias, GeluApproximation::kTanh).unsqueeze(0).expand({4, 24}), tolerance(d, 1),
                 "K = 0, gelu");
   }
   const Tensor x = random_tensor({256, 512}, kFloat32, 606), y = random_tensor({512, 128}, kFloat32, 607, -0.05, 0.05);
@@ -185,7 +185,7 @@ TEST_CASE("CUDA matmul_bias: misaligned operands, a folded batch, K = 0, TF32", 
   set_matmul_allow_tf32(true);
   const Tensor tf32 = matmul_bias(x.to(kGpu), y.to(kGpu), bias.to(kGpu), Epilogue::kBiasGeluTanh);
   set_matmul_allow_tf32(false);
-  check_close(tf32, to_f64(matmul_bias(x, y, bias, Epilogue::kBiasGeluTanh)), {2e-2, 2e-2}, "tf32 bias + gelu");
+  check_close(tf32, matmul_bias(x, y, bias, Epilogue::kBiasGeluTanh), {2e-2, 2e-2}, "tf32 bias + gelu");
 }
 
 TEST_CASE("CUDA matmul errors name the operands", "[gpu]") {

@@ -73,7 +73,7 @@ TEST_CASE("matmul matches a float64 triple loop for every dtype, size and operan
           REQUIRE(c.shape() == Shape{s.m, s.n});
           CHECK(c.dtype() == dtype);
           CHECK(c.is_contiguous());
-          testing::check_close(c, expected, matmul_tolerance(dtype, s.k),
+          testing::check_close(c, Shape{s.m, s.n}, expected, matmul_tolerance(dtype, s.k),
                                fmt::format("matmul [{}, {}] x [{}, {}], layouts {} and {}", s.m, s.k, s.k, s.n,
                                            static_cast<int>(ha), static_cast<int>(hb)));
         }
@@ -90,8 +90,8 @@ TEST_CASE("matmul of small integers is exact in every dtype", "[matmul][exact]")
   for (DType dtype : testing::kFloatDTypes) {
     Tensor a = Tensor::from_vector(av, {3, 4}).to(dtype);
     Tensor b = Tensor::from_vector(bv, {4, 2}).to(dtype);
-    testing::check_equal(matmul(a, b), expected, "small integers");
-    testing::check_equal(matmul(b.t(), a.t()), to_f64(Tensor::from_vector(expected, {3, 2}).t()), "b^T a^T");
+    testing::check_equal(matmul(a, b), Shape{3, 2}, expected, "small integers");
+    testing::check_equal(matmul(b.t(), a.t()), Tensor::from_vector(expected, {3, 2}).t(), "b^T a^T");
   }
 }
 
@@ -130,10 +130,11 @@ TEST_CASE("bmm matches per-batch float64 products, including expanded and transp
         const std::string what = fmt::format("bmm batch {} [{}, {}] x [{}, {}]", batch, s.m, s.k, s.k, s.n);
         Tensor c = bmm(a, b);
         REQUIRE(c.shape() == Shape{batch, s.m, s.n});
-        testing::check_close(c, expected, tol, what + ", transposed b");
-        testing::check_close(bmm(testing::strided_copy(a), b.contiguous()), expected, tol, what + ", strided a");
-        testing::check_close(bmm(a, shared.unsqueeze(0).expand({batch, s.k, s.n})), expected_shared, tol,
-                             what + ", expanded b");
+        testing::check_close(c, Shape{batch, s.m, s.n}, expected, tol, what + ", transposed b");
+        testing::check_close(bmm(testing::strided_copy(a), b.contiguous()), Shape{batch, s.m, s.n}, expected, tol,
+                             what + ", strided a");
+        testing::check_close(bmm(a, shared.unsqueeze(0).expand({batch, s.k, s.n})), Shape{batch, s.m, s.n},
+                             expected_shared, tol, what + ", expanded b");
       }
     }
   }
@@ -148,13 +149,14 @@ TEST_CASE("matmul and bmm give the same answers on 1 and 2 threads", "[matmul][p
   const std::vector<double> expected = reference_mm(to_f64(a), to_f64(b), 256, 300, 200);
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    testing::check_close(matmul(a, b), expected, matmul_tolerance(kFloat32, 300), fmt::format("{} threads", threads));
-    testing::check_close(matmul(b.t(), a.t()), to_f64(Tensor::from_vector(expected, {256, 200}).t()),
+    testing::check_close(matmul(a, b), Shape{256, 200}, expected, matmul_tolerance(kFloat32, 300),
+                         fmt::format("{} threads", threads));
+    testing::check_close(matmul(b.t(), a.t()), Tensor::from_vector(expected, {256, 200}).t(),
                          matmul_tolerance(kFloat32, 300), fmt::format("transposed, {} threads", threads));
     Tensor c3 = bmm(a3, b3);
     for (int64_t i = 0; i < 4; ++i) {
-      testing::check_close(c3.select(0, i), reference_mm(to_f64(a3.select(0, i)), to_f64(b3.select(0, i)), 40, 30, 20),
-                           "bmm batch");
+      testing::check_close(c3.select(0, i), Shape{40, 20},
+                           reference_mm(to_f64(a3.select(0, i)), to_f64(b3.select(0, i)), 40, 30, 20), "bmm batch");
     }
   }
 }
@@ -168,12 +170,12 @@ TEST_CASE("matmul_out and bmm_out overwrite the caller's tensor", "[matmul][out]
     const int64_t before = memory_stats(kCPU).total_allocs;
     CHECK(&matmul_out(out, a, b.t()) == &out);
     if (dtype == kFloat32 || dtype == kFloat64) CHECK(memory_stats(kCPU).total_allocs == before);
-    testing::check_close(out, expected, matmul_tolerance(dtype, 1023), "matmul_out");
+    testing::check_close(out, Shape{7, 9}, expected, matmul_tolerance(dtype, 1023), "matmul_out");
     Tensor out3 = full({2, 7, 9}, -5.0, dtype);
     bmm_out(out3, a.unsqueeze(0).expand({2, 7, 1023}), b.t().unsqueeze(0).expand({2, 1023, 9}));
     std::vector<double> twice = expected;
     twice.insert(twice.end(), expected.begin(), expected.end());
-    testing::check_close(out3, twice, matmul_tolerance(dtype, 1023), "bmm_out");
+    testing::check_close(out3, Shape{2, 7, 9}, twice, matmul_tolerance(dtype, 1023), "bmm_out");
   }
   Tensor a = Tensor::empty({4, 4});
   CHECK_THROWS_WITH(matmul_out(a, a, Tensor::empty({4, 4})), Catch::Contains("shares storage"));
@@ -210,14 +212,13 @@ TEST_CASE("matmul_bias is matmul, add and gelu (tanh) bit for bit in every dtype
           REQUIRE(biased.shape() == Shape{s.m, s.n});
           CHECK(biased.dtype() == dtype);
           CHECK(biased.is_contiguous());
-          testing::check_equal(biased, to_f64(composed_matmul_bias(x, w, bias, Epilogue::kBias)), what + ", bias");
+          testing::check_equal(biased, composed_matmul_bias(x, w, bias, Epilogue::kBias), what + ", bias");
           const Tensor expected_gelu = composed_matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh);
-          testing::check_equal(matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh), to_f64(expected_gelu),
-                               what + ", bias + gelu");
+          testing::check_equal(matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh), expected_gelu, what + ", bias + gelu");
           const MatmulBiasGelu fused = matmul_bias_gelu(x, w, bias);
           REQUIRE(fused.pre.shape() == Shape{s.m, s.n});
-          testing::check_equal(fused.out, to_f64(expected_gelu), what + ", matmul_bias_gelu out");
-          testing::check_equal(fused.pre, to_f64(biased), what + ", matmul_bias_gelu pre");
+          testing::check_equal(fused.out, expected_gelu, what + ", matmul_bias_gelu out");
+          testing::check_equal(fused.pre, biased, what + ", matmul_bias_gelu pre");
         }
       }
     }
@@ -232,13 +233,12 @@ TEST_CASE("matmul_bias folds a's leading dims into M", "[matmul][matmul_bias]") 
     for (const Tensor& x : {a, testing::strided_copy(a), a.transpose(1, 2).contiguous().transpose(1, 2)}) {
       const Tensor y = matmul_bias(x, w.t(), bias);
       REQUIRE(y.shape() == Shape{2, 3, 5, 9});
-      testing::check_equal(y, to_f64(composed_matmul_bias(x, w.t(), bias, Epilogue::kBias)), "folded batch");
+      testing::check_equal(y, composed_matmul_bias(x, w.t(), bias, Epilogue::kBias), "folded batch");
       const MatmulBiasGelu g = matmul_bias_gelu(x, w.t(), bias);
       REQUIRE(g.out.shape() == Shape{2, 3, 5, 9});
       REQUIRE(g.pre.shape() == Shape{2, 3, 5, 9});
-      testing::check_equal(g.out, to_f64(composed_matmul_bias(x, w.t(), bias, Epilogue::kBiasGeluTanh)),
-                           "folded batch, gelu");
-      testing::check_equal(g.pre, to_f64(y), "folded batch, pre");
+      testing::check_equal(g.out, composed_matmul_bias(x, w.t(), bias, Epilogue::kBiasGeluTanh), "folded batch, gelu");
+      testing::check_equal(g.pre, y, "folded batch, pre");
     }
   }
 }
@@ -253,7 +253,7 @@ TEST_CASE("matmul_bias of small integers is exact, and its GELU is the tanh form
     const Tensor a = Tensor::from_vector(av, {3, 4}).to(dtype);
     const Tensor b = Tensor::from_vector(bv, {4, 2}).to(dtype);
     const Tensor bias = Tensor::from_vector(biasv, {2}).to(dtype);
-    testing::check_equal(matmul_bias(a, b, bias), expected, "small integers + bias");
+    testing::check_equal(matmul_bias(a, b, bias), Shape{3, 2}, expected, "small integers + bias");
   }
   // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) on the exact sums, not the erf form.
   const Tensor a = Tensor::from_vector(av, {3, 4}), b = Tensor::from_vector(bv, {4, 2});
@@ -264,7 +264,7 @@ TEST_CASE("matmul_bias of small integers is exact, and its GELU is the tanh form
   }
   const Tensor y = matmul_bias(a.to(kFloat64), b.to(kFloat64), Tensor::from_vector(biasv, {2}).to(kFloat64),
                                Epilogue::kBiasGeluTanh);
-  testing::check_close(y, tanh_form, {1e-14, 1e-14}, "gelu tanh of small integers");
+  testing::check_close(y, Shape{3, 2}, tanh_form, {1e-14, 1e-14}, "gelu tanh of small integers");
   CHECK(to_f64(y) != erf_form);
 }
 

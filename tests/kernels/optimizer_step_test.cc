@@ -82,8 +82,8 @@ void run_sgd_case(DType dtype, Shape shape, const SgdOptions& o, uint64_t seed) 
     p = round_to(dtype, p);
   }
   const std::string what = fmt::format("sgd momentum {} nesterov {} {}", o.momentum, o.nesterov, shape);
-  check_close(param, p, param_tolerance(dtype), what);
-  if (o.momentum != 0) check_close(buffer, b, state_tolerance(dtype), what + " momentum_buffer");
+  check_close(param, shape, p, param_tolerance(dtype), what);
+  if (o.momentum != 0) check_close(buffer, shape, b, state_tolerance(dtype), what + " momentum_buffer");
 }
 
 // Options is AdamOptions (adam_step_) or AdamWOptions (adamw_step_).
@@ -105,9 +105,9 @@ void run_adam_case(DType dtype, Shape shape, const Options& o, uint64_t seed) {
     p = round_to(dtype, p);
   }
   const std::string what = fmt::format("{} {}", decoupled ? "adamw" : "adam", shape);
-  check_close(param, p, param_tolerance(dtype), what);
-  check_close(exp_avg, m, state_tolerance(dtype), what + " exp_avg");
-  check_close(exp_avg_sq, v, state_tolerance(dtype), what + " exp_avg_sq");
+  check_close(param, shape, p, param_tolerance(dtype), what);
+  check_close(exp_avg, shape, m, state_tolerance(dtype), what + " exp_avg");
+  check_close(exp_avg_sq, shape, v, state_tolerance(dtype), what + " exp_avg_sq");
 }
 
 TEST_CASE("sgd_step_ follows torch.optim.SGD over several steps", "[optimizer][sgd]") {
@@ -155,25 +155,25 @@ TEST_CASE("optimizer steps are exact when every quantity is a power of two", "[o
     Tensor p = ones({3}, dtype), buffer = zeros({3}, state), g = full({3}, 0.5, dtype);
     const SgdOptions sgd{.lr = 0.5, .momentum = 0.5};
     sgd_step_(p, g, buffer, 1, sgd);
-    check_equal(p, {0.75, 0.75, 0.75}, "sgd step 1");
+    check_equal(p, Shape{3}, {0.75, 0.75, 0.75}, "sgd step 1");
     sgd_step_(p, g, buffer, 2, sgd);
-    check_equal(p, {0.375, 0.375, 0.375}, "sgd step 2");
-    check_equal(buffer, {0.75, 0.75, 0.75}, "sgd buffer");
+    check_equal(p, Shape{3}, {0.375, 0.375, 0.375}, "sgd step 2");
+    check_equal(buffer, Shape{3}, {0.75, 0.75, 0.75}, "sgd buffer");
     // Adam, step 1 with eps 0: m_hat = g and v_hat = g^2, so p -= lr * sign(g).
     const AdamOptions adam{.lr = 0.25, .beta1 = 0.5, .beta2 = 0.75, .eps = 0.0};
     Tensor q = Tensor::from_vector<double>({1, -2, 0.5, 4}).to(dtype);
     Tensor m = zeros({4}, state), v = zeros({4}, state);
     adam_step_(q, Tensor::from_vector<double>({0.5, -2, 0.125, -0.25}).to(dtype), m, v, 1, adam);
-    check_equal(q, {0.75, -1.75, 0.25, 4.25}, "adam step 1");
-    check_equal(m, {0.25, -1, 0.0625, -0.125}, "adam exp_avg");
-    check_equal(v, {0.0625, 1, 0.00390625, 0.015625}, "adam exp_avg_sq");
+    check_equal(q, Shape{4}, {0.75, -1.75, 0.25, 4.25}, "adam step 1");
+    check_equal(m, Shape{4}, {0.25, -1, 0.0625, -0.125}, "adam exp_avg");
+    check_equal(v, Shape{4}, {0.0625, 1, 0.00390625, 0.015625}, "adam exp_avg_sq");
     // AdamW: p *= 1 - 0.25 * 0.5 = 0.875 first, then the same -lr * sign(g).
     Tensor r = Tensor::from_vector<double>({1, -2, 0.5, 4}).to(dtype);
     m = zeros({4}, state);
     v = zeros({4}, state);
     adamw_step_(r, Tensor::from_vector<double>({0.5, -2, 0.125, -0.25}).to(dtype), m, v, 1,
                 {.lr = 0.25, .beta1 = 0.5, .beta2 = 0.75, .eps = 0.0, .weight_decay = 0.5});
-    check_equal(r, {0.625, -1.5, 0.1875, 3.75}, "adamw step 1");
+    check_equal(r, Shape{4}, {0.625, -1.5, 0.1875, 3.75}, "adamw step 1");
   }
 }
 
@@ -206,10 +206,10 @@ struct StepList {
 void check_list_matches_single(const StepList& list, const StepList& single, const std::string& what) {
   for (size_t k = 0; k < list.tensors.size(); ++k) {
     const std::string at = fmt::format("{} parameter {}", what, k);
-    check_equal(list.tensors[k].param, to_f64(single.tensors[k].param), at);
+    check_equal(list.tensors[k].param, single.tensors[k].param, at);
     for (int j = 0; j < 3; ++j) {
       if (list.tensors[k].state[j].defined()) {
-        check_equal(list.tensors[k].state[j], to_f64(single.tensors[k].state[j]), at + fmt::format(" state {}", j));
+        check_equal(list.tensors[k].state[j], single.tensors[k].state[j], at + fmt::format(" state {}", j));
       }
     }
   }
@@ -245,7 +245,7 @@ TEST_CASE("the multi-tensor steps equal the single-tensor steps of each paramete
   list.tensors[2].grad = zeros({5}, list.tensors[2].param.dtype());
   CHECK_THROWS_WITH(adamw_step_(list.tensors, 1, {}),
                     Catch::Contains("adamw_step_: grad is float64[5] but param is float64[40000]"));
-  check_equal(list.tensors[0].param, to_f64(before), "a rejected list leaves every parameter untouched");
+  check_equal(list.tensors[0].param, before, "a rejected list leaves every parameter untouched");
 }
 
 TEST_CASE("optimizer steps reject bad tensors and options with typed errors", "[optimizer][errors]") {
@@ -275,7 +275,7 @@ TEST_CASE("optimizer steps reject bad tensors and options with typed errors", "[
   CHECK_THROWS_WITH(sgd_step_(p, zeros({3}), none, 1, {.lr = 0.1, .momentum = 0.9}),
                     Catch::Contains("momentum_buffer must be defined"));
   CHECK_THROWS_AS(optimizer_state_dtype(kInt64), TypeError);
-  check_equal(p, {0, 0, 0}, "rejected steps leave param untouched");
+  check_equal(p, Shape{3}, {0, 0, 0}, "rejected steps leave param untouched");
 }
 
 }  // namespace

@@ -96,9 +96,10 @@ TEST_CASE("rms_norm matches the composed float64 formula with and without weight
           CHECK(out.rstd.dtype() == (dtype == kFloat64 ? kFloat64 : kFloat32));
           testing::Tolerance tol = testing::tolerance_for(dtype);
           tol.atol *= 4;  // |y| reaches ~ 2 * 5 / rms
-          testing::check_close(out.y, ref.y, tol, "rms_norm y " + what);
+          testing::check_close(out.y, x.shape(), ref.y, tol, "rms_norm y " + what);
           // rstd is float32 (of dtype-rounded inputs) for every dtype but float64.
-          testing::check_close(out.rstd, ref.rstd, testing::tolerance_for(dtype == kFloat64 ? kFloat64 : kFloat32),
+          testing::check_close(out.rstd, row_shape, ref.rstd,
+                               testing::tolerance_for(dtype == kFloat64 ? kFloat64 : kFloat32),
                                "rms_norm rstd " + what);
         }
       }
@@ -116,9 +117,10 @@ TEST_CASE("rms_norm's default eps is the machine epsilon of the input's dtype", 
     Tensor x = testing::random_tensor({4, 9}, dtype, 3, -0.05, 0.05);
     RMSNormOutput implicit = rms_norm(x, {9}, std::nullopt);
     RMSNormOutput expl = rms_norm(x, {9}, std::nullopt, rms_norm_default_eps(dtype));
-    testing::check_equal(implicit.y, to_f64(expl.y), fmt::format("{} y", dtype_name(dtype)));
+    testing::check_equal(implicit.y, expl.y, fmt::format("{} y", dtype_name(dtype)));
     const Reference ref = reference_forward(to_f64(x), 4, 9, {}, rms_norm_default_eps(dtype));
-    testing::check_close(implicit.rstd, ref.rstd, testing::tolerance_for(dtype == kFloat64 ? kFloat64 : kFloat32),
+    testing::check_close(implicit.rstd, Shape{4}, ref.rstd,
+                         testing::tolerance_for(dtype == kFloat64 ? kFloat64 : kFloat32),
                          fmt::format("{} rstd with the default eps", dtype_name(dtype)));
   }
 }
@@ -143,10 +145,10 @@ TEST_CASE("rms_norm_backward equals the explicit Jacobian product", "[rms_norm][
           CHECK(grads.grad_weight.shape() == k.normalized_shape);
           testing::Tolerance tol = testing::tolerance_for(dtype);
           tol.atol *= 4;
-          testing::check_close(grads.grad_x, ref.x, tol, "grad_x " + what);
+          testing::check_close(grads.grad_x, x.shape(), ref.x, tol, "grad_x " + what);
           // grad_weight sums up to 3 rows of values up to ~2.
           tol.atol *= 2;
-          testing::check_close(grads.grad_weight, ref.w, tol, "grad_weight " + what);
+          testing::check_close(grads.grad_weight, k.normalized_shape, ref.w, tol, "grad_weight " + what);
         }
       }
     }
@@ -185,8 +187,8 @@ TEST_CASE("rms_norm_backward agrees with a central finite difference of the floa
   RMSNormOutput f = rms_norm(x, normalized, w, 1e-5);
   RMSNormGrads grads = rms_norm_backward(g, x, f.rstd, w);
   const testing::Tolerance fd{1e-7, 1e-6};
-  testing::check_close(grads.grad_x, numeric(0), fd, "grad_x vs finite difference");
-  testing::check_close(grads.grad_weight, numeric(1), fd, "grad_weight vs finite difference");
+  testing::check_close(grads.grad_x, shape, numeric(0), fd, "grad_x vs finite difference");
+  testing::check_close(grads.grad_weight, normalized, numeric(1), fd, "grad_weight vs finite difference");
 }
 
 TEST_CASE("rms_norm of rows with exactly known mean squares is exact", "[rms_norm][exact]") {
@@ -199,11 +201,11 @@ TEST_CASE("rms_norm of rows with exactly known mean squares is exact", "[rms_nor
     Tensor x = Tensor::from_vector(xv, {2, 4}).to(dtype);
     Tensor w = Tensor::from_vector(std::vector<double>{2, 2, 0.5, 1}).to(dtype);
     RMSNormOutput out = rms_norm(x, {4}, w, 0.0);
-    testing::check_equal(out.y, {2, -2, 0.5, -1, 0, 0, 0, 2}, "y");
-    testing::check_equal(out.rstd, {0.5, 0.5}, "rstd");
+    testing::check_equal(out.y, Shape{2, 4}, {2, -2, 0.5, -1, 0, 0, 0, 2}, "y");
+    testing::check_equal(out.rstd, Shape{2}, {0.5, 0.5}, "rstd");
     RMSNormGrads grads = rms_norm_backward(ones({2, 4}, dtype), x, out.rstd, w);
-    testing::check_equal(grads.grad_weight, {1, -1, 1, 1}, "grad_weight");
-    testing::check_equal(grads.grad_x, {1.0625, 0.9375, 0.3125, 0.4375, 1, 1, 0.25, 0}, "grad_x");
+    testing::check_equal(grads.grad_weight, Shape{4}, {1, -1, 1, 1}, "grad_weight");
+    testing::check_equal(grads.grad_x, Shape{2, 4}, {1.0625, 0.9375, 0.3125, 0.4375, 1, 1, 0.25, 0}, "grad_x");
   }
 }
 
@@ -217,9 +219,9 @@ TEST_CASE("rms_norm_backward is bitwise the same on 1 and 2 threads", "[rms_norm
   RMSNormGrads one = rms_norm_backward(g, x, f.rstd, w);
   set_num_threads(2);
   RMSNormGrads two = rms_norm_backward(g, x, f.rstd, w);
-  testing::check_equal(two.grad_x, to_f64(one.grad_x), "grad_x");
-  testing::check_equal(two.grad_weight, to_f64(one.grad_weight), "grad_weight");
-  testing::check_equal(rms_norm(x, {33}, w).y, to_f64(f.y), "forward");
+  testing::check_equal(two.grad_x, one.grad_x, "grad_x");
+  testing::check_equal(two.grad_weight, one.grad_weight, "grad_weight");
+  testing::check_equal(rms_norm(x, {33}, w).y, f.y, "forward");
 }
 
 TEST_CASE("rms_norm rejects bad arguments with typed errors", "[rms_norm][errors]") {

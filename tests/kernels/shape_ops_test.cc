@@ -15,9 +15,13 @@ using testing::strided_copy;
 using testing::to_f64;
 
 // cat written as plain loops: for each index of the dims before `dim`, every input's
-// rows along dim in turn, each row holding the elements of the dims after it.
-std::vector<double> cat_reference(const std::vector<Tensor>& tensors, int64_t dim) {
+// rows along dim in turn, each row holding the elements of the dims after it (float64, of
+// the inputs' shape with their sizes along dim added up).
+Tensor cat_reference(const std::vector<Tensor>& tensors, int64_t dim) {
   const Shape& s = tensors[0].shape();
+  Shape shape = s;
+  shape[dim] = 0;
+  for (const Tensor& t : tensors) shape[dim] += t.size(dim);
   const int64_t outer = shape_numel(std::span(s).first(dim));
   const int64_t inner = shape_numel(std::span(s).subspan(dim + 1));
   std::vector<std::vector<double>> values;
@@ -31,7 +35,7 @@ std::vector<double> cat_reference(const std::vector<Tensor>& tensors, int64_t di
       }
     }
   }
-  return out;
+  return Tensor::from_vector(out, shape);
 }
 
 std::vector<int64_t> sizes_along(const std::vector<Tensor>& views, int64_t dim) {
@@ -82,7 +86,7 @@ TEST_CASE("cat is the same on one thread and on many, across the parallel thresh
   // and cut so that work items straddle input blocks and output rows.
   std::vector<Tensor> parts = {random_tensor({4097, 33}, kFloat32, 20), random_tensor({4097, 1}, kFloat32, 21),
                                strided_copy(random_tensor({4097, 62}, kFloat32, 22))};
-  const std::vector<double> expected = cat_reference(parts, 1);
+  const Tensor expected = cat_reference(parts, 1);
   const int threads = omp_get_max_threads();
   for (int t : {1, 2, 3}) {
     omp_set_num_threads(t);
@@ -100,7 +104,7 @@ TEST_CASE("cat of an output larger than the caches (streamed) writes every byte,
   for (const auto& [dtype, rows] : {std::pair{kFloat32, int64_t{8193}}, std::pair{kBFloat16, int64_t{16385}}}) {
     std::vector<Tensor> parts = {random_tensor({rows, 33}, dtype, 30), random_tensor({rows, 1}, dtype, 31),
                                  strided_copy(random_tensor({rows, 222}, dtype, 32))};
-    const std::vector<double> expected = cat_reference(parts, 1);
+    const Tensor expected = cat_reference(parts, 1);
     const int threads = omp_get_max_threads();
     for (int t : {1, 2}) {
       omp_set_num_threads(t);
@@ -114,7 +118,7 @@ TEST_CASE("cat of the pieces of arange gives arange back, bit for bit", "[cat]")
   Tensor x = arange(0.0, 60.0, 1.0, kFloat32).view({3, 4, 5});
   for (int64_t dim = 0; dim < 3; ++dim) {
     Tensor joined = cat(chunk(x, 2, dim), dim);
-    check_equal(joined, to_f64(x), fmt::format("cat(chunk(x, 2, {}))", dim));
+    check_equal(joined, x, fmt::format("cat(chunk(x, 2, {}))", dim));
   }
 }
 
@@ -123,7 +127,7 @@ TEST_CASE("cat_out writes into a preallocated contiguous tensor", "[cat]") {
   Tensor out = Tensor::empty({3, 3});
   Tensor& same = cat_out(out, parts, 0);
   CHECK(&same == &out);
-  check_equal(out, {1, 1, 1, 1, 1, 1, 2, 2, 2}, "cat_out");
+  check_equal(out, Shape{3, 3}, {1, 1, 1, 1, 1, 1, 2, 2, 2}, "cat_out");
   Tensor wrong = Tensor::empty({3, 4});
   CHECK_THROWS_AS(cat_out(wrong, parts, 0), ValueError);
   CHECK_THROWS_WITH(cat_out(wrong, parts, 0), Catch::Contains("float32[3, 4]") && Catch::Contains("float32[3, 3]"));
@@ -153,8 +157,8 @@ TEST_CASE("split by size returns views; the last may be smaller", "[split]") {
   REQUIRE(parts.size() == 3);
   CHECK(sizes_along(parts, 0) == std::vector<int64_t>{3, 3, 1});
   for (const Tensor& p : parts) CHECK(p.storage().is_same(x.storage()));
-  check_equal(parts[1], {6, 7, 8, 9, 10, 11}, "split(x, 3)[1]");
-  check_equal(parts[2], {12, 13}, "split(x, 3)[2]");
+  check_equal(parts[1], Shape{3, 2}, {6, 7, 8, 9, 10, 11}, "split(x, 3)[1]");
+  check_equal(parts[2], Shape{1, 2}, {12, 13}, "split(x, 3)[2]");
   CHECK(sizes_along(split(x, 2, 1), 1) == std::vector<int64_t>{2});
   CHECK(sizes_along(split(x, 7), 0) == std::vector<int64_t>{7});
   CHECK(sizes_along(split(x, 100), 0) == std::vector<int64_t>{7});
@@ -176,8 +180,8 @@ TEST_CASE("split by sizes cuts exactly there, on strided inputs too", "[split]")
     std::vector<double> expected;
     for (int64_t r = 0; r < 4; ++r)
       for (int64_t c = 2; c < 7; ++c) expected.push_back(v[r * 7 + c]);
-    check_equal(parts[2], expected, "split(x, {2, 0, 5}, 1)[2]");
-    check_equal(cat(parts, 1), v, "cat(split(x))");
+    check_equal(parts[2], Shape{4, 5}, expected, "split(x, {2, 0, 5}, 1)[2]");
+    check_equal(cat(parts, 1), x.shape(), v, "cat(split(x))");
   }
   Tensor x = zeros({7});
   CHECK(split(x, {7}).size() == 1);  // a braced list is always sizes, as in torch.split(x, [7])
@@ -227,10 +231,10 @@ TEST_CASE("chunk_padded views tile the input: rank r holds rows [r*c, r*c + size
           const int64_t begin = std::min(n, r * c), end = std::min(n, (r + 1) * c);
           CHECK(shards[r].size(0) == end - begin);
           CHECK(shards[r].storage().is_same(x.storage()));
-          check_equal(shards[r], std::vector<double>(v.begin() + begin * 3, v.begin() + end * 3),
+          check_equal(shards[r], Shape{end - begin, 3}, std::vector<double>(v.begin() + begin * 3, v.begin() + end * 3),
                       fmt::format("shard {} of {}, n={}", r, k, n));
         }
-        check_equal(cat(shards, 0), v, fmt::format("cat(chunk_padded(x, {})), n={}", k, n));
+        check_equal(cat(shards, 0), x.shape(), v, fmt::format("cat(chunk_padded(x, {})), n={}", k, n));
       }
     }
   }

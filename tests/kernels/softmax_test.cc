@@ -96,11 +96,11 @@ TEST_CASE("softmax and log_softmax match float64 references", "[softmax]") {
         Tensor y = softmax(input, k.dim);
         CHECK(y.shape() == x.shape());
         CHECK(y.dtype() == dtype);
-        testing::check_close(y, p, "softmax " + what);
+        testing::check_close(y, x.shape(), p, "softmax " + what);
         // log-probabilities reach -16 - log(C): their tolerance is relative to that scale.
         testing::Tolerance tol = testing::tolerance_for(dtype);
         tol.atol *= 10;
-        testing::check_close(log_softmax(input, k.dim), lp, tol, "log_softmax " + what);
+        testing::check_close(log_softmax(input, k.dim), x.shape(), lp, tol, "log_softmax " + what);
       }
     }
   }
@@ -110,8 +110,8 @@ TEST_CASE("softmax along a transposed view equals softmax of its contiguous copy
   Tensor x = testing::random_tensor({9, 1023}, kFloat32, 3);
   Tensor xt = x.t();  // [1023, 9], strides [1, 1023]
   const std::vector<double> expected = reference_softmax(to_f64(xt), {1023, 9}, 0, false);
-  testing::check_close(softmax(xt, 0), expected, "softmax over dim 0 of a transposed view");
-  testing::check_close(softmax(xt.contiguous(), 0), expected, "softmax over dim 0, contiguous");
+  testing::check_close(softmax(xt, 0), Shape{1023, 9}, expected, "softmax over dim 0 of a transposed view");
+  testing::check_close(softmax(xt.contiguous(), 0), Shape{1023, 9}, expected, "softmax over dim 0, contiguous");
 }
 
 TEST_CASE("softmax_backward and log_softmax_backward equal the explicit Jacobian product", "[softmax][backward]") {
@@ -127,16 +127,16 @@ TEST_CASE("softmax_backward and log_softmax_backward equal the explicit Jacobian
       Tensor y = softmax(x, k.dim);
       const std::vector<double> gs = reference_backward(to_f64(g), to_f64(y), k.shape, d, false);
       testing::Tolerance tol = testing::tolerance_for(dtype);
-      testing::check_close(softmax_backward(g, y, k.dim), gs, tol, "softmax_backward " + what);
-      testing::check_close(softmax_backward(testing::strided_copy(g), testing::strided_copy(y), k.dim), gs, tol,
-                           "softmax_backward strided " + what);
+      testing::check_close(softmax_backward(g, y, k.dim), x.shape(), gs, tol, "softmax_backward " + what);
+      testing::check_close(softmax_backward(testing::strided_copy(g), testing::strided_copy(y), k.dim), x.shape(), gs,
+                           tol, "softmax_backward strided " + what);
       Tensor ly = log_softmax(x, k.dim);
       std::vector<double> lp = to_f64(ly);
       for (double& v : lp) v = std::exp(v);
       const std::vector<double> gl = reference_backward(to_f64(g), lp, k.shape, d, true);
       // sum(grad_y) over up to 4097 elements scales the error of exp(y) * sum.
       tol.atol *= 10;
-      testing::check_close(log_softmax_backward(g, ly, k.dim), gl, tol, "log_softmax_backward " + what);
+      testing::check_close(log_softmax_backward(g, ly, k.dim), x.shape(), gl, tol, "log_softmax_backward " + what);
     }
   }
 }
@@ -145,12 +145,12 @@ TEST_CASE("softmax of equal logits is exactly 1/C for C a power of two", "[softm
   for (DType dtype : testing::kFloatDTypes) {
     for (int64_t c : {1, 2, 8, 1024}) {
       Tensor x = full({3, c}, 0.75, dtype);
-      testing::check_equal(softmax(x, 1), std::vector<double>(3 * c, 1.0 / c), "equal logits");
-      testing::check_equal(softmax(full({c, 2}, -3.0, dtype), 0), std::vector<double>(2 * c, 1.0 / c),
+      testing::check_equal(softmax(x, 1), Shape{3, c}, std::vector<double>(3 * c, 1.0 / c), "equal logits");
+      testing::check_equal(softmax(full({c, 2}, -3.0, dtype), 0), Shape{c, 2}, std::vector<double>(2 * c, 1.0 / c),
                            "equal logits, dim 0");
     }
     // log_softmax of two equal logits is -log 2, rounded once.
-    testing::check_equal(log_softmax(full({2}, 5.0, dtype), 0), to_f64(full({2}, -std::log(2.0), dtype)),
+    testing::check_equal(log_softmax(full({2}, 5.0, dtype), 0), full({2}, -std::log(2.0), dtype),
                          "log_softmax of [5, 5]");
   }
 }
@@ -159,10 +159,11 @@ TEST_CASE("large logits neither overflow nor lose the small probabilities", "[so
   Tensor x = Tensor::from_vector(std::vector<double>{1000.0, 1000.0, 990.0});
   const double small = std::exp(-10.0) / (2.0 + std::exp(-10.0));
   const double big = 1.0 / (2.0 + std::exp(-10.0));
-  testing::check_close(softmax(x, 0), {big, big, small}, "softmax of ~1000");
-  testing::check_close(log_softmax(x, 0), {std::log(big), std::log(big), std::log(small)}, "log_softmax of ~1000");
+  testing::check_close(softmax(x, 0), Shape{3}, {big, big, small}, "softmax of ~1000");
+  testing::check_close(log_softmax(x, 0), Shape{3}, {std::log(big), std::log(big), std::log(small)},
+                       "log_softmax of ~1000");
   Tensor xf = x.to(kFloat32);
-  testing::check_close(softmax(xf, 0), {big, big, small}, "float32 softmax of ~1000");
+  testing::check_close(softmax(xf, 0), Shape{3}, {big, big, small}, "float32 softmax of ~1000");
 }
 
 TEST_CASE("softmax ops reject bad arguments with typed errors", "[softmax][errors]") {

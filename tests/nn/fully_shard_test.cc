@@ -6,8 +6,9 @@
 // Shard(1) matrices, bf16 parameters (within a stated tolerance) and CPU offload; every step's
 // collectives are counted (one all-gather per group in forward, one more per resharded
 // group in backward, one reduce-scatter per group; DDP: one all-reduce per bucket); the
-// gathered parameters are released after each block's forward; a layer with an empty
-// shard trains; mistakes are typed errors.
+// gathered parameters are released after each block's forward, and kept after backward
+// with set_reshard_after_backward(false) (the next forward then gathers nothing); a layer
+// with an empty shard trains; mistakes are typed errors.
 #include <catch2/catch.hpp>
 
 #include "checkpoint/full_state_dict.h"
@@ -227,7 +228,7 @@ void check_same(const Run& many, const Run& one) {
     INFO(name);
     REQUIRE(many.weights.count(name) == 1);
     if (name.ends_with("in_proj_bias")) continue;  // its key third is AdamW on rounding noise
-    testing::check_close(many.weights.at(name), testing::to_f64(w), {1e-3, 1e-4}, name);
+    testing::check_close(many.weights.at(name), w, {1e-3, 1e-4}, name);
   }
 }
 
@@ -408,7 +409,7 @@ TEST_CASE("fully_shard: a forward without backward changes nothing, and loaded w
     load_full_state_dict(model, weights);
     const Tensor sharded_logits = model(distribute_tensor(tokens, mesh, {Shard(0)})).full_tensor();
     const Tensor expected = other(distribute_tensor(tokens, single_rank_mesh(), {Replicate()})).full_tensor();
-    testing::check_close(sharded_logits, testing::to_f64(expected), {1e-5, 1e-5}, "logits after load");
+    testing::check_close(sharded_logits, expected, {1e-5, 1e-5}, "logits after load");
   });
 }
 
@@ -478,9 +479,7 @@ TEST_CASE("a parameter unused in the step joins its group's one reduce-scatter w
     sum(model(x)).backward();
     const std::vector<DTensor*> params = model.parameters();
     for (size_t i = 0; i < params.size(); ++i) {
-      std::vector<double> twice = testing::to_f64(grads[i]);
-      for (double& v : twice) v *= 2;
-      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "grad");
+      testing::check_close(params[i]->grad().full_tensor(), mul(grads[i], 2.0), {1e-6, 1e-6}, "grad");
     }
     CHECK_THROWS_MATCHES(fsdp_module(model)->set_gradient_divide_factor(0), ValueError,
                          testing::MessageContains("must be positive"));
@@ -555,7 +554,7 @@ TEST_CASE("a group or parameter the loss does not reach on one rank is reduced w
         for (auto& [name, p] : model.named_parameters()) {
           INFO(name);
           REQUIRE(p->grad().defined());
-          testing::check_close(p->grad().full_tensor(), testing::to_f64(expected.at(name)), {1e-6, 1e-6}, name);
+          testing::check_close(p->grad().full_tensor(), expected.at(name), {1e-6, 1e-6}, name);
         }
       }
     }
@@ -585,9 +584,64 @@ TEST_CASE("a reduce-scatter still in flight after a backward that is not the las
     const std::vector<DTensor*> params = model.parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       CHECK_FALSE(params[i]->grad().is_pending());
-      std::vector<double> twice = testing::to_f64(once[i]);
-      for (double& v : twice) v *= 2;
-      testing::check_close(params[i]->grad().full_tensor(), twice, {1e-6, 1e-6}, "accumulated grad");
+      testing::check_close(params[i]->grad().full_tensor(), mul(once[i], 2.0), {1e-6, 1e-6}, "accumulated grad");
+    }
+  });
+}
+
+TEST_CASE("set_reshard_after_backward(false) keeps the gathered parameters: the next forward gathers nothing",
+          "[nn][fully_shard]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
+    const DTensor x = distribute_tensor(tokens, mesh, {Shard(0)});
+    // Two micro-batches, their gradients accumulated, with every group resharded after
+    // backward or kept gathered; the second micro-batch's collectives.
+    struct Accumulated {
+      int64_t groups = 0, blocks = 0;
+      int64_t forward_gathers = 0, backward_gathers = 0, reduce_scatters = 0;
+      std::vector<Tensor> grads;
+    };
+    auto accumulate = [&](bool reshard_after_backward) {
+      manual_seed(42);
+      Transformer model(testing::small_causal_lm(kVocab, kSeq));
+      std::vector<FSDPModule*> groups;
+      for (auto& [name, m] : model.named_modules()) {
+        if (m->type_name() == "TransformerBlock") groups.push_back(&fully_shard(*m, mesh));
+      }
+      Accumulated a;
+      a.blocks = static_cast<int64_t>(groups.size());
+      groups.push_back(&fully_shard(model, mesh));
+      a.groups = static_cast<int64_t>(groups.size());
+      for (FSDPModule* g : groups) g->set_reshard_after_backward(reshard_after_backward);
+      sum(model(x)).backward();
+      // Kept: every group still holds its whole parameters on every rank.
+      for (FSDPModule* g : groups) CHECK((g->gathered_bytes() > 0) == !reshard_after_backward);
+      collective_counter().reset();
+      const DTensor loss = sum(model(x));
+      a.forward_gathers = calls(CollectiveKind::kAllGather);
+      collective_counter().reset();
+      loss.backward();
+      a.backward_gathers = calls(CollectiveKind::kAllGather);
+      a.reduce_scatters = calls(CollectiveKind::kReduceScatter);
+      for (FSDPModule* g : groups) CHECK((g->gathered_bytes() > 0) == !reshard_after_backward);
+      for (DTensor* p : model.parameters()) a.grads.push_back(p->grad().full_tensor());
+      return a;
+    };
+    const Accumulated resharded = accumulate(true), kept = accumulate(false);
+    REQUIRE(resharded.blocks == 2);
+    CHECK(resharded.forward_gathers == resharded.groups);  // each group gathers again
+    CHECK(kept.forward_gathers == 0);                      // each uses what it kept
+    // Blocks release their parameters after forward either way (reshard_after_forward), so
+    // their backward gathers them again; the root keeps its own through forward.
+    CHECK(resharded.backward_gathers == resharded.blocks);
+    CHECK(kept.backward_gathers == kept.blocks);
+    CHECK(resharded.reduce_scatters == resharded.groups);
+    CHECK(kept.reduce_scatters == kept.groups);
+    // The kept parameters are the same values: the accumulated gradients agree bit for bit.
+    REQUIRE(kept.grads.size() == resharded.grads.size());
+    for (size_t i = 0; i < kept.grads.size(); ++i) {
+      testing::check_equal(kept.grads[i], resharded.grads[i], fmt::format("gradient {}", i));
     }
   });
 }
@@ -650,7 +704,7 @@ TEST_CASE("an optimizer built before fully_shard steps the sharded leaves, as on
       return full_state_dict(layer);
     };
     const TensorMap before = trained(true), after = trained(false);
-    for (const auto& [name, w] : after) testing::check_close(before.at(name), testing::to_f64(w), {0, 0}, name);
+    for (const auto& [name, w] : after) testing::check_close(before.at(name), w, {0, 0}, name);
   });
 }
 

@@ -67,7 +67,7 @@ TEST_CASE("clip_grad_norm_ on a 2x2 mesh: the true global norm, one all_reduce p
     for (size_t k = 0; k < params.size(); ++k) {
       std::vector<double> half = testing::to_f64(fulls[k]);
       for (double& v : half) v *= 0.5 * norm / (norm + 1e-6);
-      testing::check_close(params[k].grad().full_tensor(), half, {1e-6, 1e-5}, "clipped gradient");
+      testing::check_close(params[k].grad().full_tensor(), fulls[k].shape(), half, {1e-6, 1e-5}, "clipped gradient");
     }
     // A Partial gradient is reduced first: its norm is the full value's.
     DTensor partial = parameter_with_grad(mesh, {Partial(), Shard(0)}, fulls[0]);

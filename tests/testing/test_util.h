@@ -1,7 +1,7 @@
 // Test helpers shared by the test packages: an exception-message matcher, float64 views of
 // tensors, seeded random inputs and indices, strided (non-contiguous) copies, per-dtype tolerances, and
-// a comparison that reports the op, dtype, shape, the first mismatching indices and the
-// mismatch count.
+// a comparison that checks the shape, then reports the op, dtype, shape, the first
+// mismatching indices and the mismatch count.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -106,11 +106,15 @@ inline Tolerance tolerance_for(DType d) {
   }
 }
 
-// Checks actual against expected elementwise: |a - e| <= atol + rtol * |e| (NaN matches NaN).
-inline void check_close(const Tensor& actual, const std::vector<double>& expected, Tolerance tol,
-                        const std::string& what) {
-  std::vector<double> a = to_f64(actual);
-  REQUIRE(a.size() == expected.size());
+// Why actual is not close to `expected` (its shape, then its elements in row-major order),
+// or "" when it is: a shape that differs, even with the same element count, or elements
+// outside |a - e| <= atol + rtol * |e| (NaN matches NaN), the first ones named with the count.
+inline std::string close_mismatch(const Tensor& actual, const Shape& expected_shape,
+                                  const std::vector<double>& expected, Tolerance tol) {
+  if (actual.shape() != expected_shape) {
+    return fmt::format("{}: expected shape {}", describe(actual), expected_shape);
+  }
+  const std::vector<double> a = to_f64(actual);
   int64_t mismatches = 0;
   std::string first;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -119,18 +123,41 @@ inline void check_close(const Tensor& actual, const std::vector<double>& expecte
     if (both_nan || same_inf || std::abs(a[i] - expected[i]) <= tol.atol + tol.rtol * std::abs(expected[i])) continue;
     if (++mismatches <= 5) first += fmt::format("\n  [flat {}] expected {:.9g}, got {:.9g}", i, expected[i], a[i]);
   }
-  INFO(what << " " << describe(actual) << ": " << mismatches << " of " << a.size() << " elements differ (atol "
-            << tol.atol << ", rtol " << tol.rtol << ")" << first);
-  CHECK(mismatches == 0);
+  if (mismatches == 0) return "";
+  return fmt::format("{}: {} of {} elements differ (atol {}, rtol {}){}", describe(actual), mismatches, a.size(),
+                     tol.atol, tol.rtol, first);
 }
 
-inline void check_close(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
-  check_close(actual, expected, tolerance_for(actual.dtype()), what);
+// Checks actual's shape and elements against the expected ones (close_mismatch).
+inline void check_close(const Tensor& actual, const Shape& expected_shape, const std::vector<double>& expected,
+                        Tolerance tol, const std::string& what) {
+  REQUIRE(static_cast<int64_t>(expected.size()) == shape_numel(expected_shape));  // the test's own mistake
+  const std::string mismatch = close_mismatch(actual, expected_shape, expected, tol);
+  INFO(what << " " << mismatch);
+  CHECK(mismatch.empty());
+}
+
+// With the tolerance of actual's dtype.
+inline void check_close(const Tensor& actual, const Shape& expected_shape, const std::vector<double>& expected,
+                        const std::string& what) {
+  check_close(actual, expected_shape, expected, tolerance_for(actual.dtype()), what);
 }
 
 // Bit-exact comparison (for cases whose answer is exactly representable).
-inline void check_equal(const Tensor& actual, const std::vector<double>& expected, const std::string& what) {
-  check_close(actual, expected, Tolerance{0.0, 0.0}, what);
+inline void check_equal(const Tensor& actual, const Shape& expected_shape, const std::vector<double>& expected,
+                        const std::string& what) {
+  check_close(actual, expected_shape, expected, Tolerance{0.0, 0.0}, what);
+}
+
+// The same against a reference tensor (any dtype, device and strides): its shape and values.
+inline void check_close(const Tensor& actual, const Tensor& expected, Tolerance tol, const std::string& what) {
+  check_close(actual, expected.shape(), to_f64(expected), tol, what);
+}
+inline void check_close(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  check_close(actual, expected.shape(), to_f64(expected), what);
+}
+inline void check_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  check_equal(actual, expected.shape(), to_f64(expected), what);
 }
 
 inline constexpr DType kAllDTypes[] = {kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kBool};

@@ -31,11 +31,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/load.h"
 #include "checkpoint/save.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "core/error.h"
+#include "core/temp_path.h"
 #include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
@@ -311,9 +311,9 @@ int main(int argc, char** argv) {
     std::vector<nlohmann::json> rows;
     int code = 0;
     for (int n : ranks) {
-      // A fresh directory per rank count: mkdtemp replaces the trailing X's in place.
-      std::string base = (std::filesystem::path(dir) / "dtr_checkpoint_bench.XXXXXX").string();
-      if (::mkdtemp(base.data()) == nullptr) throw dtr::OSError(errno, "checkpoint_bench: mkdtemp " + base);
+      // A fresh directory per rank count, removed with what the ranks wrote however this ends.
+      const dtr::TempPath base_dir = dtr::TempPath::make_directory(dir, "dtr_checkpoint_bench", "checkpoint_bench");
+      const std::string base = base_dir.string();
       const std::string row_file = base + "/row.json";
       std::vector<std::string> args(argv, argv + argc);
       args.insert(args.end(), {"--base", base, "--result", row_file});
@@ -327,7 +327,6 @@ int main(int argc, char** argv) {
         std::ifstream in(row_file);
         rows.push_back(nlohmann::json::parse(in));
       }
-      std::filesystem::remove_all(base);
     }
     dtr::bench::print_table(rows, mib, repeats, dir);
     return code;

@@ -32,6 +32,7 @@
 #include "collectives/process_group.h"
 #include "core/allocator.h"
 #include "core/parallel.h"
+#include "core/temp_path.h"
 #include "nn/fully_shard.h"
 #include "nn/replicate.h"
 #include "optim/adam.h"
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
     bench::enter_workspace();  // the peer script is read from the workspace
     // Rank 0 of each launch leaves dtr's FSDP tokens/s here, for the ratios to the peer's.
     const std::string result_file = fmt::format("/tmp/fsdp_bench.{}.result", ::getpid());
+    const TempPath result_owner(result_file);  // removed however this ends
     ::setenv(kResultFileEnv, result_file.c_str(), 1);
     for (int n : counts) {
       const launcher::SelfLaunchResult result = launcher::launch_self(n, std::span(argv, argc));
@@ -205,7 +207,6 @@ int main(int argc, char** argv) {
                  dtr_tps / fsdp_tps, dtr_tps / ddp_tps);
       std::fflush(stdout);
     }
-    std::remove(result_file.c_str());
     return 0;
   });
 }

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/temp_path.h"
 #include "tools/bench/bench_util.h"
 #include "tools/bench/peer.h"
 #include "tools/command_line.h"
@@ -232,7 +233,8 @@ int main(int argc, char** argv) {
     const std::string program = find_built_program("tools/train/train");
     bench::enter_workspace();  // the peer script is read from the workspace
     const std::string torch_at = torch_version(python);
-    const fs::path scratch = fs::temp_directory_path() / fmt::format("train_bench.{}", ::getpid());
+    // Removed, with every run's output, however this ends.
+    const TempPath scratch(fs::temp_directory_path() / fmt::format("train_bench.{}", ::getpid()));
 
     fmt::print("the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (fsdp_peer.py)\n",
                std::thread::hardware_concurrency(), torch_at.empty() ? "PyTorch (missing)" : "PyTorch " + torch_at);
@@ -269,7 +271,7 @@ int main(int argc, char** argv) {
         runs.back().precision = Precision::kMixed;
       }
       for (Run& r : runs) {
-        train(r, dtrrun, program, steps, warmup, scratch / fmt::format("{}_{}", n, r.mode()));
+        train(r, dtrrun, program, steps, warmup, scratch.path() / fmt::format("{}_{}", n, r.mode()));
       }
       // PyTorch's figures, after dtr's, on the same machine.
       std::map<std::string, double> torch;
@@ -287,7 +289,6 @@ int main(int argc, char** argv) {
       }
     }
     for (const std::string& note : notes) fmt::print("{}\n", note);
-    fs::remove_all(scratch);
     return 0;
   });
 }

@@ -33,7 +33,6 @@
 
 #include "checkpoint/chunk_file.h"
 #include "checkpoint/full_state_dict_file.h"
-#include "checkpoint/load.h"
 #include "checkpoint/metadata.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_header.h"
@@ -41,6 +40,7 @@
 #include "collectives/init.h"
 #include "core/error.h"
 #include "core/posix_file.h"
+#include "core/temp_path.h"
 #include "core/tensor.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
@@ -131,7 +131,7 @@ struct Written {
 // fsync'ed and renamed), assembling one full tensor at a time; returns the data bytes.
 int64_t write_full(const std::string& dir, const CheckpointMetadata& meta, std::vector<Written> tensors,
                    const std::string& out, std::string_view op) {
-  // Largest element size first (every tensor aligned), then by name: nn::save_file's order.
+  // Largest element size first (every tensor aligned), then by name: safetensors::save_file's order.
   std::stable_sort(tensors.begin(), tensors.end(), [&](const Written& a, const Written& b) {
     return itemsize(meta.tensors.at(a.source).dtype) > itemsize(meta.tensors.at(b.source).dtype);
   });
@@ -142,22 +142,20 @@ int64_t write_full(const std::string& dir, const CheckpointMetadata& meta, std::
     entries.push_back({w.name, t.dtype, t.shape, offset, offset + tensor_bytes(t)});
     offset += tensor_bytes(t);
   }
-  const std::string temp = out + ".tmp";
+  const std::string name = out + ".tmp";
   std::error_code ec;
-  fs::remove(temp, ec);
-  {
-    FileDescriptor fd = open_file(temp, O_WRONLY | O_CREAT | O_EXCL, op);
-    const std::string header = safetensors_header_bytes(entries, {});
-    write_all(fd.get(), header.data(), header.size(), temp, op);
-    checkpoint::internal::ChunkFileReader files(dir);
-    for (const Written& w : tensors) {
-      const Tensor full = assemble(w.source, meta.tensors.at(w.source), files);
-      write_all(fd.get(), full.data(), full.nbytes(), temp, op);
-    }
-    sync_and_close(std::move(fd), temp, op);
+  fs::remove(name, ec);  // a leftover of an interrupted run
+  FileDescriptor fd = open_file(name, O_WRONLY | O_CREAT | O_EXCL, op);
+  TempPath temp(name);  // removed on any failure from here on
+  const std::string header = safetensors_header_bytes(entries, {});
+  write_all(fd.get(), header.data(), header.size(), name, op);
+  checkpoint::internal::ChunkFileReader files(dir);
+  for (const Written& w : tensors) {
+    const Tensor full = assemble(w.source, meta.tensors.at(w.source), files);
+    write_all(fd.get(), full.data(), full.nbytes(), name, op);
   }
-  fs::rename(temp, out, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("{}: rename('{}', '{}')", op, temp, out));
+  sync_and_close(std::move(fd), name, op);
+  temp.rename_to(out, op);
   return offset;
 }
 
@@ -214,19 +212,19 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
     names.push_back(w.name);
   }
   const checkpoint::HfLayout layout = checkpoint::plan_hf_layout(bytes, max_shard_bytes);
-  const std::string temp = hf_dir + ".tmp";
+  const fs::path name = hf_dir + ".tmp";
   std::error_code ec;
-  fs::remove_all(temp, ec);
-  fs::create_directories(temp);
+  fs::remove_all(name, ec);  // a leftover of an interrupted run
+  fs::create_directories(name);
+  TempPath temp(name);  // removed, with what it holds, on any failure from here on
   for (size_t f = 0; f < layout.files.size(); ++f) {
     std::vector<Written> file;
     for (size_t i : layout.files[f]) file.push_back(tensors[i]);
-    write_full(dir, meta, file, (fs::path(temp) / layout.file_names[f]).string(), "export");
+    write_full(dir, meta, file, (name / layout.file_names[f]).string(), "export");
   }
-  std::ofstream(fs::path(temp) / checkpoint::kHfIndexName) << layout.index_json(names);
+  std::ofstream(name / checkpoint::kHfIndexName) << layout.index_json(names);
   fs::remove_all(hf_dir, ec);  // only what --force allowed
-  fs::rename(temp, hf_dir, ec);
-  if (ec) throw OSError(ec.value(), fmt::format("export: rename('{}', '{}')", temp, hf_dir));
+  temp.rename_to(hf_dir, "export");
   fmt::print("exported {} tensors ({} bytes of data) to {} as {} file(s) and {}\n", tensors.size(), layout.total_bytes,
              hf_dir, layout.files.size(), checkpoint::kHfIndexName);
   return 0;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/device_mesh.h"
 #include "core/device.h"
+#include "dtensor/device_mesh.h"
 #include "nn/transformer.h"
 #include "tools/train/step_log.h"
 #include "tools/train/token_data.h"

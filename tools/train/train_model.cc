@@ -7,9 +7,9 @@
 #include <map>
 #include <optional>
 
+#include "checkpoint/full_state_dict_file.h"
 #include "collectives/init.h"
 #include "core/error.h"
-#include "checkpoint/full_state_dict_file.h"
 #include "nn/init.h"
 #include "nn/parameter.h"
 

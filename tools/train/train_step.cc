@@ -1,9 +1,9 @@
 #include "tools/train/train_step.h"
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/view_ops.h"
 #include "core/allocator.h"
 #include "core/trace.h"
+#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/view_ops.h"
 #include "nn/loss.h"
 #include "optim/clip_grad.h"
 #include "tools/train/train_data.h"

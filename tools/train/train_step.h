@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "collectives/process_group.h"
-#include "dtensor/device_mesh.h"
 #include "core/device.h"
+#include "dtensor/device_mesh.h"
 #include "optim/lr_scheduler.h"
 #include "optim/optimizer.h"
 #include "tools/train/token_data.h"
