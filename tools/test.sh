@@ -6,7 +6,8 @@
 # test`. `tools/test.sh --gpu` also runs the tests tagged gpu (a machine with a GPU);
 # `tools/test.sh --multi-gpu` runs those and the ones tagged multi_gpu too (two or more
 # GPUs: a multi_gpu test fails, never passes, on a machine with fewer). The format check
-# (tools/format.sh --check) runs after the tests and counts as one test; then the GPU bundle's
+# (tools/format.sh --check) and the layering check (tools/check_layers.py, docs/architecture.md)
+# run after the tests and count as one test each; then the GPU bundle's
 # rehearsal (docs/gpu_bundle.md): the gpu tests and programs this build made, packed by
 # tools/gpu_bundle.sh --test-build, unpacked elsewhere and checked by the bundle's own
 # `gpu_run.sh --rehearse`, whose cases count here (packing failures count as one); then every
@@ -30,6 +31,7 @@ status=${PIPESTATUS[0]}
 
 passed=0 failed=0
 if tools/format.sh --check; then passed=1; else failed=1; fi
+if python3 tools/check_layers.py; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 while read -r target result; do
   file="bazel-testlogs/$(sed -e 's|^//||' -e 's|:|/|' <<<"$target")/test.log"
