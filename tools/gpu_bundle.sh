@@ -86,7 +86,8 @@ for target in "${targets[@]}"; do
   done <"$manifest"
 done
 # Read by gpu_run.sh, not by a Bazel target: the PyTorch peer and the Catch2 log counter.
-cp tools/bench/train_gpu_peer.py "$bundle/runfiles/dtr/tools/bench/"
+mkdir -p "$bundle/runfiles/dtr/tools/bench/peers"
+cp tools/bench/peers/train_gpu_peer.py "$bundle/runfiles/dtr/tools/bench/peers/"
 cp tools/count_catch2.py "$bundle/"
 cp tools/gpu_run.sh "$bundle/"
 

@@ -249,7 +249,7 @@ else
   if [[ -z $torch ]]; then
     record SKIP "PyTorch fully_shard peer" "torch does not import here"
   elif timeout -k 10 "$peer_limit" python3 -m torch.distributed.run --standalone --nproc_per_node 1 \
-    tools/bench/train_gpu_peer.py "${model[@]}" --vocab 256 --steps 10 --warmup 2 >"$logs/peer.log" 2>&1 &&
+    tools/bench/peers/train_gpu_peer.py "${model[@]}" --vocab 256 --steps 10 --warmup 2 >"$logs/peer.log" 2>&1 &&
     grep -q '^torch fsdp_gpu ' "$logs/peer.log"; then
     record PASS "PyTorch fully_shard peer" "torch $torch"
   else

@@ -5,7 +5,7 @@
 // names; a non-zero rank's allocator peak stays within two full tensors of the largest entry
 // while saving and below its shard plus one tensor while loading. Hugging Face's layout
 // round-trips with several files and a correct index. Files PyTorch wrote
-// (tools/make_checkpoint_testdata.py: safetensors.torch.save_file and DCP's
+// (tests/checkpoint/testdata/make_checkpoint_testdata.py: safetensors.torch.save_file and DCP's
 // HuggingFaceStorageWriter) load with PyTorch's closed-form values; with
 // DTR_CHECKPOINT_INTEROP_DIR set, dtr's files (a full state dict, Hugging Face's layout and a
 // checkpoint::save directory written by 3 ranks) are left there for that script's --verify.
@@ -200,7 +200,7 @@ TEST_CASE("Hugging Face's sharded layout round-trips with several files and a co
   }
 }
 
-// The model tools/make_checkpoint_testdata.py writes.
+// The model tests/checkpoint/testdata/make_checkpoint_testdata.py writes.
 TransformerConfig interop_config() {
   return {.vocab_size = 8, .dim = 8, .n_layers = 1, .n_heads = 2, .causal = true, .max_seq_len = 4, .final_norm = true};
 }

@@ -171,7 +171,7 @@ TEST_CASE("malformed files are typed errors naming the file and the tensor", "[s
 }
 
 TEST_CASE("a file written by PyTorch's safetensors loads", "[safetensors]") {
-  // tools/make_safetensors_testdata.py: safetensors.torch.save_file of these tensors.
+  // tests/checkpoint/testdata/make_safetensors_testdata.py: safetensors.torch.save_file of these tensors.
   SafetensorsMetadata metadata;
   const TensorMap t = load_file("tests/checkpoint/testdata/torch_written.safetensors", &metadata);
   CHECK(metadata == SafetensorsMetadata{{"written_by", "safetensors.torch.save_file"}});

@@ -1,6 +1,6 @@
 // C10dStore against c10d's TCPStore protocol, two ways: replaying the exchange of PyTorch's
 // own client and server (tests/collectives/testdata/c10d_store_exchange.json, recorded by
-// tools/make_c10d_store_testdata.py), byte for byte, without torch; and against PyTorch's
+// tests/collectives/testdata/make_c10d_store_testdata.py), byte for byte, without torch; and against PyTorch's
 // TCPStore server itself (the store torchrun's agent hosts), where torch imports (reported
 // skipped where it does not): set, get, add, compare_set, wait, a timed-out wait naming the
 // missing key, num_keys and delete_key, each seen by a PyTorch client on the same server.

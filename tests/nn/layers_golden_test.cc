@@ -1,6 +1,6 @@
 // Each nn layer against PyTorch 2.15: the same weights (loaded from the file through
 // load_full_state_dict), the same input and upstream gradient give the output and every
-// gradient within 1e-5 relative (max norm) in float32. The data: tools/make_nn_testdata.py.
+// gradient within 1e-5 relative (max norm) in float32. The data: tests/nn/testdata/make_nn_testdata.py.
 #include <catch2/catch.hpp>
 
 #include <memory>

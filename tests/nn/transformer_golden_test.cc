@@ -1,7 +1,7 @@
 // MultiheadAttention (every mask kind, both layouts) and the seed's Transformer and its
 // causal variant against PyTorch 2.15: the same weights give the outputs, attention
 // weights, loss and every gradient within 1e-5 relative (max norm) in float32, and the
-// state-dict names are PyTorch's. The data: tools/make_transformer_testdata.py.
+// state-dict names are PyTorch's. The data: tests/nn/testdata/make_transformer_testdata.py.
 #include <catch2/catch.hpp>
 
 #include <memory>

@@ -1,5 +1,5 @@
 // Optimizers, schedules, clip_grad_norm_ and five training steps of the causal model
-// against PyTorch 2.15 (tools/make_optim_testdata.py): schedule values to 1e-12, parameters
+// against PyTorch 2.15 (tests/optim/testdata/make_optim_testdata.py): schedule values to 1e-12, parameters
 // after every optimizer step to 1e-6 relative, and the five losses to 1e-5 relative.
 #include <catch2/catch.hpp>
 

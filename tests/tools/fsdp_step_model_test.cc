@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "tests/testing/test_util.h"
-#include "tools/bench/fsdp_step_model.h"
+#include "tools/plan/fsdp_step_model.h"
 
 namespace dtr::bench {
 namespace {

@@ -400,7 +400,7 @@ TEST_CASE("a rank killed mid-run makes dtrrun exit non-zero naming it", "[train]
 }
 
 TEST_CASE("train --init-from a state dict PyTorch saved reproduces PyTorch's first loss", "[train]") {
-  // tools/make_transformer_testdata.py: a GPT-style model (vocab 32, dim 16, 2 blocks),
+  // tests/nn/testdata/make_transformer_testdata.py: a GPT-style model (vocab 32, dim 16, 2 blocks),
   // a token file and the loss of windows 0 and 1 (the first global batch of 2).
   const std::string data = "tests/train/testdata/init_from/";
   const double expected = std::stod(read_file(data + "first_loss.txt"));

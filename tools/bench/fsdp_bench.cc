@@ -9,7 +9,7 @@
 //   bazel run -c opt //tools/bench:fsdp_bench [-- --ranks 1,2,4 --steps 5 --warmup 2 --python PATH]
 //
 // After each rank count, PyTorch 2.15's fully_shard and DDP train the same model on gloo
-// in the same run (tools/bench/fsdp_peer.py under torch.distributed.run; skipped when torch
+// in the same run (tools/bench/peers/fsdp_peer.py under torch.distributed.run; skipped when torch
 // is missing), and the ratios of dtr's tokens/s to theirs are printed.
 // The reference model (reference_lm.h), AdamW; FSDP shards each block and the root.
 #include <fmt/format.h>
@@ -185,9 +185,9 @@ int main(int argc, char** argv) {
         fmt::print(stderr, "fsdp_bench: {} ranks: {}\n", n, result.failure);
         return result.exit_code;
       }
-      const std::string peer = bench::command_output(
-          fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/fsdp_peer.py {} {}",
-                      python, n, steps, warmup));
+      const std::string peer = bench::command_output(fmt::format(
+          "{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/fsdp_peer.py {} {}", python,
+          n, steps, warmup));
       const size_t at = peer.find("torch fsdp");
       double fsdp_ms = 0, fsdp_tps = 0, ddp_ms = 0, ddp_tps = 0;
       if (at == std::string::npos || std::sscanf(peer.c_str() + at, "torch fsdp %lf %lf ddp %lf %lf", &fsdp_ms,

@@ -9,7 +9,7 @@
 //
 //   bazel run //tools/bench:train_bench [-- --ranks 1,2,4 --steps 12 --warmup 2 --python PATH]
 //
-// PyTorch's side is tools/bench/fsdp_peer.py under torch.distributed.run (as fsdp_bench runs
+// PyTorch's side is tools/bench/peers/fsdp_peer.py under torch.distributed.run (as fsdp_bench runs
 // it: fully_shard on each block and the root, DDP; --mixed-precision for the bf16 row); its
 // columns show '-' when torch is missing. Every run is checked before its figures are used:
 // exit 0, every step done on every rank, every loss finite. Reference configuration
@@ -185,7 +185,7 @@ std::string torch_version(const std::string& python) {
 std::map<std::string, double> torch_figures(const std::string& python, int ranks, int64_t steps, int64_t warmup,
                                             Precision precision, std::string& note) {
   const std::string peer = bench::command_output(
-      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/fsdp_peer.py {} {}{}",
+      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/fsdp_peer.py {} {}{}",
                   quote(python), ranks, steps, warmup, precision == Precision::kMixed ? " --mixed-precision" : ""));
   double fsdp_ms = 0, fsdp_tps = 0, ddp_ms = 0, ddp_tps = 0;
   if (precision == Precision::kMixed) {

@@ -1,6 +1,6 @@
 // train_step_bench: tokens/s of one training step of the reference causal LM on one rank
 // and one thread, against PyTorch 2.15 eager on the same model, configuration and data
-// shape, run in the same benchmark (tools/bench/train_step_peer.py; skipped when torch is
+// shape, run in the same benchmark (tools/bench/peers/train_step_peer.py; skipped when torch is
 // missing). The step's time is split into forward (with the loss), backward and the
 // optimizer step, medians over the timed steps; then by op family (tools/bench/op_family.h),
 // means over as many steps again run with tracing on (the peer's from torch.profiler).
@@ -55,7 +55,7 @@ DTensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) 
 
 // The peer's output lines, or "" when it could not run.
 std::string run_peer(const std::string& python, const std::string& args) {
-  return bench::command_output(python + " tools/bench/train_step_peer.py " + args);
+  return bench::command_output(python + " tools/bench/peers/train_step_peer.py " + args);
 }
 
 // The peer's split: "torch split" and one figure per family in OpFamily order.

@@ -8,7 +8,7 @@ reduce_dtype=float32; the root's outputs float32, as dtr's train does) and print
 "torch fsdp_mp <ms/step> <tokens/s>". A non-finite loss fails the run. Needs
 `pip install torch==2.15.0`; without torch it prints "torch missing" and exits 0.
 
-    python3 -m torch.distributed.run --nproc_per_node N tools/bench/fsdp_peer.py STEPS WARMUP [--mixed-precision]
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/fsdp_peer.py STEPS WARMUP [--mixed-precision]
 """
 import argparse
 import math

@@ -3,7 +3,7 @@
 test that dtr loads a file PyTorch wrote (tests/checkpoint/safetensors_test.cc checks the values).
 
     python3 -m venv ~/torch-venv && ~/torch-venv/bin/pip install torch==2.15.0 safetensors
-    ~/torch-venv/bin/python3 tools/make_safetensors_testdata.py
+    ~/torch-venv/bin/python3 tests/checkpoint/testdata/make_safetensors_testdata.py
 
 Made with torch 2.15.0 and safetensors 0.8.0. It also checks the other direction: it reads
 a file dtr wrote, given as the first argument (tests/nn:safetensors_test writes
@@ -15,7 +15,7 @@ import sys
 import torch
 from safetensors.torch import load_file, save_file
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/checkpoint/testdata/torch_written.safetensors"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/checkpoint/testdata/torch_written.safetensors"
 
 
 def main() -> None:

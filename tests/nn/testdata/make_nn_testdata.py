@@ -2,7 +2,7 @@
 """Writes tests/nn/testdata/layers/<case>.safetensors: PyTorch's values for each nn layer
 that tests/nn/layers_golden_test.cc checks dtr against.
 
-    ~/torch-venv/bin/python3 tools/make_nn_testdata.py
+    ~/torch-venv/bin/python3 tests/nn/testdata/make_nn_testdata.py
 
 Made with torch 2.15.0 and safetensors 0.8.0 on the CPU, torch.manual_seed(0), float32.
 Each layer's file holds its state dict under "state.<name>", the input "input", the output
@@ -17,7 +17,7 @@ import pathlib
 import torch
 from safetensors.torch import save_file
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/nn/testdata/layers"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/nn/testdata/layers"
 
 
 def case(name, module, x, options):

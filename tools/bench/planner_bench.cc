@@ -1,7 +1,7 @@
 // planner_bench: the cost of one plan_redistribute call, for representative moves on 1-D,
 // 2-D and 3-D meshes, even and uneven, and one coalesced FSDP-style call.
 //
-//   bazel run -c opt //tools/explain_sharding:planner_bench
+//   bazel run -c opt //tools/bench:planner_bench
 //
 // Each case is checked first (the plan must end at the target), warmed up, then timed
 // call by call; the table shows the median and the 10th-90th percentile spread in µs of a

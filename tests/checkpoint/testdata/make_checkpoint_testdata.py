@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Full state dicts and Hugging Face's layout between PyTorch and dtr, both directions.
 
-    ~/torch-venv/bin/python3 tools/make_checkpoint_testdata.py            # writes testdata
-    ~/torch-venv/bin/python3 tools/make_checkpoint_testdata.py --verify DIR
+    ~/torch-venv/bin/python3 tests/checkpoint/testdata/make_checkpoint_testdata.py            # writes testdata
+    ~/torch-venv/bin/python3 tests/checkpoint/testdata/make_checkpoint_testdata.py --verify DIR
 
 Without arguments it writes, into tests/checkpoint/testdata/hf/, the state dict of a tiny
-Transformer (the seed's model as tools/make_transformer_testdata.py writes it in PyTorch:
+Transformer (the seed's model as tests/nn/testdata/make_transformer_testdata.py writes it in PyTorch:
 vocab 8, dim 8, 1 causal block of 2 heads, 4 positions, a final norm) whose values are a
 closed form, exact in float32: the j-th entry of state_dict(), flattened, holds
 j + i / 1024 at element i. It writes it twice:
@@ -36,10 +36,10 @@ import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
 from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "nn/testdata"))
 from make_transformer_testdata import Transformer  # noqa: E402
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/checkpoint/testdata/hf"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/checkpoint/testdata/hf"
 
 
 def closed_form_state():

@@ -6,7 +6,7 @@ tests/train/testdata/init_from/: a GPT-style model's state dict as PyTorch saves
 nanoGPT token file and the loss of the train program's first batch of it, which
 tests/train/train_test.cc reproduces with --init-from.
 
-    ~/torch-venv/bin/python3 tools/make_transformer_testdata.py
+    ~/torch-venv/bin/python3 tests/nn/testdata/make_transformer_testdata.py
 
 Made with torch 2.15.0 and safetensors 0.8.0 on the CPU, torch.manual_seed(0), float32.
 Files hold the module's state dict under "state.<name>", the inputs, the output (and for
@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 nn = torch.nn
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/nn/testdata/transformer"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/nn/testdata/transformer"
 
 
 class TransformerBlock(nn.Module):

@@ -7,7 +7,7 @@ under torch.profiler: each aten op's self time counts for its family, the optimi
 whole, and the rest of the step is autograd and dispatch. Needs `pip install torch==2.15.0`; without torch it
 prints "torch missing" and exits 0, so the benchmark runs without it.
 
-    python3 tools/bench/train_step_peer.py VOCAB DIM LAYERS HEADS SEQ BATCH STEPS WARMUP
+    python3 tools/bench/peers/train_step_peer.py VOCAB DIM LAYERS HEADS SEQ BATCH STEPS WARMUP
 """
 import statistics
 import sys

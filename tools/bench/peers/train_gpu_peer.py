@@ -8,7 +8,7 @@ parameters with float32 reduction and float32 logits, AdamW, random tokens. Prin
 dtr's train computes it (6N + 12 L d T FLOPs per token over --peak TFLOP/s). Without torch or
 a GPU it prints "torch missing" or "torch: no GPU" and exits 0.
 
-    python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/train_gpu_peer.py \\
+    python3 -m torch.distributed.run --standalone --nproc_per_node 1 tools/bench/peers/train_gpu_peer.py \\
         --dim 2048 --layers 16 --heads 16 --seq-len 2048 --batch-size 8 --vocab 256 --steps 10 --warmup 2 --peak 989
 """
 import argparse

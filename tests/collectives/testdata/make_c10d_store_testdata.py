@@ -3,7 +3,7 @@
 operation, into tests/collectives/testdata/c10d_store_exchange.json, the exchange
 tests/collectives/c10d_store_test.cc replays to dtr's C10dStore without torch.
 
-    ~/torch-venv/bin/python3 tools/make_c10d_store_testdata.py
+    ~/torch-venv/bin/python3 tests/collectives/testdata/make_c10d_store_testdata.py
 
 A relay between the two logs every byte each way. The connection's opening (VALIDATE with
 its magic number, then PyTorch's PING with a process-dependent nonce) is recorded as it is;
@@ -20,7 +20,7 @@ import time
 import torch
 from torch.distributed import TCPStore
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/collectives/testdata/c10d_store_exchange.json"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/collectives/testdata/c10d_store_exchange.json"
 
 
 class Relay:

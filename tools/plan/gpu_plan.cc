@@ -2,9 +2,9 @@
 // cluster, the all-gather and reduce-scatter bytes each rank moves per step, their times
 // from NCCL's published bus bandwidths (an alpha-beta CostModel per cluster), the compute
 // at an assumed share of the bf16 peak, how much of the collectives prefetch one group
-// ahead hides (tools/bench/fsdp_step_model.h), the step time, tokens/s per GPU and MFU.
+// ahead hides (tools/plan/fsdp_step_model.h), the step time, tokens/s per GPU and MFU.
 //
-//   bazel run //tools/bench:gpu_plan [-- --compute-efficiency 0.4]
+//   bazel run //tools/plan:gpu_plan [-- --compute-efficiency 0.4]
 //
 // Each cluster is one bus bandwidth (nccl-tests' busbw, large messages) and one latency for
 // all_gather and reduce_scatter; where the figures come from: docs/gpu_scaling.md.
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "collectives/cost_model.h"
-#include "tools/bench/fsdp_step_model.h"
 #include "tools/command_line.h"
+#include "tools/plan/fsdp_step_model.h"
 #include "tools/tool_main.h"
 
 namespace {

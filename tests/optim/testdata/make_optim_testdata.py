@@ -3,7 +3,7 @@
 learning-rate schedules, clip_grad_norm_ and five training steps of the causal model,
 which tests/optim/optim_golden_test.cc checks dtr against.
 
-    ~/torch-venv/bin/python3 tools/make_optim_testdata.py
+    ~/torch-venv/bin/python3 tests/optim/testdata/make_optim_testdata.py
 
 Made with torch 2.15.0 and safetensors 0.8.0 on the CPU, torch.manual_seed(0).
 - schedules.safetensors: lr at epochs 0..11 (float64) for each schedule, base lr 0.1.
@@ -22,10 +22,10 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "nn/testdata"))
 from make_transformer_testdata import Transformer  # noqa: E402
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "tests/optim/testdata"
+OUT = pathlib.Path(__file__).resolve().parents[3] / "tests/optim/testdata"
 sched = torch.optim.lr_scheduler
 
 

@@ -1,4 +1,4 @@
-#include "tools/bench/fsdp_step_model.h"
+#include "tools/plan/fsdp_step_model.h"
 
 #include <algorithm>
 #include <cmath>
