@@ -57,7 +57,7 @@ namespace {
 // The fused kernel on local blocks, and its backward: grad_q placed like q, grad_k and
 // grad_v like k and v but Partial(sum) where q's rows are sharded (each rank's queries
 // contribute to every key's gradient).
-DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, bool causal, double scale) {
+DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal, double scale) {
   const int64_t nd = q.dim();
   const int64_t query_offset = q.spec().local_box().offset[nd - 2];
   AttentionOutput fwd = attention(q.to_local(), k.to_local(), v.to_local(), causal, scale, query_offset);
@@ -115,7 +115,7 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
             placements_of(q, k, v), q.mesh());
   const bool fuse = backend == AttentionBackend::kFused ||
                     (backend == AttentionBackend::kAuto && can_fuse && q.mesh().device_type() == kCUDA);
-  if (fuse) return fused_attention(q, k, v, causal == Causal::kYes, factor);
+  if (fuse) return fused_attention(q, k, v, causal, factor);
   // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
   DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);
   if (causal == Causal::kYes) scores = causal_mask_fill(scores, -std::numeric_limits<double>::infinity());

@@ -14,11 +14,9 @@
 #include <optional>
 
 #include "dtensor/dtensor.h"
+#include "kernels/causal.h"
 
 namespace dtr {
-
-// Whether attention lets query i see only keys j <= i (torch's is_causal).
-enum class Causal : uint8_t { kNo, kYes };
 
 // x [..., Tq, Tk] with element [..., i, j] set to value where j > i (global indices).
 DTensor causal_mask_fill(const DTensor& x, double value);

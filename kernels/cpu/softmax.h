@@ -3,12 +3,10 @@
 // contiguous, of the inputs' shape and dtype, and is overwritten.
 #pragma once
 
+#include "kernels/softmax_kind.h"
 #include "kernels/tensor.h"
 
 namespace dtr::cpu {
-
-// How a softmax forward ends: divide by the sum, or subtract its log.
-enum class SoftmaxKind { kSoftmax, kLogSoftmax };
 
 void softmax(const Tensor& y, const Tensor& x, int64_t dim, SoftmaxKind kind);
 void softmax_backward(const Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind kind);
