@@ -5,9 +5,9 @@
 
 #include "dtensor/ops/attention.h"
 #include "dtensor/ops/dropout.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/shape_ops.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"

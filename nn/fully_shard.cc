@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
 #include "kernels/trace.h"

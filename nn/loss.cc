@@ -1,8 +1,8 @@
 #include "nn/loss.h"
 
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "kernels/error.h"
 
 namespace dtr::nn {

@@ -1,6 +1,6 @@
 #include "nn/transformer.h"
 
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "kernels/error.h"
 #include "kernels/fill.h"
 #include "nn/activation.h"

@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/attention.h"
@@ -19,7 +19,7 @@ namespace dtr {
 DTensor causal_mask_fill(const DTensor& x, double value) {
   const int64_t nd = x.dim();
   DTR_CHECK(nd >= 2, ValueError, "causal_mask_fill: input {} must have at least 2 dims [..., Tq, Tk]", describe(x));
-  std::vector<DimStrategy> per_dim = pointwise_strategies({x.shape()}, x.shape());
+  std::vector<DimStrategy> per_dim = elementwise_strategies({x.shape()}, x.shape());
   if (value == 0.0) add_linear_partials(per_dim, 1, 0);
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("causal_mask_fill", inputs, expand_strategies(per_dim, x.mesh().ndim()));

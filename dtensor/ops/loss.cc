@@ -2,7 +2,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 
 namespace dtr {

@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/allocator.h"
 #include "kernels/fill.h"
 #include "kernels/trace.h"

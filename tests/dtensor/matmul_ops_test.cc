@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <array>
 
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/trace.h"
 #include "tests/dtensor/op_test_util.h"

@@ -5,10 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include "dtensor/ops/attention.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"

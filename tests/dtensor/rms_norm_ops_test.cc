@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {

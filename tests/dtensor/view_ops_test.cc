@@ -3,7 +3,7 @@
 // against the one-rank result (uneven and empty shards included), values against index
 // loops written here, and which placements stay sharded without communication.
 #include "dtensor/ops/view_ops.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/shape_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"

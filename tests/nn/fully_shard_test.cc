@@ -12,8 +12,8 @@
 
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
 #include "kernels/trace.h"

@@ -9,7 +9,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/error.h"
 #include "nn/activation.h"
 #include "nn/container.h"

@@ -14,10 +14,10 @@
 #include <iostream>
 #include <optional>
 
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/softmax.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"

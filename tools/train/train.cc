@@ -33,7 +33,7 @@
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/allocator.h"
 #include "kernels/cuda/cuda_device.h"

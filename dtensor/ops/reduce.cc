@@ -1,11 +1,11 @@
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 
 #include <algorithm>
 
 #include "dtensor/autograd.h"
 #include "dtensor/internal/reduce_identity.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
 #include "kernels/fill.h"
@@ -61,7 +61,7 @@ DTensor with_reduced_dims(DTensor t, const std::vector<int64_t>& dims, KeepDim k
   return t;
 }
 
-// max or min (op kMax / kMin), as reduction.h and docs/sharding_rules.md describe.
+// max or min (op kMax / kMin), as reduce.h and docs/sharding_rules.md describe.
 DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std::vector<int64_t>& dims_given,
                  KeepDim keepdim) {
   const std::vector<int64_t> dims = reduced_dims(x, dims_given, name);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 #include "tests/dtensor/op_test_util.h"
