@@ -162,7 +162,7 @@ TEST_CASE("causal_mask_fill: exact values by global index; Partial only for a ze
 }
 
 TEST_CASE("attention ops: errors name q, k and v and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype = kFloat64) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

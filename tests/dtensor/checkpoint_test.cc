@@ -261,7 +261,7 @@ TEST_CASE("a checkpoint saved at 1, 2, 3 or 4 ranks loads at 1, 2, 3 or 4 ranks,
 TEST_CASE("a world of one process without a process group saves and loads", "[checkpoint]") {
   REQUIRE_FALSE(is_initialized());
   const fs::path dir = testing::make_temp_dir("checkpoint_single") / "ckpt";
-  const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);
+  const DeviceMesh mesh = single_rank_mesh();
   checkpoint::save(saved_state(mesh, 7), dir.string());
   check_files(dir, 1, 7);
   State s = load_targets(mesh);
@@ -447,7 +447,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
   const Shape shape{24, 131072};
   const Tensor full = testing::random_tensor(shape, kBFloat16, 5);
   {
-    const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);  // one process, no group
+    const DeviceMesh mesh = single_rank_mesh();  // one process, no group
     State s;
     s.tensors["embed"] = sharded(full, mesh, {Shard(0)});
     checkpoint::save(s, dir.string());

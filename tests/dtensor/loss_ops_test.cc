@@ -143,7 +143,7 @@ TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, c
 }
 
 TEST_CASE("cross_entropy: errors name the logits, the target and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

@@ -81,7 +81,7 @@ TEST_CASE("a two-layer MLP: batch-sharded training matches one rank", "[dtensor]
     DTensor h = gelu(linear(in, p[0], p[1]), GeluApproximation::kTanh);
     return cross_entropy(linear(h, p[2], p[3]), t);
   };
-  const std::vector<double> reference = train(testing::one_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
+  const std::vector<double> reference = train(single_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
   testing::for_each_test_mesh([&](const DeviceMesh& mesh) {
     Placements batch(mesh.ndim(), Replicate());
     batch[0] = Shard(0);
@@ -103,8 +103,7 @@ TEST_CASE("a causal attention block: batch-sharded training matches one rank", "
     DTensor o = linear(reshape(permute(a, {0, 2, 1, 3}), {in.size(0), in.size(1), -1}), p[3]);
     return mul(sum(mul(o, o)), 1.0 / static_cast<double>(o.numel()));
   };
-  const std::vector<double> reference =
-      train(testing::one_rank_mesh(), {Replicate()}, weights, x, unused_target, block);
+  const std::vector<double> reference = train(single_rank_mesh(), {Replicate()}, weights, x, unused_target, block);
   testing::for_each_test_mesh([&](const DeviceMesh& mesh) {
     Placements batch(mesh.ndim(), Replicate());
     batch[0] = Shard(0);

@@ -73,10 +73,8 @@ std::vector<OpCase> forward_cases() {
   };
 }
 
-DeviceMesh one_rank() { return testing::one_rank_mesh(); }
-
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(one_rank(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("unary ops: gradcheck on one rank", "[dtensor][ops]") {

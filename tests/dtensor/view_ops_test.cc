@@ -90,7 +90,7 @@ std::vector<OpCase> cases() {
 }
 
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("view and shape ops: gradcheck on one rank", "[dtensor][ops]") {

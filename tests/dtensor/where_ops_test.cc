@@ -51,7 +51,7 @@ std::vector<OpCase> comparison_cases() {
 }
 
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("where and masked_fill: gradcheck on one rank", "[dtensor][ops]") {

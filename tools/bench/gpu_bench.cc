@@ -282,7 +282,7 @@ void attention_table(int iterations) {
 
 void train_table(int steps, double bf16_peak) {
   const int64_t vocab = 32768, dim = 1024, layers = 8, heads = 16, seq = 1024, batch = 8;
-  const DeviceMesh mesh = DeviceMesh::row_major(kCUDA, {1}, {}, 0, 1);
+  const DeviceMesh mesh = single_rank_mesh(kCUDA);
   fmt::print(
       "\n4. Training step on one GPU: causal LM vocab {}, dim {}, {} layers, {} heads, seq {}, batch {}, AdamW\n",
       vocab, dim, layers, heads, seq, batch);
