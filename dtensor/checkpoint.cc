@@ -154,10 +154,10 @@ void check_saveable(const State& state, int world_size) {
   }
 }
 
-// Whether this rank writes its box of `t`: a non-empty box, and coordinate 0 on every
+// Whether this rank writes its chunk of `t`: a non-empty chunk, and coordinate 0 on every
 // mesh dim where t is Replicate (the others hold the same values).
-bool writes_box(const DTensor& t, const LocalBox& box) {
-  if (shape_numel(box.shape) == 0) return false;
+bool writes_chunk(const DTensor& t, const LocalChunk& chunk) {
+  if (shape_numel(chunk.shape) == 0) return false;
   const std::vector<int64_t>& coordinate = t.mesh().coordinate();
   for (size_t m = 0; m < t.placements().size(); ++m) {
     if (t.placements()[m].is_replicate() && coordinate[m] != 0) return false;
@@ -169,7 +169,7 @@ bool writes_box(const DTensor& t, const LocalBox& box) {
 // returns) or are copies (async_save: the tensors may change while they are written).
 enum class Staging { kShare, kCopy };
 
-// This rank's boxes as contiguous CPU tensors, with each tensor's spec (for the ranks'
+// This rank's chunks as contiguous CPU tensors, with each tensor's spec (for the ranks'
 // agreement check) and metadata entry without its chunks.
 void stage(const State& state, Staging staging, internal::StagedSave& s);
 
@@ -303,7 +303,7 @@ struct internal::StagedSave {
   World w;
   fs::path target, temp;
   std::string token;
-  std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host, with their offsets
+  std::vector<internal::ChunkToWrite> chunks;  // this rank's chunks, on the host, with offsets
   Json signatures = Json::object();            // name -> spec string
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
@@ -338,12 +338,12 @@ void stage(const State& state, Staging staging, StagedSave& s) {
     saved.shape = t.shape();
     saved.mesh = mesh_json(t.mesh());
     for (const Placement& p : t.placements()) saved.placements.push_back(p.str());
-    const LocalBox box = t.spec().local_box();
-    if (!writes_box(t, box)) continue;
+    const LocalChunk chunk = t.spec().local_chunk();
+    if (!writes_chunk(t, chunk)) continue;
     const Tensor& local = t.to_local();
     // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
     Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
-    s.chunks.push_back({name, std::move(host), box.offset});
+    s.chunks.push_back({name, std::move(host), chunk.offset});
   }
   s.extra = state.extra;
 }
@@ -507,9 +507,10 @@ void check_loadable(const State& state, const CheckpointMetadata& meta, const fs
   throw ValueError(message);
 }
 
-// The common box of `a` and a chunk, or none when they share no element.
-std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const Shape& shape) {
-  LocalBox out{Shape(a.offset.size()), Shape(a.offset.size())};
+// The overlap of chunk `a` and a saved chunk at `offset` of `shape`, or none when they share
+// no element.
+std::optional<LocalChunk> intersect(const LocalChunk& a, const Shape& offset, const Shape& shape) {
+  LocalChunk out{Shape(a.offset.size()), Shape(a.offset.size())};
   for (size_t d = 0; d < a.offset.size(); ++d) {
     const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
     if (hi <= lo) return std::nullopt;
@@ -519,15 +520,15 @@ std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const 
   return out;
 }
 
-// This rank's box of `target`, read from the chunks it overlaps.
+// This rank's chunk of `target`, read from the saved chunks it overlaps.
 DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
                     internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
   const DTensorSpec& spec = target.spec();
-  const LocalBox box = spec.local_box();
-  // A chunk that is exactly this rank's box (a load on the mesh and placements it was saved
-  // from) is read straight into the local, without a second buffer and a copy.
+  const LocalChunk wanted = spec.local_chunk();
+  // A saved chunk that is exactly this rank's chunk (a load on the mesh and placements it was
+  // saved from) is read straight into the local, without a second buffer and a copy.
   for (const SavedChunk& chunk : saved.chunks) {
-    if (shape_numel(box.shape) == 0 || chunk.offset != box.offset || chunk.shape != box.shape) continue;
+    if (shape_numel(wanted.shape) == 0 || chunk.offset != wanted.offset || chunk.shape != wanted.shape) continue;
     DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
                     .data.to(target.to_local().device()),
                 spec);
@@ -535,20 +536,20 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
     if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
     return out;
   }
-  Tensor local = Tensor::empty(box.shape, spec.dtype(), kCPU);
-  if (shape_numel(box.shape) > 0) {
-    std::vector<LocalBox> filled;
+  Tensor local = Tensor::empty(wanted.shape, spec.dtype(), kCPU);
+  if (shape_numel(wanted.shape) > 0) {
+    std::vector<LocalChunk> filled;
     int64_t covered = 0;
     for (const SavedChunk& chunk : saved.chunks) {
-      const std::optional<LocalBox> common = intersect(box, chunk.offset, chunk.shape);
+      const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
       if (!common) continue;
-      for (const LocalBox& other : filled) {
+      for (const LocalChunk& other : filled) {
         DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
                   "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
                   name, common->offset);
       }
-      const int64_t ndim = static_cast<int64_t>(box.shape.size());
-      // The rows of the chunk the common box spans (a 0-d chunk is one row).
+      const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
+      // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
       const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
       const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
       internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
@@ -556,17 +557,17 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
       for (int64_t d = 0; d < ndim; ++d) {
         const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
         src = src.narrow(d, src_start, common->shape[d]);
-        dst = dst.narrow(d, common->offset[d] - box.offset[d], common->shape[d]);
+        dst = dst.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
       }
       dst.copy_(src);
       filled.push_back(*common);
       covered += shape_numel(common->shape);
       meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(spec.dtype())));
     }
-    DTR_CHECK(covered == shape_numel(box.shape), ValueError,
-              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's box at offset {} of "
-              "shape {} (corrupt metadata)",
-              kLoad, dir.string(), name, covered, shape_numel(box.shape), box.offset, box.shape);
+    DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
+              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's chunk at offset {} "
+              "of shape {} (corrupt metadata)",
+              kLoad, dir.string(), name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
   }
   DTensor out(local.to(target.to_local().device()), spec);
   if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
@@ -609,7 +610,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     internal::ChunkFileReader files(target.string());
     int64_t total = 0;
     for (const auto& [name, t] : state.tensors) {
-      total += shape_numel(t.spec().local_box().shape) * static_cast<int64_t>(itemsize(t.dtype()));
+      total += shape_numel(t.spec().local_chunk().shape) * static_cast<int64_t>(itemsize(t.dtype()));
     }
     ProgressMeter meter(on_progress, total);
     for (const auto& [name, t] : state.tensors)

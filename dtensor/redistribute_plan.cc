@@ -225,7 +225,7 @@ int64_t numel_without(const Shape& shape, std::initializer_list<int64_t> skip) {
 }
 
 // Adds the bytes every rank sends and receives when `spec`'s tensor takes `step`.
-// Every rank of a group works on the same piece (its box with the step's mesh dims
+// Every rank of a group works on the same piece (its chunk with the step's mesh dims
 // replicated), chunked into n padded blocks (counts: docs/redistribute_planner.md).
 void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   if (!is_collective(step.op)) return;
@@ -238,7 +238,7 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   }
   const int64_t itemsize = static_cast<int64_t>(dtr::itemsize(spec.dtype()));
   for (int64_t k = 0; k < mesh.size(); ++k) {
-    const Shape piece = compute_local_box(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
+    const Shape piece = compute_local_chunk(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
     // Elements of one padded block (sent to or received from each of the n - 1 peers).
     int64_t block = 0;
     switch (step.op) {

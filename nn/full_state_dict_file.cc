@@ -133,7 +133,7 @@ void agree(std::exception_ptr failure, std::string_view op, const std::string& p
   if (failure) std::rethrow_exception(failure);
 }
 
-// ---- Reading (every rank, its own blocks) -------------------------------------------------
+// ---- Reading (every rank, its own chunks) -------------------------------------------------
 
 // A .safetensors file opened and its header parsed and checked (kernels/safetensors_header.h).
 struct OpenFile {
@@ -171,11 +171,11 @@ std::unique_ptr<OpenFile> open_safetensors(const std::string& path, std::string_
   return file;
 }
 
-// The block `box` of tensor `e`, read with one pread per contiguous run: the innermost dims
-// the box covers whole join the run of the outermost dim it cuts (a Shard(0) block is one
-// run; a Shard(1) block of a matrix one run per row).
-Tensor read_block(const OpenFile& file, const SafetensorsEntry& e, const LocalBox& box, std::string_view op) {
-  Tensor out = Tensor::empty(box.shape, e.dtype, kCPU);
+// The chunk `chunk` of tensor `e`, read with one pread per contiguous run: the innermost dims
+// the chunk covers whole join the run of the outermost dim it cuts (a Shard(0) chunk is one
+// run; a Shard(1) chunk of a matrix one run per row).
+Tensor read_chunk(const OpenFile& file, const SafetensorsEntry& e, const LocalChunk& chunk, std::string_view op) {
+  Tensor out = Tensor::empty(chunk.shape, e.dtype, kCPU);
   if (out.numel() == 0) return out;
   const auto item = static_cast<int64_t>(itemsize(e.dtype));
   const auto ndim = static_cast<int64_t>(e.shape.size());
@@ -187,17 +187,17 @@ Tensor read_block(const OpenFile& file, const SafetensorsEntry& e, const LocalBo
   std::vector<int64_t> stride(ndim, 1);  // in elements, row-major
   for (int64_t d = ndim - 2; d >= 0; --d) stride[d] = stride[d + 1] * e.shape[d + 1];
   int64_t k = ndim - 1;
-  while (k > 0 && box.shape[k] == e.shape[k]) --k;
-  const int64_t run = box.shape[k] * stride[k] * item;
-  std::vector<int64_t> index(k, 0);  // over dims [0, k) of the box
+  while (k > 0 && chunk.shape[k] == e.shape[k]) --k;
+  const int64_t run = chunk.shape[k] * stride[k] * item;
+  std::vector<int64_t> index(k, 0);  // over dims [0, k) of the chunk
   for (;;) {
-    int64_t element = box.offset[k] * stride[k];
-    for (int64_t d = 0; d < k; ++d) element += (box.offset[d] + index[d]) * stride[d];
+    int64_t element = chunk.offset[k] * stride[k];
+    for (int64_t d = 0; d < k; ++d) element += (chunk.offset[d] + index[d]) * stride[d];
     read_exact(file, dst, run, file.data_start + e.begin + element * item, e.name, op);
     dst += run;
     int64_t d = k - 1;
     for (; d >= 0; --d) {
-      if (++index[d] < box.shape[d]) break;
+      if (++index[d] < chunk.shape[d]) break;
       index[d] = 0;
     }
     if (d < 0) break;
@@ -218,7 +218,7 @@ struct Source {
 };
 
 // Checks names, shapes and dtypes (every problem before anything is read), then reads each
-// rank's blocks and hands them to load_state_dict under the entries' own specs.
+// rank's chunks and hands them to load_state_dict under the entries' own specs.
 LoadResult load_sources(Module& module, const std::map<std::string, Source>& sources, const std::string& where,
                         Strict strict, std::string_view op) {
   const StateDict current = module.state_dict();
@@ -261,16 +261,16 @@ LoadResult load_sources(Module& module, const std::map<std::string, Source>& sou
   for (const auto& [name, value] : current) {
     const std::string* other = sources.contains(name) ? tie_in_file(name, value) : nullptr;
     if (other == nullptr || *other < name) continue;  // each pair once
-    const LocalBox whole{Shape(value.shape().size(), 0), value.shape()};
+    const LocalChunk whole{Shape(value.shape().size(), 0), value.shape()};
     const Source& a = sources.at(name);
     const Source& b = sources.at(*other);
-    const Tensor x = read_block(*a.file, *a.entry, whole, op), y = read_block(*b.file, *b.entry, whole, op);
+    const Tensor x = read_chunk(*a.file, *a.entry, whole, op), y = read_chunk(*b.file, *b.entry, whole, op);
     DTR_CHECK(std::memcmp(x.data(), y.data(), x.nbytes()) == 0, ValueError,
               "{}: '{}' holds '{}' and '{}', which the module ties (one tensor), with different values; keep one "
               "name, or make them equal",
               op, where, name, *other);
   }
-  StateDict blocks;
+  StateDict chunks;
   for (const auto& [name, value] : current) {
     const auto it = sources.find(name);
     if (it == sources.end()) continue;
@@ -280,10 +280,10 @@ LoadResult load_sources(Module& module, const std::map<std::string, Source>& sou
       if (p.is_partial()) p = Replicate();
     }
     const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
-    const Tensor block = read_block(*it->second.file, *it->second.entry, spec.local_box(), op);
-    blocks.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
+    const Tensor chunk = read_chunk(*it->second.file, *it->second.entry, spec.local_chunk(), op);
+    chunks.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
   }
-  module.load_state_dict(blocks, Strict::kNo);
+  module.load_state_dict(chunks, Strict::kNo);
   return result;
 }
 

@@ -28,14 +28,14 @@ void wait_for_reduction() {
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
-// This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
+// This rank's chunk of a Replicate parameter under `placements` on `mesh`, as a new leaf
 // that owns its memory on `device` (the full tensor can be freed; FSDP2 moves a module
 // built on the CPU to the mesh's device the same way).
 DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const Tensor block = block_of(full.to_local(), spec.local_box());
-  Tensor local = Tensor::empty(block.shape(), block.dtype(), device);
-  local.copy_(block);
+  const Tensor chunk = chunk_of(full.to_local(), spec.local_chunk());
+  Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
+  local.copy_(chunk);
   DTensor sharded(std::move(local), std::move(spec));
   sharded.requires_grad_(full.requires_grad());
   return sharded;
@@ -256,7 +256,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], leaf_device), spec);
+               zeros.emplace_back(dtr::zeros(spec.local_chunk().shape, dtypes[i], leaf_device), spec);
              }
              return zeros;
            }
@@ -558,7 +558,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
     for (const std::shared_ptr<Param>& p : g->params_) {
       const DTensorSpec& spec = p->gathered.spec();
       roots.push_back(p->gathered);
-      zero_grads.emplace_back(dtr::zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device()), spec);
+      zero_grads.emplace_back(dtr::zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec);
     }
     run_backward(roots, zero_grads, RetainGraph::kNo);
   }

@@ -131,7 +131,7 @@ TEST_CASE("attention rules: batch, head and query sharding need no communication
     CHECK_FALSE(fused_attention_fits(rq, sk, sv));
     CHECK_THROWS_MATCHES(scaled_dot_product_attention(rq, sk, sv, Causal::kYes, std::nullopt, AttentionBackend::kFused),
                          ValueError,
-                         testing::MessageContains("the fused backend needs each rank's blocks to be whole problems") &&
+                         testing::MessageContains("the fused backend needs each rank's chunks to be whole problems") &&
                              testing::MessageContains("got q [R], k [S(2)], v [S(2)]"));
   });
 }

@@ -24,7 +24,7 @@ constexpr double kLr = 0.05;
 // A weight as a leaf DTensor under `placements` (from the same global values on every rank).
 DTensor parameter(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  DTensor p(testing::box_of(full, spec.local_box()), spec);
+  DTensor p(testing::contiguous_chunk_of(full, spec.local_chunk()), spec);
   p.requires_grad_();
   return p;
 }
@@ -49,8 +49,8 @@ std::vector<double> train(const DeviceMesh& mesh, const Placements& batch, const
   for (const Tensor& w : weights) params.push_back(parameter(w, mesh, Placements(mesh.ndim(), Replicate())));
   DTensorSpec xs(mesh, batch, x_full.shape(), x_full.dtype());
   DTensorSpec ts(mesh, batch, target_full.shape(), target_full.dtype());
-  const DTensor x(testing::box_of(x_full, xs.local_box()), xs);
-  const DTensor target(testing::box_of(target_full, ts.local_box()), ts);
+  const DTensor x(testing::contiguous_chunk_of(x_full, xs.local_chunk()), xs);
+  const DTensor target(testing::contiguous_chunk_of(target_full, ts.local_chunk()), ts);
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
     DTensor loss = model(params, x, target);

@@ -48,7 +48,7 @@ inline std::vector<DTensor> make_inputs(const OpCase& c, const DeviceMesh& mesh,
     DTensorSpec spec(mesh, placements[i], full.shape(), full.dtype());
     // Partial terms are made in float64 (exact for the integer-valued data) and rounded once.
     Tensor local = is_floating(full.dtype()) ? partial_terms(full.to(kFloat64), spec, seed + i).to(full.dtype())
-                                             : box_of(full, spec.local_box());
+                                             : contiguous_chunk_of(full, spec.local_chunk());
     DTensor t =
         mesh.has_groups() ? from_local(local, mesh, placements[i], full.shape(), RunCheck::kNo) : DTensor(local, spec);
     if (c.inputs[i].requires_grad) t.requires_grad_();

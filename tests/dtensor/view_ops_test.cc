@@ -172,7 +172,7 @@ TEST_CASE("view and shape ops keep shards that stay whole, without communication
   });
 }
 
-TEST_CASE("reshape keeps nested shards on a 2x2 mesh when every rank's box stays whole", "[dtensor][ops]") {
+TEST_CASE("reshape keeps nested shards on a 2x2 mesh when every rank's chunk stays whole", "[dtensor][ops]") {
   testing::run_ranks(4, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2, 2});
     const Tensor m = global_tensor({8, 3}, 13);

@@ -204,19 +204,19 @@ TEST_CASE("initialisation: PyTorch's bounds, and values independent of placement
   }
   Embedding embedding(50, 8, 3);
   for (double v : testing::to_f64(embedding.weight().to_local().narrow(0, 3, 1))) CHECK(v == 0.0);
-  // The same draw, sharded: each rank's block of a Shard(0) parameter is its slice of the whole.
+  // The same draw, sharded: each rank's chunk of a Shard(0) parameter is its slice of the whole.
   DTensor whole = empty_parameter({10, 3}, {});
   manual_seed(9);
   normal_(whole);
   for (int64_t rank = 0; rank < 4; ++rank) {
     const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {4}, {}, rank, 4);
     const DTensorSpec spec(mesh, {Shard(0)}, {10, 3}, kFloat32);
-    DTensor shard(Tensor::empty(spec.local_box().shape, kFloat32), spec);
+    DTensor shard(Tensor::empty(spec.local_chunk().shape, kFloat32), spec);
     manual_seed(9);
     normal_(shard);
-    const LocalBox box = spec.local_box();
+    const LocalChunk chunk = spec.local_chunk();
     CHECK(testing::to_f64(shard.to_local()) ==
-          testing::to_f64(whole.to_local().narrow(0, box.offset[0], box.shape[0])));
+          testing::to_f64(whole.to_local().narrow(0, chunk.offset[0], chunk.shape[0])));
   }
   DTensor t = empty_parameter({4000}, {});
   trunc_normal_(t, 0.0, 1.0, -1.0, 2.0);
