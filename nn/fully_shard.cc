@@ -125,7 +125,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   auto contains = [](const std::vector<DTensor>& v, const DTensor& t) {
     return std::any_of(v.begin(), v.end(), [&](const DTensor& u) { return u.is_same(t); });
   };
-  for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
+  for (auto& [name, slot] : module.named_parameters(RemoveDuplicate::kNo)) {
     if (contains(nested, *slot)) continue;
     auto tied = std::find_if(params_.begin(), params_.end(),
                              [&](const std::shared_ptr<Param>& p) { return p->gathered.is_same(*slot); });
@@ -160,7 +160,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
-  use_gathered(false);
+  use_params(State::kSharded);
   for (auto& [name, buffer] : module.named_buffers()) {
     if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
       *buffer = DTensor(buffer->to_local().to(mesh.device()),
@@ -178,9 +178,9 @@ int64_t FSDPModule::gathered_bytes() const {
   return bytes;
 }
 
-void FSDPModule::use_gathered(bool gathered) {
+void FSDPModule::use_params(State state) {
   for (const std::shared_ptr<Param>& p : params_) {
-    for (DTensor* slot : p->slots) *slot = gathered ? p->gathered : p->sharded;
+    for (DTensor* slot : p->slots) *slot = state == State::kUnsharded ? p->gathered : p->sharded;
   }
 }
 
@@ -415,7 +415,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
   order().push_back(this);
   start_forward_gather(Async::kNo);
   wait_for_unshard();
-  use_gathered(true);
+  use_params(State::kUnsharded);
   std::vector<FSDPModule*> next = forward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kForward)});
   for (FSDPModule* m : next) {
     if (m != nullptr && m != this) m->start_forward_gather(Async::kYes);
@@ -494,7 +494,7 @@ void FSDPModule::start_forward_gather(Async async) {
 }
 
 Values FSDPModule::post_forward(const Values& outputs) {
-  use_gathered(false);
+  use_params(State::kSharded);
   root_->ended_.push_back(this);
   --t_open_forwards;
   if (t_open_forwards == 0) t_root = nullptr;

@@ -494,7 +494,7 @@ class TwoBranches : public UnaryModule {
  public:
   TwoBranches() : UnaryModule("TwoBranches") {
     first = register_module("first", std::make_shared<Linear>(4, 4));
-    second = register_module("second", std::make_shared<Linear>(4, 4, /*bias=*/false));
+    second = register_module("second", std::make_shared<Linear>(4, 4, LinearOptions{.bias = false}));
   }
   std::shared_ptr<Linear> first, second;
   bool drop_second = false;

@@ -29,8 +29,9 @@ using testing::on_one_rank;
 using testing::MessageContains;
 
 std::shared_ptr<Sequential> ffn() {
-  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-      std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(), std::make_shared<Linear>(8, 4, false)});
+  return std::make_shared<Sequential>(
+      std::vector<std::shared_ptr<Module>>{std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(),
+                                           std::make_shared<Linear>(8, 4, LinearOptions{.bias = false})});
 }
 
 // A block with a child container and its own parameter, as a model nests them.
@@ -152,7 +153,8 @@ TEST_CASE("train/eval, apply, to(dtype), zero_grad and tied parameters", "[nn][m
   for (DTensor* p : block.parameters()) CHECK((p->dtype() == kBFloat16 && p->is_leaf() && p->requires_grad()));
   block.to(kFloat32);
   // A parameter shared by two modules is listed once (PyTorch's tied embeddings).
-  Sequential tied({std::make_shared<Linear>(3, 3, false), std::make_shared<Linear>(3, 3, false)});
+  Sequential tied({std::make_shared<Linear>(3, 3, LinearOptions{.bias = false}),
+                   std::make_shared<Linear>(3, 3, LinearOptions{.bias = false})});
   tied.child("1").parameter("weight") = tied.child("0").parameter("weight");
   CHECK(names(tied.named_parameters()) == std::vector<std::string>{"0.weight"});
   CHECK(tied.state_dict().size() == 2);  // the state dict keeps both names, as PyTorch's does
