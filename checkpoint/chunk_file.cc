@@ -62,7 +62,7 @@ std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::v
     w.rows_per_block = rows_per_block_for(t.shape(), t.dtype());
     const int64_t rows = chunk_rows(t.shape()), row_bytes = chunk_row_bytes(t.shape(), t.dtype());
     const auto* bytes = static_cast<const uint8_t*>(t.data());
-    // One pass per block: checksum it while it is in cache, then write it.
+    // One pass per checksum block: checksum it while it is in cache, then write it.
     for (int64_t row = 0; row < rows; row += w.rows_per_block) {
       const size_t n = static_cast<size_t>(std::min(w.rows_per_block, rows - row) * row_bytes);
       w.crc32c.push_back(crc32c(bytes + row * row_bytes, n));

@@ -2,14 +2,14 @@
 //
 // It is a plain .safetensors file (an 8-byte little-endian header length N, N bytes of JSON
 // {"<tensor name>": {"dtype", "shape", "data_offsets"}}, padded with spaces to a multiple
-// of 8, then the data), holding this rank's box of each tensor it writes under the
+// of 8, then the data), holding this rank's chunk of each tensor it writes under the
 // tensor's own name, so any safetensors reader can open it; its "__metadata__" holds
-// "DCP_SHARDING_INFO", {"<tensor name>": {"saved_offsets": [global offset of the box]}} as
+// "DCP_SHARDING_INFO", {"<tensor name>": {"saved_offsets": [global offset of the chunk]}} as
 // a JSON string, which PyTorch's HuggingFaceStorageReader reads to place each chunk, so
 // torch.distributed.checkpoint.load reads a dtr checkpoint directory. Data is little-endian,
 // row-major, largest element size first so every chunk starts aligned. The writer
-// checksums each chunk in blocks of rows (checkpoint_metadata.h); the reader reads whole
-// blocks and verifies every one it reads.
+// checksums each chunk in checksum blocks of rows (checkpoint_metadata.h); the reader reads
+// whole checksum blocks and verifies every one it reads.
 #pragma once
 
 #include <functional>
@@ -25,8 +25,8 @@ namespace dtr::checkpoint::internal {
 
 struct ChunkToWrite {
   std::string name;
-  Tensor data;   // the box's values: a contiguous CPU tensor
-  Shape offset;  // the box's offset in the global tensor
+  Tensor data;   // the chunk's values: a contiguous CPU tensor
+  Shape offset;  // the chunk's offset in the global tensor
 };
 
 struct WrittenChunk {
@@ -37,8 +37,9 @@ struct WrittenChunk {
 };
 
 // Creates `path` (which must not exist) holding `chunks`, fsync'ed; returns where each
-// chunk went and its block checksums, in the order of `chunks`. `on_written`, when set, is
-// called with the data bytes of each checksum block once it is written.
+// chunk went and its checksums (one per checksum block), in the order of `chunks`.
+// `on_written`, when set, is called with the data bytes of each checksum block once it is
+// written.
 std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks,
                                            const std::function<void(int64_t)>& on_written = {});
 
@@ -52,13 +53,13 @@ struct ChunkRows {
 // The chunk files of one checkpoint directory, each opened and its header parsed on first
 // use, with checkpoint/safetensors_header.h's checks. Errors name the file, the tensor and the
 // chunk: a missing file is an OSError; a file whose size is not what its header says
-// (truncated), a header that does not list the chunk as the metadata does, and a block
-// whose CRC32C differs (corrupt) are ValueErrors.
+// (truncated), a header that does not list the chunk as the metadata does, and a checksum
+// block whose CRC32C differs (corrupt) are ValueErrors.
 class ChunkFileReader {
  public:
   explicit ChunkFileReader(std::string dir) : dir_(std::move(dir)) {}
 
-  // The blocks of `chunk` of tensor `name` holding rows [row_begin, row_end).
+  // The checksum blocks of `chunk` of tensor `name` holding rows [row_begin, row_end).
   ChunkRows read_rows(const std::string& name, DType dtype, const SavedChunk& chunk, int64_t row_begin,
                       int64_t row_end);
 

@@ -19,11 +19,11 @@ nn::LoadResult load_full_state_dict(nn::Module& module, const TensorMap& tensors
   for (const auto& [name, full] : tensors) {
     const auto it = specs.find(name);
     if (it != specs.end() && full.shape() == it->second.shape()) {
-      // This rank's block, under the module's spec in the file's dtype (a dtype mismatch is
+      // This rank's chunk, under the module's spec in the file's dtype (a dtype mismatch is
       // reported by load_state_dict).
       const DTensorSpec spec(it->second.mesh(), it->second.placements(), full.shape(), full.dtype());
-      const Tensor block = block_of(full, spec.local_box()).contiguous();
-      state.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
+      const Tensor chunk = chunk_of(full, spec.local_chunk()).contiguous();
+      state.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
     } else {
       // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.
       const DeviceMesh mesh = nn::single_rank_mesh();

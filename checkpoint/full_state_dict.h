@@ -10,7 +10,7 @@ namespace dtr::checkpoint {
 // Each entry's full tensor (a collective for sharded or Partial entries: every rank calls).
 TensorMap full_state_dict(nn::Module& module);
 
-// Loads whole tensors: every rank takes its own block of each (no communication), then
+// Loads whole tensors: every rank takes its own chunk of each (no communication), then
 // nn::Module::load_state_dict checks and copies as usual (same errors, same Strict).
 nn::LoadResult load_full_state_dict(nn::Module& module, const TensorMap& tensors, nn::Strict strict = nn::Strict::kYes);
 

@@ -138,7 +138,7 @@ void write_files(const nn::StateDict& state, const std::vector<FilePlan>& plans,
   }
 }
 
-// ---- Reading (every rank, its own blocks) -------------------------------------------------
+// ---- Reading (every rank, its own chunks) -------------------------------------------------
 
 // A .safetensors file opened and its header parsed and checked (checkpoint/safetensors_header.h).
 struct OpenFile {
@@ -176,11 +176,11 @@ std::unique_ptr<OpenFile> open_safetensors(const std::string& path, std::string_
   return file;
 }
 
-// The block `box` of tensor `e`, read with one pread per contiguous run: the innermost dims
-// the box covers whole join the run of the outermost dim it cuts (a Shard(0) block is one
-// run; a Shard(1) block of a matrix one run per row).
-Tensor read_block(const OpenFile& file, const SafetensorsEntry& e, const LocalBox& box, std::string_view op) {
-  Tensor out = Tensor::empty(box.shape, e.dtype, kCPU);
+// The chunk `chunk` of tensor `e`, read with one pread per contiguous run: the innermost dims
+// the chunk covers whole join the run of the outermost dim it cuts (a Shard(0) chunk is one
+// run; a Shard(1) chunk of a matrix one run per row).
+Tensor read_chunk(const OpenFile& file, const SafetensorsEntry& e, const LocalChunk& chunk, std::string_view op) {
+  Tensor out = Tensor::empty(chunk.shape, e.dtype, kCPU);
   if (out.numel() == 0) return out;
   const auto item = static_cast<int64_t>(itemsize(e.dtype));
   const auto ndim = static_cast<int64_t>(e.shape.size());
@@ -192,17 +192,17 @@ Tensor read_block(const OpenFile& file, const SafetensorsEntry& e, const LocalBo
   std::vector<int64_t> stride(ndim, 1);  // in elements, row-major
   for (int64_t d = ndim - 2; d >= 0; --d) stride[d] = stride[d + 1] * e.shape[d + 1];
   int64_t k = ndim - 1;
-  while (k > 0 && box.shape[k] == e.shape[k]) --k;
-  const int64_t run = box.shape[k] * stride[k] * item;
-  std::vector<int64_t> index(k, 0);  // over dims [0, k) of the box
+  while (k > 0 && chunk.shape[k] == e.shape[k]) --k;
+  const int64_t run = chunk.shape[k] * stride[k] * item;
+  std::vector<int64_t> index(k, 0);  // over dims [0, k) of the chunk
   for (;;) {
-    int64_t element = box.offset[k] * stride[k];
-    for (int64_t d = 0; d < k; ++d) element += (box.offset[d] + index[d]) * stride[d];
+    int64_t element = chunk.offset[k] * stride[k];
+    for (int64_t d = 0; d < k; ++d) element += (chunk.offset[d] + index[d]) * stride[d];
     read_exact(file, dst, run, file.data_start + e.begin + element * item, e.name, op);
     dst += run;
     int64_t d = k - 1;
     for (; d >= 0; --d) {
-      if (++index[d] < box.shape[d]) break;
+      if (++index[d] < chunk.shape[d]) break;
       index[d] = 0;
     }
     if (d < 0) break;
@@ -222,16 +222,16 @@ struct Source {
   const SafetensorsEntry* entry;
 };
 
-// What a load reads before it changes anything: this rank's block of every entry found, under
+// What a load reads before it changes anything: this rank's chunk of every entry found, under
 // the entry's own spec, and the names that did not match.
-struct ReadBlocks {
-  nn::StateDict blocks;
+struct ReadChunks {
+  nn::StateDict chunks;
   nn::LoadResult result;
 };
 
 // Checks names, shapes and dtypes (every problem before anything is read), then reads each
-// rank's blocks, for load_state_dict.
-ReadBlocks read_sources(nn::Module& module, const std::map<std::string, Source>& sources, const std::string& where,
+// rank's chunks, for load_state_dict.
+ReadChunks read_sources(nn::Module& module, const std::map<std::string, Source>& sources, const std::string& where,
                         nn::Strict strict, std::string_view op) {
   const nn::StateDict current = module.state_dict();
   // A tied entry (one tensor under several names, as gpt's output.weight is embed.weight) is
@@ -243,7 +243,7 @@ ReadBlocks read_sources(nn::Module& module, const std::map<std::string, Source>&
     }
     return nullptr;
   };
-  ReadBlocks read;
+  ReadChunks read;
   nn::LoadResult& result = read.result;
   std::set<std::string> known;
   for (const auto& [name, value] : current) {
@@ -274,16 +274,16 @@ ReadBlocks read_sources(nn::Module& module, const std::map<std::string, Source>&
   for (const auto& [name, value] : current) {
     const std::string* other = sources.contains(name) ? tie_in_file(name, value) : nullptr;
     if (other == nullptr || *other < name) continue;  // each pair once
-    const LocalBox whole{Shape(value.shape().size(), 0), value.shape()};
+    const LocalChunk whole{Shape(value.shape().size(), 0), value.shape()};
     const Source& a = sources.at(name);
     const Source& b = sources.at(*other);
-    const Tensor x = read_block(*a.file, *a.entry, whole, op), y = read_block(*b.file, *b.entry, whole, op);
+    const Tensor x = read_chunk(*a.file, *a.entry, whole, op), y = read_chunk(*b.file, *b.entry, whole, op);
     DTR_CHECK(std::memcmp(x.data(), y.data(), x.nbytes()) == 0, ValueError,
               "{}: '{}' holds '{}' and '{}', which the module ties (one tensor), with different values; keep one "
               "name, or make them equal",
               op, where, name, *other);
   }
-  nn::StateDict& blocks = read.blocks;
+  nn::StateDict& chunks = read.chunks;
   for (const auto& [name, value] : current) {
     const auto it = sources.find(name);
     if (it == sources.end()) continue;
@@ -293,8 +293,8 @@ ReadBlocks read_sources(nn::Module& module, const std::map<std::string, Source>&
       if (p.is_partial()) p = Replicate();
     }
     const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
-    const Tensor block = read_block(*it->second.file, *it->second.entry, spec.local_box(), op);
-    blocks.emplace_back(name, DTensor(block.to(spec.mesh().device()), spec));
+    const Tensor chunk = read_chunk(*it->second.file, *it->second.entry, spec.local_chunk(), op);
+    chunks.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
   }
   return read;
 }
@@ -307,13 +307,13 @@ std::map<std::string, Source> sources_of(const OpenFile& file) {
 
 constexpr std::string_view kLoadFile = "load_full_state_dict_file";
 
-ReadBlocks read_file(nn::Module& module, const std::string& path, nn::Strict strict) {
+ReadChunks read_file(nn::Module& module, const std::string& path, nn::Strict strict) {
   const std::unique_ptr<OpenFile> file = open_safetensors(path, kLoadFile);
   return read_sources(module, sources_of(*file), path, strict, kLoadFile);
 }
 
 // load_hf_checkpoint's reading: through the index, or the directory's one model.safetensors.
-ReadBlocks read_hf(nn::Module& module, const std::string& dir, nn::Strict strict, std::string_view op) {
+ReadChunks read_hf(nn::Module& module, const std::string& dir, nn::Strict strict, std::string_view op) {
   const std::string index_path = dir + "/" + std::string(kHfIndexName);
   if (!std::filesystem::exists(index_path)) {
     const std::string single = dir + "/" + std::string(kSingleFileName);
@@ -345,11 +345,11 @@ ReadBlocks read_hf(nn::Module& module, const std::string& dir, nn::Strict strict
   return read_sources(module, sources, dir, strict, op);
 }
 
-// Reads this rank's blocks (`read`), learns whether every rank did, and only then loads them:
+// Reads this rank's chunks (`read`), learns whether every rank did, and only then loads them:
 // when any rank fails, every rank throws and no rank's module changes.
-nn::LoadResult load_agreed(nn::Module& module, const std::function<ReadBlocks()>& read, std::string_view op,
+nn::LoadResult load_agreed(nn::Module& module, const std::function<ReadChunks()>& read, std::string_view op,
                            const std::string& path) {
-  ReadBlocks mine;
+  ReadChunks mine;
   std::exception_ptr failure;
   try {
     mine = read();
@@ -357,7 +357,7 @@ nn::LoadResult load_agreed(nn::Module& module, const std::function<ReadBlocks()>
     failure = std::current_exception();
   }
   raise_if_any_rank_failed(failure, op, path);
-  module.load_state_dict(mine.blocks, nn::Strict::kNo);
+  module.load_state_dict(mine.chunks, nn::Strict::kNo);
   return mine.result;
 }
 

@@ -7,8 +7,8 @@
 // writes it and drops it, the other ranks drop it at once: each rank's extra memory is about
 // one full tensor. The header is written first (every shape and dtype is known up front), so
 // nothing else is held. Each file appears atomically (<file>.tmp, fsync, rename); the index
-// is written last. Load reads no more than each rank's own block of every tensor: one pread
-// per contiguous run of the block (one per tensor for Shard(0) and Replicate; one per row
+// is written last. Load reads no more than each rank's own chunk of every tensor: one pread
+// per contiguous run of the chunk (one per tensor for Shard(0) and Replicate; one per row
 // for Shard(1) of a matrix), so no rank materialises the whole model; the only communication is
 // the outcome's (checkpoint/internal/rank_failure.h), so that when any rank fails every rank
 // throws: the failed one its own error, the others the same type ("<op> '<path>': rank k
@@ -29,7 +29,7 @@ namespace dtr::checkpoint {
 // rank throws (rank 0 its own error, the others the same type naming rank 0 and the path).
 void save_full_state_dict(nn::Module& module, const std::string& path);
 
-// Loads `path` into `module`: each rank reads only its block of each entry, under the
+// Loads `path` into `module`: each rank reads only its chunk of each entry, under the
 // entry's current mesh and placements. A shape or dtype that differs is a ValueError or
 // TypeError naming the file and the tensor; with nn::Strict::kYes, so is any missing or
 // unexpected name (all of them listed, before anything changes). A truncated or corrupt file

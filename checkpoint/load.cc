@@ -103,9 +103,10 @@ void check_loadable(const State& state, const CheckpointMetadata& meta, const fs
   throw ValueError(message);
 }
 
-// The common box of `a` and a chunk, or none when they share no element.
-std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const Shape& shape) {
-  LocalBox out{Shape(a.offset.size()), Shape(a.offset.size())};
+// The overlap of chunk `a` and a saved chunk at `offset` of `shape`, or none when they share
+// no element.
+std::optional<LocalChunk> intersect(const LocalChunk& a, const Shape& offset, const Shape& shape) {
+  LocalChunk out{Shape(a.offset.size()), Shape(a.offset.size())};
   for (size_t d = 0; d < a.offset.size(); ++d) {
     const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
     if (hi <= lo) return std::nullopt;
@@ -115,15 +116,15 @@ std::optional<LocalBox> intersect(const LocalBox& a, const Shape& offset, const 
   return out;
 }
 
-// This rank's box of `target`, read from the chunks it overlaps.
+// This rank's chunk of `target`, read from the saved chunks it overlaps.
 DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
                     internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
   const DTensorSpec& spec = target.spec();
-  const LocalBox box = spec.local_box();
-  // A chunk that is exactly this rank's box (a load on the mesh and placements it was saved
-  // from) is read straight into the local, without a second buffer and a copy.
+  const LocalChunk wanted = spec.local_chunk();
+  // A saved chunk that is exactly this rank's chunk (a load on the mesh and placements it was
+  // saved from) is read straight into the local, without a second buffer and a copy.
   for (const SavedChunk& chunk : saved.chunks) {
-    if (shape_numel(box.shape) == 0 || chunk.offset != box.offset || chunk.shape != box.shape) continue;
+    if (shape_numel(wanted.shape) == 0 || chunk.offset != wanted.offset || chunk.shape != wanted.shape) continue;
     DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
                     .data.to(target.to_local().device()),
                 spec);
@@ -131,20 +132,20 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
     if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
     return out;
   }
-  Tensor local = Tensor::empty(box.shape, spec.dtype(), kCPU);
-  if (shape_numel(box.shape) > 0) {
-    std::vector<LocalBox> filled;
+  Tensor local = Tensor::empty(wanted.shape, spec.dtype(), kCPU);
+  if (shape_numel(wanted.shape) > 0) {
+    std::vector<LocalChunk> filled;
     int64_t covered = 0;
     for (const SavedChunk& chunk : saved.chunks) {
-      const std::optional<LocalBox> common = intersect(box, chunk.offset, chunk.shape);
+      const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
       if (!common) continue;
-      for (const LocalBox& other : filled) {
+      for (const LocalChunk& other : filled) {
         DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
                   "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
                   name, common->offset);
       }
-      const int64_t ndim = static_cast<int64_t>(box.shape.size());
-      // The rows of the chunk the common box spans (a 0-d chunk is one row).
+      const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
+      // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
       const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
       const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
       internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
@@ -152,17 +153,17 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
       for (int64_t d = 0; d < ndim; ++d) {
         const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
         src = src.narrow(d, src_start, common->shape[d]);
-        dst = dst.narrow(d, common->offset[d] - box.offset[d], common->shape[d]);
+        dst = dst.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
       }
       dst.copy_(src);
       filled.push_back(*common);
       covered += shape_numel(common->shape);
       meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(spec.dtype())));
     }
-    DTR_CHECK(covered == shape_numel(box.shape), ValueError,
-              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's box at offset {} of "
-              "shape {} (corrupt metadata)",
-              kLoad, dir.string(), name, covered, shape_numel(box.shape), box.offset, box.shape);
+    DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
+              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's chunk at offset {} "
+              "of shape {} (corrupt metadata)",
+              kLoad, dir.string(), name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
   }
   DTensor out(local.to(target.to_local().device()), spec);
   if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
@@ -185,7 +186,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     internal::ChunkFileReader files(target.string());
     int64_t total = 0;
     for (const auto& [name, t] : state.tensors) {
-      total += shape_numel(t.spec().local_box().shape) * static_cast<int64_t>(itemsize(t.dtype()));
+      total += shape_numel(t.spec().local_chunk().shape) * static_cast<int64_t>(itemsize(t.dtype()));
     }
     ProgressMeter meter(on_progress, total);
     for (const auto& [name, t] : state.tensors)

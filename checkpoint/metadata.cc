@@ -47,7 +47,7 @@ SavedChunk chunk_from_json(const Json& j, const SavedTensor& t, const std::strin
             "{}: offset {} and shape {} must have the tensor's {} dims", where, c.offset, c.shape, t.shape.size());
   for (size_t d = 0; d < t.shape.size(); ++d) {
     DTR_CHECK(c.shape[d] > 0 && c.offset[d] + c.shape[d] <= t.shape[d], ValueError,
-              "{}: the box at offset {} of shape {} is empty or outside the tensor's shape {}", where, c.offset,
+              "{}: the chunk at offset {} of shape {} is empty or outside the tensor's shape {}", where, c.offset,
               c.shape, t.shape);
   }
   const Json& file = field(j, "file", where);
@@ -62,7 +62,7 @@ SavedChunk chunk_from_json(const Json& j, const SavedTensor& t, const std::strin
   c.end = non_negative(range[1], where, "byte_range");
   const int64_t bytes = shape_numel(c.shape) * static_cast<int64_t>(itemsize(t.dtype));
   DTR_CHECK(c.end - c.begin == bytes, ValueError,
-            "{}: byte_range [{}, {}] holds {} bytes but a {} box of shape {} needs {}", where, c.begin, c.end,
+            "{}: byte_range [{}, {}] holds {} bytes but a {} chunk of shape {} needs {}", where, c.begin, c.end,
             c.end - c.begin, t.dtype, c.shape, bytes);
   c.rows_per_block = non_negative(field(j, "rows_per_block", where), where, "rows_per_block");
   DTR_CHECK(c.rows_per_block > 0, ValueError, "{}: rows_per_block must be positive", where);
@@ -75,7 +75,7 @@ SavedChunk chunk_from_json(const Json& j, const SavedTensor& t, const std::strin
   }
   const int64_t blocks = num_blocks(chunk_rows(c.shape), c.rows_per_block);
   DTR_CHECK(static_cast<int64_t>(c.crc32c.size()) == blocks, ValueError,
-            "{}: {} checksums for {} blocks ({} rows, {} per block)", where, c.crc32c.size(), blocks,
+            "{}: {} checksums for {} checksum blocks ({} rows, {} per block)", where, c.crc32c.size(), blocks,
             chunk_rows(c.shape), c.rows_per_block);
   return c;
 }
@@ -156,8 +156,8 @@ CheckpointMetadata metadata_from_json(const Json& json, std::string_view path) {
       t.chunks.push_back(chunk_from_json(chunks[i], t, fmt::format("{}, chunk {}", where, i)));
       elements += shape_numel(t.chunks.back().shape);
     }
-    // With every box inside the tensor, a sum equal to its numel leaves holes only where
-    // boxes overlap; load checks the overlaps of the boxes it reads.
+    // With every chunk inside the tensor, a sum equal to its numel leaves holes only where
+    // chunks overlap; load checks the overlaps of the chunks it reads.
     DTR_CHECK(elements == shape_numel(t.shape), ValueError,
               "{}: the chunks hold {} elements but the tensor of shape {} has {}", where, elements, t.shape,
               shape_numel(t.shape));

@@ -3,10 +3,11 @@
 //
 // For each tensor: global shape, dtype, the mesh and placements it was saved from, and its
 // chunks, which tile it exactly (no overlaps, no holes; empty shards have no chunk). A
-// chunk is a box of the tensor (global offset and shape) stored row-major in one rank's
-// file at an absolute byte range. Its bytes are rows along dim 0 (a 0-d chunk is one row),
-// checksummed with CRC32C in blocks of rows_per_block rows, so a reader that needs a few
-// rows reads and verifies the blocks holding them, not the whole chunk.
+// chunk is the rectangular piece of the tensor one rank saved (global offset and shape, a
+// LocalChunk of dtensor_spec.h) stored row-major in that rank's file at an absolute byte
+// range. Its bytes are rows along dim 0 (a 0-d chunk is one row), checksummed with CRC32C in
+// checksum blocks of rows_per_block rows, so a reader that needs a few rows reads and
+// verifies the checksum blocks holding them, not the whole chunk.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,13 +39,13 @@ int64_t rows_per_block_for(const Shape& shape, DType dtype);
 int64_t num_blocks(int64_t rows, int64_t rows_per_block);
 
 struct SavedChunk {
-  Shape offset;       // global offset of the box
+  Shape offset;       // global offset of the chunk
   Shape shape;        // its shape (never empty: empty shards are not saved)
   std::string file;   // a file of the checkpoint directory: "__1_0.safetensors"
   int64_t begin = 0;  // its bytes are [begin, end) of the file
   int64_t end = 0;
   int64_t rows_per_block = 1;
-  std::vector<uint32_t> crc32c;  // one per block
+  std::vector<uint32_t> crc32c;  // one per checksum block
 };
 
 struct SavedTensor {
@@ -65,8 +66,8 @@ struct CheckpointMetadata {
 DType dtype_from_name(std::string_view name, std::string_view where);
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& metadata);
-// Parses and checks (version, dtypes, chunk boxes within the tensor, byte ranges that
-// match the boxes, one checksum per block, chunk elements summing to the tensor's, file
+// Parses and checks (version, dtypes, chunks within the tensor, byte ranges that match the
+// chunks, one checksum per checksum block, chunk elements summing to the tensor's, file
 // names without directories); every defect is a ValueError naming `path` and the tensor.
 CheckpointMetadata metadata_from_json(const nlohmann::json& json, std::string_view path);
 

@@ -61,10 +61,10 @@ void check_saveable(const State& state, int world_size) {
   }
 }
 
-// Whether this rank writes its box of `t`: a non-empty box, and coordinate 0 on every
+// Whether this rank writes its chunk of `t`: a non-empty chunk, and coordinate 0 on every
 // mesh dim where t is Replicate (the others hold the same values).
-bool writes_box(const DTensor& t, const LocalBox& box) {
-  if (shape_numel(box.shape) == 0) return false;
+bool writes_chunk(const DTensor& t, const LocalChunk& chunk) {
+  if (shape_numel(chunk.shape) == 0) return false;
   const std::vector<int64_t>& coordinate = t.mesh().coordinate();
   for (size_t m = 0; m < t.placements().size(); ++m) {
     if (t.placements()[m].is_replicate() && coordinate[m] != 0) return false;
@@ -76,7 +76,7 @@ bool writes_box(const DTensor& t, const LocalBox& box) {
 // returns) or are copies (async_save: the tensors may change while they are written).
 enum class Staging { kShare, kCopy };
 
-// This rank's boxes as contiguous CPU tensors, with each tensor's spec (for the ranks'
+// This rank's chunks as contiguous CPU tensors, with each tensor's spec (for the ranks'
 // agreement check) and metadata entry without its chunks.
 void stage(const State& state, Staging staging, internal::StagedSave& s);
 
@@ -134,7 +134,7 @@ struct internal::StagedSave {
   World w;
   fs::path target, temp;
   std::string token;
-  std::vector<internal::ChunkToWrite> chunks;  // this rank's boxes, on the host, with their offsets
+  std::vector<internal::ChunkToWrite> chunks;  // this rank's chunks, on the host, with offsets
   Json signatures = Json::object();            // name -> spec string
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
@@ -169,12 +169,12 @@ void stage(const State& state, Staging staging, StagedSave& s) {
     saved.shape = t.shape();
     saved.mesh = mesh_json(t.mesh());
     for (const Placement& p : t.placements()) saved.placements.push_back(p.str());
-    const LocalBox box = t.spec().local_box();
-    if (!writes_box(t, box)) continue;
+    const LocalChunk chunk = t.spec().local_chunk();
+    if (!writes_chunk(t, chunk)) continue;
     const Tensor& local = t.to_local();
     // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
     Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
-    s.chunks.push_back({name, std::move(host), box.offset});
+    s.chunks.push_back({name, std::move(host), chunk.offset});
   }
   s.extra = state.extra;
 }

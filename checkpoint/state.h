@@ -3,7 +3,7 @@
 // only the byte ranges its shards overlap, so a checkpoint saved on one mesh loads on any
 // other (any world size, mesh shape and placements: resharding is free).
 //
-// A checkpoint is a directory: `__<rank>_0.safetensors` per rank (its boxes; a Replicate
+// A checkpoint is a directory: `__<rank>_0.safetensors` per rank (its chunks; a Replicate
 // tensor's only from the ranks at coordinate 0 of its replicated mesh dims, so it is
 // written once) and `.metadata.json` (every tensor's global shape, dtype, mesh, placements
 // and chunks with byte ranges and CRC32C checksums, and `extra`). save writes everything
@@ -34,9 +34,9 @@ struct State {
 };
 
 // How far this rank's part of a save or load is. save and async_save count the data bytes
-// of this rank's file (its boxes, headers excluded: `total_bytes` is the sum of the nbytes
-// of the boxes it writes, 0 on a rank that writes none); load counts the bytes of this
-// rank's local boxes of the requested tensors (`total_bytes` is the sum of their nbytes),
+// of this rank's file (its chunks, headers excluded: `total_bytes` is the sum of the nbytes
+// of the chunks it writes, 0 on a rank that writes none); load counts the bytes of this
+// rank's local chunks of the requested tensors (`total_bytes` is the sum of their nbytes),
 // whatever the file layout it reads them from.
 struct Progress {
   int64_t done_bytes = 0;

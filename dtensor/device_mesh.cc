@@ -313,6 +313,8 @@ DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std
   return mesh;
 }
 
+DeviceMesh single_rank_mesh(DeviceType device_type) { return DeviceMesh::row_major(device_type, {1}, {}, 0, 1); }
+
 namespace {
 
 // Nested "[[0, 1], [2, 3]]" of ranks[begin...] for the mesh dims from `dim` on.

@@ -140,6 +140,10 @@ class DeviceMesh {
 // ValueError if the mesh does not hold exactly the world's ranks.
 DeviceMesh init_device_mesh(DeviceType device_type, Shape shape, std::vector<std::string> dim_names = {});
 
+// The mesh of one rank, rank 0 of a world of one, without process groups: where a tensor of
+// one process lives as a DTensor (nn's default parameter mesh, the tests' reference runs).
+DeviceMesh single_rank_mesh(DeviceType device_type = kCPU);
+
 }  // namespace dtr
 
 template <>

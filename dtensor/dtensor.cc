@@ -37,7 +37,7 @@ std::vector<std::vector<int64_t>> all_gather_mesh(const DeviceMesh& mesh, const 
 }  // namespace
 
 DTensor::DTensor(Tensor local, DTensorSpec spec) : impl_(std::make_shared<Impl>()) {
-  const Shape expected = spec.local_box().shape;
+  const Shape expected = spec.local_chunk().shape;
   DTR_CHECK(local.defined() && local.shape() == expected && local.dtype() == spec.dtype(), ValueError,
             "DTensor: local tensor {} does not match the spec {}: this rank (coordinate {}) holds {}{}",
             describe(local), spec.to_string(), spec.mesh().coordinate(), dtype_name(spec.dtype()), expected);

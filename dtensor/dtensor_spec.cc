@@ -9,29 +9,29 @@
 
 namespace dtr {
 
-LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
-                           std::span<const int64_t> coordinate) {
-  LocalBox box{Shape(shape.size(), 0), shape};
+LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                               std::span<const int64_t> coordinate) {
+  LocalChunk chunk{Shape(shape.size(), 0), shape};
   for (size_t i = 0; i < placements.size(); ++i) {
     if (!placements[i].is_shard()) continue;
     const int64_t d = placements[i].shard_dim();
-    const ChunkRange chunk = chunk_range(box.shape[d], mesh.shape()[i], coordinate[i]);
+    const ChunkRange range = chunk_range(chunk.shape[d], mesh.shape()[i], coordinate[i]);
     // An empty shard sits at the global size (PyTorch's compute_local_shape_and_global_offset),
     // past every element, so checkpoint metadata never places it on top of a real shard.
-    box.offset[d] = chunk.length == 0 ? shape[d] : box.offset[d] + chunk.offset;
-    box.shape[d] = chunk.length;
+    chunk.offset[d] = range.length == 0 ? shape[d] : chunk.offset[d] + range.offset;
+    chunk.shape[d] = range.length;
   }
-  return box;
+  return chunk;
 }
 
-Tensor block_of(const Tensor& full, const LocalBox& box) {
-  DTR_CHECK(full.dim() == static_cast<int64_t>(box.shape.size()), ValueError,
-            "block_of: a {}-d box of a {}-d tensor {}", box.shape.size(), full.dim(), describe(full));
-  Tensor block = full;
-  for (size_t d = 0; d < box.shape.size(); ++d) {
-    block = block.narrow(static_cast<int64_t>(d), box.offset[d], box.shape[d]);
+Tensor chunk_of(const Tensor& full, const LocalChunk& chunk) {
+  DTR_CHECK(full.dim() == static_cast<int64_t>(chunk.shape.size()), ValueError,
+            "chunk_of: a {}-d chunk of a {}-d tensor {}", chunk.shape.size(), full.dim(), describe(full));
+  Tensor view = full;
+  for (size_t d = 0; d < chunk.shape.size(); ++d) {
+    view = view.narrow(static_cast<int64_t>(d), chunk.offset[d], chunk.shape[d]);
   }
-  return block;
+  return view;
 }
 
 namespace {
@@ -117,14 +117,14 @@ DTensorSpec DTensorSpec::with_placements(Placements placements) const {
   return DTensorSpec(mesh_, std::move(placements), shape_, dtype_);
 }
 
-LocalBox DTensorSpec::local_box(std::span<const int64_t> coordinate) const {
+LocalChunk DTensorSpec::local_chunk(std::span<const int64_t> coordinate) const {
   DTR_CHECK(static_cast<int64_t>(coordinate.size()) == mesh_.ndim(), IndexError,
-            "DTensorSpec.local_box: coordinate {} for the {}-d mesh {}", coordinate, mesh_.ndim(), mesh_.to_string());
+            "DTensorSpec.local_chunk: coordinate {} for the {}-d mesh {}", coordinate, mesh_.ndim(), mesh_.to_string());
   for (int64_t i = 0; i < mesh_.ndim(); ++i) {
     DTR_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.shape()[i], IndexError,
-              "DTensorSpec.local_box: coordinate {} is outside the mesh of shape {}", coordinate, mesh_.shape());
+              "DTensorSpec.local_chunk: coordinate {} is outside the mesh of shape {}", coordinate, mesh_.shape());
   }
-  return compute_local_box(mesh_, placements_, shape_, coordinate);
+  return compute_local_chunk(mesh_, placements_, shape_, coordinate);
 }
 
 std::vector<int64_t> DTensorSpec::mesh_dims_sharding(int64_t dim) const {

@@ -1,6 +1,6 @@
 // DTensorSpec: what every rank knows about a DTensor without communicating: the mesh, one
 // placement per mesh dim, the global shape and the dtype (PyTorch's DTensorSpec). Every
-// rank's box follows from it alone (chunk_range), mesh dims applied left to right: with
+// rank's chunk follows from it alone (chunk_range), mesh dims applied left to right: with
 // [S(0), S(0)] mesh dim 0 chunks tensor dim 0, then mesh dim 1 each piece. [5, 6] on 2x2:
 //   rank | coord  | rows | local shape
 //   0    | (0, 0) | 0:2  | [2, 6]      (mesh dim 0 gives rows 0:3, mesh dim 1 splits 2+1)
@@ -20,22 +20,23 @@
 
 namespace dtr {
 
-// The global indices one rank holds: [offset[d], offset[d] + shape[d]) on each dim. An
-// empty shard's offset is the dim's global size.
-struct LocalBox {
+// A chunk: the global indices one rank holds, [offset[d], offset[d] + shape[d]) on each dim
+// (the rectangular piece a checkpoint saves, PyTorch DCP's ChunkStorageMetadata). An empty
+// shard's offset is the dim's global size.
+struct LocalChunk {
   Shape offset;
   Shape shape;
-  friend bool operator==(const LocalBox&, const LocalBox&) = default;
+  friend bool operator==(const LocalChunk&, const LocalChunk&) = default;
 };
 
-// The box the rank at mesh `coordinate` holds of a tensor of global `shape` under
-// `placements` (already validated, Shard dims non-negative). The one place boxes are made.
-LocalBox compute_local_box(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
-                           std::span<const int64_t> coordinate);
+// The chunk the rank at mesh `coordinate` holds of a tensor of global `shape` under
+// `placements` (already validated, Shard dims non-negative). The one place chunks are made.
+LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                               std::span<const int64_t> coordinate);
 
-// The block of the whole tensor `full` that `box` names, as a view (no copy): what the rank
-// holding `box` keeps of it.
-Tensor block_of(const Tensor& full, const LocalBox& box);
+// The part of the whole tensor `full` that `chunk` names, as a view (no copy): what the rank
+// holding `chunk` keeps of it.
+Tensor chunk_of(const Tensor& full, const LocalChunk& chunk);
 
 class DTensorSpec {
  public:
@@ -56,11 +57,11 @@ class DTensorSpec {
   // The same tensor under other placements (validated like the constructor).
   DTensorSpec with_placements(Placements placements) const;
 
-  // The box of the rank at a mesh coordinate, and of this process.
-  LocalBox local_box(std::span<const int64_t> coordinate) const;
-  LocalBox local_box() const { return local_box(mesh_.coordinate()); }
-  Shape local_shape(std::span<const int64_t> coordinate) const { return local_box(coordinate).shape; }
-  Shape local_offset(std::span<const int64_t> coordinate) const { return local_box(coordinate).offset; }
+  // The chunk of the rank at a mesh coordinate, and of this process.
+  LocalChunk local_chunk(std::span<const int64_t> coordinate) const;
+  LocalChunk local_chunk() const { return local_chunk(mesh_.coordinate()); }
+  Shape local_shape(std::span<const int64_t> coordinate) const { return local_chunk(coordinate).shape; }
+  Shape local_offset(std::span<const int64_t> coordinate) const { return local_chunk(coordinate).offset; }
 
   // The mesh dims that shard tensor dim `dim`, in nesting order (outermost first).
   std::vector<int64_t> mesh_dims_sharding(int64_t dim) const;

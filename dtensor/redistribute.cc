@@ -56,7 +56,7 @@ struct Exchange {
 Shape group_piece(const DTensorSpec& source, const RedistributeStep& step) {
   Placements p = step.before;
   for (int64_t i = step.mesh_dim; i < step.mesh_dim + step.num_mesh_dims; ++i) p[i] = Replicate();
-  return source.with_placements(std::move(p)).local_box().shape;
+  return source.with_placements(std::move(p)).local_chunk().shape;
 }
 
 // The chunks of a piece dim of `length` that the members of the step's group hold, in

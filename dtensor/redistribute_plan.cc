@@ -124,6 +124,9 @@ RedistributeStep make_step(const DeviceMesh& mesh, const Placements& before, int
           std::vector<int64_t>(n)};
 }
 
+// Whether a greedy pass is pass 4 below, where a Partial target no longer waits.
+enum class LastPass : uint8_t { kNo, kYes };
+
 // One candidate: greedy passes, repeated until the target is reached (or nothing moves).
 // 1. If a mesh dim holds a Shard, visit `unshard_order` and move each to its target,
 //    except that a target Shard(d) becomes Replicate when the mesh dims before it shard d
@@ -145,8 +148,9 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
     current = steps.back().after;
   };
   // Where mesh dim i heads in a pass: its target, or Replicate (or its Shard) for a Partial
-  // target that must wait.
-  auto waypoint = [&](int64_t i, bool last_pass) {
+  // target that must wait (until the last pass).
+  auto waypoint = [&](int64_t i, LastPass pass) {
+    const bool last_pass = pass == LastPass::kYes;
     const Placement& to = target[i];
     const Placement& from = current[i];
     if (!to.is_partial() || from.is_partial()) return to;
@@ -162,7 +166,7 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
     const size_t steps_before = steps.size();
     if (has_shard()) {
       for (int64_t i : unshard_order) {
-        Placement to = waypoint(i, false);
+        Placement to = waypoint(i, LastPass::kNo);
         if (to.is_shard() &&
             sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
           to = Replicate();
@@ -173,8 +177,8 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
     for (int64_t i : order) {
       if (target[i].is_shard()) try_move(i, target[i]);
     }
-    for (int64_t i : order) try_move(i, waypoint(i, false));
-    for (int64_t i : order) try_move(i, waypoint(i, true));
+    for (int64_t i : order) try_move(i, waypoint(i, LastPass::kNo));
+    for (int64_t i : order) try_move(i, waypoint(i, LastPass::kYes));
     if (steps.size() == steps_before) break;
   }
   if (current != target) return std::nullopt;
@@ -225,7 +229,7 @@ int64_t numel_without(const Shape& shape, std::initializer_list<int64_t> skip) {
 }
 
 // Adds the bytes every rank sends and receives when `spec`'s tensor takes `step`.
-// Every rank of a group works on the same piece (its box with the step's mesh dims
+// Every rank of a group works on the same piece (its chunk with the step's mesh dims
 // replicated), chunked into n padded blocks (counts: docs/redistribute_planner.md).
 void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   if (!is_collective(step.op)) return;
@@ -238,7 +242,7 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   }
   const int64_t itemsize = static_cast<int64_t>(dtr::itemsize(spec.dtype()));
   for (int64_t k = 0; k < mesh.size(); ++k) {
-    const Shape piece = compute_local_box(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
+    const Shape piece = compute_local_chunk(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
     // Elements of one padded block (sent to or received from each of the n - 1 peers).
     int64_t block = 0;
     switch (step.op) {
@@ -283,10 +287,13 @@ Placements checked_target(const DTensorSpec& spec, const Placements& target) {
   }
 }
 
+// Which mesh dim a greedy pass visits first: the innermost (last) or the outermost (0).
+enum class MeshDimOrder : uint8_t { kInnerFirst, kOuterFirst };
+
 // Every order of the mesh dims, the greedy default (inner -> outer, or outer -> inner) first.
-std::vector<std::vector<int64_t>> mesh_dim_orders(int64_t m, bool inner_first) {
+std::vector<std::vector<int64_t>> mesh_dim_orders(int64_t m, MeshDimOrder first) {
   std::vector<int64_t> order(m);
-  for (int64_t i = 0; i < m; ++i) order[i] = inner_first ? m - 1 - i : i;
+  for (int64_t i = 0; i < m; ++i) order[i] = first == MeshDimOrder::kInnerFirst ? m - 1 - i : i;
   std::vector<std::vector<int64_t>> orders = {order};
   std::vector<int64_t> perm = order;
   std::sort(perm.begin(), perm.end());
@@ -358,8 +365,8 @@ std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sourc
     }
     candidates.emplace_back(std::move(steps), std::move(how));
   };
-  for (const std::vector<int64_t>& unshard : mesh_dim_orders(mesh.ndim(), true)) {
-    for (const std::vector<int64_t>& order : mesh_dim_orders(mesh.ndim(), false)) {
+  for (const std::vector<int64_t>& unshard : mesh_dim_orders(mesh.ndim(), MeshDimOrder::kInnerFirst)) {
+    for (const std::vector<int64_t>& order : mesh_dim_orders(mesh.ndim(), MeshDimOrder::kOuterFirst)) {
       for (ShardToPartial s2p : s2p_ways) {
         std::optional<std::vector<RedistributeStep>> steps = greedy_steps(first, dst, unshard, order, s2p);
         if (!steps) continue;

@@ -29,13 +29,13 @@ std::string visualize_sharding(const DTensorSpec& spec) {
   rows.push_back(std::move(header));
   for (int64_t k = 0; k < mesh.size(); ++k) {
     const std::vector<int64_t> coord = mesh.coordinate_at(k);
-    const LocalBox box = spec.local_box(coord);
+    const LocalChunk chunk = spec.local_chunk(coord);
     std::vector<std::string> row = {fmt::format("{}", mesh.ranks()[k]), fmt::format("({})", fmt::join(coord, ", "))};
     for (int64_t d = 0; d < spec.ndim(); ++d) {
-      row.push_back(fmt::format("{}:{}", box.offset[d], box.offset[d] + box.shape[d]));
+      row.push_back(fmt::format("{}:{}", chunk.offset[d], chunk.offset[d] + chunk.shape[d]));
     }
-    row.push_back(fmt::format("{}", box.shape));
-    row.push_back(shape_numel(box.shape) == 0 ? "empty" : partial.empty() ? "-" : partial);
+    row.push_back(fmt::format("{}", chunk.shape));
+    row.push_back(shape_numel(chunk.shape) == 0 ? "empty" : partial.empty() ? "-" : partial);
     rows.push_back(std::move(row));
   }
   return spec.to_string() + "\n" + internal::format_table(rows);

@@ -57,7 +57,7 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, double scal
   return d;
 }
 
-cuda::AttentionProblem cuda_problem(const Dims& d, bool causal, double scale, int64_t query_offset) {
+cuda::AttentionProblem cuda_problem(const Dims& d, Causal causal, double scale, int64_t query_offset) {
   return {.batch = d.batch,
           .tq = d.tq,
           .tk = d.tk,
@@ -66,10 +66,6 @@ cuda::AttentionProblem cuda_problem(const Dims& d, bool causal, double scale, in
           .query_offset = query_offset,
           .causal = causal,
           .scale = scale};
-}
-
-cuda::AttentionKernel cuda_kernel(AttentionImpl impl) {
-  return impl == AttentionImpl::kFused ? cuda::AttentionKernel::kFused : cuda::AttentionKernel::kReference;
 }
 
 // Scratch of n statistics values (float; double for float64) on device: undefined for none.
@@ -81,7 +77,7 @@ void* data_or_null(const Tensor& t) { return t.defined() ? t.data() : nullptr; }
 
 }  // namespace
 
-AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, Causal causal, double scale,
                           int64_t query_offset, AttentionImpl impl) {
   const Dims d = check_inputs(q, k, v, scale, query_offset, "attention");
   AttentionOutput r{.out = Tensor::empty(d.with({d.tq, d.ev}), q.dtype(), q.device()),
@@ -96,10 +92,10 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
     case kCUDA: {
       const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
       const cuda::AttentionProblem p = cuda_problem(d, causal, scale, query_offset);
-      const Tensor scratch = scratch_of(cuda::attention_scratch_numel(p, cuda_kernel(impl)), q.dtype(), q.device());
+      const Tensor scratch = scratch_of(cuda::attention_scratch_numel(p, impl), q.dtype(), q.device());
       const int device = q.device().index;
-      cuda::attention(r.out.data(), r.lse.data(), qc.data(), kc.data(), vc.data(), data_or_null(scratch), p,
-                      cuda_kernel(impl), q.dtype(), device, cuda::current_stream(device).handle());
+      cuda::attention(r.out.data(), r.lse.data(), qc.data(), kc.data(), vc.data(), data_or_null(scratch), p, impl,
+                      q.dtype(), device, cuda::current_stream(device).handle());
       return r;
     }
   }
@@ -107,8 +103,8 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
 }
 
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, bool causal, double scale, int64_t query_offset,
-                                  AttentionImpl impl) {
+                                  const Tensor& out, const Tensor& lse, Causal causal, double scale,
+                                  int64_t query_offset, AttentionImpl impl) {
   constexpr std::string_view op = "attention_backward";
   const Dims d = check_inputs(q, k, v, scale, query_offset, op);
   const Shape out_shape = d.with({d.tq, d.ev}), lse_shape = d.with({d.tq});
@@ -145,12 +141,11 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
       const Tensor gc = grad_out.contiguous(), qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(),
                    oc = out.contiguous(), lc = lse.contiguous();
       const cuda::AttentionProblem p = cuda_problem(d, causal, scale, query_offset);
-      const Tensor scratch =
-          scratch_of(cuda::attention_backward_scratch_numel(p, cuda_kernel(impl)), q.dtype(), q.device());
+      const Tensor scratch = scratch_of(cuda::attention_backward_scratch_numel(p, impl), q.dtype(), q.device());
       const int device = q.device().index;
       cuda::attention_backward(g.grad_q.data(), g.grad_k.data(), g.grad_v.data(), gc.data(), qc.data(), kc.data(),
-                               vc.data(), oc.data(), lc.data(), data_or_null(scratch), p, cuda_kernel(impl), q.dtype(),
-                               device, cuda::current_stream(device).handle());
+                               vc.data(), oc.data(), lc.data(), data_or_null(scratch), p, impl, q.dtype(), device,
+                               cuda::current_stream(device).handle());
       return g;
     }
   }

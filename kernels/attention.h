@@ -1,7 +1,7 @@
 // Fused scaled-dot-product attention, forward and backward, without the [Tq, Tk] score matrix.
 //
 // out = softmax(q k^T * scale, masked) v, per batch entry: q [*, Tq, E], k [*, Tk, E],
-// v [*, Tk, Ev] with the same leading dims * (any number, none included). causal: query row
+// v [*, Tk, Ev] with the same leading dims * (any number, none included). Causal::kYes: query row
 // i, whose global index is query_offset + i (a rank's shard of query rows starts at its
 // offset), sees key j iff j <= query_offset + i (dtensor's causal_mask_fill). lse [*, Tq] is
 // the logsumexp of each scaled, masked score row, saved for the backward, which recomputes
@@ -20,13 +20,10 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/attention_impl.h"
+#include "kernels/causal.h"
 
 namespace dtr {
-
-// Which CUDA kernels run: the tiled flash kernels (tensor cores for bfloat16/float16), or
-// simple ones (a block per query or key row, its scores in global scratch) that tests compare
-// them with. The CPU has one kernel and ignores it.
-enum class AttentionImpl : uint8_t { kFused, kReference };
 
 struct AttentionOutput {
   Tensor out;  // [*, Tq, Ev], q's dtype
@@ -39,12 +36,12 @@ struct AttentionGrads {
 
 // q, k, v: one floating dtype (float32, float64, bfloat16, float16), one device, any strides;
 // scale finite. CUDA takes E, Ev <= 256 (NotImplementedError beyond).
-AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, Causal causal, double scale,
                           int64_t query_offset = 0, AttentionImpl impl = AttentionImpl::kFused);
 
 // grad_out and out [*, Tq, Ev] of q's dtype; lse the forward's; the forward's other arguments.
 AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& out, const Tensor& lse, bool causal, double scale,
+                                  const Tensor& out, const Tensor& lse, Causal causal, double scale,
                                   int64_t query_offset = 0, AttentionImpl impl = AttentionImpl::kFused);
 
 }  // namespace dtr

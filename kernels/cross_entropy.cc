@@ -29,12 +29,21 @@ void check_label_smoothing(double label_smoothing, std::string_view op) {
             label_smoothing);
 }
 
+// The fused kernels make one loss: kNone (a loss per row) is composed above them (nn::cross_entropy).
+void check_reduction(LossReduction reduction, std::string_view op) {
+  DTR_CHECK(reduction != LossReduction::kNone, ValueError,
+            "{}: reduction none is not fused; legal: LossReduction::kMean or kSum (nn::cross_entropy composes none "
+            "from log_softmax)",
+            op);
+}
+
 }  // namespace
 
-CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index, Reduction reduction,
-                                 double label_smoothing) {
+CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                 LossReduction reduction, double label_smoothing) {
   check_logits_target(logits, target, "cross_entropy");
   check_label_smoothing(label_smoothing, "cross_entropy");
+  check_reduction(reduction, "cross_entropy");
   CrossEntropyOutput out{.loss = Tensor::empty({}, logits.dtype(), logits.device()),
                          .logsumexp = Tensor::empty({logits.size(0)}, acc_dtype(logits.dtype()), logits.device())};
   const trace::Span span("cross_entropy", trace::Category::kKernel);
@@ -49,7 +58,7 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
       const Tensor scratch = Tensor::empty({n + 1}, kFloat64, logits.device());
       const int device = logits.device().index;
       cuda::cross_entropy(out.loss.data(), out.logsumexp.data(), static_cast<int32_t*>(bad.data()), l.data(),
-                          static_cast<const int64_t*>(t.data()), n, c, ignore_index, reduction == Reduction::kMean,
+                          static_cast<const int64_t*>(t.data()), n, c, ignore_index, reduction == LossReduction::kMean,
                           label_smoothing, static_cast<double*>(scratch.data()), logits.dtype(), device,
                           cuda::current_stream(device).handle());
       // Read back on the host: one synchronisation of the stream per call.
@@ -63,11 +72,12 @@ CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
-                              const Tensor& logsumexp, int64_t ignore_index, Reduction reduction,
+                              const Tensor& logsumexp, int64_t ignore_index, LossReduction reduction,
                               double label_smoothing) {
   constexpr std::string_view op = "cross_entropy_backward";
   check_logits_target(logits, target, op);
   check_label_smoothing(label_smoothing, op);
+  check_reduction(reduction, op);
   DTR_CHECK(grad_loss.numel() == 1 && is_floating(grad_loss.dtype()), ValueError,
             "{}: grad_loss {} must be a one-element floating tensor (the gradient of the loss)", op,
             describe(grad_loss));
@@ -90,8 +100,9 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
       const int device = logits.device().index;
       cuda::cross_entropy_backward(grad.data(), l.data(), static_cast<const int64_t*>(t.data()), lse.data(),
                                    static_cast<const double*>(g.data()), logits.size(0), logits.size(1), ignore_index,
-                                   reduction == Reduction::kMean, label_smoothing, static_cast<double*>(scratch.data()),
-                                   logits.dtype(), device, cuda::current_stream(device).handle());
+                                   reduction == LossReduction::kMean, label_smoothing,
+                                   static_cast<double*>(scratch.data()), logits.dtype(), device,
+                                   cuda::current_stream(device).handle());
       return grad;
     }
   }

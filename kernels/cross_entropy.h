@@ -21,8 +21,10 @@
 
 namespace dtr {
 
-// How per-row losses become one loss.
-enum class Reduction { kMean, kSum };
+// How per-row losses become the loss (torch.nn.functional's `reduction`): their mean over the
+// rows not ignored, their sum, or none (the per-row losses themselves). The fused kernels
+// here reduce (kMean, kSum); nn's losses take all three.
+enum class LossReduction : uint8_t { kMean, kSum, kNone };
 
 struct CrossEntropyOutput {
   Tensor loss;       // 0-d, logits' dtype
@@ -30,14 +32,14 @@ struct CrossEntropyOutput {
 };
 
 // Targets must lie in [0, C) or equal ignore_index (IndexError otherwise); label_smoothing
-// in [0, 1] (ValueError otherwise).
+// in [0, 1] and reduction kMean or kSum (ValueError otherwise).
 CrossEntropyOutput cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100,
-                                 Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
+                                 LossReduction reduction = LossReduction::kMean, double label_smoothing = 0.0);
 
 // grad_loss: a one-element floating tensor (the loss's gradient); logsumexp from the forward,
 // and the forward's ignore_index, reduction and label_smoothing.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& target,
                               const Tensor& logsumexp, int64_t ignore_index = -100,
-                              Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
+                              LossReduction reduction = LossReduction::kMean, double label_smoothing = 0.0);
 
 }  // namespace dtr

@@ -86,7 +86,11 @@ void cuda_map(std::string_view name, const Tensor& out, std::initializer_list<co
             cuda::current_stream(device).handle());
 }
 
-cuda::MapOp cuda_compare_op(cpu::CompareOp cmp, bool scalar) {
+// What a comparison's right-hand side is: a tensor, or a scalar.
+enum class CompareWith : uint8_t { kTensor, kScalar };
+
+cuda::MapOp cuda_compare_op(cpu::CompareOp cmp, CompareWith rhs) {
+  const bool scalar = rhs == CompareWith::kScalar;
   switch (cmp) {
     case cpu::CompareOp::kEq: return scalar ? cuda::MapOp::kEqScalar : cuda::MapOp::kEq;
     case cpu::CompareOp::kNe: return scalar ? cuda::MapOp::kNeScalar : cuda::MapOp::kNe;
@@ -173,7 +177,7 @@ Tensor binary(std::string_view op, const Tensor& a, const Tensor& b,
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, const Tensor& b) {
   return binary(
       cpu::compare_op_name(cmp), a, b, kBool, [&](const Tensor& out) { cpu::compare(out, a, b, cmp); },
-      cuda_compare_op(cmp, false));
+      cuda_compare_op(cmp, CompareWith::kTensor));
 }
 
 Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
@@ -181,7 +185,7 @@ Tensor comparison(cpu::CompareOp cmp, const Tensor& a, double s) {
   check_defined(op, a);
   check_scalar(op, a, s);
   return unary(op, a, kBool, [&](const Tensor& out) { cpu::compare_scalar(out, a, s, cmp); },
-               cuda_compare_op(cmp, true), {.s0 = s, .s1 = 0});
+               cuda_compare_op(cmp, CompareWith::kScalar), {.s0 = s, .s1 = 0});
 }
 
 }  // namespace

@@ -120,36 +120,37 @@ void check_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, std
 // algorithm for the epilogue; otherwise (and for K = 0) the product, then the bias and GELU
 // passes, as on the CPU. pre (undefined unless wanted) has rows pre_ld apart.
 void cuda_matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
-                      Epilogue epilogue, int64_t pre_ld) {
+                      MatmulEpilogue epilogue, int64_t pre_ld) {
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   if (out.numel() == 0) return;
   if (k > 0) {
     Tensor keep_a, keep_b;
     const cuda::MatrixOperand ma = cuda_operand(a.unsqueeze(0), keep_a), mb = cuda_operand(b.unsqueeze(0), keep_b);
     const Tensor bias_c = bias.contiguous();
-    const cuda::MatmulEpilogue e = epilogue == Epilogue::kBias ? cuda::MatmulEpilogue::kBias
-                                   : pre.defined()             ? cuda::MatmulEpilogue::kBiasGeluTanhAux
-                                                               : cuda::MatmulEpilogue::kBiasGeluTanh;
     const int device = out.device().index;
     const Tensor workspace =
         Tensor::empty({static_cast<int64_t>(cuda::kMatmulWorkspaceBytes / 8)}, kInt64, out.device());
     if (cuda::matmul_bias(out.data(), pre.defined() ? pre.data() : nullptr, ma, mb, bias_c.data(), m, n, k, pre_ld,
-                          a.dtype(), e, {.allow_tf32 = g_allow_tf32.load(std::memory_order_relaxed)}, workspace.data(),
-                          cuda::kMatmulWorkspaceBytes, device, cuda::current_stream(device).handle())) {
+                          a.dtype(), epilogue, {.allow_tf32 = g_allow_tf32.load(std::memory_order_relaxed)},
+                          workspace.data(), cuda::kMatmulWorkspaceBytes, device,
+                          cuda::current_stream(device).handle())) {
       return;
     }
   }
   cuda_bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
   Tensor o = out;
   add_(o, bias);
-  if (epilogue == Epilogue::kBias) return;
+  if (epilogue == MatmulEpilogue::kBias) return;
   if (pre.defined()) Tensor(pre).copy_(out);
   o.copy_(gelu(out, GeluApproximation::kTanh));
 }
 
+// Whether run_matmul_bias also returns pre, the GELU's input.
+enum class KeepPre : uint8_t { kNo, kYes };
+
 // matmul_bias and matmul_bias_gelu: out [*, M, N], and pre (the GELU's input) if keep_pre.
-MatmulBiasGelu run_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue, bool keep_pre,
-                               std::string_view op) {
+MatmulBiasGelu run_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulEpilogue epilogue,
+                               KeepPre keep_pre, std::string_view op) {
   check_matmul_bias(a, b, bias, op);
   const int64_t k = a.size(-1), n = b.size(1);
   const int64_t rows = shape_numel(std::span(a.shape()).first(a.shape().size() - 1));
@@ -160,8 +161,8 @@ MatmulBiasGelu run_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& b
   // cuBLASLt writes the GELU's input with rows a multiple of 8 elements apart.
   const int64_t pre_ld = a.device().type == kCUDA ? (n + 7) / 8 * 8 : n;
   Tensor pre_rows;  // [rows, pre_ld]
-  if (keep_pre) pre_rows = Tensor::empty({rows, pre_ld}, a.dtype(), a.device());
-  const Tensor pre = keep_pre ? pre_rows.narrow(1, 0, n) : Tensor();
+  if (keep_pre == KeepPre::kYes) pre_rows = Tensor::empty({rows, pre_ld}, a.dtype(), a.device());
+  const Tensor pre = keep_pre == KeepPre::kYes ? pre_rows.narrow(1, 0, n) : Tensor();
   {
     const trace::Span span(op, trace::Category::kKernel);
     switch (a.device().type) {
@@ -170,7 +171,7 @@ MatmulBiasGelu run_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& b
     }
   }
   MatmulBiasGelu r{.out = out.view(shape), .pre = {}};
-  if (keep_pre) {
+  if (keep_pre == KeepPre::kYes) {
     Shape padded = shape;
     padded.back() = pre_ld;
     r.pre = pre_rows.view(padded).narrow(-1, 0, n);
@@ -180,12 +181,12 @@ MatmulBiasGelu run_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& b
 
 }  // namespace
 
-Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue) {
-  return run_matmul_bias(a, b, bias, epilogue, false, "matmul_bias").out;
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulEpilogue epilogue) {
+  return run_matmul_bias(a, b, bias, epilogue, KeepPre::kNo, "matmul_bias").out;
 }
 
 MatmulBiasGelu matmul_bias_gelu(const Tensor& a, const Tensor& b, const Tensor& bias) {
-  return run_matmul_bias(a, b, bias, Epilogue::kBiasGeluTanh, true, "matmul_bias_gelu");
+  return run_matmul_bias(a, b, bias, MatmulEpilogue::kBiasGeluTanh, KeepPre::kYes, "matmul_bias_gelu");
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/matmul_epilogue.h"
 
 namespace dtr {
 
@@ -33,20 +34,13 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b);
 const Tensor& bmm_out(const Tensor& out, const Tensor& a, const Tensor& b);
 
-// What matmul_bias applies to the product. cuBLASLt's GELU epilogue is the tanh
-// approximation (torch's gelu(approximate="tanh"); PyTorch's _addmm_activation uses it so on
-// CUDA), so that is the only fused GELU: the exact erf GELU stays its own kernel, gelu().
-enum class Epilogue : uint8_t {
-  kBias,          // a b + bias
-  kBiasGeluTanh,  // gelu(a b + bias, GeluApproximation::kTanh)
-};
-
 // a [*, M, K] (leading dims folded into M) times b [K, N], plus bias [N] on every row, then
 // the epilogue: [*, M, N], contiguous. a and b as matmul takes them; bias 1-D of b's columns,
 // of the operands' dtype and device (ValueError/TypeError naming the three otherwise).
 // bfloat16/float16: on the CPU each step rounds as matmul, add and gelu do; on CUDA the
 // float32 accumulator gets the bias (and GELU) before its one rounding.
-Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue = Epilogue::kBias);
+Tensor matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias,
+                   MatmulEpilogue epilogue = MatmulEpilogue::kBias);
 
 // The GELU epilogue for training: out = gelu(pre, kTanh) and pre = a b + bias, the input
 // gelu_backward(grad, pre, GeluApproximation::kTanh) needs, written by the same pass

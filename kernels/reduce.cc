@@ -42,17 +42,6 @@ std::vector<bool> reduced_dims(std::string_view op, const Tensor& x, const std::
   return reduced;
 }
 
-cuda::ReduceOp cuda_reduce_op(cpu::ReduceKind op) {
-  switch (op) {
-    case cpu::ReduceKind::kSum: return cuda::ReduceOp::kSum;
-    case cpu::ReduceKind::kMean: return cuda::ReduceOp::kMean;
-    case cpu::ReduceKind::kMax: return cuda::ReduceOp::kMax;
-    case cpu::ReduceKind::kMin: return cuda::ReduceOp::kMin;
-    case cpu::ReduceKind::kSumOfSquares: return cuda::ReduceOp::kSumOfSquares;
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
-}
-
 // x's elements as the CUDA reductions address them: the kept dims and the reduced ones.
 cuda::ReduceLayout cuda_layout(std::string_view op, const Tensor& x, const std::vector<bool>& reduced) {
   DTR_CHECK(x.dim() <= cuda::kMaxMapDims, NotImplementedError, "{}: {} has {} dims; CUDA reductions take at most {}",
@@ -71,14 +60,14 @@ cuda::ReduceLayout cuda_layout(std::string_view op, const Tensor& x, const std::
 }
 
 // out (contiguous, the keepdim shape) = op of x on its CUDA device.
-void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced, cpu::ReduceKind op) {
+void cuda_reduce(const Tensor& out, const Tensor& x, const std::vector<bool>& reduced, ReduceKind op) {
   const int device = x.device().index;
-  cuda::reduce(out.data(), cuda_layout(cpu::reduce_kind_name(op), x, reduced), x.dtype(), cuda_reduce_op(op), device,
+  cuda::reduce(out.data(), cuda_layout(reduce_kind_name(op), x, reduced), x.dtype(), op, device,
                cuda::current_stream(device).handle());
 }
 
-Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  const std::string_view name = cpu::reduce_kind_name(op);
+Tensor reduction(ReduceKind op, const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
+  const std::string_view name = reduce_kind_name(op);
   check_defined(name, x);
   const std::vector<bool> reduced = reduced_dims(name, x, dims);
   Shape kept = x.shape(), squeezed;
@@ -87,10 +76,10 @@ Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>
       squeezed.push_back(x.size(d));
       continue;
     }
-    if (op == cpu::ReduceKind::kMax || op == cpu::ReduceKind::kMin) check_nonempty(name, x, d);
+    if (op == ReduceKind::kMax || op == ReduceKind::kMin) check_nonempty(name, x, d);
     kept[d] = 1;
   }
-  const bool integer_sum = op == cpu::ReduceKind::kSum && !is_floating(x.dtype());
+  const bool integer_sum = op == ReduceKind::kSum && !is_floating(x.dtype());
   Tensor out = Tensor::empty(std::move(kept), integer_sum ? kInt64 : x.dtype(), x.device());
   const trace::Span span(name, trace::Category::kKernel);
   switch (x.device().type) {
@@ -103,19 +92,19 @@ Tensor reduction(cpu::ReduceKind op, const Tensor& x, const std::vector<int64_t>
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceKind::kSum, x, dims, keepdim);
+  return reduction(ReduceKind::kSum, x, dims, keepdim);
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceKind::kMean, x, dims, keepdim);
+  return reduction(ReduceKind::kMean, x, dims, keepdim);
 }
 Tensor max(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceKind::kMax, x, dims, keepdim);
+  return reduction(ReduceKind::kMax, x, dims, keepdim);
 }
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceKind::kMin, x, dims, keepdim);
+  return reduction(ReduceKind::kMin, x, dims, keepdim);
 }
 Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims, KeepDim keepdim) {
-  return reduction(cpu::ReduceKind::kSumOfSquares, x, dims, keepdim);
+  return reduction(ReduceKind::kSumOfSquares, x, dims, keepdim);
 }
 
 Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim) {

@@ -8,12 +8,6 @@
 namespace dtr {
 namespace {
 
-using cpu::SoftmaxKind;
-
-cuda::SoftmaxKind cuda_kind(SoftmaxKind kind) {
-  return kind == SoftmaxKind::kSoftmax ? cuda::SoftmaxKind::kSoftmax : cuda::SoftmaxKind::kLogSoftmax;
-}
-
 // t with dim d moved last, contiguous: rows of the softmax dim back to back.
 Tensor rows_of(const Tensor& t, int64_t d) {
   return t.dim() == 0 ? t.view({1}) : t.transpose(d, t.dim() - 1).contiguous();
@@ -35,7 +29,7 @@ Tensor rows_out(const Tensor& out, const Tensor& rows, int64_t d) {
 void cuda_softmax(const Tensor& y, const Tensor& x, int64_t d, SoftmaxKind kind) {
   const Tensor in = rows_of(x, d), out = rows_out(y, in, d);
   const int64_t cols = in.size(-1), device = x.device().index;
-  cuda::softmax(out.data(), in.data(), cols == 0 ? 0 : in.numel() / cols, cols, x.dtype(), cuda_kind(kind),
+  cuda::softmax(out.data(), in.data(), cols == 0 ? 0 : in.numel() / cols, cols, x.dtype(), kind,
                 static_cast<int>(device), cuda::current_stream(static_cast<int>(device)).handle());
   store_rows(y, out, d);
 }
@@ -43,9 +37,8 @@ void cuda_softmax(const Tensor& y, const Tensor& x, int64_t d, SoftmaxKind kind)
 void cuda_softmax_backward(const Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t d, SoftmaxKind kind) {
   const Tensor gy = rows_of(grad_y, d), yy = rows_of(y, d), out = rows_out(grad_x, yy, d);
   const int64_t cols = yy.size(-1), device = y.device().index;
-  cuda::softmax_backward(out.data(), gy.data(), yy.data(), cols == 0 ? 0 : yy.numel() / cols, cols, y.dtype(),
-                         cuda_kind(kind), static_cast<int>(device),
-                         cuda::current_stream(static_cast<int>(device)).handle());
+  cuda::softmax_backward(out.data(), gy.data(), yy.data(), cols == 0 ? 0 : yy.numel() / cols, cols, y.dtype(), kind,
+                         static_cast<int>(device), cuda::current_stream(static_cast<int>(device)).handle());
   store_rows(grad_x, out, d);
 }
 

@@ -1,7 +1,7 @@
 // Activation and dropout layers: ReLU, GELU(approximate none | tanh), SiLU, Dropout.
 #pragma once
 
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "nn/module.h"
 
 namespace dtr::nn {

@@ -6,9 +6,9 @@
 #include "core/error.h"
 #include "dtensor/ops/attention.h"
 #include "dtensor/ops/dropout.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/shape_ops.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
@@ -26,7 +26,9 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, con
       in_proj_weight_(register_parameter("in_proj_weight", empty_parameter({3 * embed_dim, embed_dim}, parameters))),
       in_proj_bias_(
           register_parameter("in_proj_bias", options.bias ? empty_parameter({3 * embed_dim}, parameters) : DTensor())),
-      out_proj_(register_module("out_proj", std::make_shared<Linear>(embed_dim, embed_dim, options.bias, parameters))) {
+      out_proj_(register_module(
+          "out_proj",
+          std::make_shared<Linear>(embed_dim, embed_dim, LinearOptions{.bias = options.bias}, parameters))) {
   DTR_CHECK(num_heads > 0 && embed_dim % num_heads == 0, ValueError,
             "MultiheadAttention: embed_dim {} must be divisible by num_heads {}", embed_dim, num_heads);
   DTR_CHECK(options.dropout >= 0.0 && options.dropout < 1.0, ValueError,

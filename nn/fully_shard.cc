@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "kernels/fill.h"
 
 namespace dtr::nn {
@@ -28,14 +28,14 @@ void wait_for_reduction() {
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
-// This rank's block of a Replicate parameter under `placements` on `mesh`, as a new leaf
+// This rank's chunk of a Replicate parameter under `placements` on `mesh`, as a new leaf
 // that owns its memory on `device` (the full tensor can be freed; FSDP2 moves a module
 // built on the CPU to the mesh's device the same way).
 DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const Tensor block = block_of(full.to_local(), spec.local_box());
-  Tensor local = Tensor::empty(block.shape(), block.dtype(), device);
-  local.copy_(block);
+  const Tensor chunk = chunk_of(full.to_local(), spec.local_chunk());
+  Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
+  local.copy_(chunk);
   DTensor sharded(std::move(local), std::move(spec));
   sharded.requires_grad_(full.requires_grad());
   return sharded;
@@ -125,7 +125,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   auto contains = [](const std::vector<DTensor>& v, const DTensor& t) {
     return std::any_of(v.begin(), v.end(), [&](const DTensor& u) { return u.is_same(t); });
   };
-  for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
+  for (auto& [name, slot] : module.named_parameters(RemoveDuplicate::kNo)) {
     if (contains(nested, *slot)) continue;
     auto tied = std::find_if(params_.begin(), params_.end(),
                              [&](const std::shared_ptr<Param>& p) { return p->gathered.is_same(*slot); });
@@ -160,7 +160,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
-  use_gathered(false);
+  use_params(State::kSharded);
   for (auto& [name, buffer] : module.named_buffers()) {
     if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
       *buffer = DTensor(buffer->to_local().to(mesh.device()),
@@ -178,9 +178,9 @@ int64_t FSDPModule::gathered_bytes() const {
   return bytes;
 }
 
-void FSDPModule::use_gathered(bool gathered) {
+void FSDPModule::use_params(State state) {
   for (const std::shared_ptr<Param>& p : params_) {
-    for (DTensor* slot : p->slots) *slot = gathered ? p->gathered : p->sharded;
+    for (DTensor* slot : p->slots) *slot = state == State::kUnsharded ? p->gathered : p->sharded;
   }
 }
 
@@ -256,7 +256,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_box().shape, dtypes[i], leaf_device), spec);
+               zeros.emplace_back(dtr::zeros(spec.local_chunk().shape, dtypes[i], leaf_device), spec);
              }
              return zeros;
            }
@@ -415,7 +415,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
   order().push_back(this);
   start_forward_gather(Async::kNo);
   wait_for_unshard();
-  use_gathered(true);
+  use_params(State::kUnsharded);
   std::vector<FSDPModule*> next = forward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kForward)});
   for (FSDPModule* m : next) {
     if (m != nullptr && m != this) m->start_forward_gather(Async::kYes);
@@ -494,7 +494,7 @@ void FSDPModule::start_forward_gather(Async async) {
 }
 
 Values FSDPModule::post_forward(const Values& outputs) {
-  use_gathered(false);
+  use_params(State::kSharded);
   root_->ended_.push_back(this);
   --t_open_forwards;
   if (t_open_forwards == 0) t_root = nullptr;
@@ -558,7 +558,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
     for (const std::shared_ptr<Param>& p : g->params_) {
       const DTensorSpec& spec = p->gathered.spec();
       roots.push_back(p->gathered);
-      zero_grads.emplace_back(dtr::zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device()), spec);
+      zero_grads.emplace_back(dtr::zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec);
     }
     run_backward(roots, zero_grads, RetainGraph::kNo);
   }

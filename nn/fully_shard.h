@@ -197,7 +197,8 @@ class FSDPModule : public ParallelPolicy {
   DTensor to_shard_device(const DTensor& leaf) const;
   // Records gathered's autograd node: its backward is the reduce-scatter into the leaves.
   void link_to_leaves(std::vector<DTensor>& gathered);
-  void use_gathered(bool gathered);
+  // Points the module's parameter slots at the sharded parameters or the gathered ones.
+  void use_params(State state);
   // The root's record of the groups in the order their forwards began.
   std::vector<FSDPModule*>& order();
   enum class Pass : uint8_t { kForward, kBackward };

@@ -23,7 +23,7 @@ uint64_t mix(uint64_t x) {
 
 // The local tensor of p, with the layout that puts it in the global tensor.
 Tensor local_of(const DTensor& p, ShardLayout* layout) {
-  *layout = ShardLayout{p.shape(), p.spec().local_box().offset};
+  *layout = ShardLayout{p.shape(), p.spec().local_chunk().offset};
   return p.to_local();  // a handle: writing it writes the parameter's storage
 }
 

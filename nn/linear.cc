@@ -8,16 +8,17 @@
 
 namespace dtr::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const ParameterOptions& options)
+Linear::Linear(int64_t in_features, int64_t out_features, const LinearOptions& options,
+               const ParameterOptions& parameters)
     : UnaryModule("Linear"),
       in_features_(in_features),
       out_features_(out_features),
-      weight_(register_parameter("weight", empty_parameter({out_features, in_features}, options))),
-      bias_(register_parameter("bias", bias ? empty_parameter({out_features}, options) : DTensor())) {
+      weight_(register_parameter("weight", empty_parameter({out_features, in_features}, parameters))),
+      bias_(register_parameter("bias", options.bias ? empty_parameter({out_features}, parameters) : DTensor())) {
   DTR_CHECK(in_features > 0 && out_features > 0, ValueError,
             "Linear: in_features {} and out_features {} must be positive", in_features, out_features);
   kaiming_uniform_(weight_, std::sqrt(5.0));
-  if (bias) {
+  if (options.bias) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
     uniform_(bias_, -bound, bound);
   }

@@ -6,10 +6,16 @@
 
 namespace dtr::nn {
 
+// torch.nn.Linear's keyword arguments: Linear(4, 8, {.bias = false}).
+struct LinearOptions {
+  bool bias = true;  // a learned bias [out_features]
+};
+
 class Linear : public UnaryModule {
  public:
   // PyTorch's initialisation: weight kaiming_uniform_(a = sqrt(5)), bias U(+-1/sqrt(in)).
-  Linear(int64_t in_features, int64_t out_features, bool bias = true, const ParameterOptions& options = {});
+  Linear(int64_t in_features, int64_t out_features, const LinearOptions& options = {},
+         const ParameterOptions& parameters = {});
   DTensor& weight() { return weight_; }
   DTensor& bias() { return bias_; }  // undefined without a bias
   std::string extra_repr() const override;

@@ -1,9 +1,9 @@
 #include "nn/loss.h"
 
 #include "core/error.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
@@ -17,9 +17,7 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossE
   DTR_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0), ValueError,
             "cross_entropy: logits must be [N, C] and target [N], got {} and {}", logits.shape(), target.shape());
   if (options.reduction != LossReduction::kNone) {
-    return dtr::cross_entropy(logits, target, options.ignore_index,
-                              options.reduction == LossReduction::kMean ? Reduction::kMean : Reduction::kSum,
-                              options.label_smoothing);
+    return dtr::cross_entropy(logits, target, options.ignore_index, options.reduction, options.label_smoothing);
   }
   const int64_t classes = logits.size(1);
   const DTensor logp = log_softmax(logits, 1);

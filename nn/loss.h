@@ -5,10 +5,9 @@
 #include <cstdint>
 
 #include "dtensor/dtensor.h"
+#include "kernels/cross_entropy.h"
 
 namespace dtr::nn {
-
-enum class LossReduction : uint8_t { kMean, kSum, kNone };
 
 struct CrossEntropyOptions {
   LossReduction reduction = LossReduction::kMean;

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 
 namespace dtr::nn {
 
@@ -38,13 +38,14 @@ DTensor& Module::register_parameter(const std::string& name, DTensor value) {
     if (!value.is_leaf()) value = value.detach();
     value.requires_grad_(true);
   }
-  slots_.push_back({name, std::move(value), true, true});
+  slots_.push_back({.name = name, .value = std::move(value), .is_parameter = true, .persistent = true});
   return slots_.back().value;
 }
 
 DTensor& Module::register_buffer(const std::string& name, DTensor value, Persistent persistent) {
   check_new_name(name);
-  slots_.push_back({name, std::move(value), false, persistent == Persistent::kYes});
+  slots_.push_back(
+      {.name = name, .value = std::move(value), .is_parameter = false, .persistent = persistent == Persistent::kYes});
   return slots_.back().value;
 }
 
@@ -76,13 +77,13 @@ std::string joined(const std::string& prefix, const std::string& name) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(bool remove_duplicate) {
+std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(RemoveDuplicate remove_duplicate) {
   std::vector<std::pair<std::string, DTensor*>> out;
   for (auto& [prefix, m] : named_modules()) {
     for (Slot& s : m->slots_) {
       if (!s.is_parameter || !s.value.defined()) continue;
       // A parameter shared by two modules (tied weights) is listed once, under its first name.
-      const bool seen = remove_duplicate &&
+      const bool seen = remove_duplicate == RemoveDuplicate::kYes &&
                         std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.second->is_same(s.value); });
       if (!seen) out.emplace_back(joined(prefix, s.name), &s.value);
     }

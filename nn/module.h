@@ -30,6 +30,7 @@ using StateDict = std::vector<std::pair<std::string, DTensor>>;
 
 enum class Strict : uint8_t { kNo, kYes };
 enum class Persistent : uint8_t { kNo, kYes };
+enum class RemoveDuplicate : uint8_t { kNo, kYes };
 
 // What load_state_dict found (with Strict::kNo it loads what matches and reports the rest).
 struct LoadResult {
@@ -72,8 +73,9 @@ class Module {
   // Traversals (recursive, this module's own entries first, then each child's in order).
   // The pointers stay valid as long as the module lives; fully_shard swaps values in them.
   // A parameter shared by several modules (tied weights) is listed once, under its first
-  // name, unless remove_duplicate is false (then every slot holding it is).
-  std::vector<std::pair<std::string, DTensor*>> named_parameters(bool remove_duplicate = true);
+  // name, unless RemoveDuplicate::kNo (then every slot holding it is).
+  std::vector<std::pair<std::string, DTensor*>> named_parameters(
+      RemoveDuplicate remove_duplicate = RemoveDuplicate::kYes);
   std::vector<DTensor*> parameters();
   std::vector<std::pair<std::string, DTensor*>> named_buffers();
   // Every module under this one, itself first as "", in depth-first registration order.

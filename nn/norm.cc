@@ -24,16 +24,16 @@ void check_normalized_shape(const DTensor& x, const Shape& normalized_shape, std
 
 }  // namespace
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool bias,
-                     const ParameterOptions& options)
+LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options, const ParameterOptions& parameters)
     : UnaryModule("LayerNorm"),
       normalized_shape_(std::move(normalized_shape)),
-      eps_(eps),
-      elementwise_affine_(elementwise_affine),
-      weight_(
-          register_parameter("weight", elementwise_affine ? empty_parameter(normalized_shape_, options) : DTensor())),
-      bias_(register_parameter("bias",
-                               elementwise_affine && bias ? empty_parameter(normalized_shape_, options) : DTensor())) {
+      eps_(options.eps),
+      elementwise_affine_(options.elementwise_affine),
+      weight_(register_parameter(
+          "weight", options.elementwise_affine ? empty_parameter(normalized_shape_, parameters) : DTensor())),
+      bias_(register_parameter("bias", options.elementwise_affine && options.bias
+                                           ? empty_parameter(normalized_shape_, parameters)
+                                           : DTensor())) {
   if (weight_.defined()) ones_(weight_);
   if (bias_.defined()) zeros_(bias_);
 }
@@ -50,13 +50,12 @@ DTensor LayerNorm::forward(const DTensor& x) {
   return layer_norm(x, normalized_shape_, optional(weight_), optional(bias_), eps_);
 }
 
-RMSNorm::RMSNorm(Shape normalized_shape, std::optional<double> eps, bool elementwise_affine,
-                 const ParameterOptions& options)
+RMSNorm::RMSNorm(Shape normalized_shape, const RMSNormOptions& options, const ParameterOptions& parameters)
     : UnaryModule("RMSNorm"),
       normalized_shape_(std::move(normalized_shape)),
-      eps_(eps),
-      weight_(
-          register_parameter("weight", elementwise_affine ? empty_parameter(normalized_shape_, options) : DTensor())) {
+      eps_(options.eps),
+      weight_(register_parameter(
+          "weight", options.elementwise_affine ? empty_parameter(normalized_shape_, parameters) : DTensor())) {
   if (weight_.defined()) ones_(weight_);
 }
 

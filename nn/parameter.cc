@@ -2,8 +2,6 @@
 
 namespace dtr::nn {
 
-DeviceMesh single_rank_mesh() { return DeviceMesh::row_major(kCPU, {1}, {}, 0, 1); }
-
 DTensor empty_parameter(const Shape& shape, const ParameterOptions& options) {
   const DeviceMesh mesh = options.mesh ? *options.mesh : single_rank_mesh();
   const DTensorSpec spec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()), shape, options.dtype);

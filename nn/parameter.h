@@ -10,12 +10,9 @@ namespace dtr::nn {
 
 struct ParameterOptions {
   DType dtype = kFloat32;
-  // Default: a one-rank CPU mesh, for models that run in one process.
+  // Default: single_rank_mesh() (dtensor/device_mesh.h), for models that run in one process.
   std::optional<DeviceMesh> mesh = std::nullopt;
 };
-
-// The one-rank CPU mesh layers use by default.
-DeviceMesh single_rank_mesh();
 
 // A Replicate DTensor of `shape` on the options' mesh, uninitialised (an init function fills it).
 DTensor empty_parameter(const Shape& shape, const ParameterOptions& options);

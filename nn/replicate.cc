@@ -26,7 +26,7 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
       DTensor moved(p->to_local().to(mesh.device()), DTensorSpec(mesh, replicate_all, p->shape(), p->dtype()));
       moved.requires_grad_(p->requires_grad());
       // Tied slots hold the same DTensor: every slot holding it gets the moved one.
-      for (auto& [other, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
+      for (auto& [other, slot] : module.named_parameters(RemoveDuplicate::kNo)) {
         if (slot != p && slot->is_same(*p)) *slot = moved;
       }
       *p = moved;
@@ -100,7 +100,7 @@ void DDPModule::finish_backward() {
     if (arrived_[k]) continue;
     if (!params_[k]->grad().defined()) {
       const DTensorSpec spec = params_[k]->spec().with_placements({Partial()});
-      params_[k]->set_grad(DTensor(zeros(spec.local_box().shape, spec.dtype(), spec.mesh().device()), spec));
+      params_[k]->set_grad(DTensor(zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec));
     }
   }
   std::fill(waiting_.begin(), waiting_.end(), 0);

@@ -1,7 +1,7 @@
 #include "nn/transformer.h"
 
 #include "core/error.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "kernels/fill.h"
 #include "nn/activation.h"
 
@@ -11,14 +11,15 @@ TransformerBlock::TransformerBlock(int64_t dim, int64_t n_heads, bool causal, co
                                    double dropout)
     : UnaryModule("TransformerBlock"),
       causal_(causal),
-      norm1_(register_module("norm1", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
+      norm1_(register_module("norm1", std::make_shared<LayerNorm>(Shape{dim}, LayerNormOptions{}, options))),
       attn_(register_module(
           "attn", std::make_shared<MultiheadAttention>(
                       dim, n_heads, MultiheadAttentionOptions{.batch_first = true, .dropout = dropout}, options))),
-      norm2_(register_module("norm2", std::make_shared<LayerNorm>(Shape{dim}, 1e-5, true, true, options))),
-      ffn_(register_module("ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-                                      std::make_shared<Linear>(dim, 4 * dim, true, options), std::make_shared<ReLU>(),
-                                      std::make_shared<Linear>(4 * dim, dim, true, options)}))) {
+      norm2_(register_module("norm2", std::make_shared<LayerNorm>(Shape{dim}, LayerNormOptions{}, options))),
+      ffn_(register_module(
+          "ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+                     std::make_shared<Linear>(dim, 4 * dim, LinearOptions{}, options), std::make_shared<ReLU>(),
+                     std::make_shared<Linear>(4 * dim, dim, LinearOptions{}, options)}))) {
   if (dropout > 0) dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
 }
 
@@ -46,10 +47,10 @@ Transformer::Transformer(const TransformerConfig& config, const ParameterOptions
         std::make_shared<TransformerBlock>(config.dim, config.n_heads, config.causal, options, config.dropout));
   }
   if (config.final_norm) {
-    norm_ = register_module("norm", std::make_shared<LayerNorm>(Shape{config.dim}, 1e-5, true, true, options));
+    norm_ = register_module("norm", std::make_shared<LayerNorm>(Shape{config.dim}, LayerNormOptions{}, options));
   }
-  output_ = register_module("output",
-                            std::make_shared<Linear>(config.dim, config.vocab_size, !config.tie_embeddings, options));
+  output_ = register_module("output", std::make_shared<Linear>(config.dim, config.vocab_size,
+                                                               LinearOptions{.bias = !config.tie_embeddings}, options));
   if (config.tie_embeddings) output_->weight() = embed_->weight();
 }
 

@@ -202,12 +202,12 @@ int64_t Ring::run(ReduceOp op, const T* input, T* output, const std::vector<int6
           if (step == n - 2) {
             combine(output + p.start, mine, got, p.len, op);
             if (op == ReduceOp::kAvg) divide_by(output + p.start, p.len, n);
-            consumed(false);
+            consumed(Forwarded::kNo);
             if (gather) send_gather(block, p);
           } else {
             combine(got, got, mine, p.len, op);
             send(*pool_send_, slot - static_cast<std::byte*>(pool_.data()), p.len * sizeof(T));
-            consumed(true);
+            consumed(Forwarded::kYes);
             bytes_sent += p.len * sizeof(T);
           }
         }

@@ -87,9 +87,10 @@ class Ring {
   void send(gloo::transport::Buffer& from, size_t offset, size_t bytes);
   // The next piece from rank-1, in its slot of the pool, once it has arrived.
   std::byte* receive(std::string_view phase, int step, int block);
-  // The slot receive() returned last is done with; forwarded: its piece is being sent on
+  // The slot receive() returned last is done with; Forwarded::kYes: its piece is being sent on
   // from the pool, so the slot is free once that send completes.
-  void consumed(bool forwarded) { unreturned_.push_back(forwarded); }
+  enum class Forwarded : uint8_t { kNo, kYes };
+  void consumed(Forwarded forwarded) { unreturned_.push_back(forwarded == Forwarded::kYes); }
   // Returns slots to rank-1, oldest first, until at most `keep` consumed slots remain.
   void release(size_t keep);
 

@@ -5,9 +5,9 @@
 
 #include "core/trace.h"
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/attention.h"
@@ -19,14 +19,14 @@ namespace dtr {
 DTensor causal_mask_fill(const DTensor& x, double value) {
   const int64_t nd = x.dim();
   DTR_CHECK(nd >= 2, ValueError, "causal_mask_fill: input {} must have at least 2 dims [..., Tq, Tk]", describe(x));
-  std::vector<DimStrategy> per_dim = pointwise_strategies({x.shape()}, x.shape());
+  std::vector<DimStrategy> per_dim = elementwise_strategies({x.shape()}, x.shape());
   if (value == 0.0) add_linear_partials(per_dim, 1, 0);
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("causal_mask_fill", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   const Tensor& local = s.inputs[0].to_local();
-  const LocalBox box = s.inputs[0].spec().local_box();
-  // masked[i][j] = (col0 + j > row0 + i) for this rank's block of rows and columns.
-  const double row0 = static_cast<double>(box.offset[nd - 2]), col0 = static_cast<double>(box.offset[nd - 1]);
+  const LocalChunk chunk = s.inputs[0].spec().local_chunk();
+  // masked[i][j] = (col0 + j > row0 + i) for this rank's chunk of rows and columns.
+  const double row0 = static_cast<double>(chunk.offset[nd - 2]), col0 = static_cast<double>(chunk.offset[nd - 1]);
   const Tensor rows =
       arange(row0, row0 + static_cast<double>(local.size(-2)), 1.0, kInt64, local.device()).unsqueeze(1);
   const Tensor cols =
@@ -37,7 +37,7 @@ DTensor causal_mask_fill(const DTensor& x, double value) {
   return y;
 }
 
-// The header's rule: each rank's blocks are whole attention problems.
+// The header's rule: each rank's chunks are whole attention problems.
 bool fused_attention_fits(const DTensor& q, const DTensor& k, const DTensor& v) {
   if (!(k.mesh() == q.mesh() && v.mesh() == q.mesh())) return false;
   const int64_t nd = q.dim();
@@ -54,12 +54,12 @@ bool fused_attention_fits(const DTensor& q, const DTensor& k, const DTensor& v) 
 
 namespace {
 
-// The fused kernel on local blocks, and its backward: grad_q placed like q, grad_k and
+// The fused kernel on local chunks, and its backward: grad_q placed like q, grad_k and
 // grad_v like k and v but Partial(sum) where q's rows are sharded (each rank's queries
 // contribute to every key's gradient).
-DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, bool causal, double scale) {
+DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal, double scale) {
   const int64_t nd = q.dim();
-  const int64_t query_offset = q.spec().local_box().offset[nd - 2];
+  const int64_t query_offset = q.spec().local_chunk().offset[nd - 2];
   AttentionOutput fwd = attention(q.to_local(), k.to_local(), v.to_local(), causal, scale, query_offset);
   Shape out_shape = q.shape();
   out_shape.back() = v.size(-1);
@@ -109,13 +109,13 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
   const double factor = scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   const bool can_fuse = fused_attention_fits(q, k, v);
   DTR_CHECK(backend != AttentionBackend::kFused || can_fuse, ValueError,
-            "scaled_dot_product_attention: the fused backend needs each rank's blocks to be whole problems (on "
+            "scaled_dot_product_attention: the fused backend needs each rank's chunks to be whole problems (on "
             "every mesh dim q, k, v Replicate or Shard of one leading dim, or q Shard(-2) with k, v Replicate); "
             "got {} on {}",
             placements_of(q, k, v), q.mesh());
   const bool fuse = backend == AttentionBackend::kFused ||
                     (backend == AttentionBackend::kAuto && can_fuse && q.mesh().device_type() == kCUDA);
-  if (fuse) return fused_attention(q, k, v, causal == Causal::kYes, factor);
+  if (fuse) return fused_attention(q, k, v, causal, factor);
   // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
   DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);
   if (causal == Causal::kYes) scores = causal_mask_fill(scores, -std::numeric_limits<double>::infinity());

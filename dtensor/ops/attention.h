@@ -14,24 +14,22 @@
 #include <optional>
 
 #include "dtensor/dtensor.h"
+#include "kernels/causal.h"
 
 namespace dtr {
-
-// Whether attention lets query i see only keys j <= i (torch's is_causal).
-enum class Causal : uint8_t { kNo, kYes };
 
 // x [..., Tq, Tk] with element [..., i, j] set to value where j > i (global indices).
 DTensor causal_mask_fill(const DTensor& x, double value);
 
 // How attention is computed (torch's sdpa backends): composed of the ops above (math), or
-// the fused kernel of kernels/attention.h (flash) on each rank's local blocks, which never
+// the fused kernel of kernels/attention.h (flash) on each rank's local chunks, which never
 // holds the [Tq, Tk] scores. kAuto: fused on CUDA meshes where the placements allow it,
 // composed otherwise (on the CPU the composed path's GEMMs are the faster ones).
 enum class AttentionBackend : uint8_t { kAuto, kComposed, kFused };
 
 // softmax(q k^T * scale, masked if causal) v -> [*, Tq, Ev]; scale defaults to 1/sqrt(E)
 // (PyTorch's scaled_dot_product_attention). The fused backend takes placements under which
-// each rank's blocks are whole problems: on every mesh dim q, k and v Replicate or Shard
+// each rank's chunks are whole problems: on every mesh dim q, k and v Replicate or Shard
 // the same leading dim, or q Shard(-2) with k and v Replicate (k's and v's gradients are
 // then Partial(sum) there); out is placed like q, and no collective runs forward or
 // backward. kFused with other placements is a ValueError naming them.

@@ -12,10 +12,10 @@ DTensor dropout(const DTensor& x, double p, uint64_t seed) {
   DTR_CHECK(p >= 0.0 && p <= 1.0, ValueError, "dropout: p = {} for {}; the drop probability must lie in [0, 1]", p,
             describe(x));
   const DTensor inputs[] = {x};
-  const std::vector<DimStrategy> per_dim = pointwise_strategies({x.shape()}, x.shape(), kLinearReduceOps);
+  const std::vector<DimStrategy> per_dim = elementwise_strategies({x.shape()}, x.shape(), kLinearReduceOps);
   AppliedStrategy s = apply_strategy("dropout", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   const DTensor& moved = s.inputs[0];
-  const ShardLayout layout{x.shape(), moved.spec().local_box().offset};
+  const ShardLayout layout{x.shape(), moved.spec().local_chunk().offset};
   DTensor y = make_output(dropout(moved.to_local(), p, seed, layout).y, x.mesh(), s.strategy.outputs[0], x.shape());
   record("dropout", s.inputs, std::span(&y, 1),
          [p, seed](const std::vector<DTensor>& g) { return std::vector<DTensor>{dropout(g[0], p, seed)}; });

@@ -62,10 +62,10 @@ DTensor embedding(const DTensor& weight, const DTensor& indices) {
   AppliedStrategy s = apply_strategy("embedding", inputs, expand_strategies(per_dim, weight.mesh().ndim()));
   const DTensor& w = s.inputs[0];
   const int64_t num_rows = weight.size(0);
-  const LocalBox box = w.spec().local_box();
-  Tensor local = box.shape[0] == num_rows
+  const LocalChunk chunk = w.spec().local_chunk();
+  Tensor local = chunk.shape[0] == num_rows
                      ? embedding(w.to_local(), s.inputs[1].to_local())
-                     : masked_lookup(w.to_local(), s.inputs[1].to_local(), box.offset[0], num_rows, weight, indices);
+                     : masked_lookup(w.to_local(), s.inputs[1].to_local(), chunk.offset[0], num_rows, weight, indices);
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.size(1));
   DTensor y = make_output(std::move(local), weight.mesh(), s.strategy.outputs[0], out_shape);

@@ -2,7 +2,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 
 namespace dtr {
@@ -19,7 +19,7 @@ DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, 
       apply_strategy("cross_entropy backward", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
   Tensor local =
       cross_entropy_backward(mul(s.inputs[0].to_local(), scale), s.inputs[1].to_local(), s.inputs[2].to_local(),
-                             s.inputs[3].to_local(), ignore_index, Reduction::kSum, label_smoothing);
+                             s.inputs[3].to_local(), ignore_index, LossReduction::kSum, label_smoothing);
   return make_output(std::move(local), logits.mesh(), s.strategy.outputs[0], logits.shape());
 }
 
@@ -37,7 +37,7 @@ int64_t count_targets(const DTensor& target, int64_t ignore_index) {
 
 }  // namespace
 
-DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, Reduction reduction,
+DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, LossReduction reduction,
                       double label_smoothing) {
   DTR_CHECK(logits.dim() == 2 && is_floating(logits.dtype()), ValueError,
             "cross_entropy: logits {} must be floating [N, C]", describe(logits));
@@ -47,13 +47,17 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
             "cross_entropy: target {} must be [N] for logits {}", describe(target), describe(logits));
   DTR_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
             "cross_entropy: label_smoothing {} is not in [0, 1] (logits {})", label_smoothing, describe(logits));
+  DTR_CHECK(reduction != LossReduction::kNone, ValueError,
+            "cross_entropy: reduction none is not fused; legal: LossReduction::kMean or kSum (nn::cross_entropy "
+            "composes none from log_softmax; logits {})",
+            describe(logits));
   // Outputs: the loss and the per-row logsumexp saved for backward.
   const std::vector<DimStrategy> per_dim{{{Shard(0), Shard(0)}, {Partial(), Shard(0)}}, replicate_all(2, 2)};
   const DTensor inputs[] = {logits, target};
   AppliedStrategy s = apply_strategy("cross_entropy", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
   CrossEntropyOutput out =
-      cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, Reduction::kSum, label_smoothing);
-  const bool mean = reduction == Reduction::kMean;
+      cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, LossReduction::kSum, label_smoothing);
+  const bool mean = reduction == LossReduction::kMean;
   const double count = mean ? static_cast<double>(count_targets(s.inputs[1], ignore_index)) : 1.0;
   const Tensor local_loss = mean ? div(out.loss, count) : out.loss;
   DTensor loss = make_output(local_loss, logits.mesh(), s.strategy.outputs[0], {});

@@ -21,9 +21,10 @@ namespace dtr {
 // The cross-entropy of logits [N, C] (floating) against int64 target [N] in [0, C) or equal
 // to ignore_index: a 0-d loss, the sum or the mean over targets not ignored (NaN when there
 // are none, like torch). label_smoothing e in [0, 1] scores each row against (1 - e) on its
-// target plus e / C on every class (kernels/cross_entropy.h). torch.nn.functional.
-// cross_entropy with class-index targets.
+// target plus e / C on every class (kernels/cross_entropy.h). reduction kMean or kSum
+// (LossReduction::kNone is nn::cross_entropy's). torch.nn.functional.cross_entropy with
+// class-index targets.
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index = -100,
-                      Reduction reduction = Reduction::kMean, double label_smoothing = 0.0);
+                      LossReduction reduction = LossReduction::kMean, double label_smoothing = 0.0);
 
 }  // namespace dtr

@@ -1,8 +1,8 @@
 #include "dtensor/ops/matmul.h"
 
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/matmul.h"
 

@@ -14,8 +14,8 @@ DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out
   return s;
 }
 
-std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
-                                              std::span<const ReduceOp> partial) {
+std::vector<DimStrategy> elementwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
+                                                std::span<const ReduceOp> partial) {
   std::vector<DimStrategy> out;
   for (int64_t d = 0; d < static_cast<int64_t>(out_shape.size()); ++d) {
     out.push_back(shard_along(input_shapes, out_shape, d));

@@ -33,8 +33,8 @@ DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out
 
 // The candidates of an elementwise op with broadcasting: Shard along every output dim,
 // then Replicate; `partial` adds (P(op) for every input -> P(op)) for each op given.
-std::vector<DimStrategy> pointwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
-                                              std::span<const ReduceOp> partial = {});
+std::vector<DimStrategy> elementwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
+                                                std::span<const ReduceOp> partial = {});
 
 // For an op linear in input `linear_input` when the others are fixed: appends (that input
 // P(op), the others R -> every output P(op)) for op in kLinearReduceOps.

@@ -4,9 +4,9 @@
 #include <numeric>
 
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 
 namespace dtr {
 namespace {
@@ -41,22 +41,22 @@ DTensor squeeze_dims(const DTensor& x, const std::vector<int64_t>& removed) {
   return y;
 }
 
-// The global elements one rank's box covers, as runs of flat indices merged as far as they
+// The global elements one rank's chunk covers, as runs of flat indices merged as far as they
 // go, outermost first: an inner run covering its whole dim, or an outer run of one index,
 // merges with its neighbour into one run over the product of the two dims. What is left is
-// one distinct gap pattern per run, so two boxes of tensors with equal numel cover the same
-// elements exactly when their merged runs are equal. Every empty box is {{0, 0, 0}}; the
+// one distinct gap pattern per run, so two chunks of tensors with equal numel cover the same
+// elements exactly when their merged runs are equal. Every empty chunk is {{0, 0, 0}}; the
 // runs start from an outer run {1, 0, 1}, so that 0-d and size-1 dims merge away.
 struct Run {
   int64_t size, start, stop;
   friend bool operator==(const Run&, const Run&) = default;
 };
 
-std::vector<Run> merged_runs(const Shape& shape, const LocalBox& box) {
+std::vector<Run> merged_runs(const Shape& shape, const LocalChunk& chunk) {
   std::vector<Run> runs{{1, 0, 1}};
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (box.shape[d] == 0) return {{0, 0, 0}};
-    Run r{shape[d], box.offset[d], box.offset[d] + box.shape[d]};
+    if (chunk.shape[d] == 0) return {{0, 0, 0}};
+    Run r{shape[d], chunk.offset[d], chunk.offset[d] + chunk.shape[d]};
     while (!runs.empty() && ((r.start == 0 && r.stop == r.size) || runs.back().stop - runs.back().start == 1)) {
       const Run outer = runs.back();
       runs.pop_back();
@@ -80,7 +80,8 @@ bool same_elements(const DTensor& x, const Placements& in, const Shape& shape, c
   const DTensorSpec out_spec(x.mesh(), boxes_of(out), shape, x.dtype());
   for (int64_t i = 0; i < x.mesh().size(); ++i) {
     const std::vector<int64_t> coord = x.mesh().coordinate_at(i);
-    if (merged_runs(x.shape(), in_spec.local_box(coord)) != merged_runs(shape, out_spec.local_box(coord))) return false;
+    if (merged_runs(x.shape(), in_spec.local_chunk(coord)) != merged_runs(shape, out_spec.local_chunk(coord)))
+      return false;
   }
   return true;
 }
@@ -112,7 +113,7 @@ DTensor reshape_as(std::string_view op, const DTensor& x, const Shape& requested
   AppliedStrategy s = apply_strategy(op, inputs, candidates);
   const DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], shape, x.dtype());
   const Tensor& local = s.inputs[0].to_local();
-  const Shape& local_shape = out_spec.local_box().shape;
+  const Shape& local_shape = out_spec.local_chunk().shape;
   DTensor y(copy == LocalCopy::kNever ? local.view(local_shape) : local.reshape(local_shape), out_spec);
   record(std::string(op), s.inputs, std::span(&y, 1), [in_shape = x.shape()](const std::vector<DTensor>& g) {
     return std::vector<DTensor>{reshape(g[0], in_shape)};
@@ -181,7 +182,7 @@ DTensor broadcast_to(const DTensor& x, const Shape& shape) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("broadcast_to", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], shape, x.dtype());
-  DTensor y(s.inputs[0].to_local().expand(out_spec.local_box().shape), out_spec);
+  DTensor y(s.inputs[0].to_local().expand(out_spec.local_chunk().shape), out_spec);
   record("broadcast_to", s.inputs, std::span(&y, 1),
          [xs = x.shape()](const std::vector<DTensor>& g) { return std::vector<DTensor>{sum_to_shape(g[0], xs)}; });
   return y;

@@ -1,8 +1,8 @@
 #include "dtensor/ops/where.h"
 
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "kernels/elementwise.h"
 
 namespace dtr {
@@ -15,23 +15,23 @@ void check_bool(std::string_view op, std::string_view role, const DTensor& t) {
             op, role, describe(t));
 }
 
-// The broadcast shape of the inputs, and the pointwise candidates for them.
-std::vector<DimStrategy> pointwise_candidates(std::string_view op, std::span<const DTensor> inputs, Shape* out) {
+// The broadcast shape of the inputs, and the elementwise candidates for them.
+std::vector<DimStrategy> elementwise_candidates(std::string_view op, std::span<const DTensor> inputs, Shape* out) {
   std::vector<Shape> shapes;
   for (const DTensor& t : inputs) {
     shapes.push_back(t.shape());
     *out = broadcast_shapes(*out, t.shape(), op);
   }
-  return pointwise_strategies(shapes, *out);
+  return elementwise_strategies(shapes, *out);
 }
 
-// Runs a pointwise op whose output takes no gradient (comparisons, logical_not): Partial
+// Runs an elementwise op whose output takes no gradient (comparisons, logical_not): Partial
 // inputs are reduced first, outside autograd.
 template <class Kernel>
 DTensor without_grad(std::string_view op, std::span<const DTensor> inputs, Kernel kernel) {
   NoGradGuard no_grad;
   Shape out;
-  const std::vector<DimStrategy> per_dim = pointwise_candidates(op, inputs, &out);
+  const std::vector<DimStrategy> per_dim = elementwise_candidates(op, inputs, &out);
   AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, inputs[0].mesh().ndim()));
   std::vector<Tensor> locals;
   for (const DTensor& t : s.inputs) locals.push_back(t.to_local());
@@ -56,7 +56,7 @@ DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b) {
   check_bool("where", "condition", cond);
   const DTensor inputs[] = {cond, a, b};
   Shape out;
-  std::vector<DimStrategy> per_dim = pointwise_candidates("where", inputs, &out);
+  std::vector<DimStrategy> per_dim = elementwise_candidates("where", inputs, &out);
   for (ReduceOp op : kAllReduceOps) per_dim.push_back({{Replicate(), Partial(op), Partial(op)}, {Partial(op)}});
   AppliedStrategy s = apply_strategy("where", inputs, expand_strategies(per_dim, a.mesh().ndim()));
   DTensor y = make_output(where(s.inputs[0].to_local(), s.inputs[1].to_local(), s.inputs[2].to_local()), a.mesh(),
@@ -74,7 +74,7 @@ DTensor masked_fill(const DTensor& x, const DTensor& mask, double value) {
   check_bool("masked_fill", "mask", mask);
   const DTensor inputs[] = {x, mask};
   Shape out;
-  std::vector<DimStrategy> per_dim = pointwise_candidates("masked_fill", inputs, &out);
+  std::vector<DimStrategy> per_dim = elementwise_candidates("masked_fill", inputs, &out);
   for (ReduceOp op : kAllReduceOps) {
     if (op != ReduceOp::kSum || value == 0.0) per_dim.push_back({{Partial(op), Replicate()}, {Partial(op)}});
   }

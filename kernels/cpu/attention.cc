@@ -24,8 +24,8 @@ struct Problem {
   int64_t query_begin(int64_t j) const { return causal ? std::clamp<int64_t>(j - offset, 0, tq) : 0; }
 };
 
-Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, int64_t query_offset) {
-  return {q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), query_offset, causal};
+Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, Causal causal, int64_t query_offset) {
+  return {q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), query_offset, causal == Causal::kYes};
 }
 
 // t in the compute type (float, double for float64), contiguous: this tensor when it already is.
@@ -170,7 +170,7 @@ void backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, 
 
 }  // namespace
 
-void attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+void attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, Causal causal,
                double scale, int64_t query_offset) {
   const Problem p = problem_of(q, k, v, causal, query_offset);
   dispatch_floating(q.dtype(), "attention", [&]<class T>(TypeTag<T>) { forward<T>(out, lse, q, k, v, p, scale); });
@@ -178,7 +178,7 @@ void attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tens
 
 void attention_backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_out,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        bool causal, double scale, int64_t query_offset) {
+                        Causal causal, double scale, int64_t query_offset) {
   const Problem p = problem_of(q, k, v, causal, query_offset);
   dispatch_floating(q.dtype(), "attention_backward", [&]<class T>(TypeTag<T>) {
     backward<T>(grad_q, grad_k, grad_v, grad_out, q, k, v, out, lse, p, scale);

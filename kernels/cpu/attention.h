@@ -11,14 +11,15 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/causal.h"
 
 namespace dtr::cpu {
 
-void attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+void attention(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, Causal causal,
                double scale, int64_t query_offset);
 
 void attention_backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_out,
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        bool causal, double scale, int64_t query_offset);
+                        Causal causal, double scale, int64_t query_offset);
 
 }  // namespace dtr::cpu

@@ -39,7 +39,7 @@ int64_t row_grain(int64_t classes) { return std::max<int64_t>(1, 32768 / std::ma
 }  // namespace
 
 void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& logits, const Tensor& target,
-                   int64_t ignore_index, Reduction reduction, double label_smoothing) {
+                   int64_t ignore_index, LossReduction reduction, double label_smoothing) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy");
   const Tensor lc = logits.contiguous();
   const int64_t rows = logits.size(0), classes = logits.size(1);
@@ -71,7 +71,7 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
   });
   double total = 0.0;
   for (double l : row_loss) total += l;
-  if (reduction == Reduction::kMean) {
+  if (reduction == LossReduction::kMean) {
     total = targets.count == 0 ? std::numeric_limits<double>::quiet_NaN() : total / targets.count;
   }
   dispatch_floating(logits.dtype(), "cross_entropy",
@@ -79,13 +79,13 @@ void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& lo
 }
 
 void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
-                            double grad_loss, int64_t ignore_index, Reduction reduction, double label_smoothing) {
+                            double grad_loss, int64_t ignore_index, LossReduction reduction, double label_smoothing) {
   const Targets targets = read_targets(target, logits, ignore_index, "cross_entropy_backward");
   const Tensor lc = logits.contiguous();
   const Tensor lsec = logsumexp.contiguous();
   const int64_t rows = logits.size(0), classes = logits.size(1);
   // With no row counted, kMean has no row to scale: every row is ignored and gets zeros.
-  const double scale = reduction == Reduction::kMean && targets.count > 0 ? grad_loss / targets.count : grad_loss;
+  const double scale = reduction == LossReduction::kMean && targets.count > 0 ? grad_loss / targets.count : grad_loss;
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>(TypeTag<T>) {
     using Acc = acc_t<T>;
     const T* pl = lc.data_ptr<T>();

@@ -11,8 +11,8 @@
 namespace dtr::cpu {
 
 void cross_entropy(const Tensor& loss, const Tensor& logsumexp, const Tensor& logits, const Tensor& target,
-                   int64_t ignore_index, Reduction reduction, double label_smoothing);
+                   int64_t ignore_index, LossReduction reduction, double label_smoothing);
 void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& logsumexp,
-                            double grad_loss, int64_t ignore_index, Reduction reduction, double label_smoothing);
+                            double grad_loss, int64_t ignore_index, LossReduction reduction, double label_smoothing);
 
 }  // namespace dtr::cpu

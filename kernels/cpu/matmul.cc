@@ -107,11 +107,11 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
 }
 
 void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
-                 Epilogue epilogue) {
+                 MatmulEpilogue epilogue) {
   if (out.numel() == 0) return;
   bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
   add(out, out, bias, 1.0);  // bias [N] broadcast over the rows
-  if (epilogue == Epilogue::kBias) return;
+  if (epilogue == MatmulEpilogue::kBias) return;
   if (pre.defined()) copy(pre, out);
   gelu(out, out, GeluApproximation::kTanh);
 }

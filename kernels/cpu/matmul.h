@@ -15,6 +15,6 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 // bias and the GELU as passes over out, rounding as matmul, add and gelu do (the reference
 // of the CUDA epilogues). pre, if defined ([M, N], any strides), receives a b + bias.
 void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
-                 Epilogue epilogue);
+                 MatmulEpilogue epilogue);
 
 }  // namespace dtr::cpu

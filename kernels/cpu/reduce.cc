@@ -253,17 +253,6 @@ void argmax_by_slices(const Tensor& out, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-std::string_view reduce_kind_name(ReduceKind op) {
-  switch (op) {
-    case ReduceKind::kSum: return "sum";
-    case ReduceKind::kMean: return "mean";
-    case ReduceKind::kMax: return "max";
-    case ReduceKind::kMin: return "min";
-    case ReduceKind::kSumOfSquares: return "sum_of_squares";
-  }
-  DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
-}
-
 void reduce(const Tensor& out, const Tensor& x, ReduceKind op) {
   const std::string_view name = reduce_kind_name(op);
   auto plus = [](auto a, auto b) { return a + b; };

@@ -11,15 +11,11 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "core/tensor.h"
+#include "kernels/reduce_kind.h"
 
 namespace dtr::cpu {
-
-enum class ReduceKind : uint8_t { kSum, kMean, kMax, kMin, kSumOfSquares };
-// "sum", "mean", ...: the op's name in messages.
-std::string_view reduce_kind_name(ReduceKind op);
 
 // out = op over the dims where out has size 1 and x does not.
 void reduce(const Tensor& out, const Tensor& x, ReduceKind op);

@@ -69,7 +69,7 @@ void softmax(const Tensor& y, const Tensor& x, int64_t dim, SoftmaxKind kind) {
         const Acc inverse = Acc(1) / sum;  // one division per slice, a product per element
         if (streams) {
           for (int64_t c = 0; c < s.size; ++c) e[c] *= inverse;
-          store_row(e, ys, s.size, true);
+          store_row(e, ys, s.size, streams);
           stream_fence();  // before the thread's rows are published
         } else {
           for (int64_t c = 0; c < s.size; ++c) ys[c * stride] = convert<T>(e[c] * inverse);

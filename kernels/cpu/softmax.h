@@ -4,11 +4,9 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "kernels/softmax_kind.h"
 
 namespace dtr::cpu {
-
-// How a softmax forward ends: divide by the sum, or subtract its log.
-enum class SoftmaxKind { kSoftmax, kLogSoftmax };
 
 void softmax(const Tensor& y, const Tensor& x, int64_t dim, SoftmaxKind kind);
 void softmax_backward(const Tensor& grad_x, const Tensor& grad_y, const Tensor& y, int64_t dim, SoftmaxKind kind);

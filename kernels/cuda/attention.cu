@@ -29,14 +29,14 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 // Query row i sees keys [0, key_end(p, i)).
 __host__ __device__ inline int64_t key_end(const AttentionProblem& p, int64_t i) {
-  if (!p.causal) return p.tk;
+  if (p.causal == Causal::kNo) return p.tk;
   const int64_t end = p.query_offset + i + 1;
   return end < p.tk ? end : p.tk;
 }
 
 // Key j is seen by query rows [query_begin(p, j), tq).
 __host__ __device__ inline int64_t query_begin(const AttentionProblem& p, int64_t j) {
-  if (!p.causal) return 0;
+  if (p.causal == Causal::kNo) return 0;
   const int64_t begin = j - p.query_offset;
   return begin < 0 ? 0 : begin < p.tq ? begin : p.tq;
 }
@@ -770,20 +770,20 @@ void launch_backward_fused(T* grad_q, T* grad_k, T* grad_v, const T* grad_out, c
 
 }  // namespace
 
-int64_t attention_scratch_numel(const AttentionProblem& p, AttentionKernel kernel) {
-  if (kernel == AttentionKernel::kFused || p.batch * p.tq == 0) return 0;
+int64_t attention_scratch_numel(const AttentionProblem& p, AttentionImpl impl) {
+  if (impl == AttentionImpl::kFused || p.batch * p.tq == 0) return 0;
   return reference_blocks(p.batch * p.tq) * p.tk;
 }
 
-int64_t attention_backward_scratch_numel(const AttentionProblem& p, AttentionKernel kernel) {
+int64_t attention_backward_scratch_numel(const AttentionProblem& p, AttentionImpl impl) {
   const int64_t rows = p.batch * p.tq;
   if (rows == 0) return 0;
-  if (kernel == AttentionKernel::kFused) return rows;
+  if (impl == AttentionImpl::kFused) return rows;
   return rows + std::max(reference_blocks(rows) * p.tk, reference_blocks(p.batch * p.tk) * 2 * p.tq);
 }
 
 void attention(void* out, void* lse, const void* q, const void* k, const void* v, void* scratch,
-               const AttentionProblem& p, AttentionKernel kernel, DType dtype, int device, cudaStream_t stream) {
+               const AttentionProblem& p, AttentionImpl impl, DType dtype, int device, cudaStream_t stream) {
   if (p.batch * p.tq == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda attention", [&]<class T>(TypeTag<T>) {
@@ -791,7 +791,7 @@ void attention(void* out, void* lse, const void* q, const void* k, const void* v
     auto* o = static_cast<T*>(out);
     auto* l = static_cast<M*>(lse);
     const auto *qq = static_cast<const T*>(q), *kk = static_cast<const T*>(k), *vv = static_cast<const T*>(v);
-    if (kernel == AttentionKernel::kFused) {
+    if (impl == AttentionImpl::kFused) {
       launch_forward_fused<T>(o, l, qq, kk, vv, p, device, stream);
     } else {
       attention_forward_reference<T>
@@ -803,7 +803,7 @@ void attention(void* out, void* lse, const void* q, const void* k, const void* v
 
 void attention_backward(void* grad_q, void* grad_k, void* grad_v, const void* grad_out, const void* q, const void* k,
                         const void* v, const void* out, const void* lse, void* scratch, const AttentionProblem& p,
-                        AttentionKernel kernel, DType dtype, int device, cudaStream_t stream) {
+                        AttentionImpl impl, DType dtype, int device, cudaStream_t stream) {
   if (p.batch * p.tq == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda attention_backward", [&]<class T>(TypeTag<T>) {
@@ -813,7 +813,7 @@ void attention_backward(void* grad_q, void* grad_k, void* grad_v, const void* gr
                *vv = static_cast<const T*>(v), *o = static_cast<const T*>(out);
     const auto* l = static_cast<const M*>(lse);
     M* delta = static_cast<M*>(scratch);  // [batch * tq], then the reference kernels' rows
-    if (kernel == AttentionKernel::kFused) {
+    if (impl == AttentionImpl::kFused) {
       launch_backward_fused<T>(gq, gk, gv, go, qq, kk, vv, o, l, delta, p, device, stream);
     } else {
       const int64_t rows = p.batch * p.tq;

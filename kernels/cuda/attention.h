@@ -20,29 +20,29 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/attention_impl.h"
+#include "kernels/causal.h"
 
 namespace dtr::cuda {
-
-enum class AttentionKernel : uint8_t { kFused, kReference };
 
 inline constexpr int64_t kAttentionMaxHeadDim = 256;
 
 // One call's sizes and options.
 struct AttentionProblem {
   int64_t batch = 0, tq = 0, tk = 0, e = 0, ev = 0;
-  int64_t query_offset = 0;  // query row i is global row query_offset + i
-  bool causal = false;       // row i sees keys j <= query_offset + i
+  int64_t query_offset = 0;     // query row i is global row query_offset + i
+  Causal causal = Causal::kNo;  // kYes: row i sees keys j <= query_offset + i
   double scale = 1.0;
 };
 
 // Statistics-type elements of scratch each launcher needs (0: pass nullptr).
-int64_t attention_scratch_numel(const AttentionProblem& problem, AttentionKernel kernel);
-int64_t attention_backward_scratch_numel(const AttentionProblem& problem, AttentionKernel kernel);
+int64_t attention_scratch_numel(const AttentionProblem& problem, AttentionImpl impl);
+int64_t attention_backward_scratch_numel(const AttentionProblem& problem, AttentionImpl impl);
 
 void attention(void* out, void* lse, const void* q, const void* k, const void* v, void* scratch,
-               const AttentionProblem& problem, AttentionKernel kernel, DType dtype, int device, cudaStream_t stream);
+               const AttentionProblem& problem, AttentionImpl impl, DType dtype, int device, cudaStream_t stream);
 void attention_backward(void* grad_q, void* grad_k, void* grad_v, const void* grad_out, const void* q, const void* k,
                         const void* v, const void* out, const void* lse, void* scratch, const AttentionProblem& problem,
-                        AttentionKernel kernel, DType dtype, int device, cudaStream_t stream);
+                        AttentionImpl impl, DType dtype, int device, cudaStream_t stream);
 
 }  // namespace dtr::cuda

@@ -260,8 +260,8 @@ bool matmul_bias(void* out, void* pre, const MatrixOperand& a, const MatrixOpera
                  int64_t n, int64_t k, int64_t pre_ld, DType dtype, MatmulEpilogue epilogue, MatmulOptions options,
                  void* workspace, size_t workspace_bytes, int device, cudaStream_t stream) {
   DTR_INTERNAL_ASSERT(m > 0 && n > 0 && k > 0, "cuda matmul_bias with an empty product ({}, {}, {})", m, n, k);
-  const bool aux = epilogue == MatmulEpilogue::kBiasGeluTanhAux;
-  DTR_INTERNAL_ASSERT(aux == (pre != nullptr) && (!aux || (pre_ld >= n && pre_ld % 8 == 0)),
+  const bool aux = pre != nullptr;
+  DTR_INTERNAL_ASSERT(!aux || (epilogue == MatmulEpilogue::kBiasGeluTanh && pre_ld >= n && pre_ld % 8 == 0),
                       "cuda matmul_bias: pre {} with pre_ld {} for n {}", pre, pre_ld, n);
   EpilogueOperands e{.kind = CUBLASLT_EPILOGUE_BIAS, .bias = bias, .pre = pre, .pre_ld = aux ? pre_ld : 0};
   if (epilogue == MatmulEpilogue::kBiasGeluTanh) e.kind = CUBLASLT_EPILOGUE_GELU_BIAS;

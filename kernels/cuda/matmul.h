@@ -25,6 +25,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/dtype.h"
+#include "kernels/matmul_epilogue.h"
 
 namespace dtr::cuda {
 
@@ -44,20 +45,15 @@ struct MatmulOptions {
 void bmm(void* out, const MatrixOperand& a, const MatrixOperand& b, int64_t batch, int64_t m, int64_t n, int64_t k,
          DType dtype, MatmulOptions options, void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);
 
-// What matmul_bias applies to the float32 (float64) accumulator before its one rounding.
-enum class MatmulEpilogue : uint8_t {
-  kBias,             // out = a b + bias                 (CUBLASLT_EPILOGUE_BIAS)
-  kBiasGeluTanh,     // out = gelu_tanh(a b + bias)      (CUBLASLT_EPILOGUE_GELU_BIAS)
-  kBiasGeluTanhAux,  // the same, and pre = a b + bias   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-};
-
-// out [m, n] (contiguous, row-major) = epilogue(a [m, k] b [k, n] + bias [n]), one cuBLASLt
-// call on `stream`; bias contiguous, of `dtype`; pre (kBiasGeluTanhAux only, else null)
-// [m, n] of `dtype` with rows pre_ld apart, pre_ld a multiple of 8 and at least n. m, n and
-// k positive. The plan is cached as bmm's, keyed on the epilogue and the bias's and pre's
-// alignments too. Returns false, having queued nothing, where cuBLASLt cannot serve the
-// epilogue with these operands (its heuristic finds no algorithm or rejects the combination:
-// a float64 GELU, a misaligned bias, say): the caller then composes the product and passes.
+// out [m, n] (contiguous, row-major) = epilogue(a [m, k] b [k, n] + bias [n]), applied to the
+// float32 (float64) accumulator before its one rounding, one cuBLASLt call on `stream`; bias
+// contiguous, of `dtype`; pre (kBiasGeluTanh only, else null), when given, receives a b + bias
+// (GELU_AUX_BIAS): [m, n] of `dtype` with rows pre_ld apart, pre_ld a multiple of 8 and at
+// least n. m, n and k positive. The plan is cached as bmm's, keyed on the epilogue, whether
+// pre is written and the bias's and pre's alignments too. Returns false, having queued
+// nothing, where cuBLASLt cannot serve the epilogue with these operands (its heuristic finds
+// no algorithm or rejects the combination: a float64 GELU, a misaligned bias, say): the
+// caller then composes the product and passes.
 bool matmul_bias(void* out, void* pre, const MatrixOperand& a, const MatrixOperand& b, const void* bias, int64_t m,
                  int64_t n, int64_t k, int64_t pre_ld, DType dtype, MatmulEpilogue epilogue, MatmulOptions options,
                  void* workspace, size_t workspace_bytes, int device, cudaStream_t stream);

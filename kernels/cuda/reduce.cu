@@ -18,15 +18,15 @@ template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>, float,
                                  std::conditional_t<std::is_floating_point_v<T>, double, int64_t>>;
 
-template <ReduceOp Op, class T>
-using out_t = std::conditional_t<(Op == ReduceOp::kSum) && !std::is_floating_point_v<acc_t<T>>, int64_t, T>;
+template <ReduceKind Op, class T>
+using out_t = std::conditional_t<(Op == ReduceKind::kSum) && !std::is_floating_point_v<acc_t<T>>, int64_t, T>;
 
-template <ReduceOp Op, class A>
+template <ReduceKind Op, class A>
 __device__ inline A identity() {
-  if constexpr (Op == ReduceOp::kMax) {
+  if constexpr (Op == ReduceKind::kMax) {
     return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity()
                                                 : std::numeric_limits<A>::lowest();
-  } else if constexpr (Op == ReduceOp::kMin) {
+  } else if constexpr (Op == ReduceKind::kMin) {
     return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
   } else {
     return A(0);
@@ -34,25 +34,25 @@ __device__ inline A identity() {
 }
 
 // Folds a partial result (or a loaded value, already squared for kSumOfSquares) into acc.
-template <ReduceOp Op, class A>
+template <ReduceKind Op, class A>
 __device__ inline A combine(A acc, A v) {
-  if constexpr (Op == ReduceOp::kMax) {
+  if constexpr (Op == ReduceKind::kMax) {
     return v != v || v > acc ? v : acc;  // once NaN, acc stays NaN (NaN > x is false)
-  } else if constexpr (Op == ReduceOp::kMin) {
+  } else if constexpr (Op == ReduceKind::kMin) {
     return v != v || v < acc ? v : acc;
   } else {
     return acc + v;
   }
 }
 
-template <ReduceOp Op, class A>
+template <ReduceKind Op, class A>
 __device__ inline A shuffle_reduce(A acc) {
   for (int offset = 16; offset > 0; offset /= 2) acc = combine<Op>(acc, __shfl_down_sync(0xffffffffu, acc, offset));
   return acc;
 }
 
 // G threads per output element: 32 (a warp) or kThreads (a block).
-template <ReduceOp Op, class T, int G>
+template <ReduceKind Op, class T, int G>
 __global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
   using A = acc_t<T>;
   constexpr int kGroups = kThreads / G;
@@ -71,7 +71,7 @@ __global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
         int64_t at[1];
         map_offsets(l.reduced, reduced, r, at);
         const A v = convert<A>(x[base[0] + at[0]]);
-        acc = combine<Op>(acc, Op == ReduceOp::kSumOfSquares ? A(v * v) : v);
+        acc = combine<Op>(acc, Op == ReduceKind::kSumOfSquares ? A(v * v) : v);
       }
     }
     acc = shuffle_reduce<Op>(acc);
@@ -86,7 +86,7 @@ __global__ void reduce_kernel(out_t<Op, T>* out, ReduceLayout l) {
       __syncthreads();  // partial is rewritten by the next output
     }
     if (lane == 0 && o < l.kept.numel) {
-      if constexpr (Op == ReduceOp::kMean) acc = acc / A(l.reduced.numel);
+      if constexpr (Op == ReduceKind::kMean) acc = acc / A(l.reduced.numel);
       out[o] = convert<out_t<Op, T>>(acc);
     }
   }
@@ -138,7 +138,7 @@ __global__ void argmax_kernel(int64_t* out, ReduceLayout l) {
   }
 }
 
-template <ReduceOp Op, class T>
+template <ReduceKind Op, class T>
 void launch(void* out, const ReduceLayout& layout, cudaStream_t stream) {
   auto* o = static_cast<out_t<Op, T>*>(out);
   if (layout.reduced.numel >= 4096 || layout.kept.numel < 1024) {  // few outputs, or long ones: a block each
@@ -151,10 +151,10 @@ void launch(void* out, const ReduceLayout& layout, cudaStream_t stream) {
   }
 }
 
-template <ReduceOp Op>
+template <ReduceKind Op>
 void launch_op(void* out, const ReduceLayout& layout, DType dtype, cudaStream_t stream) {
   auto go = [&]<class T>(TypeTag<T>) { launch<Op, T>(out, layout, stream); };
-  if constexpr (Op == ReduceOp::kMean || Op == ReduceOp::kSumOfSquares) {
+  if constexpr (Op == ReduceKind::kMean || Op == ReduceKind::kSumOfSquares) {
     dispatch_floating(dtype, "cuda reduce", go);
   } else {
     dispatch_all(dtype, "cuda reduce", go);
@@ -163,15 +163,15 @@ void launch_op(void* out, const ReduceLayout& layout, DType dtype, cudaStream_t 
 
 }  // namespace
 
-void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceOp op, int device, cudaStream_t stream) {
+void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceKind op, int device, cudaStream_t stream) {
   if (layout.kept.numel == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   switch (op) {
-    case ReduceOp::kSum: launch_op<ReduceOp::kSum>(out, layout, dtype, stream); break;
-    case ReduceOp::kMean: launch_op<ReduceOp::kMean>(out, layout, dtype, stream); break;
-    case ReduceOp::kMax: launch_op<ReduceOp::kMax>(out, layout, dtype, stream); break;
-    case ReduceOp::kMin: launch_op<ReduceOp::kMin>(out, layout, dtype, stream); break;
-    case ReduceOp::kSumOfSquares: launch_op<ReduceOp::kSumOfSquares>(out, layout, dtype, stream); break;
+    case ReduceKind::kSum: launch_op<ReduceKind::kSum>(out, layout, dtype, stream); break;
+    case ReduceKind::kMean: launch_op<ReduceKind::kMean>(out, layout, dtype, stream); break;
+    case ReduceKind::kMax: launch_op<ReduceKind::kMax>(out, layout, dtype, stream); break;
+    case ReduceKind::kMin: launch_op<ReduceKind::kMin>(out, layout, dtype, stream); break;
+    case ReduceKind::kSumOfSquares: launch_op<ReduceKind::kSumOfSquares>(out, layout, dtype, stream); break;
   }
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

@@ -16,10 +16,9 @@
 
 #include "core/cuda/map_layout.h"
 #include "core/dtype.h"
+#include "kernels/reduce_kind.h"
 
 namespace dtr::cuda {
-
-enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kSumOfSquares };
 
 struct ReduceLayout {
   MapShape kept, reduced;
@@ -27,7 +26,7 @@ struct ReduceLayout {
 };
 
 // out's dtype: int64 for the sum of an integer or bool x, x's dtype otherwise.
-void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceOp op, int device, cudaStream_t stream);
+void reduce(void* out, const ReduceLayout& layout, DType dtype, ReduceKind op, int device, cudaStream_t stream);
 // out (int64, kept.numel elements) = the index within the reduced elements (one dim) of
 // the first maximum; a NaN counts as the maximum (the first NaN wins). A warp per output.
 void argmax(int64_t* out, const ReduceLayout& layout, DType dtype, int device, cudaStream_t stream);

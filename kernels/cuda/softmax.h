@@ -13,10 +13,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/softmax_kind.h"
 
 namespace dtr::cuda {
-
-enum class SoftmaxKind : uint8_t { kSoftmax, kLogSoftmax };
 
 void softmax(void* y, const void* x, int64_t rows, int64_t cols, DType dtype, SoftmaxKind kind, int device,
              cudaStream_t stream);

@@ -2,7 +2,7 @@
 // Shard(1) bf16, Replicate int64, a [2] bias with empty shards, a 3-D float16, a 0-d
 // int64, a bool mask) saved at 1..4 ranks loads bit for bit at 1..4 ranks under other
 // placements, and from a 1-D mesh into a 2-D (Replicate, Shard) HSDP mesh and back; each
-// rank file is a plain safetensors file holding exactly its boxes, a Replicate tensor is
+// rank file is a plain safetensors file holding exactly its chunks, a Replicate tensor is
 // written once, `extra` round-trips; a flipped byte, a truncated or missing file, missing
 // metadata, a missing tensor and a shape or dtype mismatch are typed errors naming the
 // file and the tensor on every rank; a save replaces the previous checkpoint atomically,
@@ -96,10 +96,10 @@ Placements on(const DeviceMesh& mesh, const Placement& p) {
   return {Replicate(), p};
 }
 
-// Every rank's box of `full`, without communication.
+// Every rank's chunk of `full`, without communication.
 DTensor sharded(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  return DTensor(block_of(full, spec.local_box()).contiguous(), spec);
+  return DTensor(chunk_of(full, spec.local_chunk()).contiguous(), spec);
 }
 
 State saved_state(const DeviceMesh& mesh, uint64_t seed) {
@@ -115,7 +115,7 @@ State load_targets(const DeviceMesh& mesh, F&& placements_of) {
   State s;
   for (const Case& c : cases()) {
     DTensorSpec spec(mesh, placements_of(c), c.shape, c.dtype);
-    s.tensors[c.name] = DTensor(zeros(spec.local_box().shape, c.dtype), spec);
+    s.tensors[c.name] = DTensor(zeros(spec.local_chunk().shape, c.dtype), spec);
   }
   return s;
 }
@@ -124,14 +124,14 @@ State load_targets(const DeviceMesh& mesh) {
   return load_targets(mesh, [&](const Case& c) { return on(mesh, c.load); });
 }
 
-// Each rank's local equals its box of the saved full value, and (but for bool, which
+// Each rank's local equals its chunk of the saved full value, and (but for bool, which
 // collectives do not move) full_tensor() equals it all.
 void check_loaded(const State& s, uint64_t seed, const std::string& what) {
   for (const Case& c : cases()) {
     INFO(what << ", tensor " << c.name << ": " << s.tensors.at(c.name).to_string());
     const DTensor& t = s.tensors.at(c.name);
     const Tensor expected = full_value(c, seed);
-    CHECK(same_bits(t.to_local(), block_of(expected, t.spec().local_box())));
+    CHECK(same_bits(t.to_local(), chunk_of(expected, t.spec().local_chunk())));
     if (c.dtype != kBool) CHECK(same_bits(t.full_tensor(), expected));
   }
   CHECK(s.extra == extra_for(seed));
@@ -153,7 +153,7 @@ int64_t non_empty_shards(int64_t size, int64_t ranks) {
 }
 
 // The files of a checkpoint saved at `world` ranks on a 1-D mesh, read with nn's own
-// safetensors reader: each holds exactly the boxes the metadata gives it, at the offsets its
+// safetensors reader: each holds exactly the chunks the metadata gives it, at the offsets its
 // DCP_SHARDING_INFO gives (what PyTorch's HuggingFaceStorageReader reads), and every element
 // of every tensor is stored exactly once (Replicate tensors by rank 0 only).
 void check_files(const fs::path& dir, int world, uint64_t seed) {
@@ -171,14 +171,14 @@ void check_files(const fs::path& dir, int world, uint64_t seed) {
     CHECK(sharding.size() == file.size());
     for (const auto& [name, values] : file) {
       INFO("file " << rank_file(r) << ", tensor " << name);
-      const Json* chunk = nullptr;
+      const Json* saved = nullptr;
       for (const Json& c : meta["tensors"][name]["chunks"]) {
-        if (c["file"] == rank_file(r)) chunk = &c;
+        if (c["file"] == rank_file(r)) saved = &c;
       }
-      REQUIRE(chunk != nullptr);
-      const LocalBox box{(*chunk)["offset"].get<Shape>(), (*chunk)["shape"].get<Shape>()};
-      CHECK(sharding.at(name).at("saved_offsets").get<Shape>() == box.offset);
-      CHECK(same_bits(values, block_of(full_value(case_named(name), seed), box)));
+      REQUIRE(saved != nullptr);
+      const LocalChunk chunk{(*saved)["offset"].get<Shape>(), (*saved)["shape"].get<Shape>()};
+      CHECK(sharding.at(name).at("saved_offsets").get<Shape>() == chunk.offset);
+      CHECK(same_bits(values, chunk_of(full_value(case_named(name), seed), chunk)));
       stored += static_cast<int64_t>(values.nbytes());
     }
   }
@@ -262,7 +262,7 @@ TEST_CASE("a checkpoint saved at 1, 2, 3 or 4 ranks loads at 1, 2, 3 or 4 ranks,
 TEST_CASE("a world of one process without a process group saves and loads", "[checkpoint]") {
   REQUIRE_FALSE(is_initialized());
   const fs::path dir = testing::make_temp_dir("checkpoint_single") / "ckpt";
-  const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);
+  const DeviceMesh mesh = single_rank_mesh();
   checkpoint::save(saved_state(mesh, 7), dir.string());
   check_files(dir, 1, 7);
   State s = load_targets(mesh);
@@ -386,7 +386,7 @@ TEST_CASE("corrupt, truncated and missing files and missing metadata fail on eve
     f.seekp(flip_at);
     f.put(static_cast<char>(byte ^ 0x10));
   }
-  // Rank 1's file loses its last 3 bytes (half its 6-byte box of the mask): its header no
+  // Rank 1's file loses its last 3 bytes (half its 6-byte chunk of the mask): its header no
   // longer matches its size, so the file is refused whichever tensor is read from it first.
   const fs::path truncated = copy_of("truncated");
   fs::resize_file(truncated / rank_file(1), fs::file_size(truncated / rank_file(1)) - 3);
@@ -448,7 +448,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
   const Shape shape{24, 131072};
   const Tensor full = testing::random_tensor(shape, kBFloat16, 5);
   {
-    const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);  // one process, no group
+    const DeviceMesh mesh = single_rank_mesh();  // one process, no group
     State s;
     s.tensors["embed"] = sharded(full, mesh, {Shard(0)});
     checkpoint::save(s, dir.string());
@@ -459,14 +459,14 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
   auto check_box = [&](const State& s, const std::string& what) {
     const DTensor& t = s.tensors.at("embed");
     INFO(what << ": " << t.to_string());
-    CHECK(same_bits(t.to_local(), block_of(full, t.spec().local_box())));
+    CHECK(same_bits(t.to_local(), chunk_of(full, t.spec().local_chunk())));
   };
   // Rows 8:16 start in block 2; on 2x2, rows 12:24 start inside block 3 and the columns split.
   run_ranks(3, [&](int, int n) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {n});
     State s;
     DTensorSpec spec(mesh, {Shard(0)}, shape, kBFloat16);
-    s.tensors["embed"] = DTensor(zeros(spec.local_box().shape, kBFloat16), spec);
+    s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
     checkpoint::load(s, dir.string());
     check_box(s, "rows over 3 ranks");
   });
@@ -474,7 +474,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
     const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2});
     State s;
     DTensorSpec spec(mesh, {Shard(0), Shard(1)}, shape, kBFloat16);
-    s.tensors["embed"] = DTensor(zeros(spec.local_box().shape, kBFloat16), spec);
+    s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
     checkpoint::load(s, dir.string());
     check_box(s, "(S(0), S(1)) on 2x2");
   });
@@ -496,7 +496,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
       const DeviceMesh mesh = init_device_mesh(kCPU, {n});
       State s;
       DTensorSpec spec(mesh, {Shard(0)}, shape, kBFloat16);
-      s.tensors["embed"] = DTensor(zeros(spec.local_box().shape, kBFloat16), spec);
+      s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
       try {
         checkpoint::load(s, damaged.string());
         FAIL("a corrupt block loaded");
@@ -584,7 +584,7 @@ TEST_CASE("a save replaces the previous checkpoint; an interrupted one leaves it
   });
 
   // A rank killed while it writes its file: rank 1 may write files of 1 MiB only, so the
-  // kernel kills it (SIGXFSZ) inside write() of its 4 MiB box. The other rank fails (its peer's
+  // kernel kills it (SIGXFSZ) inside write() of its 4 MiB chunk. The other rank fails (its peer's
   // connection closes), nothing is committed, and rank 0 removes the temporary directory.
   testing::RanksOptions options;
   options.group_timeout = 20000ms;  // a fallback: the closed connection is seen at once
@@ -628,7 +628,7 @@ TEST_CASE("a save replaces the previous checkpoint; an interrupted one leaves it
 void overwrite_locals(State& s, uint64_t seed) {
   for (const Case& c : cases()) {
     Tensor local = s.tensors.at(c.name).to_local();
-    local.copy_(block_of(full_value(c, seed), s.tensors.at(c.name).spec().local_box()));
+    local.copy_(chunk_of(full_value(c, seed), s.tensors.at(c.name).spec().local_chunk()));
   }
   s.extra = extra_for(seed);
 }
@@ -761,7 +761,7 @@ TEST_CASE("save, async_save and load report non-decreasing progress ending at th
     State s;
     s.tensors["w"] = sharded(full({8, 4}, 1.5), mesh, {Shard(0)});               // 4 x 4 float32 a rank: 64 bytes
     s.tensors["r"] = sharded(full({3}, 2.5).to(kFloat64), mesh, {Replicate()});  // 24 bytes, written by rank 0
-    // Bytes of the boxes this rank writes, and of the boxes it loads (every box of both).
+    // Bytes of the chunks this rank writes, and of the chunks it loads (every chunk of both).
     const int64_t written = rank == 0 ? 64 + 24 : 64, read = 64 + 24;
     auto check_calls = [](const std::vector<checkpoint::Progress>& calls, int64_t total) {
       REQUIRE(!calls.empty());

@@ -131,7 +131,7 @@ TEST_CASE("attention rules: batch, head and query sharding need no communication
     CHECK_FALSE(fused_attention_fits(rq, sk, sv));
     CHECK_THROWS_MATCHES(scaled_dot_product_attention(rq, sk, sv, Causal::kYes, std::nullopt, AttentionBackend::kFused),
                          ValueError,
-                         testing::MessageContains("the fused backend needs each rank's blocks to be whole problems") &&
+                         testing::MessageContains("the fused backend needs each rank's chunks to be whole problems") &&
                              testing::MessageContains("got q [R], k [S(2)], v [S(2)]"));
   });
 }
@@ -162,7 +162,7 @@ TEST_CASE("causal_mask_fill: exact values by global index; Partial only for a ze
 }
 
 TEST_CASE("attention ops: errors name q, k and v and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype = kFloat64) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

@@ -12,8 +12,8 @@
 #include "core/allocator.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/fill.h"
 #include "tests/dtensor/op_test_util.h"
 
@@ -23,7 +23,7 @@ namespace {
 using testing::to_f64;
 
 DTensor leaf(const Tensor& full) {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   DTensor t(full, DTensorSpec(mesh, {Replicate()}, full.shape(), full.dtype()));
   t.requires_grad_();
   return t;
@@ -194,7 +194,7 @@ TEST_CASE("saved tensors are released as backward runs: memory falls", "[autogra
 TEST_CASE("autograd errors name what went wrong", "[autograd][errors]") {
   DTensor x = leaf(Tensor::from_vector<double>({1, 2}));
   CHECK_THROWS_WITH(mul(x, 2.0).backward(), Catch::Contains("2 elements") && Catch::Contains("loss"));
-  DTensor c(Tensor::from_vector<double>({1}, {1}), DTensorSpec(testing::one_rank_mesh(), {Replicate()}, {1}, kFloat64));
+  DTensor c(Tensor::from_vector<double>({1}, {1}), DTensorSpec(single_rank_mesh(), {Replicate()}, {1}, kFloat64));
   CHECK_THROWS_WITH(c.backward(), Catch::Contains("does not require grad"));
   DTensor y = mul(x, 2.0);
   CHECK_THROWS_WITH(y.requires_grad_(false), Catch::Contains("only leaves"));

@@ -62,25 +62,25 @@ TEST_CASE("nested sharding: mesh dim 0 chunks first, mesh dim 1 chunks each piec
   const DTensorSpec s22(testing::make_mesh({2, 2}), {Shard(0), Shard(0)}, {7, 3}, kFloat32);
   const std::vector<std::pair<int64_t, int64_t>> rows22 = {{0, 2}, {2, 2}, {4, 2}, {6, 1}};
   for (int64_t k = 0; k < 4; ++k) {
-    const LocalBox box = s22.local_box(s22.mesh().coordinate_at(k));
-    CHECK(box.offset == Shape{rows22[k].first, 0});
-    CHECK(box.shape == Shape{rows22[k].second, 3});
+    const LocalChunk chunk = s22.local_chunk(s22.mesh().coordinate_at(k));
+    CHECK(chunk.offset == Shape{rows22[k].first, 0});
+    CHECK(chunk.shape == Shape{rows22[k].second, 3});
   }
   // (S(0), S(0)) on 2x3 over 5 rows: 0:3 and 3:5; 3 splits 1+1+1, 2 splits 1+1+0.
   const DTensorSpec s23(testing::make_mesh({2, 3}), {Shard(0), Shard(0)}, {5}, kFloat32);
   const std::vector<std::pair<int64_t, int64_t>> rows23 = {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 0}};
   for (int64_t k = 0; k < 6; ++k) {
-    const LocalBox box = s23.local_box(s23.mesh().coordinate_at(k));
-    CHECK(box.offset == Shape{rows23[k].first});
-    CHECK(box.shape == Shape{rows23[k].second});
+    const LocalChunk chunk = s23.local_chunk(s23.mesh().coordinate_at(k));
+    CHECK(chunk.offset == Shape{rows23[k].first});
+    CHECK(chunk.shape == Shape{rows23[k].second});
   }
   // (S(1), S(0)) on 2x3 over [5, 4]: columns from mesh dim 0, rows from mesh dim 1.
   const DTensorSpec mixed(testing::make_mesh({2, 3}), {Shard(1), Shard(0)}, {5, 4}, kFloat32);
-  CHECK(mixed.local_box(std::vector<int64_t>{1, 2}) == LocalBox{{4, 2}, {1, 2}});
-  CHECK(mixed.local_box(std::vector<int64_t>{0, 1}) == LocalBox{{2, 0}, {2, 2}});
+  CHECK(mixed.local_chunk(std::vector<int64_t>{1, 2}) == LocalChunk{{4, 2}, {1, 2}});
+  CHECK(mixed.local_chunk(std::vector<int64_t>{0, 1}) == LocalChunk{{2, 0}, {2, 2}});
   // Left to right: 12 rows -> 6 per mesh dim 0 chunk -> 2 each (mesh dim 1 first would give offset 4).
   const DTensorSpec left(testing::make_mesh({2, 3}), {Shard(0), Shard(0)}, {12}, kFloat32);
-  CHECK(left.local_box(std::vector<int64_t>{0, 1}).offset == Shape{2});
+  CHECK(left.local_chunk(std::vector<int64_t>{0, 1}).offset == Shape{2});
 }
 
 TEST_CASE("a chunk outside the split, or an impossible split, is the caller's error", "[chunking][errors]") {

@@ -20,15 +20,17 @@ inline Tensor global_tensor(const Shape& shape, uint64_t seed) {
   return t;
 }
 
-// The block of `full` that `box` names.
-inline Tensor box_of(const Tensor& full, const LocalBox& box) { return block_of(full, box).contiguous(); }
+// The chunk of `full` that `chunk` names, contiguous.
+inline Tensor contiguous_chunk_of(const Tensor& full, const LocalChunk& chunk) {
+  return chunk_of(full, chunk).contiguous();
+}
 
-// This rank's term of `full` under `placements`: its box, split over every Partial mesh
+// This rank's term of `full` under `placements`: its chunk, split over every Partial mesh
 // dim into terms that reduce (with that dim's op) to the value. Terms are random but the
 // same function of (seed, coordinates) on every rank.
 inline Tensor partial_terms(const Tensor& full, const DTensorSpec& spec, uint64_t seed) {
   const DeviceMesh& mesh = spec.mesh();
-  Tensor value = box_of(full, spec.local_box());
+  Tensor value = contiguous_chunk_of(full, spec.local_chunk());
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     const Placement& p = spec.placements()[m];
     if (!p.is_partial()) continue;

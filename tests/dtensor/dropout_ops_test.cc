@@ -33,8 +33,7 @@ TEST_CASE("dropout: the same seed drops the same global elements under every pla
   const Tensor x = global_tensor({9, 7}, 3);
   // Expected: every element is 0 or exactly 2x (p = 0.5 scales kept integers exactly).
   const std::vector<double> reference = testing::to_f64(
-      dropout(DTensor(x, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, x.shape(), x.dtype())), 0.5, 5)
-          .to_local());
+      dropout(DTensor(x, DTensorSpec(single_rank_mesh(), {Replicate()}, x.shape(), x.dtype())), 0.5, 5).to_local());
   int64_t kept = 0;
   const std::vector<double> xv = testing::to_f64(x);
   for (size_t i = 0; i < xv.size(); ++i) {
@@ -56,7 +55,7 @@ TEST_CASE("dropout: the same seed drops the same global elements under every pla
 
 TEST_CASE("dropout: p = 0 keeps everything, p = 1 drops everything, other p are errors", "[dtensor][ops]") {
   const Tensor x = global_tensor({4, 3}, 4);
-  DTensor dx(x, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, x.shape(), x.dtype()));
+  DTensor dx(x, DTensorSpec(single_rank_mesh(), {Replicate()}, x.shape(), x.dtype()));
   testing::check_equal(dropout(dx, 0.0, 1).to_local(), x, "p = 0");
   testing::check_equal(dropout(dx, 1.0, 1).to_local(), x.shape(), std::vector<double>(12, 0.0), "p = 1");
   CHECK_THROWS_WITH(dropout(dx, 1.5, 1),

@@ -1,4 +1,4 @@
-// DTensorSpec: local boxes of every rank tile the global tensor (Replicate and Partial
+// DTensorSpec: local chunks of every rank tile the global tensor (Replicate and Partial
 // mesh dims duplicate it), for random meshes, shapes and placements; and the checks.
 #include "dtensor/dtensor_spec.h"
 
@@ -12,16 +12,16 @@ namespace {
 
 using testing::MessageContains;
 
-// Flat row-major index of every element of `box` within a tensor of `shape`.
-std::vector<int64_t> box_elements(const LocalBox& box, const Shape& shape) {
+// Flat row-major index of every element of `chunk` within a tensor of `shape`.
+std::vector<int64_t> chunk_elements(const LocalChunk& chunk, const Shape& shape) {
   std::vector<int64_t> result;
-  const int64_t n = shape_numel(box.shape);
+  const int64_t n = shape_numel(chunk.shape);
   for (int64_t flat = 0; flat < n; ++flat) {
     int64_t rest = flat, global = 0, stride = 1;
     for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
-      const int64_t local = rest % box.shape[d];
-      rest /= box.shape[d];
-      global += (box.offset[d] + local) * stride;
+      const int64_t local = rest % chunk.shape[d];
+      rest /= chunk.shape[d];
+      global += (chunk.offset[d] + local) * stride;
       stride *= shape[d];
     }
     result.push_back(global);
@@ -29,7 +29,7 @@ std::vector<int64_t> box_elements(const LocalBox& box, const Shape& shape) {
   return result;
 }
 
-TEST_CASE("local boxes of all ranks cover every element exactly once per non-Shard copy", "[dtensor_spec]") {
+TEST_CASE("local chunks of all ranks cover every element exactly once per non-Shard copy", "[dtensor_spec]") {
   std::mt19937_64 gen(20240601);
   int64_t cases = 0, empty_shards = 0;
   for (int round = 0; round < 60; ++round) {
@@ -46,10 +46,10 @@ TEST_CASE("local boxes of all ranks cover every element exactly once per non-Sha
       std::vector<std::vector<int64_t>> owners(shape_numel(shape));
       for (int64_t k = 0; k < mesh.size(); ++k) {
         const std::vector<int64_t> coord = mesh.coordinate_at(k);
-        const LocalBox box = spec.local_box(coord);
-        REQUIRE(box == testing::reference_box(mesh_shape, placements, shape, coord));
-        if (shape_numel(box.shape) == 0) ++empty_shards;
-        for (int64_t e : box_elements(box, shape)) owners[e].push_back(k);
+        const LocalChunk chunk = spec.local_chunk(coord);
+        REQUIRE(chunk == testing::reference_chunk(mesh_shape, placements, shape, coord));
+        if (shape_numel(chunk.shape) == 0) ++empty_shards;
+        for (int64_t e : chunk_elements(chunk, shape)) owners[e].push_back(k);
       }
       for (size_t e = 0; e < owners.size(); ++e) {
         INFO("element " << e);
@@ -70,11 +70,11 @@ TEST_CASE("local boxes of all ranks cover every element exactly once per non-Sha
   CHECK(empty_shards > 0);  // the sweep includes dims smaller than their mesh dim
 }
 
-TEST_CASE("local shape, offset and this process's box", "[dtensor_spec]") {
+TEST_CASE("local shape, offset and this process's chunk", "[dtensor_spec]") {
   const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2, 2}, {"dp", "tp"}, 3, 4);
   const DTensorSpec spec(mesh, {Shard(0), Shard(-1)}, {5, 3}, kBFloat16);
   CHECK(spec.placements() == Placements{Shard(0), Shard(1)});  // negative dims are wrapped
-  CHECK(spec.local_box() == LocalBox{{3, 2}, {2, 1}});
+  CHECK(spec.local_chunk() == LocalChunk{{3, 2}, {2, 1}});
   CHECK(spec.local_shape(std::vector<int64_t>{0, 0}) == Shape{3, 2});
   CHECK(spec.local_offset(std::vector<int64_t>{0, 1}) == Shape{0, 2});
   CHECK(spec.mesh_dims_sharding(0) == std::vector<int64_t>{0});
@@ -106,7 +106,7 @@ TEST_CASE("spec checks name the tensor, mesh and placements, and say what is leg
   // Commuting mixes are legal.
   CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kSum), Partial(ReduceOp::kAvg)}, {4}, kFloat32));
   CHECK_NOTHROW(DTensorSpec(mesh, {Partial(ReduceOp::kMax), Partial(ReduceOp::kMax)}, {4}, kFloat32));
-  CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Shard(0), Shard(0)}, {4}, kFloat32).local_box(std::vector<int64_t>{2, 0}),
+  CHECK_THROWS_MATCHES(DTensorSpec(mesh, {Shard(0), Shard(0)}, {4}, kFloat32).local_chunk(std::vector<int64_t>{2, 0}),
                        IndexError, MessageContains("outside the mesh"));
   // An integer average truncates: refused when the spec is made, not when it is reduced.
   for (DType d : {kInt32, kInt64, kBool}) {
@@ -124,10 +124,10 @@ TEST_CASE("an empty shard's offset is the dim's global size, as in PyTorch", "[d
   // compute_local_shape_and_global_offset: [2, 2] under (S(0), S(0)) on 2x2 gives rank 1
   // (coordinate (0, 1)) no row; its offset is 2, past every element, never on top of a real shard.
   const DTensorSpec nested(testing::make_mesh({2, 2}), {Shard(0), Shard(0)}, {2, 2}, kFloat32);
-  CHECK(nested.local_box(std::vector<int64_t>{0, 0}) == LocalBox{{0, 0}, {1, 2}});
-  CHECK(nested.local_box(std::vector<int64_t>{0, 1}) == LocalBox{{2, 0}, {0, 2}});
-  CHECK(nested.local_box(std::vector<int64_t>{1, 0}) == LocalBox{{1, 0}, {1, 2}});
-  CHECK(nested.local_box(std::vector<int64_t>{1, 1}) == LocalBox{{2, 0}, {0, 2}});
+  CHECK(nested.local_chunk(std::vector<int64_t>{0, 0}) == LocalChunk{{0, 0}, {1, 2}});
+  CHECK(nested.local_chunk(std::vector<int64_t>{0, 1}) == LocalChunk{{2, 0}, {0, 2}});
+  CHECK(nested.local_chunk(std::vector<int64_t>{1, 0}) == LocalChunk{{1, 0}, {1, 2}});
+  CHECK(nested.local_chunk(std::vector<int64_t>{1, 1}) == LocalChunk{{2, 0}, {0, 2}});
   // 1-D: 2 rows over 4 ranks.
   const DTensorSpec flat(testing::make_mesh({4}), {Shard(0)}, {2}, kFloat32);
   std::vector<int64_t> offsets;

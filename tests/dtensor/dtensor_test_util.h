@@ -1,5 +1,5 @@
 // Test helpers for dtensor: meshes over their own world, an independent reference for
-// torch.chunk and for the box each rank holds, and seeded random meshes, shapes and
+// torch.chunk and for the chunk each rank holds, and seeded random meshes, shapes and
 // placements for property tests.
 #pragma once
 
@@ -39,21 +39,21 @@ inline std::vector<int64_t> reference_chunk_lengths(int64_t n, int64_t k) {
   return lengths;
 }
 
-// The box (offset, shape) the rank at `coord` holds: per tensor dim, each sharding mesh
+// The chunk (offset, shape) the rank at `coord` holds: per tensor dim, each sharding mesh
 // dim, left to right, takes its chunk of the piece the previous ones left.
-inline LocalBox reference_box(const Shape& mesh_shape, const Placements& placements, const Shape& shape,
-                              const std::vector<int64_t>& coord) {
-  LocalBox box{Shape(shape.size(), 0), shape};
+inline LocalChunk reference_chunk(const Shape& mesh_shape, const Placements& placements, const Shape& shape,
+                                  const std::vector<int64_t>& coord) {
+  LocalChunk chunk{Shape(shape.size(), 0), shape};
   for (size_t d = 0; d < shape.size(); ++d) {
     for (size_t i = 0; i < placements.size(); ++i) {
       if (!placements[i].is_shard(static_cast<int64_t>(d))) continue;
-      const std::vector<int64_t> lengths = reference_chunk_lengths(box.shape[d], mesh_shape[i]);
-      box.offset[d] += std::accumulate(lengths.begin(), lengths.begin() + coord[i], int64_t{0});
-      box.shape[d] = lengths[coord[i]];
-      if (box.shape[d] == 0) box.offset[d] = shape[d];  // PyTorch's offset for an empty shard
+      const std::vector<int64_t> lengths = reference_chunk_lengths(chunk.shape[d], mesh_shape[i]);
+      chunk.offset[d] += std::accumulate(lengths.begin(), lengths.begin() + coord[i], int64_t{0});
+      chunk.shape[d] = lengths[coord[i]];
+      if (chunk.shape[d] == 0) chunk.offset[d] = shape[d];  // PyTorch's offset for an empty shard
     }
   }
-  return box;
+  return chunk;
 }
 
 // The meshes the property tests draw from: 1-D of 1-4 ranks, 2-D, and a 2x2x2.

@@ -87,7 +87,7 @@ TEST_CASE("embedding rules: masked row-wise lookup, column-wise, batch; Partial 
 }
 
 TEST_CASE("embedding: errors name the weight and the indices", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

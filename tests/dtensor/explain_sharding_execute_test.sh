@@ -42,7 +42,7 @@ run_ok 4 --mesh 4 --shape 10,3 --from S0 --to R
 for rank in 0 1 2 3; do
   grep -q "^\[rank0\]:    1 | 0        | all_gather          |    $rank | \[0, 1, 2, 3\] |           108/108 |      1 x 144 B |      1 x 144 B | ok$" "$out"
 done
-grep -q "^\[rank0\]: check: local tensor equals the rank's target box: ok$" "$out"
+grep -q "^\[rank0\]: check: local tensor equals the rank's target chunk: ok$" "$out"
 
 # 2x2: dim 1 chunks locally, dim 0 all_gathers [4, 3] blocks (48 B) over [0, 2] and [1, 3].
 run_ok 4 --mesh 2x2 --names dp,tp --shape 8,6 --from S0,R --to R,S1

@@ -91,7 +91,7 @@ TEST_CASE("layer_norm rules: rows stay sharded, parameter gradients are Partial(
 }
 
 TEST_CASE("layer_norm: errors name the input, the parameters and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype = kFloat64) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

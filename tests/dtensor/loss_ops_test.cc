@@ -27,13 +27,13 @@ std::vector<OpCase> cases() {
        [](const auto& x) { return cross_entropy(x[0], x[1]); }},
       {"cross_entropy sum, ignore_index 3",
        {{logits}, {Tensor::from_vector<int64_t>({1, 3, 3, 0, 2}), false, false}},
-       [](const auto& x) { return cross_entropy(x[0], x[1], 3, Reduction::kSum); }},
+       [](const auto& x) { return cross_entropy(x[0], x[1], 3, LossReduction::kSum); }},
       {"cross_entropy mean, label_smoothing 0.2",
        {{logits}, {targets(), false, false}},
-       [](const auto& x) { return cross_entropy(x[0], x[1], -100, Reduction::kMean, 0.2); }},
+       [](const auto& x) { return cross_entropy(x[0], x[1], -100, LossReduction::kMean, 0.2); }},
       {"cross_entropy sum, label_smoothing 1",
        {{logits}, {targets(), false, false}},
-       [](const auto& x) { return cross_entropy(x[0], x[1], -100, Reduction::kSum, 1.0); }},
+       [](const auto& x) { return cross_entropy(x[0], x[1], -100, LossReduction::kSum, 1.0); }},
   };
 }
 
@@ -78,7 +78,7 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
     testing::check_close(x.grad().full_tensor(), logits.shape(), grad, "grad_logits");
     // kSum needs no count: no communication at all.
     collective_counter().reset();
-    CHECK(cross_entropy(x.detach(), y, -100, Reduction::kSum).placements() == Placements{Partial()});
+    CHECK(cross_entropy(x.detach(), y, -100, LossReduction::kSum).placements() == Placements{Partial()});
     CHECK(issued_collectives() == 0);
     // Every target ignored: the mean is NaN, as in torch.
     DTensor none = distribute_tensor(Tensor::from_vector<int64_t>({-100, -100, -100, -100, -100}), mesh, {Shard(0)});
@@ -128,7 +128,7 @@ TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, c
       x.requires_grad_();
       collective_counter().reset();
       reset_promised_collectives();
-      DTensor loss = cross_entropy(x, y, -100, Reduction::kMean, e);
+      DTensor loss = cross_entropy(x, y, -100, LossReduction::kMean, e);
       CHECK(issued_collectives() == promised_collectives());
       // Rows: only the count of kept targets. Classes: the logits are gathered first.
       if (p == Shard(0)) {
@@ -143,7 +143,7 @@ TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, c
 }
 
 TEST_CASE("cross_entropy: errors name the logits, the target and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };
@@ -153,9 +153,11 @@ TEST_CASE("cross_entropy: errors name the logits, the target and what is legal",
                     Catch::Contains("cross_entropy: target int32[5] (R) must be int64 class indices"));
   CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({4}, kInt64)),
                     Catch::Contains("target int64[4] (R) must be [N] for logits float64[5, 4] (R)"));
-  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, Reduction::kMean, 1.5),
+  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, LossReduction::kMean, 1.5),
                     Catch::Contains("cross_entropy: label_smoothing 1.5 is not in [0, 1]"));
-  CHECK_THROWS_AS(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, Reduction::kSum, -0.5), ValueError);
+  CHECK_THROWS_AS(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, LossReduction::kSum, -0.5), ValueError);
+  CHECK_THROWS_WITH(cross_entropy(dt({5, 4}, kFloat64), dt({5}, kInt64), -100, LossReduction::kNone),
+                    Catch::Contains("cross_entropy: reduction none is not fused"));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <array>
 
 #include "core/trace.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "tests/dtensor/op_test_util.h"
 
@@ -201,7 +201,7 @@ TEST_CASE("linear adds the bias in the product's epilogue where that is local, a
 }
 
 TEST_CASE("matmul ops: errors name the op, the operands and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype = kFloat64) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

@@ -5,10 +5,10 @@
 #include <catch2/catch.hpp>
 
 #include "dtensor/ops/attention.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
@@ -24,7 +24,7 @@ constexpr double kLr = 0.05;
 // A weight as a leaf DTensor under `placements` (from the same global values on every rank).
 DTensor parameter(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  DTensor p(testing::box_of(full, spec.local_box()), spec);
+  DTensor p(testing::contiguous_chunk_of(full, spec.local_chunk()), spec);
   p.requires_grad_();
   return p;
 }
@@ -49,8 +49,8 @@ std::vector<double> train(const DeviceMesh& mesh, const Placements& batch, const
   for (const Tensor& w : weights) params.push_back(parameter(w, mesh, Placements(mesh.ndim(), Replicate())));
   DTensorSpec xs(mesh, batch, x_full.shape(), x_full.dtype());
   DTensorSpec ts(mesh, batch, target_full.shape(), target_full.dtype());
-  const DTensor x(testing::box_of(x_full, xs.local_box()), xs);
-  const DTensor target(testing::box_of(target_full, ts.local_box()), ts);
+  const DTensor x(testing::contiguous_chunk_of(x_full, xs.local_chunk()), xs);
+  const DTensor target(testing::contiguous_chunk_of(target_full, ts.local_chunk()), ts);
   std::vector<double> losses;
   for (int step = 0; step < kSteps; ++step) {
     DTensor loss = model(params, x, target);
@@ -81,7 +81,7 @@ TEST_CASE("a two-layer MLP: batch-sharded training matches one rank", "[dtensor]
     DTensor h = gelu(linear(in, p[0], p[1]), GeluApproximation::kTanh);
     return cross_entropy(linear(h, p[2], p[3]), t);
   };
-  const std::vector<double> reference = train(testing::one_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
+  const std::vector<double> reference = train(single_rank_mesh(), {Replicate()}, weights, x, classes, mlp);
   testing::for_each_test_mesh([&](const DeviceMesh& mesh) {
     Placements batch(mesh.ndim(), Replicate());
     batch[0] = Shard(0);
@@ -103,8 +103,7 @@ TEST_CASE("a causal attention block: batch-sharded training matches one rank", "
     DTensor o = linear(reshape(permute(a, {0, 2, 1, 3}), {in.size(0), in.size(1), -1}), p[3]);
     return mul(sum(mul(o, o)), 1.0 / static_cast<double>(o.numel()));
   };
-  const std::vector<double> reference =
-      train(testing::one_rank_mesh(), {Replicate()}, weights, x, unused_target, block);
+  const std::vector<double> reference = train(single_rank_mesh(), {Replicate()}, weights, x, unused_target, block);
   testing::for_each_test_mesh([&](const DeviceMesh& mesh) {
     Placements batch(mesh.ndim(), Replicate());
     batch[0] = Shard(0);

@@ -40,8 +40,6 @@ struct OpCase {
   double atol = 1e-9;
 };
 
-inline DeviceMesh one_rank_mesh() { return DeviceMesh::row_major(kCPU, {1}, {}, 0, 1); }
-
 inline std::vector<DTensor> make_inputs(const OpCase& c, const DeviceMesh& mesh,
                                         const std::vector<Placements>& placements, uint64_t seed) {
   std::vector<DTensor> out;
@@ -50,7 +48,7 @@ inline std::vector<DTensor> make_inputs(const OpCase& c, const DeviceMesh& mesh,
     DTensorSpec spec(mesh, placements[i], full.shape(), full.dtype());
     // Partial terms are made in float64 (exact for the integer-valued data) and rounded once.
     Tensor local = is_floating(full.dtype()) ? partial_terms(full.to(kFloat64), spec, seed + i).to(full.dtype())
-                                             : box_of(full, spec.local_box());
+                                             : contiguous_chunk_of(full, spec.local_chunk());
     DTensor t =
         mesh.has_groups() ? from_local(local, mesh, placements[i], full.shape(), RunCheck::kNo) : DTensor(local, spec);
     if (c.inputs[i].requires_grad) t.requires_grad_();
@@ -80,12 +78,12 @@ inline OpResult run_op(const OpCase& c, const std::vector<DTensor>& inputs, cons
 }
 
 inline Tensor output_weight(const OpCase& c) {
-  DTensor y = c.fn(make_inputs(c, one_rank_mesh(), std::vector<Placements>(c.inputs.size(), {Replicate()}), 1));
+  DTensor y = c.fn(make_inputs(c, single_rank_mesh(), std::vector<Placements>(c.inputs.size(), {Replicate()}), 1));
   return global_tensor(y.shape(), 77).to(y.dtype());
 }
 
 inline void gradcheck(const OpCase& c) {
-  const DeviceMesh mesh = one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   const std::vector<Placements> replicated(c.inputs.size(), {Replicate()});
   const Tensor w = output_weight(c);
   const OpResult analytic = run_op(c, make_inputs(c, mesh, replicated, 1), w);
@@ -126,7 +124,7 @@ inline std::vector<Placement> placement_options(const OpInput& in) {
 inline void check_distributed_in(const OpCase& c, const DeviceMesh& mesh, int max_cases) {
   const std::vector<Placements> replicated(c.inputs.size(), {Replicate()});
   const Tensor w = output_weight(c);
-  const OpResult reference = run_op(c, make_inputs(c, one_rank_mesh(), replicated, 1), w);
+  const OpResult reference = run_op(c, make_inputs(c, single_rank_mesh(), replicated, 1), w);
   // Every combination, as digits of a mixed-radix number; a seeded sample if too many.
   std::vector<std::vector<Placement>> options;
   int64_t total = 1;

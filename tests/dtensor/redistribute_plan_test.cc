@@ -224,10 +224,10 @@ std::vector<int64_t> group_of(const DeviceMesh& mesh, int64_t first, int64_t cou
   return group;
 }
 
-// True when the boxes lie end to end along dim d in order and, together, make `whole`.
-bool concatenate_to(const std::vector<LocalBox>& parts, int64_t d, const LocalBox& whole) {
+// True when the chunks lie end to end along dim d in order and, together, make `whole`.
+bool concatenate_to(const std::vector<LocalChunk>& parts, int64_t d, const LocalChunk& whole) {
   int64_t next = whole.offset[d];
-  for (const LocalBox& p : parts) {
+  for (const LocalChunk& p : parts) {
     for (size_t e = 0; e < whole.shape.size(); ++e) {
       if (static_cast<int64_t>(e) == d) continue;
       if (p.offset[e] != whole.offset[e] || p.shape[e] != whole.shape[e]) return false;
@@ -249,7 +249,7 @@ int64_t numel_except(const Shape& shape, std::set<int64_t> skip) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Checks that `step` is a legal single-mesh-dim move for the tensor `spec`: the data
-// each group holds before makes, by the step's op, exactly the boxes the placements after
+// each group holds before makes, by the step's op, exactly the chunks the placements after
 // it say; and that its bytes are what padded blocks of that data weigh.
 void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
   const DeviceMesh& mesh = spec.mesh();
@@ -286,24 +286,24 @@ void check_step(const DTensorSpec& spec, const RedistributeStep& step) {
   int64_t sent = 0, received = 0;
   for (int64_t k = 0; k < mesh.size(); ++k) {
     const std::vector<int64_t> group = group_of(mesh, first, count, k);
-    std::vector<LocalBox> before, after;
+    std::vector<LocalChunk> before, after;
     for (int64_t g : group) {
-      before.push_back(testing::reference_box(mesh.shape(), step.before, shape, mesh.coordinate_at(g)));
-      after.push_back(testing::reference_box(mesh.shape(), step.after, shape, mesh.coordinate_at(g)));
+      before.push_back(testing::reference_chunk(mesh.shape(), step.before, shape, mesh.coordinate_at(g)));
+      after.push_back(testing::reference_chunk(mesh.shape(), step.after, shape, mesh.coordinate_at(g)));
     }
     const size_t me = std::find(group.begin(), group.end(), k) - group.begin();
-    const LocalBox& mine_before = before[me];
-    const LocalBox& mine_after = after[me];
+    const LocalChunk& mine_before = before[me];
+    const LocalChunk& mine_after = after[me];
     // The group's piece: what the members hold together before (Shard) or each (else).
-    LocalBox piece = mine_before;
+    LocalChunk piece = mine_before;
     if (step.from.is_shard()) {
       const int64_t d = step.from.shard_dim();
       piece.offset[d] = before.front().offset[d];
       piece.shape[d] = 0;
-      for (const LocalBox& b : before) piece.shape[d] += b.shape[d];
+      for (const LocalChunk& b : before) piece.shape[d] += b.shape[d];
       CHECK(concatenate_to(before, d, piece));
     } else {
-      for (const LocalBox& b : before) CHECK(b == mine_before);
+      for (const LocalChunk& b : before) CHECK(b == mine_before);
     }
     if (step.to.is_shard()) {
       CHECK(concatenate_to(after, step.to.shard_dim(), piece));

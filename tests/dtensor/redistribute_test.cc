@@ -19,7 +19,7 @@
 namespace dtr {
 namespace {
 
-using testing::box_of;
+using testing::contiguous_chunk_of;
 using testing::global_tensor;
 using testing::partial_terms;
 using testing::run_ranks;
@@ -95,8 +95,8 @@ bool run_random_case(const DeviceMesh& mesh, std::mt19937_64& gen, uint64_t seed
   check_counts_match(plan_redistribute(*source, to), what);
   INFO(what);
   CHECK(y.placements() == to);
-  CHECK(y.to_local().shape() == target->local_box().shape);
-  if (!target->has_partial()) CHECK(to_f64(y.to_local()) == to_f64(box_of(full, target->local_box())));
+  CHECK(y.to_local().shape() == target->local_chunk().shape);
+  if (!target->has_partial()) CHECK(to_f64(y.to_local()) == to_f64(contiguous_chunk_of(full, target->local_chunk())));
   CHECK(to_f64(y.full_tensor()) == to_f64(full));
   // Every plan the planner weighed gives the same tensor: merged or not, in any order.
   for (const RedistributePlan& alt : plan_alternatives(*source, to)) {
@@ -201,7 +201,7 @@ TEST_CASE("merged collectives run over the flattened group, even and uneven", "[
           if (merged) CHECK(collective_counter().snapshot()[0].group == mesh.flattened_group(0, 2).name());
           const DTensor y = from_local(locals[0], mesh, to, shape);
           CHECK(to_f64(y.full_tensor()) == to_f64(full));
-          if (to[0].is_shard()) CHECK(to_f64(locals[0]) == to_f64(box_of(full, y.spec().local_box())));
+          if (to[0].is_shard()) CHECK(to_f64(locals[0]) == to_f64(contiguous_chunk_of(full, y.spec().local_chunk())));
         }
         CHECK(merged_plans == 1);
         // An all_reduce always gains from merging (2(n-1)/n of the tensor over n ranks); the
@@ -268,7 +268,7 @@ TEST_CASE("classic transitions issue the expected collectives", "[dtensor][redis
     DTensor s = r.redistribute({Shard(1)});
     DTensor p = r.redistribute({Partial()});
     CHECK(collective_counter().snapshot().empty());
-    CHECK(to_f64(s.to_local()) == to_f64(box_of(full, s.spec().local_box())));
+    CHECK(to_f64(s.to_local()) == to_f64(contiguous_chunk_of(full, s.spec().local_chunk())));
     CHECK(to_f64(p.to_local()) == (rank == 0 ? to_f64(full) : std::vector<double>(60, 0.0)));
     CHECK(to_f64(p.full_tensor()) == to_f64(full));
   });
@@ -283,7 +283,7 @@ TEST_CASE("distribute_tensor broadcasts coordinate 0's data; uneven and empty sh
     DTensor x = distribute_tensor(mine, mesh, {Shard(0), Shard(0)});  // rows 0:2, 2:3, 3:4, 4:5
     CHECK(x.to_local().shape() == Shape{rank == 0 ? 2 : 1, 3});
     CHECK(to_f64(x.full_tensor()) == to_f64(full));
-    CHECK(to_f64(x.to_local()) == to_f64(box_of(full, x.spec().local_box())));
+    CHECK(to_f64(x.to_local()) == to_f64(contiguous_chunk_of(full, x.spec().local_chunk())));
     DTensor y = distribute_tensor(mine, mesh, {Replicate(), Shard(1)});
     CHECK(to_f64(y.redistribute({Shard(1), Shard(0)}).full_tensor()) == to_f64(full));
     // A dim smaller than the mesh: ranks past its end hold empty shards.
@@ -330,7 +330,7 @@ TEST_CASE("redistribute is differentiable: gradients go back to the source place
     collective_counter().reset();
     y.backward(replicated_grad, RetainGraph::kYes);
     CHECK(collective_counter().snapshot().empty());
-    CHECK(to_f64(x.grad().to_local()) == to_f64(box_of(full, x.spec().local_box())));
+    CHECK(to_f64(x.grad().to_local()) == to_f64(contiguous_chunk_of(full, x.spec().local_chunk())));
     // A Partial(sum) gradient (each rank's term is full) is reduce-scattered: FSDP's gradient path.
     x.set_grad({});
     DTensor partial_grad = from_local(full, mesh, {Partial()});
@@ -338,7 +338,7 @@ TEST_CASE("redistribute is differentiable: gradients go back to the source place
     y.backward(partial_grad);
     CHECK(collective_counter().calls(CollectiveKind::kReduceScatter) == 1);
     CHECK(x.grad().placements() == Placements{Shard(0)});
-    std::vector<double> twice = to_f64(box_of(full, x.spec().local_box()));
+    std::vector<double> twice = to_f64(contiguous_chunk_of(full, x.spec().local_chunk()));
     for (double& v : twice) v *= 2;
     CHECK(to_f64(x.grad().to_local()) == twice);
     // Saved state is released after backward: a second backward is an error.

@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {
@@ -119,7 +119,7 @@ TEST_CASE("rms_norm equals the composed elementwise path, values and gradients",
 }
 
 TEST_CASE("rms_norm: errors name the input, the weight and what is legal", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   auto dt = [&](const Shape& shape, DType dtype = kFloat64) {
     return DTensor(Tensor::empty(shape, dtype), DTensorSpec(mesh, {Replicate()}, shape, dtype));
   };

@@ -74,7 +74,7 @@ TEST_CASE("softmax rules: rows stay sharded, the normalised dim is gathered, Par
 }
 
 TEST_CASE("softmax ops: errors name the op and the input", "[dtensor][ops]") {
-  const DeviceMesh mesh = testing::one_rank_mesh();
+  const DeviceMesh mesh = single_rank_mesh();
   DTensor ints(Tensor::empty({2, 3}, kInt64), DTensorSpec(mesh, {Replicate()}, {2, 3}, kInt64));
   CHECK_THROWS_WITH(softmax(ints, 1), Catch::Contains("softmax: input int64[2, 3] (R) is not floating"));
   DTensor x(Tensor::empty({2, 3}, kFloat64), DTensorSpec(mesh, {Replicate()}, {2, 3}, kFloat64));

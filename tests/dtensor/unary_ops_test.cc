@@ -1,11 +1,11 @@
-// Unary pointwise ops on DTensors (activations, exp/log/sqrt/rsqrt/pow, scalar division,
+// Unary elementwise ops on DTensors (activations, exp/log/sqrt/rsqrt/pow, scalar division,
 // dtype casts) and the fused backward kernels as DTensor ops: gradcheck on one rank, every
 // placement combination on 1-D and 2x2 meshes against the one-rank result, forward values
 // against float64 loops written here, and the strategy a Partial input gets.
 #include <cmath>
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
 
@@ -73,10 +73,8 @@ std::vector<OpCase> forward_cases() {
   };
 }
 
-DeviceMesh one_rank() { return testing::one_rank_mesh(); }
-
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(one_rank(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("unary ops: gradcheck on one rank", "[dtensor][ops]") {

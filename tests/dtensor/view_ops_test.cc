@@ -3,7 +3,7 @@
 // against the one-rank result (uneven and empty shards included), values against index
 // loops written here, and which placements stay sharded without communication.
 #include "dtensor/ops/view_ops.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/shape_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
@@ -90,7 +90,7 @@ std::vector<OpCase> cases() {
 }
 
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("view and shape ops: gradcheck on one rank", "[dtensor][ops]") {
@@ -172,7 +172,7 @@ TEST_CASE("view and shape ops keep shards that stay whole, without communication
   });
 }
 
-TEST_CASE("reshape keeps nested shards on a 2x2 mesh when every rank's box stays whole", "[dtensor][ops]") {
+TEST_CASE("reshape keeps nested shards on a 2x2 mesh when every rank's chunk stays whole", "[dtensor][ops]") {
   testing::run_ranks(4, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {2, 2});
     const Tensor m = global_tensor({8, 3}, 13);

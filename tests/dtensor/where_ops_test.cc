@@ -1,7 +1,7 @@
 // where, masked_fill, comparisons and logical_not on DTensors: gradcheck on one rank, every
 // placement combination on 1-D and 2x2 meshes against the one-rank result, values against
 // loops written here, and the exact Partial cases (with the ones that must reduce first).
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/where.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
@@ -51,7 +51,7 @@ std::vector<OpCase> comparison_cases() {
 }
 
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("where and masked_fill: gradcheck on one rank", "[dtensor][ops]") {

@@ -46,7 +46,7 @@ const char* impl_name(AttentionImpl impl) { return impl == AttentionImpl::kFused
 struct Case {
   Shape lead;
   int64_t tq, tk, e, ev;
-  bool causal;
+  Causal causal;
   int64_t offset = 0;
   double scale = 0;  // 0: 1 / sqrt(e)
 };
@@ -56,7 +56,7 @@ void compare(const Case& c, const Tensor& q, const Tensor& k, const Tensor& v, c
   const DType d = q.dtype();
   const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.e));
   const std::string what = fmt::format("{} lead {} Tq {} Tk {} E {} Ev {} causal {} offset {} scale {}", dtype_name(d),
-                                       c.lead, c.tq, c.tk, c.e, c.ev, c.causal, c.offset, scale);
+                                       c.lead, c.tq, c.tk, c.e, c.ev, c.causal == Causal::kYes, c.offset, scale);
   const AttentionOutput cpu = attention(q.contiguous(), k.contiguous(), v.contiguous(), c.causal, scale, c.offset);
   const AttentionGrads cpu_grads = attention_backward(g.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
                                                       cpu.out, cpu.lse, c.causal, scale, c.offset);
@@ -97,7 +97,7 @@ TEST_CASE("CUDA attention, fused and reference, matches the CPU over lengths and
   for (DType d : kGpuDTypes) {
     for (int64_t e : {32, 64, 128}) {
       for (int64_t t : {1, 7, 127, 128, 129, 1023}) {
-        for (bool causal : {false, true}) {
+        for (Causal causal : {Causal::kNo, Causal::kYes}) {
           const Shape lead = t <= 129 ? Shape{2, 4} : Shape{};
           compare({lead, t, t, e, e, causal}, d, seed += 4);
         }
@@ -109,22 +109,25 @@ TEST_CASE("CUDA attention, fused and reference, matches the CPU over lengths and
 TEST_CASE("CUDA attention on query shards, uneven head dims, float64 and large logits", "[gpu]") {
   const AllCores cores;
   const std::vector<Case> shards = {
-      {{2, 4}, 64, 200, 64, 64, true, 136},                                      // the last 64 query rows of 200
-      {{}, 129, 1023, 64, 64, true, 500},                                        // a middle shard
-      {{2}, 30, 40, 32, 32, true, 25},                                           // rows past the keys see them all
-      {{2, 4}, 100, 37, 32, 32, false, 0},                                       // Tq > Tk
-      {{2}, 65, 130, 64, 128, false, 0},                                         // E != Ev
-      {{2}, 65, 130, 128, 64, true, 0},      {{}, 129, 129, 256, 256, true, 0},  // the largest head dims
-      {{2}, 50, 70, 80, 40, false, 0},                                           // head dims off the 16-wide tiles
-      {{2}, 50, 70, 7, 200, true, 20},       {{}, 33, 300, 200, 24, false, 0},
-      {{2}, 40, 90, 64, 64, true, 50, 40.0},  // scores of several hundred
+      {{2, 4}, 64, 200, 64, 64, Causal::kYes, 136},  // the last 64 query rows of 200
+      {{}, 129, 1023, 64, 64, Causal::kYes, 500},    // a middle shard
+      {{2}, 30, 40, 32, 32, Causal::kYes, 25},       // rows past the keys see them all
+      {{2, 4}, 100, 37, 32, 32, Causal::kNo, 0},     // Tq > Tk
+      {{2}, 65, 130, 64, 128, Causal::kNo, 0},       // E != Ev
+      {{2}, 65, 130, 128, 64, Causal::kYes, 0},
+      {{}, 129, 129, 256, 256, Causal::kYes, 0},  // the largest head dims
+      {{2}, 50, 70, 80, 40, Causal::kNo, 0},      // head dims off the 16-wide tiles
+      {{2}, 50, 70, 7, 200, Causal::kYes, 20},
+      {{}, 33, 300, 200, 24, Causal::kNo, 0},
+      {{2}, 40, 90, 64, 64, Causal::kYes, 50, 40.0},  // scores of several hundred
   };
   uint64_t seed = 1000;
   for (DType d : kGpuDTypes) {
     for (const Case& c : shards) compare(c, d, seed += 4);
   }
-  for (const Case& c : std::vector<Case>{
-           {{2}, 129, 129, 64, 64, true}, {{}, 70, 200, 256, 100, true, 130}, {{2}, 17, 33, 24, 8, false}}) {
+  for (const Case& c : std::vector<Case>{{{2}, 129, 129, 64, 64, Causal::kYes},
+                                         {{}, 70, 200, 256, 100, Causal::kYes, 130},
+                                         {{2}, 17, 33, 24, 8, Causal::kNo}}) {
     compare(c, kFloat64, seed += 4);
   }
 }
@@ -133,7 +136,7 @@ TEST_CASE("CUDA attention takes non-contiguous inputs", "[gpu]") {
   const AllCores cores;
   for (DType d : kGpuDTypes) {
     const Shape lead{2, 4};
-    const Case c{lead, 77, 150, 64, 32, true, 73};
+    const Case c{lead, 77, 150, 64, 32, Causal::kYes, 73};
     const Tensor q = random_normal(concat(lead, {64, 77}), d, 21).transpose(-1, -2);
     const Tensor k = testing::strided_copy(random_normal(concat(lead, {150, 64}), d, 22));
     const Tensor v = testing::strided_copy(random_normal(concat(lead, {150, 32}), d, 23));
@@ -144,8 +147,8 @@ TEST_CASE("CUDA attention takes non-contiguous inputs", "[gpu]") {
     const Tensor gk = testing::strided_copy(k.to(kGpu));
     REQUIRE_FALSE(gq.is_contiguous());
     REQUIRE_FALSE(gk.is_contiguous());
-    const AttentionOutput r = attention(gq, gk, v.to(kGpu), true, 0.125, 73);
-    const AttentionOutput rc = attention(gq.contiguous(), gk.contiguous(), v.to(kGpu), true, 0.125, 73);
+    const AttentionOutput r = attention(gq, gk, v.to(kGpu), Causal::kYes, 0.125, 73);
+    const AttentionOutput rc = attention(gq.contiguous(), gk.contiguous(), v.to(kGpu), Causal::kYes, 0.125, 73);
     check_equal(r.out, rc.out, fmt::format("{} non-contiguous views on the GPU", dtype_name(d)));
   }
 }
@@ -165,7 +168,7 @@ TEST_CASE("CUDA attention with equal scores averages the visible values exactly"
       out.insert(out.end(), {(n - 1) / 16, (n - 1) / 8});
     }
     for (AttentionImpl impl : {AttentionImpl::kFused, AttentionImpl::kReference}) {
-      check_equal(attention(q, k, v, true, 0.5, offset, impl).out, Shape{tq, 2}, out,
+      check_equal(attention(q, k, v, Causal::kYes, 0.5, offset, impl).out, Shape{tq, 2}, out,
                   fmt::format("{} {} equal scores", impl_name(impl), dtype_name(d)));
     }
   }
@@ -175,7 +178,7 @@ TEST_CASE("CUDA attention and its backward are bitwise the same run to run", "[g
   for (DType d : kGpuDTypes) {
     const Tensor q = random_normal({2, 4, 600, 64}, d, 31).to(kGpu), k = random_normal({2, 4, 700, 64}, d, 32).to(kGpu),
                  v = random_normal({2, 4, 700, 64}, d, 33).to(kGpu), g = random_normal({2, 4, 600, 64}, d, 34).to(kGpu);
-    for (bool causal : {false, true}) {
+    for (Causal causal : {Causal::kNo, Causal::kYes}) {
       auto run = [&] {
         const AttentionOutput r = attention(q, k, v, causal, 0.125, 100);
         const AttentionGrads gr = attention_backward(g, q, k, v, r.out, r.lse, causal, 0.125, 100);
@@ -185,7 +188,7 @@ TEST_CASE("CUDA attention and its backward are bitwise the same run to run", "[g
       const auto first = run(), second = run();
       const char* names[] = {"out", "lse", "grad_q", "grad_k", "grad_v"};
       for (size_t i = 0; i < first.size(); ++i) {
-        INFO(dtype_name(d) << " causal " << causal << " " << names[i]);
+        INFO(dtype_name(d) << " causal " << (causal == Causal::kYes) << " " << names[i]);
         CHECK(first[i] == second[i]);
       }
     }
@@ -196,17 +199,17 @@ TEST_CASE("CUDA attention rejects mixed devices and head dims past 256", "[gpu]"
   using Catch::Contains;
   const Tensor q = random_normal({2, 4, 8}, kFloat32, 1).to(kGpu), k = random_normal({2, 5, 8}, kFloat32, 2).to(kGpu),
                v = random_normal({2, 5, 3}, kFloat32, 3).to(kGpu);
-  CHECK_THROWS_AS(attention(q, k.to(kCPU), v, false, 1.0), ValueError);
-  CHECK_THROWS_WITH(attention(q, k.to(kCPU), v, false, 1.0),
+  CHECK_THROWS_AS(attention(q, k.to(kCPU), v, Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_WITH(attention(q, k.to(kCPU), v, Causal::kNo, 1.0),
                     Contains("attention") && Contains("cuda:0") && Contains("must be on one device"));
   CHECK_THROWS_AS(attention(Tensor::empty({1, 4, 300}, kFloat32, kGpu), Tensor::empty({1, 4, 300}, kFloat32, kGpu),
-                            Tensor::empty({1, 4, 8}, kFloat32, kGpu), false, 1.0),
+                            Tensor::empty({1, 4, 8}, kFloat32, kGpu), Causal::kNo, 1.0),
                   NotImplementedError);
-  CHECK_THROWS_WITH(attention(q, k, Tensor::empty({2, 5, 257}, kFloat32, kGpu), false, 1.0),
+  CHECK_THROWS_WITH(attention(q, k, Tensor::empty({2, 5, 257}, kFloat32, kGpu), Causal::kNo, 1.0),
                     Contains("Ev = 257") && Contains("256"));
-  const AttentionOutput r = attention(q, k, v, false, 1.0);
-  CHECK_THROWS_AS(attention_backward(r.out, q, k, v, r.out, r.lse.to(kCPU), false, 1.0), ValueError);
-  CHECK_THROWS_WITH(attention_backward(r.out.to(kCPU), q, k, v, r.out, r.lse, false, 1.0),
+  const AttentionOutput r = attention(q, k, v, Causal::kNo, 1.0);
+  CHECK_THROWS_AS(attention_backward(r.out, q, k, v, r.out, r.lse.to(kCPU), Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_WITH(attention_backward(r.out.to(kCPU), q, k, v, r.out, r.lse, Causal::kNo, 1.0),
                     Contains("attention_backward: grad_out") && Contains("cpu"));
 }
 

@@ -36,8 +36,8 @@ struct Composed {
 };
 
 // The op written with the unfused kernels, in float64 on [B, T, E] views of the inputs' values.
-Composed composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out, bool causal, double scale,
-                  int64_t offset) {
+Composed composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& grad_out, Causal causal,
+                  double scale, int64_t offset) {
   const int64_t tq = q.size(-2), tk = k.size(-2), e = q.size(-1), ev = v.size(-1);
   const Shape lead(q.shape().begin(), q.shape().end() - 2);
   const int64_t b = q.numel() == 0 ? 0 : q.numel() / (tq * e);
@@ -45,7 +45,7 @@ Composed composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                vd = v.to(kFloat64).reshape({b, tk, ev}), gd = grad_out.to(kFloat64).reshape({b, tq, ev});
   // scores [B, Tq, Tk] = q k^T * scale, masked where key j > offset + i
   Tensor scores = mul(bmm(qd, kd.transpose(1, 2)), scale);
-  if (causal) {
+  if (causal == Causal::kYes) {
     const Tensor rows = add(arange(0, static_cast<double>(tq), 1, kFloat64), static_cast<double>(offset)).unsqueeze(1);
     const Tensor cols = arange(0, static_cast<double>(tk), 1, kFloat64).unsqueeze(0);
     scores = masked_fill(scores, gt(cols, rows), -std::numeric_limits<double>::infinity());
@@ -77,13 +77,13 @@ Tolerance grad_tolerance(DType d) {
 struct Case {
   Shape lead;
   int64_t tq, tk, e, ev;
-  bool causal;
+  Causal causal;
   int64_t offset;
 };
 
 std::string name_of(const Case& c, DType d) {
   return fmt::format("{} lead {} Tq {} Tk {} E {} Ev {} causal {} offset {}", dtype_name(d), c.lead, c.tq, c.tk, c.e,
-                     c.ev, c.causal, c.offset);
+                     c.ev, c.causal == Causal::kYes, c.offset);
 }
 
 // Runs the op and its backward on inputs drawn for case c and checks them against composed().
@@ -113,11 +113,11 @@ void check_case(const Case& c, DType d, uint64_t seed, double scale = 0.0) {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = {
-      {{2, 3}, 5, 5, 8, 8, false, 0},   {{2, 3}, 7, 7, 16, 4, true, 0}, {{}, 1, 1, 4, 4, true, 0},
-      {{}, 13, 70, 9, 11, true, 57},   // the last 13 query rows of 70
-      {{2}, 20, 130, 8, 8, true, 40},  // a middle shard: rows see 41..60 of 130 keys
-      {{}, 10, 12, 4, 4, true, 5},     // rows past the keys see them all
-      {{3}, 33, 150, 12, 20, false, 0}, {{}, 70, 70, 5, 6, true, 0},    {{}, 17, 3, 6, 2, false, 0},
+      {{2, 3}, 5, 5, 8, 8, Causal::kNo, 0},   {{2, 3}, 7, 7, 16, 4, Causal::kYes, 0}, {{}, 1, 1, 4, 4, Causal::kYes, 0},
+      {{}, 13, 70, 9, 11, Causal::kYes, 57},   // the last 13 query rows of 70
+      {{2}, 20, 130, 8, 8, Causal::kYes, 40},  // a middle shard: rows see 41..60 of 130 keys
+      {{}, 10, 12, 4, 4, Causal::kYes, 5},     // rows past the keys see them all
+      {{3}, 33, 150, 12, 20, Causal::kNo, 0}, {{}, 70, 70, 5, 6, Causal::kYes, 0},    {{}, 17, 3, 6, 2, Causal::kNo, 0},
   };
   return all;
 }
@@ -142,7 +142,7 @@ TEST_CASE("attention of large logits stays finite and accurate", "[attention]") 
   };
   uint64_t seed = 500;
   for (DType d : testing::kFloatDTypes) {
-    for (const Case& c : {Case{{2}, 9, 80, 16, 8, false, 0}, Case{{}, 9, 80, 16, 8, true, 71}}) {
+    for (const Case& c : {Case{{2}, 9, 80, 16, 8, Causal::kNo, 0}, Case{{}, 9, 80, 16, 8, Causal::kYes, 71}}) {
       const std::string what = name_of(c, d) + " scale 40";
       const Tensor q = quarters(concat(c.lead, {c.tq, c.e}), d, seed += 4);
       const Tensor k = quarters(concat(c.lead, {c.tk, c.e}), d, seed + 1);
@@ -181,15 +181,16 @@ TEST_CASE("attention takes non-contiguous inputs", "[attention]") {
     REQUIRE_FALSE(q.is_contiguous());
     REQUIRE_FALSE(k.is_contiguous());
     const double scale = 0.3;
-    const AttentionOutput r = attention(q, k, v, true, scale, 8);
-    const AttentionOutput rc = attention(q.contiguous(), k.contiguous(), v.contiguous(), true, scale, 8);
+    const AttentionOutput r = attention(q, k, v, Causal::kYes, scale, 8);
+    const AttentionOutput rc = attention(q.contiguous(), k.contiguous(), v.contiguous(), Causal::kYes, scale, 8);
     check_equal(r.out, rc.out, "non-contiguous out");
     check_equal(r.lse, rc.lse, "non-contiguous lse");
-    const Composed ref = composed(q, k, v, g, true, scale, 8);
+    const Composed ref = composed(q, k, v, g, Causal::kYes, scale, 8);
     check_close(r.out, ref.out, fmt::format("{} transposed q out", dtype_name(d)));
-    const AttentionGrads gr = attention_backward(g, q, k, v, testing::strided_copy(r.out), r.lse, true, scale, 8);
+    const AttentionGrads gr =
+        attention_backward(g, q, k, v, testing::strided_copy(r.out), r.lse, Causal::kYes, scale, 8);
     const AttentionGrads gc = attention_backward(g.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), rc.out,
-                                                 rc.lse, true, scale, 8);
+                                                 rc.lse, Causal::kYes, scale, 8);
     check_equal(gr.grad_q, gc.grad_q, "non-contiguous grad_q");
     check_equal(gr.grad_k, gc.grad_k, "non-contiguous grad_k");
     check_equal(gr.grad_v, gc.grad_v, "non-contiguous grad_v");
@@ -212,20 +213,20 @@ TEST_CASE("attention with equal scores averages the visible values exactly", "[a
       out.insert(out.end(), {(n - 1) / 2, n - 1});
       lse.push_back(std::log(n));
     }
-    const AttentionOutput r = attention(q, k, v, true, 0.5, offset);
+    const AttentionOutput r = attention(q, k, v, Causal::kYes, 0.5, offset);
     check_equal(r.out, Shape{tq, 2}, out, fmt::format("{} equal scores, causal", dtype_name(d)));
     check_close(r.lse, Shape{tq}, lse, lse_tolerance(d), "lse of equal scores");
     std::vector<double> mean_all;
     for (int64_t i = 0; i < tq; ++i) mean_all.insert(mean_all.end(), {(tk - 1) / 2.0, tk - 1.0});
-    check_equal(attention(q, k, v, false, 0.5).out, Shape{tq, 2}, mean_all,
+    check_equal(attention(q, k, v, Causal::kNo, 0.5).out, Shape{tq, 2}, mean_all,
                 fmt::format("{} equal scores", dtype_name(d)));
   }
 }
 
 TEST_CASE("attention_backward equals a central finite difference of the float64 forward", "[attention][backward]") {
   // loss = sum(out * g); d loss / d x by (loss(x + h) - loss(x - h)) / 2h for every element.
-  for (bool causal : {false, true}) {
-    const int64_t offset = causal ? 1 : 0;
+  for (Causal causal : {Causal::kNo, Causal::kYes}) {
+    const int64_t offset = causal == Causal::kYes ? 1 : 0;
     Tensor q = random_normal({2, 3, 3}, kFloat64, 40), k = random_normal({2, 4, 3}, kFloat64, 41),
            v = random_normal({2, 4, 2}, kFloat64, 42);
     const Tensor g = random_normal({2, 3, 2}, kFloat64, 43);
@@ -252,7 +253,7 @@ TEST_CASE("attention_backward equals a central finite difference of the float64 
         numeric.push_back((up - down) / (2 * h));
       }
       check_close(grad, x->shape(), numeric, Tolerance{1e-7, 1e-6},
-                  fmt::format("{} finite difference, causal {}", name, causal));
+                  fmt::format("{} finite difference, causal {}", name, causal == Causal::kYes));
     }
   }
 }
@@ -262,10 +263,10 @@ TEST_CASE("attention with no query rows or an empty batch gives empty outputs", 
     const int64_t tq = lead[0] == 0 ? 4 : 0;
     const Tensor q = Tensor::empty(concat(lead, {tq, 8})), k = random_normal(concat(lead, {5, 8}), kFloat32, 1),
                  v = random_normal(concat(lead, {5, 3}), kFloat32, 2);
-    const AttentionOutput r = attention(q, k, v, true, 1.0);
+    const AttentionOutput r = attention(q, k, v, Causal::kYes, 1.0);
     CHECK(r.out.shape() == concat(lead, {tq, 3}));
     CHECK(r.lse.shape() == concat(lead, {tq}));
-    const AttentionGrads g = attention_backward(Tensor::empty(r.out.shape()), q, k, v, r.out, r.lse, true, 1.0);
+    const AttentionGrads g = attention_backward(Tensor::empty(r.out.shape()), q, k, v, r.out, r.lse, Causal::kYes, 1.0);
     CHECK(g.grad_q.shape() == q.shape());
     check_equal(g.grad_k, zeros(k.shape(), kFloat64), "grad_k without queries");
     check_equal(g.grad_v, zeros(v.shape(), kFloat64), "grad_v without queries");
@@ -279,8 +280,8 @@ TEST_CASE("attention is bitwise the same on any thread count", "[attention][dete
                  v = random_normal({4, 90, 12}, d, 62), g = random_normal({4, 50, 12}, d, 63);
     auto run = [&](int threads) {
       set_num_threads(threads);
-      const AttentionOutput r = attention(q, k, v, true, 0.25, 40);
-      const AttentionGrads gr = attention_backward(g, q, k, v, r.out, r.lse, true, 0.25, 40);
+      const AttentionOutput r = attention(q, k, v, Causal::kYes, 0.25, 40);
+      const AttentionGrads gr = attention_backward(g, q, k, v, r.out, r.lse, Causal::kYes, 0.25, 40);
       return std::vector<std::vector<double>>{to_f64(r.out), to_f64(r.lse), to_f64(gr.grad_q), to_f64(gr.grad_k),
                                               to_f64(gr.grad_v)};
     };
@@ -297,36 +298,36 @@ TEST_CASE("attention rejects bad arguments with typed errors", "[attention][erro
   using Catch::Contains;
   using Catch::Matches;
   const Tensor q = Tensor::empty({2, 4, 8}), k = Tensor::empty({2, 5, 8}), v = Tensor::empty({2, 5, 3});
-  CHECK_THROWS_AS(attention(q, Tensor::empty({2, 5, 7}), v, false, 1.0), ValueError);
-  CHECK_THROWS_WITH(attention(q, Tensor::empty({2, 5, 7}), v, false, 1.0),
+  CHECK_THROWS_AS(attention(q, Tensor::empty({2, 5, 7}), v, Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_WITH(attention(q, Tensor::empty({2, 5, 7}), v, Causal::kNo, 1.0),
                     Matches("attention: q float32\\[2, 4, 8\\], k float32\\[2, 5, 7\\], v float32\\[2, 5, 3\\] do "
                             "not fit; legal: .*"));
-  CHECK_THROWS_AS(attention(q, Tensor::empty({3, 5, 8}), v, false, 1.0), ValueError);
-  CHECK_THROWS_AS(attention(q, k, Tensor::empty({2, 6, 3}), false, 1.0), ValueError);
-  CHECK_THROWS_AS(attention(Tensor::empty({8}), Tensor::empty({8}), Tensor::empty({8}), false, 1.0), ValueError);
-  CHECK_THROWS_AS(attention(q, k.to(kFloat64), v, false, 1.0), TypeError);
-  CHECK_THROWS_WITH(attention(q, k.to(kFloat64), v, false, 1.0),
+  CHECK_THROWS_AS(attention(q, Tensor::empty({3, 5, 8}), v, Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_AS(attention(q, k, Tensor::empty({2, 6, 3}), Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_AS(attention(Tensor::empty({8}), Tensor::empty({8}), Tensor::empty({8}), Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_AS(attention(q, k.to(kFloat64), v, Causal::kNo, 1.0), TypeError);
+  CHECK_THROWS_WITH(attention(q, k.to(kFloat64), v, Causal::kNo, 1.0),
                     Contains("attention") && Contains("float64[2, 5, 8]") && Contains("one floating dtype"));
-  CHECK_THROWS_AS(attention(q.to(kInt64), k.to(kInt64), v.to(kInt64), false, 1.0), TypeError);
-  CHECK_THROWS_WITH(attention(q, Tensor::empty({2, 0, 8}), Tensor::empty({2, 0, 3}), false, 1.0),
+  CHECK_THROWS_AS(attention(q.to(kInt64), k.to(kInt64), v.to(kInt64), Causal::kNo, 1.0), TypeError);
+  CHECK_THROWS_WITH(attention(q, Tensor::empty({2, 0, 8}), Tensor::empty({2, 0, 3}), Causal::kNo, 1.0),
                     Contains("Tk = 0") && Contains("float32[2, 0, 8]"));
-  CHECK_THROWS_AS(attention(Tensor::empty({2, 4, 0}), Tensor::empty({2, 5, 0}), v, false, 1.0), ValueError);
-  CHECK_THROWS_WITH(attention(q, k, Tensor::empty({2, 5, 0}), false, 1.0), Contains("Ev = 0"));
-  CHECK_THROWS_WITH(attention(q, k, v, true, 1.0, -1), Contains("attention: query_offset -1 must be >= 0"));
-  CHECK_THROWS_WITH(attention(q, k, v, false, std::numeric_limits<double>::infinity()),
+  CHECK_THROWS_AS(attention(Tensor::empty({2, 4, 0}), Tensor::empty({2, 5, 0}), v, Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_WITH(attention(q, k, Tensor::empty({2, 5, 0}), Causal::kNo, 1.0), Contains("Ev = 0"));
+  CHECK_THROWS_WITH(attention(q, k, v, Causal::kYes, 1.0, -1), Contains("attention: query_offset -1 must be >= 0"));
+  CHECK_THROWS_WITH(attention(q, k, v, Causal::kNo, std::numeric_limits<double>::infinity()),
                     Contains("scale inf must be finite"));
-  CHECK_THROWS_AS(attention(q, k, v, false, std::nan("")), ValueError);
+  CHECK_THROWS_AS(attention(q, k, v, Causal::kNo, std::nan("")), ValueError);
 
   const AttentionOutput r = attention(random_normal({2, 4, 8}, kFloat32, 1), random_normal({2, 5, 8}, kFloat32, 2),
-                                      random_normal({2, 5, 3}, kFloat32, 3), false, 1.0);
+                                      random_normal({2, 5, 3}, kFloat32, 3), Causal::kNo, 1.0);
   const Tensor g = Tensor::empty({2, 4, 3});
-  CHECK_THROWS_WITH(attention_backward(Tensor::empty({2, 4, 4}), q, k, v, r.out, r.lse, false, 1.0),
+  CHECK_THROWS_WITH(attention_backward(Tensor::empty({2, 4, 4}), q, k, v, r.out, r.lse, Causal::kNo, 1.0),
                     Contains("attention_backward: grad_out float32[2, 4, 4]") && Contains("float32[2, 4, 3]"));
-  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out.to(kFloat64), r.lse, false, 1.0), ValueError);
-  CHECK_THROWS_WITH(attention_backward(g, q, k, v, r.out, r.lse.to(kFloat64), false, 1.0),
+  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out.to(kFloat64), r.lse, Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_WITH(attention_backward(g, q, k, v, r.out, r.lse.to(kFloat64), Causal::kNo, 1.0),
                     Contains("attention_backward: lse float64[2, 4]") && Contains("saved float32[2, 4]"));
-  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out, Tensor::empty({2, 5}), false, 1.0), ValueError);
-  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out, r.lse, true, 1.0, -2), ValueError);
+  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out, Tensor::empty({2, 5}), Causal::kNo, 1.0), ValueError);
+  CHECK_THROWS_AS(attention_backward(g, q, k, v, r.out, r.lse, Causal::kYes, 1.0, -2), ValueError);
 }
 
 }  // namespace

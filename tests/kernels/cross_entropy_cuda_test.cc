@@ -31,9 +31,9 @@ TEST_CASE("CUDA cross_entropy and its backward match the CPU", "[gpu]") {
       const Tensor logits = random_tensor({n, c}, d, seed++, -8, 8);
       Tensor target = random_tensor({n}, kInt64, seed++, 0, static_cast<double>(c));
       if (n > 2) target.data_ptr<int64_t>()[1] = -100;  // an ignored row
-      for (Reduction r : {Reduction::kMean, Reduction::kSum}) {
+      for (LossReduction r : {LossReduction::kMean, LossReduction::kSum}) {
         const std::string what =
-            fmt::format("{} [{}, {}] {}", dtype_name(d), n, c, r == Reduction::kMean ? "mean" : "sum");
+            fmt::format("{} [{}, {}] {}", dtype_name(d), n, c, r == LossReduction::kMean ? "mean" : "sum");
         const CrossEntropyOutput cpu = cross_entropy(logits, target, -100, r);
         const CrossEntropyOutput gpu = cross_entropy(logits.to(kGpu), target.to(kGpu), -100, r);
         check_close(gpu.loss, cpu.loss, what + " loss");
@@ -57,9 +57,9 @@ TEST_CASE("CUDA cross_entropy with label smoothing matches the CPU", "[gpu]") {
       Tensor target = random_tensor({n}, kInt64, seed++, 0, static_cast<double>(c));
       if (n > 2) target.data_ptr<int64_t>()[1] = -100;
       for (double e : {0.1, 1.0}) {
-        for (Reduction r : {Reduction::kMean, Reduction::kSum}) {
+        for (LossReduction r : {LossReduction::kMean, LossReduction::kSum}) {
           const std::string what = fmt::format("{} [{}, {}] {} label_smoothing {}", dtype_name(d), n, c,
-                                               r == Reduction::kMean ? "mean" : "sum", e);
+                                               r == LossReduction::kMean ? "mean" : "sum", e);
           const CrossEntropyOutput cpu = cross_entropy(logits, target, -100, r, e);
           const CrossEntropyOutput gpu = cross_entropy(logits.to(kGpu), target.to(kGpu), -100, r, e);
           check_close(gpu.loss, cpu.loss, what + " loss");
@@ -72,8 +72,8 @@ TEST_CASE("CUDA cross_entropy with label smoothing matches the CPU", "[gpu]") {
       }
       // The loss is a fixed-order sum: two runs agree bit for bit.
       const Tensor lg = logits.to(kGpu), tg = target.to(kGpu);
-      CHECK(to_f64(cross_entropy(lg, tg, -100, Reduction::kMean, 0.1).loss) ==
-            to_f64(cross_entropy(lg, tg, -100, Reduction::kMean, 0.1).loss));
+      CHECK(to_f64(cross_entropy(lg, tg, -100, LossReduction::kMean, 0.1).loss) ==
+            to_f64(cross_entropy(lg, tg, -100, LossReduction::kMean, 0.1).loss));
     }
   }
 }
@@ -85,11 +85,11 @@ TEST_CASE("CUDA cross_entropy with label smoothing and well-separated logits is 
   for (DType d : testing::kFloatDTypes) {
     const Tensor logits =
         Tensor::from_vector(std::vector<double>{0, lo, lo, lo, 0, lo, lo, lo, lo, 0, lo, lo}, {3, 4}).to(d).to(kGpu);
-    const CrossEntropyOutput mean = cross_entropy(logits, target, -100, Reduction::kMean, 0.5);
+    const CrossEntropyOutput mean = cross_entropy(logits, target, -100, LossReduction::kMean, 0.5);
     testing::check_equal(mean.loss, Shape{}, {480.0}, "mean");
-    testing::check_equal(cross_entropy(logits, target, -100, Reduction::kSum, 0.5).loss, Shape{}, {960.0}, "sum");
+    testing::check_equal(cross_entropy(logits, target, -100, LossReduction::kSum, 0.5).loss, Shape{}, {960.0}, "sum");
     testing::check_equal(cross_entropy_backward(full({}, 1.0, kFloat32, kGpu), logits, target, mean.logsumexp, -100,
-                                                Reduction::kMean, 0.5),
+                                                LossReduction::kMean, 0.5),
                          Shape{3, 4},
                          {0.1875, -0.0625, -0.0625, -0.0625, 0.4375, -0.3125, -0.0625, -0.0625, 0, 0, 0, 0}, "grad");
   }
@@ -99,7 +99,7 @@ TEST_CASE("CUDA cross_entropy: every row ignored, and a bad target", "[gpu]") {
   const Tensor logits = random_tensor({4, 5}, kFloat32, 3).to(kGpu);
   const Tensor ignored = full({4}, -100.0, kInt64, kGpu);
   CHECK(std::isnan(to_f64(cross_entropy(logits, ignored).loss)[0]));
-  CHECK(to_f64(cross_entropy(logits, ignored, -100, Reduction::kSum).loss)[0] == 0.0);
+  CHECK(to_f64(cross_entropy(logits, ignored, -100, LossReduction::kSum).loss)[0] == 0.0);
   CHECK_THROWS_MATCHES(cross_entropy(logits, full({4}, 5.0, kInt64, kGpu)), IndexError,
                        testing::MessageContains("holds a class outside [0, 5)"));
 }

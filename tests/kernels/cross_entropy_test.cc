@@ -27,7 +27,7 @@ struct Reference {
 //   t_n != ignore, and d loss / d x = softmax - (1 - e) onehot - e / C times grad_loss, in
 // float64 (torch's formula, written from log_softmax, not from the kernel's).
 Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes, const std::vector<int64_t>& target,
-                    int64_t ignore, Reduction reduction, double grad_loss, double e = 0.0) {
+                    int64_t ignore, LossReduction reduction, double grad_loss, double e = 0.0) {
   double total = 0.0;
   int64_t count = 0;
   std::vector<double> lse(rows, 0.0);
@@ -43,7 +43,7 @@ Reference reference(const std::vector<double>& x, int64_t rows, int64_t classes,
     total += (1 - e) * -(x[n * classes + target[n]] - lse[n]) + e * smooth / static_cast<double>(classes);
     ++count;
   }
-  const bool mean = reduction == Reduction::kMean;
+  const bool mean = reduction == LossReduction::kMean;
   Reference r{mean ? (count == 0 ? std::nan("") : total / count) : total,
               std::vector<double>(static_cast<size_t>(rows * classes), 0.0)};
   const double scale = mean ? grad_loss / std::max<int64_t>(count, 1) : grad_loss;
@@ -71,7 +71,7 @@ TEST_CASE("cross_entropy and its backward match float64 references", "[cross_ent
   for (DType dtype : testing::kFloatDTypes) {
     for (int64_t classes : {1, 7, 1023, 4097}) {
       for (int64_t rows : {1, 7, 33}) {
-        for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+        for (LossReduction reduction : {LossReduction::kMean, LossReduction::kSum}) {
           Tensor logits = testing::random_tensor({rows, classes}, dtype, seed++, -6.0, 6.0);
           const std::vector<int64_t> tv = random_targets(rows, classes, -100, seed++);
           // One row always counts, so that the mean is defined.
@@ -80,7 +80,7 @@ TEST_CASE("cross_entropy and its backward match float64 references", "[cross_ent
           Tensor target = Tensor::from_vector(targets, {rows});
           const Reference ref = reference(to_f64(logits), rows, classes, targets, -100, reduction, 2.5);
           const std::string what =
-              fmt::format("cross_entropy {}, {}", describe(logits), reduction == Reduction::kMean ? "mean" : "sum");
+              fmt::format("cross_entropy {}, {}", describe(logits), reduction == LossReduction::kMean ? "mean" : "sum");
           Tensor transposed = logits.t().contiguous().t();  // strides [1, rows]
           for (const Tensor& input : {logits, testing::strided_copy(logits), transposed}) {
             CrossEntropyOutput out = cross_entropy(input, target, -100, reduction);
@@ -105,7 +105,7 @@ TEST_CASE("cross_entropy with label smoothing matches a float64 reference", "[cr
   for (DType dtype : testing::kFloatDTypes) {
     for (int64_t classes : {1, 7, 1023, 4097}) {
       for (double e : {0.1, 0.5, 1.0}) {
-        for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+        for (LossReduction reduction : {LossReduction::kMean, LossReduction::kSum}) {
           const int64_t rows = 9;
           Tensor logits = testing::random_tensor({rows, classes}, dtype, seed++, -6.0, 6.0);
           std::vector<int64_t> targets = random_targets(rows, classes, -100, seed++);
@@ -113,7 +113,7 @@ TEST_CASE("cross_entropy with label smoothing matches a float64 reference", "[cr
           Tensor target = Tensor::from_vector(targets, {rows});
           const Reference ref = reference(to_f64(logits), rows, classes, targets, -100, reduction, 2.5, e);
           const std::string what = fmt::format("cross_entropy {}, {}, label_smoothing {}", describe(logits),
-                                               reduction == Reduction::kMean ? "mean" : "sum", e);
+                                               reduction == LossReduction::kMean ? "mean" : "sum", e);
           for (const Tensor& input : {logits, testing::strided_copy(logits)}) {
             CrossEntropyOutput out = cross_entropy(input, target, -100, reduction, e);
             testing::Tolerance tol = testing::tolerance_for(dtype);
@@ -132,10 +132,10 @@ TEST_CASE("label smoothing 0 is the plain loss bit for bit", "[cross_entropy][la
   Tensor logits = testing::random_tensor({33, 1023}, kFloat32, 41, -6.0, 6.0);
   Tensor target = Tensor::from_vector(random_targets(33, 1023, -100, 42));
   CrossEntropyOutput plain = cross_entropy(logits, target);
-  CrossEntropyOutput zero = cross_entropy(logits, target, -100, Reduction::kMean, 0.0);
+  CrossEntropyOutput zero = cross_entropy(logits, target, -100, LossReduction::kMean, 0.0);
   testing::check_equal(zero.loss, plain.loss, "loss");
   testing::check_equal(
-      cross_entropy_backward(full({}, 1.0), logits, target, zero.logsumexp, -100, Reduction::kMean, 0.0),
+      cross_entropy_backward(full({}, 1.0), logits, target, zero.logsumexp, -100, LossReduction::kMean, 0.0),
       cross_entropy_backward(full({}, 1.0), logits, target, plain.logsumexp), "grad");
 }
 
@@ -144,7 +144,7 @@ TEST_CASE("label smoothing: the gradient is the finite difference of the float64
   const int64_t rows = 4, classes = 5;
   const Tensor logits = testing::random_tensor({rows, classes}, kFloat64, 7, -3.0, 3.0);
   const Tensor target = Tensor::from_vector(std::vector<int64_t>{4, -100, 0, 2});
-  for (Reduction reduction : {Reduction::kMean, Reduction::kSum}) {
+  for (LossReduction reduction : {LossReduction::kMean, LossReduction::kSum}) {
     for (double e : {0.0, 0.3, 1.0}) {
       CrossEntropyOutput out = cross_entropy(logits, target, -100, reduction, e);
       const Tensor grad = cross_entropy_backward(full({}, 1.0), logits, target, out.logsumexp, -100, reduction, e);
@@ -160,7 +160,7 @@ TEST_CASE("label smoothing: the gradient is the finite difference of the float64
       }
       testing::check_close(grad, Shape{rows, classes}, numeric, testing::Tolerance{1e-8, 1e-6},
                            fmt::format("label_smoothing {} {} grad vs finite difference", e,
-                                       reduction == Reduction::kMean ? "mean" : "sum"));
+                                       reduction == LossReduction::kMean ? "mean" : "sum"));
     }
   }
 }
@@ -175,11 +175,11 @@ TEST_CASE("label smoothing with well-separated logits is exact", "[cross_entropy
   Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 1, -100});
   for (DType dtype : testing::kFloatDTypes) {
     Tensor logits = Tensor::from_vector(xv, {3, 4}).to(dtype);
-    CrossEntropyOutput mean = cross_entropy(logits, target, -100, Reduction::kMean, 0.5);
+    CrossEntropyOutput mean = cross_entropy(logits, target, -100, LossReduction::kMean, 0.5);
     testing::check_equal(mean.loss, Shape{}, {480.0}, "mean of 288 and 672");
-    testing::check_equal(cross_entropy(logits, target, -100, Reduction::kSum, 0.5).loss, Shape{}, {960.0}, "sum");
+    testing::check_equal(cross_entropy(logits, target, -100, LossReduction::kSum, 0.5).loss, Shape{}, {960.0}, "sum");
     testing::check_equal(
-        cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp, -100, Reduction::kMean, 0.5), Shape{3, 4},
+        cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp, -100, LossReduction::kMean, 0.5), Shape{3, 4},
         {0.1875, -0.0625, -0.0625, -0.0625, 0.4375, -0.3125, -0.0625, -0.0625, 0, 0, 0, 0}, "grad");
   }
 }
@@ -199,7 +199,7 @@ TEST_CASE("cross_entropy with well-separated logits is exact", "[cross_entropy][
     CrossEntropyOutput mean = cross_entropy(logits, target);
     testing::check_equal(mean.loss, Shape{}, {384.0}, "mean of 0, 768, 0, 768");
     testing::check_equal(mean.logsumexp, Shape{5}, {0, 0, 4, 0, 1}, "lse is the row max");
-    testing::check_equal(cross_entropy(logits, target, -100, Reduction::kSum).loss, Shape{}, {1536.0}, "sum");
+    testing::check_equal(cross_entropy(logits, target, -100, LossReduction::kSum).loss, Shape{}, {1536.0}, "sum");
     testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp), Shape{5, 4},
                          {0, 0, 0, 0, 0.25, -0.25, 0, 0, 0, 0, 0, 0, -0.25, 0, 0.25, 0, 0, 0, 0, 0},
                          "(one-hot softmax - one-hot target) / 4");
@@ -212,12 +212,12 @@ TEST_CASE("ignored rows: zero gradient, not counted; mean over none is NaN", "[c
     Tensor all_ignored = Tensor::from_vector(std::vector<int64_t>{7, 7, 7, 7});
     CrossEntropyOutput mean = cross_entropy(logits, all_ignored, 7);
     CHECK(std::isnan(mean.loss.item()));
-    testing::check_equal(cross_entropy(logits, all_ignored, 7, Reduction::kSum).loss, Shape{}, {0.0}, "sum over none");
+    testing::check_equal(cross_entropy(logits, all_ignored, 7, LossReduction::kSum).loss, Shape{}, {0.0}, "sum over none");
     testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, all_ignored, mean.logsumexp, 7), Shape{4, 5},
                          std::vector<double>(20, 0.0), "grad over none");
     // ignore_index may be a real class: rows with target 2 are skipped.
     Tensor target = Tensor::from_vector(std::vector<int64_t>{2, 0, 2, 4});
-    const Reference ref = reference(to_f64(logits), 4, 5, {2, 0, 2, 4}, 2, Reduction::kMean, 1.0);
+    const Reference ref = reference(to_f64(logits), 4, 5, {2, 0, 2, 4}, 2, LossReduction::kMean, 1.0);
     CrossEntropyOutput out = cross_entropy(logits, target, 2);
     testing::check_close(out.loss, Shape{}, {ref.loss}, "ignore_index 2");
     testing::check_close(cross_entropy_backward(full({}, 1.0), logits, target, out.logsumexp, 2), Shape{4, 5}, ref.grad,
@@ -237,9 +237,9 @@ TEST_CASE("cross_entropy is bitwise the same on 1 and 2 threads", "[cross_entrop
   testing::check_equal(two.loss, Shape{}, {one.loss.item()}, "loss");
   testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, target, two.logsumexp), grad_one, "grad");
   set_num_threads(1);
-  CrossEntropyOutput smooth_one = cross_entropy(logits, target, -100, Reduction::kMean, 0.1);
+  CrossEntropyOutput smooth_one = cross_entropy(logits, target, -100, LossReduction::kMean, 0.1);
   set_num_threads(2);
-  testing::check_equal(cross_entropy(logits, target, -100, Reduction::kMean, 0.1).loss, Shape{},
+  testing::check_equal(cross_entropy(logits, target, -100, LossReduction::kMean, 0.1).loss, Shape{},
                        {smooth_one.loss.item()}, "smoothed loss");
 }
 
@@ -263,13 +263,17 @@ TEST_CASE("cross_entropy rejects bad targets and shapes with typed errors", "[cr
   CHECK_THROWS_WITH(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp.to(kFloat64)),
                     Catch::Contains("logsumexp") && Catch::Contains("float64[3]"));
   for (double e : {-0.1, 1.5, std::nan("")}) {
-    CHECK_THROWS_AS(cross_entropy(logits, good, -100, Reduction::kMean, e), ValueError);
-    CHECK_THROWS_WITH(cross_entropy(logits, good, -100, Reduction::kMean, e),
+    CHECK_THROWS_AS(cross_entropy(logits, good, -100, LossReduction::kMean, e), ValueError);
+    CHECK_THROWS_WITH(cross_entropy(logits, good, -100, LossReduction::kMean, e),
                       Catch::Contains("cross_entropy") && Catch::Contains(fmt::format("label_smoothing {}", e)) &&
                           Catch::Contains("[0, 1]"));
-    CHECK_THROWS_AS(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp, -100, Reduction::kMean, e),
+    CHECK_THROWS_AS(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp, -100, LossReduction::kMean, e),
                     ValueError);
   }
+  CHECK_THROWS_WITH(cross_entropy(logits, good, -100, LossReduction::kNone),
+                    Catch::Contains("cross_entropy: reduction none is not fused"));
+  CHECK_THROWS_AS(cross_entropy_backward(full({}, 1.0), logits, good, out.logsumexp, -100, LossReduction::kNone),
+                  ValueError);
 }
 
 }  // namespace

@@ -85,9 +85,9 @@ TEST_CASE("CUDA bmm: batches, a broadcast batch, strided views copied, K = 0, TF
 
 // The epilogue's tolerance: the product's, and for the GELU cuBLASLt's own float32 tanh
 // (possibly the hardware approximation, ~2^-11 relative) on pre-activations of order 1.
-testing::Tolerance epilogue_tolerance(DType d, int64_t k, Epilogue epilogue) {
+testing::Tolerance epilogue_tolerance(DType d, int64_t k, MatmulEpilogue epilogue) {
   const testing::Tolerance t = tolerance(d, k);
-  if (epilogue == Epilogue::kBias || d == kBFloat16 || d == kFloat16) return t;
+  if (epilogue == MatmulEpilogue::kBias || d == kBFloat16 || d == kFloat16) return t;
   return {std::max(t.atol, 1e-3), std::max(t.rtol, 1e-3)};
 }
 
@@ -95,17 +95,17 @@ testing::Tolerance epilogue_tolerance(DType d, int64_t k, Epilogue epilogue) {
 void check_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ga, const Tensor& gb,
                        const Tensor& gbias, const std::string& what) {
   const int64_t k = a.size(-1);
-  for (Epilogue e : {Epilogue::kBias, Epilogue::kBiasGeluTanh}) {
+  for (MatmulEpilogue e : {MatmulEpilogue::kBias, MatmulEpilogue::kBiasGeluTanh}) {
     const Tensor got = matmul_bias(ga, gb, gbias, e);
     REQUIRE(got.device() == kGpu);
     check_close(got, matmul_bias(a, b, bias, e), epilogue_tolerance(a.dtype(), k, e),
-                what + (e == Epilogue::kBias ? ", bias" : ", bias + gelu"));
+                what + (e == MatmulEpilogue::kBias ? ", bias" : ", bias + gelu"));
   }
   const MatmulBiasGelu expected = matmul_bias_gelu(a, b, bias);
   const MatmulBiasGelu got = matmul_bias_gelu(ga, gb, gbias);
   REQUIRE(got.pre.shape() == expected.pre.shape());
   CHECK(got.pre.stride(-2) % 8 == 0);  // cuBLASLt's aux rows: a multiple of 8 apart
-  check_close(got.out, expected.out, epilogue_tolerance(a.dtype(), k, Epilogue::kBiasGeluTanh),
+  check_close(got.out, expected.out, epilogue_tolerance(a.dtype(), k, MatmulEpilogue::kBiasGeluTanh),
               what + ", matmul_bias_gelu out");
   check_close(got.pre, expected.pre, tolerance(a.dtype(), k), what + ", matmul_bias_gelu pre");
 }
@@ -138,7 +138,7 @@ TEST_CASE("CUDA matmul_bias takes cuBLASLt's epilogue for aligned float32, bfloa
       INFO(dtype_name(d) << " variant " << variant << " (bias, bias + gelu, matmul_bias_gelu)");
       trace::start(trace::bit(trace::Category::kKernel));
       if (variant < 2) {
-        matmul_bias(ga, gb, gbias, variant == 0 ? Epilogue::kBias : Epilogue::kBiasGeluTanh);
+        matmul_bias(ga, gb, gbias, variant == 0 ? MatmulEpilogue::kBias : MatmulEpilogue::kBiasGeluTanh);
       } else {
         matmul_bias_gelu(ga, gb, gbias);
       }
@@ -183,9 +183,9 @@ TEST_CASE("CUDA matmul_bias: misaligned operands, a folded batch, K = 0, TF32", 
   const Tensor x = random_tensor({256, 512}, kFloat32, 606), y = random_tensor({512, 128}, kFloat32, 607, -0.05, 0.05);
   const Tensor bias = random_tensor({128}, kFloat32, 608);
   set_matmul_allow_tf32(true);
-  const Tensor tf32 = matmul_bias(x.to(kGpu), y.to(kGpu), bias.to(kGpu), Epilogue::kBiasGeluTanh);
+  const Tensor tf32 = matmul_bias(x.to(kGpu), y.to(kGpu), bias.to(kGpu), MatmulEpilogue::kBiasGeluTanh);
   set_matmul_allow_tf32(false);
-  check_close(tf32, matmul_bias(x, y, bias, Epilogue::kBiasGeluTanh), {2e-2, 2e-2}, "tf32 bias + gelu");
+  check_close(tf32, matmul_bias(x, y, bias, MatmulEpilogue::kBiasGeluTanh), {2e-2, 2e-2}, "tf32 bias + gelu");
 }
 
 TEST_CASE("CUDA matmul errors name the operands", "[gpu]") {

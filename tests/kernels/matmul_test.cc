@@ -186,12 +186,12 @@ TEST_CASE("matmul_out and bmm_out overwrite the caller's tensor", "[matmul][out]
 }
 
 // The composition matmul_bias fuses: matmul, add, then (kBiasGeluTanh) gelu's tanh form.
-Tensor composed_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, Epilogue epilogue) {
+Tensor composed_matmul_bias(const Tensor& a, const Tensor& b, const Tensor& bias, MatmulEpilogue epilogue) {
   Shape shape = a.shape();
   shape.back() = b.size(1);
   const Tensor rows = a.dim() == 2 ? a : a.reshape({a.numel() / a.size(-1), a.size(-1)});
   const Tensor pre = add(matmul(rows, b), bias).view(shape);
-  return epilogue == Epilogue::kBias ? pre : gelu(pre, GeluApproximation::kTanh);
+  return epilogue == MatmulEpilogue::kBias ? pre : gelu(pre, GeluApproximation::kTanh);
 }
 
 TEST_CASE("matmul_bias is matmul, add and gelu (tanh) bit for bit in every dtype, size and layout",
@@ -212,9 +212,9 @@ TEST_CASE("matmul_bias is matmul, add and gelu (tanh) bit for bit in every dtype
           REQUIRE(biased.shape() == Shape{s.m, s.n});
           CHECK(biased.dtype() == dtype);
           CHECK(biased.is_contiguous());
-          testing::check_equal(biased, composed_matmul_bias(x, w, bias, Epilogue::kBias), what + ", bias");
-          const Tensor expected_gelu = composed_matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh);
-          testing::check_equal(matmul_bias(x, w, bias, Epilogue::kBiasGeluTanh), expected_gelu, what + ", bias + gelu");
+          testing::check_equal(biased, composed_matmul_bias(x, w, bias, MatmulEpilogue::kBias), what + ", bias");
+          const Tensor expected_gelu = composed_matmul_bias(x, w, bias, MatmulEpilogue::kBiasGeluTanh);
+          testing::check_equal(matmul_bias(x, w, bias, MatmulEpilogue::kBiasGeluTanh), expected_gelu, what + ", bias + gelu");
           const MatmulBiasGelu fused = matmul_bias_gelu(x, w, bias);
           REQUIRE(fused.pre.shape() == Shape{s.m, s.n});
           testing::check_equal(fused.out, expected_gelu, what + ", matmul_bias_gelu out");
@@ -233,11 +233,11 @@ TEST_CASE("matmul_bias folds a's leading dims into M", "[matmul][matmul_bias]") 
     for (const Tensor& x : {a, testing::strided_copy(a), a.transpose(1, 2).contiguous().transpose(1, 2)}) {
       const Tensor y = matmul_bias(x, w.t(), bias);
       REQUIRE(y.shape() == Shape{2, 3, 5, 9});
-      testing::check_equal(y, composed_matmul_bias(x, w.t(), bias, Epilogue::kBias), "folded batch");
+      testing::check_equal(y, composed_matmul_bias(x, w.t(), bias, MatmulEpilogue::kBias), "folded batch");
       const MatmulBiasGelu g = matmul_bias_gelu(x, w.t(), bias);
       REQUIRE(g.out.shape() == Shape{2, 3, 5, 9});
       REQUIRE(g.pre.shape() == Shape{2, 3, 5, 9});
-      testing::check_equal(g.out, composed_matmul_bias(x, w.t(), bias, Epilogue::kBiasGeluTanh), "folded batch, gelu");
+      testing::check_equal(g.out, composed_matmul_bias(x, w.t(), bias, MatmulEpilogue::kBiasGeluTanh), "folded batch, gelu");
       testing::check_equal(g.pre, y, "folded batch, pre");
     }
   }
@@ -263,7 +263,7 @@ TEST_CASE("matmul_bias of small integers is exact, and its GELU is the tanh form
     erf_form.push_back(0.5 * x * (1 + std::erf(x / std::sqrt(2.0))));
   }
   const Tensor y = matmul_bias(a.to(kFloat64), b.to(kFloat64), Tensor::from_vector(biasv, {2}).to(kFloat64),
-                               Epilogue::kBiasGeluTanh);
+                               MatmulEpilogue::kBiasGeluTanh);
   testing::check_close(y, Shape{3, 2}, tanh_form, {1e-14, 1e-14}, "gelu tanh of small integers");
   CHECK(to_f64(y) != erf_form);
 }

@@ -181,7 +181,7 @@ std::map<std::string_view, Runner> runners() {
        }},
       {"matmul_bias",
        [](DType d) {
-         matmul_bias(x_of(d), ones({3, 2}, d, g_device), ones({2}, d, g_device), Epilogue::kBiasGeluTanh);
+         matmul_bias(x_of(d), ones({3, 2}, d, g_device), ones({2}, d, g_device), MatmulEpilogue::kBiasGeluTanh);
          matmul_bias_gelu(x_of(d), ones({3, 2}, d, g_device), ones({2}, d, g_device));
        }},
       {"uniform_",
@@ -220,11 +220,11 @@ std::map<std::string_view, Runner> runners() {
        [](DType d) {
          cross_entropy_backward(ones({}, kFloat32, g_device), x_of(d), rows(), zeros({2}, acc_dtype(d), g_device));
        }},
-      {"attention", [](DType d) { attention(x_of(d), x_of(d), x_of(d), true, 0.5); }},
+      {"attention", [](DType d) { attention(x_of(d), x_of(d), x_of(d), Causal::kYes, 0.5); }},
       {"attention_backward",
        [](DType d) {
-         const AttentionOutput f = attention(x_of(d), x_of(d), x_of(d), true, 0.5);
-         attention_backward(x_of(d), x_of(d), x_of(d), x_of(d), f.out, f.lse, true, 0.5);
+         const AttentionOutput f = attention(x_of(d), x_of(d), x_of(d), Causal::kYes, 0.5);
+         attention_backward(x_of(d), x_of(d), x_of(d), x_of(d), f.out, f.lse, Causal::kYes, 0.5);
        }},
       {"sgd_step_",
        [](DType d) {

@@ -85,7 +85,7 @@ void step(Run& run, Transformer& model, optim::AdamW& opt, const DeviceMesh& mes
 // kSteps of the unsharded model on this rank's CPU, on the whole batch; its final weights
 // in `weights` when given.
 Run cpu_reference(const Tensor& ids, std::optional<double> max_norm = std::nullopt, TensorMap* weights = nullptr) {
-  const DeviceMesh cpu = DeviceMesh::row_major(kCPU, {1}, {}, 0, 1);
+  const DeviceMesh cpu = single_rank_mesh();
   manual_seed(3);
   Transformer model(config());
   optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});

@@ -16,8 +16,8 @@
 #include "collectives/init.h"
 #include "core/allocator.h"
 #include "core/trace.h"
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "nn/container.h"
 #include "nn/fully_shard.h"
@@ -496,7 +496,7 @@ class TwoBranches : public UnaryModule {
  public:
   TwoBranches() : UnaryModule("TwoBranches") {
     first = register_module("first", std::make_shared<Linear>(4, 4));
-    second = register_module("second", std::make_shared<Linear>(4, 4, /*bias=*/false));
+    second = register_module("second", std::make_shared<Linear>(4, 4, LinearOptions{.bias = false}));
   }
   std::shared_ptr<Linear> first, second;
   bool drop_second = false;

@@ -54,10 +54,10 @@ void check_against_torch(const std::string& name, Module& module) {
 
 TEST_CASE("layers match PyTorch 2.15: outputs and gradients", "[nn][golden]") {
   check_against_torch("linear", *std::make_shared<Linear>(5, 3));
-  check_against_torch("linear_nobias", *std::make_shared<Linear>(5, 3, false));
+  check_against_torch("linear_nobias", *std::make_shared<Linear>(5, 3, LinearOptions{.bias = false}));
   check_against_torch("embedding", *std::make_shared<Embedding>(10, 4, 2));
   check_against_torch("layer_norm", *std::make_shared<LayerNorm>(Shape{6}));
-  check_against_torch("layer_norm_nobias", *std::make_shared<LayerNorm>(Shape{6}, 1e-5, true, false));
+  check_against_torch("layer_norm_nobias", *std::make_shared<LayerNorm>(Shape{6}, LayerNormOptions{.bias = false}));
   check_against_torch("rms_norm", *std::make_shared<RMSNorm>(Shape{6}));
   check_against_torch("gelu", *std::make_shared<GELU>());
   check_against_torch("gelu_tanh", *std::make_shared<GELU>(GeluApproximation::kTanh));

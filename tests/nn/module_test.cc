@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "nn/activation.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
@@ -32,8 +32,9 @@ using testing::on_one_rank;
 using testing::MessageContains;
 
 std::shared_ptr<Sequential> ffn() {
-  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-      std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(), std::make_shared<Linear>(8, 4, false)});
+  return std::make_shared<Sequential>(
+      std::vector<std::shared_ptr<Module>>{std::make_shared<Linear>(4, 8), std::make_shared<ReLU>(),
+                                           std::make_shared<Linear>(8, 4, LinearOptions{.bias = false})});
 }
 
 // A block with a child container and its own parameter, as a model nests them.
@@ -155,7 +156,8 @@ TEST_CASE("train/eval, apply, to(dtype), zero_grad and tied parameters", "[nn][m
   for (DTensor* p : block.parameters()) CHECK((p->dtype() == kBFloat16 && p->is_leaf() && p->requires_grad()));
   block.to(kFloat32);
   // A parameter shared by two modules is listed once (PyTorch's tied embeddings).
-  Sequential tied({std::make_shared<Linear>(3, 3, false), std::make_shared<Linear>(3, 3, false)});
+  Sequential tied({std::make_shared<Linear>(3, 3, LinearOptions{.bias = false}),
+                   std::make_shared<Linear>(3, 3, LinearOptions{.bias = false})});
   tied.child("1").parameter("weight") = tied.child("0").parameter("weight");
   CHECK(names(tied.named_parameters()) == std::vector<std::string>{"0.weight"});
   CHECK(tied.state_dict().size() == 2);  // the state dict keeps both names, as PyTorch's does
@@ -207,19 +209,19 @@ TEST_CASE("initialisation: PyTorch's bounds, and values independent of placement
   }
   Embedding embedding(50, 8, 3);
   for (double v : testing::to_f64(embedding.weight().to_local().narrow(0, 3, 1))) CHECK(v == 0.0);
-  // The same draw, sharded: each rank's block of a Shard(0) parameter is its slice of the whole.
+  // The same draw, sharded: each rank's chunk of a Shard(0) parameter is its slice of the whole.
   DTensor whole = empty_parameter({10, 3}, {});
   manual_seed(9);
   normal_(whole);
   for (int64_t rank = 0; rank < 4; ++rank) {
     const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {4}, {}, rank, 4);
     const DTensorSpec spec(mesh, {Shard(0)}, {10, 3}, kFloat32);
-    DTensor shard(Tensor::empty(spec.local_box().shape, kFloat32), spec);
+    DTensor shard(Tensor::empty(spec.local_chunk().shape, kFloat32), spec);
     manual_seed(9);
     normal_(shard);
-    const LocalBox box = spec.local_box();
+    const LocalChunk chunk = spec.local_chunk();
     CHECK(testing::to_f64(shard.to_local()) ==
-          testing::to_f64(whole.to_local().narrow(0, box.offset[0], box.shape[0])));
+          testing::to_f64(whole.to_local().narrow(0, chunk.offset[0], chunk.shape[0])));
   }
   DTensor t = empty_parameter({4000}, {});
   trunc_normal_(t, 0.0, 1.0, -1.0, 2.0);

@@ -14,9 +14,9 @@
 
 namespace dtr::testing {
 
-// t as a Replicate DTensor on nn::single_rank_mesh().
+// t as a Replicate DTensor on single_rank_mesh().
 inline DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(nn::single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 // A small GPT-style model: dim 16, 2 blocks of 2 heads, causal, a final norm, tied embeddings.

@@ -16,7 +16,7 @@
 namespace dtr::optim {
 namespace {
 
-// A parameter under `placements` whose gradient is the box of `full` (or, for Partial
+// A parameter under `placements` whose gradient is the chunk of `full` (or, for Partial
 // placements, the full value on coordinate 0 of those dims and zeros elsewhere).
 DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements, const Tensor& full) {
   Placements param_placements = placements;
@@ -26,7 +26,7 @@ DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements
   DTensor p = distribute_tensor(full, mesh, param_placements);
   p.requires_grad_();
   const DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  Tensor local = block_of(full, spec.local_box()).clone();  // its own storage: clipping must not scale `full`
+  Tensor local = chunk_of(full, spec.local_chunk()).clone();  // its own storage: clipping must not scale `full`
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (placements[m].is_partial() && mesh.coordinate()[m] != 0) local = zeros_like(local);
   }

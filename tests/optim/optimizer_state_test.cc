@@ -14,7 +14,7 @@ namespace {
 using testing::MessageContains;
 
 DTensor leaf(const Tensor& t) {
-  DTensor p(t.clone(), DTensorSpec(nn::single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  DTensor p(t.clone(), DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
   p.requires_grad_();
   return p;
 }

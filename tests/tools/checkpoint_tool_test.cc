@@ -110,7 +110,7 @@ void save_cases(const fs::path& dir) {
     checkpoint::State s;
     for (const Case& c : cases()) {
       DTensorSpec spec(mesh, {c.placement}, c.shape, c.dtype);
-      s.tensors[c.name] = DTensor(block_of(full_value(c), spec.local_box()).contiguous(), spec);
+      s.tensors[c.name] = DTensor(chunk_of(full_value(c), spec.local_chunk()).contiguous(), spec);
     }
     checkpoint::save(s, dir.string());
   });
@@ -152,13 +152,13 @@ TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[check
     checkpoint::State s;
     for (const Case& c : cases()) {
       DTensorSpec spec(mesh, {c.shape.empty() ? Placement(Replicate()) : Placement(Shard(0))}, c.shape, c.dtype);
-      s.tensors[c.name] = DTensor(zeros(spec.local_box().shape, c.dtype), spec);
+      s.tensors[c.name] = DTensor(zeros(spec.local_chunk().shape, c.dtype), spec);
     }
     checkpoint::load(s, resharded.string());
     for (const Case& c : cases()) {
       INFO("tensor " << c.name);
       const DTensor& t = s.tensors.at(c.name);
-      CHECK(same_bits(t.to_local(), block_of(full_value(c), t.spec().local_box())));
+      CHECK(same_bits(t.to_local(), chunk_of(full_value(c), t.spec().local_chunk())));
     }
   });
 }

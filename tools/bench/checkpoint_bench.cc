@@ -147,10 +147,10 @@ int run_rank(int64_t mib, const std::string& base, int repeats, const std::strin
   int64_t bytes = 0;  // per rank
   for (int i = 0; i < kTensors; ++i) {
     DTensorSpec spec(mesh, {Shard(0)}, {rows, kColumns}, kFloat32);
-    const LocalBox box = spec.local_box();
-    state.tensors[fmt::format("layers.{}.w", i)] = DTensor(pattern(box.shape, box.offset[0], i), spec);
-    targets.tensors[fmt::format("layers.{}.w", i)] = DTensor(zeros(box.shape), spec);
-    bytes += shape_numel(box.shape) * 4;
+    const LocalChunk chunk = spec.local_chunk();
+    state.tensors[fmt::format("layers.{}.w", i)] = DTensor(pattern(chunk.shape, chunk.offset[0], i), spec);
+    targets.tensors[fmt::format("layers.{}.w", i)] = DTensor(zeros(chunk.shape), spec);
+    bytes += shape_numel(chunk.shape) * 4;
   }
   const fs::path dir = fs::path(base) / "ckpt";
   const std::string ref = (fs::path(base) / fmt::format("reference_{}", rank)).string();

@@ -15,10 +15,10 @@
 #include <optional>
 
 #include "core/parallel.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/softmax.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/elementwise.h"
@@ -41,7 +41,7 @@ const DeviceMesh& dp_mesh() {
 // A DTensor of global `shape` under `placement`, requiring grad, with values in [0, 1).
 DTensor input(const Shape& shape, Placement placement, uint64_t seed, DType dtype = kFloat32) {
   DTensorSpec spec(dp_mesh(), {placement}, shape, dtype);
-  Tensor local = Tensor::empty(spec.local_box().shape, kFloat64);
+  Tensor local = Tensor::empty(spec.local_chunk().shape, kFloat64);
   double* d = local.data_ptr<double>();
   for (int64_t i = 0; i < local.numel(); ++i) {
     d[i] = static_cast<double>((static_cast<uint64_t>(i) * 2654435761u + seed) % 1000) / 1000.0;

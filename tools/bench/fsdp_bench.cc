@@ -54,11 +54,14 @@ struct Figures {
   double wait_ms_per_step = 0;  // in Work::wait: the compute thread waiting on collectives
 };
 
+// How run() distributes the model: replicated (DDP) or fully sharded (FSDP2).
+enum class Sharding : uint8_t { kReplicate, kFullyShard };
+
 // Trains `steps` timed steps after `warmup`; the largest figure of any rank.
-Figures run(const DeviceMesh& mesh, bool fsdp, int64_t steps, int64_t warmup) {
+Figures run(const DeviceMesh& mesh, Sharding sharding, int64_t steps, int64_t warmup) {
   bench::ReferenceLM lm(mesh);
   nn::Transformer& model = lm.model;
-  if (fsdp) {
+  if (sharding == Sharding::kFullyShard) {
     for (auto& [name, m] : model.named_modules()) {
       if (m->type_name() == "TransformerBlock") nn::fully_shard(*m, mesh);
     }
@@ -114,8 +117,8 @@ void rank_main(int64_t steps, int64_t warmup) {
   set_num_threads(1);
   const int world = default_group()->size();
   const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"dp"});
-  const Figures base = run(mesh, false, steps, warmup);
-  const Figures fsdp = run(mesh, true, steps, warmup);
+  const Figures base = run(mesh, Sharding::kReplicate, steps, warmup);
+  const Figures fsdp = run(mesh, Sharding::kFullyShard, steps, warmup);
   if (default_group()->rank() == 0) {
     const double tokens = static_cast<double>(bench::ReferenceLM::kBatchPerRank * world * bench::ReferenceLM::kSeq);
     if (const char* path = std::getenv(kResultFileEnv)) {

@@ -239,10 +239,12 @@ void matmul_table(int iterations, double bf16_peak) {
 void attention_table(int iterations) {
   struct Shape4 {
     int64_t batch, heads, seq, head_dim;
-    bool causal;
+    Causal causal;
   };
-  const std::vector<Shape4> shapes = {
-      {4, 16, 2048, 128, true}, {4, 16, 2048, 128, false}, {8, 16, 1024, 64, true}, {1, 16, 8192, 128, true}};
+  const std::vector<Shape4> shapes = {{4, 16, 2048, 128, Causal::kYes},
+                                      {4, 16, 2048, 128, Causal::kNo},
+                                      {8, 16, 1024, 64, Causal::kYes},
+                                      {1, 16, 8192, 128, Causal::kYes}};
   fmt::print("\n3. Attention, bfloat16 [B, H, T, D]: the fused kernel, and the composed path (matmul, softmax)\n");
   fmt::print("{:<26} | {:>8} | {:>8} | {:>8} | {:>8} | {:>11} | {}\n", "shape", "fwd ms", "fwd TF/s", "bwd ms",
              "bwd TF/s", "composed ms", "check");
@@ -267,11 +269,12 @@ void attention_table(int iterations) {
     const Tensor q3 = q.view(rows), k3 = k.view(rows), v3 = v.view(rows);
     const double composed_ms =
         s.seq > 2048 ? 0.0 : gpu_ms([&] { bmm(softmax(mul(bmm(q3, k3.transpose(1, 2)), scale), -1), v3); }, iterations);
-    const double flops = 4.0 * s.batch * s.heads * s.seq * s.seq * s.head_dim * (s.causal ? 0.5 : 1.0);
-    fmt::print("{:<26} | {:>8.3f} | {:>8.1f} | {:>8.3f} | {:>8.1f} | {:>11} | {}\n",
-               fmt::format("{}x{}x{}x{}{}", s.batch, s.heads, s.seq, s.head_dim, s.causal ? " causal" : ""), fwd_ms,
-               flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9,
-               composed_ms > 0 ? fmt::format("{:.3f}", composed_ms) : "-", check);
+    const double flops = 4.0 * s.batch * s.heads * s.seq * s.seq * s.head_dim * (s.causal == Causal::kYes ? 0.5 : 1.0);
+    fmt::print(
+        "{:<26} | {:>8.3f} | {:>8.1f} | {:>8.3f} | {:>8.1f} | {:>11} | {}\n",
+        fmt::format("{}x{}x{}x{}{}", s.batch, s.heads, s.seq, s.head_dim, s.causal == Causal::kYes ? " causal" : ""),
+        fwd_ms, flops / fwd_ms / 1e9, bwd_ms, 2.5 * flops / bwd_ms / 1e9,
+        composed_ms > 0 ? fmt::format("{:.3f}", composed_ms) : "-", check);
   }
 }
 
@@ -279,7 +282,7 @@ void attention_table(int iterations) {
 
 void train_table(int steps, double bf16_peak) {
   const int64_t vocab = 32768, dim = 1024, layers = 8, heads = 16, seq = 1024, batch = 8;
-  const DeviceMesh mesh = DeviceMesh::row_major(kCUDA, {1}, {}, 0, 1);
+  const DeviceMesh mesh = single_rank_mesh(kCUDA);
   fmt::print(
       "\n4. Training step on one GPU: causal LM vocab {}, dim {}, {} layers, {} heads, seq {}, batch {}, AdamW\n",
       vocab, dim, layers, heads, seq, batch);

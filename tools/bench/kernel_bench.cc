@@ -309,7 +309,7 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
 // Reductions of [tokens, ffn]: a row sum (over the last, contiguous dim), a column sum
 // (over dim 0: the bias gradient of a Linear layer), and the sum of squares of all
 // elements (what clip_grad_norm_ reduces). Each reads its input once.
-void add_reduction_rows(Suite& suite, const Shapes& s) {
+void add_reduce_rows(Suite& suite, const Shapes& s) {
   const Shape shape{s.tokens, s.ffn};
   struct Variant {
     std::string op;
@@ -819,7 +819,7 @@ int run_main(int argc, char** argv) {
     add_cat_rows(suite, shapes);
     add_index_rows(suite, shapes);
     add_elementwise_rows(suite, shapes);
-    add_reduction_rows(suite, shapes);
+    add_reduce_rows(suite, shapes);
     add_matmul_rows(suite, shapes);
     add_row_kernel_rows(suite, shapes);
     add_row_kernel_backward_rows(suite, shapes);

@@ -50,7 +50,7 @@ DTensor random_tokens(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) 
   Tensor u = Tensor::empty({batch, seq}, kFloat64);
   uniform_(u, 0, static_cast<double>(vocab) - 0.5, seed);
   const Tensor ids = u.to(kInt64);
-  return DTensor(ids, DTensorSpec(nn::single_rank_mesh(), {Replicate()}, ids.shape(), kInt64));
+  return DTensor(ids, DTensorSpec(single_rank_mesh(), {Replicate()}, ids.shape(), kInt64));
 }
 
 // The peer's output lines, or "" when it could not run.

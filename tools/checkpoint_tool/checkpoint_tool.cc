@@ -13,7 +13,7 @@
 // to-full streams: the header comes from the metadata, then each tensor is assembled from
 // its chunks (every checksum block verified, as load does) and written before the next is
 // read, so memory holds one full tensor at a time. to-sharded starts N ranks of itself
-// (launch_self) that each take their Shard(0) box (Replicate for 0-d tensors) and call
+// (launch_self) that each take their Shard(0) chunk (Replicate for 0-d tensors) and call
 // checkpoint::save, so the files are exactly what a real N-rank save writes.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -243,7 +243,7 @@ void check_safetensors(const std::string& in) {
   parse_safetensors_header(json, size - 8 - length, in);
 }
 
-// One rank of to-sharded: its Shard(0) box of every tensor (0-d ones Replicate), saved.
+// One rank of to-sharded: its Shard(0) chunk of every tensor (0-d ones Replicate), saved.
 int to_sharded_rank(const std::string& in, const std::string& dir) {
   init_process_group(Backend::kGloo);
   const DeviceMesh mesh = init_device_mesh(kCPU, {default_group()->size()});
@@ -252,7 +252,7 @@ int to_sharded_rank(const std::string& in, const std::string& dir) {
   for (const auto& [name, full] : safetensors::load_file(in, &metadata)) {
     const Placements placements = {full.dim() == 0 ? Placement(Replicate()) : Placement(Shard(0))};
     DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-    state.tensors[name] = DTensor(block_of(full, spec.local_box()).contiguous(), spec);
+    state.tensors[name] = DTensor(chunk_of(full, spec.local_chunk()).contiguous(), spec);
   }
   state.extra = {{"converted_from", in}};
   checkpoint::save(state, dir);

@@ -32,13 +32,13 @@ Tensor global_values(const Shape& shape) {
 // mesh dim m. Every member of the group computes it alike.
 double noise(int64_t m, int64_t k, int64_t i) { return static_cast<double>((i + 3 * k + 5 * m) % 5 - 2); }
 
-// This rank's local values under `spec` (float64): its box of `full`, then, for every
+// This rank's local values under `spec` (float64): its chunk of `full`, then, for every
 // Partial mesh dim in order, its term of that value. sum/avg: members k > 0 hold noise,
 // member 0 the value (n times it for avg) minus their noise; max/min: member 0 holds the
 // value, the others values on the losing side of it. Every member of a group along a
 // Partial mesh dim starts from the same value: they agree on every other coordinate.
 Tensor local_values(const Tensor& full, const DTensorSpec& spec) {
-  Tensor value = block_of(full, spec.local_box()).clone();  // written below: a copy
+  Tensor value = chunk_of(full, spec.local_chunk()).clone();  // written below: a copy
   double* v = value.data_ptr<double>();
   const DeviceMesh& mesh = spec.mesh();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
@@ -135,8 +135,8 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
     fmt::print(stderr, "unplanned collective: {} on group '{}': {} call(s), {} B\n", collective_kind_name(c.kind),
                c.group, c.calls, c.bytes);
   }
-  const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_box().shape &&
-                        (target.has_partial() || same_values(local, block_of(full, target.local_box())));
+  const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_chunk().shape &&
+                        (target.has_partial() || same_values(local, chunk_of(full, target.local_chunk())));
   const bool full_ok = same_values(y.full_tensor(), full);
   row.insert(row.end(), {unplanned_calls, unplanned_bytes, local_ok ? 1 : 0, full_ok ? 1 : 0});
 
@@ -214,9 +214,9 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
   }
   out << "unplanned collectives: " << unplanned << "\n"
       << "check: full_tensor() equals the global tensor: " << verdict(full_failed) << "\n"
-      << (target.has_partial() ? "check: local shape equals the rank's target box (values not compared: the target "
+      << (target.has_partial() ? "check: local shape equals the rank's target chunk (values not compared: the target "
                                  "is Partial, each rank holds a term): "
-                               : "check: local tensor equals the rank's target box: ")
+                               : "check: local tensor equals the rank's target chunk: ")
       << verdict(local_failed) << "\n"
       << (passed ? std::string("execute: ok")
                  : fmt::format("execute: FAILED ({} mismatching row(s){})", mismatches,

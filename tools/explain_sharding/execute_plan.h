@@ -5,7 +5,7 @@
 // sum is exact in every dtype) under the source placements, Partial ones split into terms
 // that reduce to it, resets the CollectiveCounter, redistributes, and checks the result:
 // full_tensor() equals the global tensor, and for a target without Partial the local tensor
-// equals the rank's target box. Rank 0 prints one row per collective step and rank: planned
+// equals the rank's target chunk. Rank 0 prints one row per collective step and rank: planned
 // send/recv bytes, planned and measured calls and nccl-tests size, and "ok" or "MISMATCH".
 #pragma once
 

@@ -298,7 +298,12 @@ class Timeline {
     if (label_source == RectLabel::kOwner) label = arg_text(s, "owner");
     if (label_source == RectLabel::kOwner && label.empty()) label = arg_text(s, "kind");
     const auto [x0, x1] = pixels(item.begin, item.end);
-    return {x0, x1, item.legend, false, std::move(tooltip), std::move(label)};
+    return {.x0 = x0,
+            .x1 = x1,
+            .legend = item.legend,
+            .merged = false,
+            .tooltip = std::move(tooltip),
+            .label = std::move(label)};
   }
 
   Rect merged(const Item* first, const Item* last) const {
@@ -323,7 +328,7 @@ class Timeline {
     tooltip += fmt::format("\nfirst {}, last {}", string_field(*first->span->event, "name"),
                            string_field(*(last - 1)->span->event, "name"));
     const auto [x0, x1] = pixels(first->begin, end);
-    return {x0, x1, top, true, std::move(tooltip), ""};
+    return {.x0 = x0, .x1 = x1, .legend = top, .merged = true, .tooltip = std::move(tooltip), .label = ""};
   }
 
   double t0_, t1_;

@@ -60,14 +60,14 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
                  int64_t seq_len, const DeviceMesh& mesh) {
   const Placements batch(mesh.ndim(), Shard(0));
   const DTensorSpec spec(mesh, batch, {rows, seq_len}, kInt64);
-  const LocalBox box = spec.local_box();
-  const int64_t local_rows = box.shape[0];
+  const LocalChunk chunk = spec.local_chunk();
+  const int64_t local_rows = chunk.shape[0];
   Tensor tokens = Tensor::empty({local_rows, seq_len}, kInt64);
   Tensor targets = Tensor::empty({local_rows, seq_len}, kInt64);
   int64_t* x = tokens.data_ptr<int64_t>();
   int64_t* y = targets.data_ptr<int64_t>();
   for (int64_t r = 0; r < local_rows; ++r) {
-    const int64_t start = order.start(first + box.offset[0] + r);
+    const int64_t start = order.start(first + chunk.offset[0] + r);
     for (int64_t t = 0; t < seq_len; ++t) {
       x[r * seq_len + t] = stream[static_cast<size_t>(start + t)];
       y[r * seq_len + t] = stream[static_cast<size_t>(start + t + 1)];

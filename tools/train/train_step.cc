@@ -2,7 +2,7 @@
 
 #include "core/allocator.h"
 #include "core/trace.h"
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "nn/loss.h"
 #include "optim/clip_grad.h"

@@ -1,11 +1,11 @@
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 
 #include <algorithm>
 
 #include "dtensor/autograd.h"
 #include "dtensor/internal/reduce_identity.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
 #include "kernels/fill.h"
@@ -61,7 +61,7 @@ DTensor with_reduced_dims(DTensor t, const std::vector<int64_t>& dims, KeepDim k
   return t;
 }
 
-// max or min (op kMax / kMin), as reduction.h and docs/sharding_rules.md describe.
+// max or min (op kMax / kMin), as reduce.h and docs/sharding_rules.md describe.
 DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std::vector<int64_t>& dims_given,
                  KeepDim keepdim) {
   const std::vector<int64_t> dims = reduced_dims(x, dims_given, name);
@@ -80,7 +80,7 @@ DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std
   Tensor y_local;
   if (empty_shard) {  // this rank holds none of the reduced elements: the identity of op
     DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], r.out_shape, x.dtype());
-    y_local = internal::full_of_identity(out_spec.local_box().shape, op, x.dtype(), x.dtype(), local.device());
+    y_local = internal::full_of_identity(out_spec.local_chunk().shape, op, x.dtype(), x.dtype(), local.device());
   } else {
     y_local = op == ReduceOp::kMax ? max(local, dims, keepdim) : min(local, dims, keepdim);
   }

@@ -1,7 +1,7 @@
-// Pointwise arithmetic, sum and the view ops they need, on DTensors: gradcheck on one rank,
+// Elementwise arithmetic, sum and the view ops they need, on DTensors: gradcheck on one rank,
 // then every placement combination on 1-D and 2x2 meshes against the one-rank result.
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/elementwise.h"
 #include "tests/dtensor/op_test_util.h"
@@ -38,11 +38,11 @@ std::vector<OpCase> cases() {
   };
 }
 
-TEST_CASE("pointwise and reduction ops: gradcheck on one rank", "[dtensor][ops]") {
+TEST_CASE("elementwise and reduce ops: gradcheck on one rank", "[dtensor][ops]") {
   for (const OpCase& c : cases()) testing::gradcheck(c);
 }
 
-TEST_CASE("pointwise and reduction ops: every placement combination on real ranks", "[dtensor][ops]") {
+TEST_CASE("elementwise and reduce ops: every placement combination on real ranks", "[dtensor][ops]") {
   testing::for_each_test_mesh([](const DeviceMesh& mesh) {
     for (const OpCase& c : cases()) testing::check_distributed(c, mesh);
   });

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "dtensor/ops/pointwise.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 #include "tests/dtensor/op_test_util.h"
@@ -54,7 +54,7 @@ std::vector<OpCase> cases(Tensor (*data)(const Shape&, uint64_t)) {
 }
 
 DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(testing::one_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("reductions: gradcheck on one rank", "[dtensor][ops]") {

@@ -1,4 +1,4 @@
-// Pointwise ops on DTensors, with numpy broadcasting: arithmetic, activations, their fused
+// Elementwise ops on DTensors, with numpy broadcasting: arithmetic, activations, their fused
 // backward kernels and dtype casts, each with its sharding rule (PyTorch's _pointwise_ops).
 //
 // Rules, per mesh dim: Shard along any output dim (inputs sharded on their matching dim,
@@ -7,7 +7,7 @@
 //   x * scalar, x / scalar, neg, *_backward(grad P(lin), saved R), to(x, floating): P kept
 // Other ops are not linear: a Partial input is first reduced to Replicate or a Shard,
 // whichever moves fewer bytes. The fused backward ops are not differentiable (no double
-// backward). Why each rule is exact: docs/sharding_rules.md, "pointwise".
+// backward). Why each rule is exact: docs/sharding_rules.md, "elementwise".
 #pragma once
 
 #include "dtensor/dtensor.h"

@@ -1,8 +1,8 @@
-#include "dtensor/ops/pointwise.h"
+#include "dtensor/ops/elementwise.h"
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
-#include "dtensor/ops/reduction.h"
+#include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
 
 namespace dtr {
@@ -17,7 +17,7 @@ enum class BinaryPartials : uint8_t {
 
 AppliedStrategy choose_binary(std::string_view op, const DTensor& a, const DTensor& b, const Shape& out,
                               BinaryPartials partials) {
-  std::vector<DimStrategy> per_dim = pointwise_strategies(
+  std::vector<DimStrategy> per_dim = elementwise_strategies(
       {a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{});
   if (partials != BinaryPartials::kBoth) {
     for (ReduceOp r : kLinearReduceOps) {
@@ -53,7 +53,7 @@ DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> p
               Backward backward) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy(
-      op, inputs, expand_strategies(pointwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
+      op, inputs, expand_strategies(elementwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
   DTensor y = make_output(kernel(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
   DTensor saved;
   if (saves == Saves::kInput) saved = s.inputs[0].detach();
@@ -244,7 +244,7 @@ DTensor to(const DTensor& x, DType dtype) {
   AppliedStrategy s = apply_strategy(
       "to", inputs,
       expand_strategies(
-          pointwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
+          elementwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
           x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().to(dtype), x.mesh(), s.strategy.outputs[0], x.shape());
   if (floating) {

@@ -1,5 +1,5 @@
-// Reductions on DTensors: differentiable, each with its sharding rule (PyTorch's
-// _math_ops reductions).
+// Reductions on DTensors (the reduce family of kernels/reduce.h): differentiable, each with
+// its sharding rule (PyTorch's _math_ops reductions).
 //
 // Rules, per mesh dim (a Shard on a kept dim stays, re-indexed without keepdim):
 //   op             | S(reduced) ->   | R -> | P in -> out                     | why exact
