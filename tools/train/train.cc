@@ -39,6 +39,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/units.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/pointwise.h"
 #include "dtensor/ops/view_ops.h"
@@ -474,7 +475,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
             peak ? fmt::format(" | MFU {:.1f}%",
                                100 * mfu(tokens_per_step / world / (r.ms / 1e3), flops_per_token, *peak))
                  : "",
-            100 * comm.exposed_share(), mib(peak_bytes), format_duration(per_step * (c.steps - step - 1)));
+            100 * comm.exposed_share(), mib(peak_bytes), format_seconds(per_step * (c.steps - step - 1)));
         std::fflush(stdout);
         last_line = Clock::now();
       }
