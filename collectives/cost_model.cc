@@ -182,10 +182,4 @@ CostModel CostModel::load(const std::string& path) {
   }
 }
 
-std::string format_seconds(double seconds) {
-  if (seconds < 1e-3) return fmt::format("{:.1f} us", seconds * 1e6);
-  if (seconds < 1) return fmt::format("{:.2f} ms", seconds * 1e3);
-  return fmt::format("{:.2f} s", seconds);
-}
-
 }  // namespace dtr

@@ -92,7 +92,4 @@ class CostModel {
   std::map<std::pair<CollectiveKind, int64_t>, AlphaBeta> fits_;
 };
 
-// A duration for a table: "42.0 us", "1.50 ms" or "2.31 s".
-std::string format_seconds(double seconds);
-
 }  // namespace dtr

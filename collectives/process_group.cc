@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "collectives/distributed_error.h"
+#include "core/units.h"
 
 namespace dtr {
 namespace {
@@ -40,13 +41,6 @@ std::string describe_all(const std::vector<Tensor>& ts) {
   std::string s;
   for (const Tensor& t : ts) s += (s.empty() ? "" : ", ") + describe(t);
   return "[" + s + "]";
-}
-
-std::string human_bytes(int64_t b) {
-  if (b < 1024) return fmt::format("{} B", b);
-  if (b < (int64_t{1} << 20)) return fmt::format("{:.1f} KiB", b / 1024.0);
-  if (b < (int64_t{1} << 30)) return fmt::format("{:.1f} MiB", b / 1048576.0);
-  return fmt::format("{:.1f} GiB", b / 1073741824.0);
 }
 
 // Whether t's first element sits exactly at element `offset` of the flat buffer.
@@ -213,7 +207,7 @@ static void check_reduce_op(std::string_view call, ReduceOp op, DType dtype) {
 Work ProcessGroup::all_reduce(Tensor& tensor, ReduceOp op) {
   Collective c =
       begin(CollectiveKind::kAllReduce, "all_reduce", tensor.dtype(),
-            fmt::format("{} ({}, {})", describe(tensor), reduce_op_name(op), human_bytes(tensor.nbytes())), {&tensor});
+            fmt::format("{} ({}, {})", describe(tensor), reduce_op_name(op), format_bytes(tensor.nbytes())), {&tensor});
   check_reduce_op(c.call, op, c.dtype);
   Flat f = flat_for(tensor);
   c.op = op;
@@ -280,7 +274,7 @@ static void plan_gather(Collective& c, int rank, Tensor& output, const Tensor& i
 
 Work ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input) {
   Collective c = begin(CollectiveKind::kAllGather, "all_gather_into_tensor", input.dtype(),
-                       fmt::format("{} -> {} ({})", describe(input), describe(output), human_bytes(output.nbytes())),
+                       fmt::format("{} -> {} ({})", describe(input), describe(output), format_bytes(output.nbytes())),
                        {&output, &input});
   DTR_CHECK(output.numel() == input.numel() * size_, ValueError,
             "all_gather_into_tensor: output {} must hold group size {} x input {} = {} elements; it holds {}",
@@ -292,7 +286,7 @@ Work ProcessGroup::all_gather_into_tensor(Tensor& output, const Tensor& input) {
 Work ProcessGroup::all_gather_v(Tensor& output, const Tensor& input, std::vector<int64_t> counts) {
   Collective c = begin(
       CollectiveKind::kAllGather, "all_gather_v", input.dtype(),
-      fmt::format("{} -> {} (rows {}, {})", describe(input), describe(output), counts, human_bytes(output.nbytes())),
+      fmt::format("{} -> {} (rows {}, {})", describe(input), describe(output), counts, format_bytes(output.nbytes())),
       {&output, &input});
   check_counts(c.call, "counts", counts, size_, name());
   check_rows(c.call, output, input);
@@ -372,7 +366,7 @@ static void plan_scatter(Collective& c, int rank, Tensor& output, const Tensor& 
 Work ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op) {
   Collective c = begin(CollectiveKind::kReduceScatter, "reduce_scatter_tensor", input.dtype(),
                        fmt::format("{} -> {} ({}, {})", describe(input), describe(output), reduce_op_name(op),
-                                   human_bytes(input.nbytes())),
+                                   format_bytes(input.nbytes())),
                        {&output, &input});
   check_reduce_op(c.call, op, c.dtype);
   DTR_CHECK(input.numel() == output.numel() * size_, ValueError,
@@ -386,7 +380,7 @@ Work ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, Re
 Work ProcessGroup::reduce_scatter_v(Tensor& output, const Tensor& input, std::vector<int64_t> counts, ReduceOp op) {
   Collective c = begin(CollectiveKind::kReduceScatter, "reduce_scatter_v", input.dtype(),
                        fmt::format("{} -> {} (rows {}, {}, {})", describe(input), describe(output), counts,
-                                   reduce_op_name(op), human_bytes(input.nbytes())),
+                                   reduce_op_name(op), format_bytes(input.nbytes())),
                        {&output, &input});
   check_reduce_op(c.call, op, c.dtype);
   check_counts(c.call, "counts", counts, size_, name());
@@ -451,7 +445,7 @@ Work ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, std::v
                                      std::vector<int64_t> input_splits) {
   Collective c = begin(CollectiveKind::kAllToAll, "all_to_all_single", input.dtype(),
                        fmt::format("{} -> {} (input splits {}, output splits {}, {})", describe(input),
-                                   describe(output), input_splits, output_splits, human_bytes(input.nbytes())),
+                                   describe(output), input_splits, output_splits, format_bytes(input.nbytes())),
                        {&output, &input});
   check_rows(c.call, output, input);
   for (auto [splits, t, what] : {std::tuple{&input_splits, &input, "input"}, {&output_splits, &output, "output"}}) {
@@ -486,7 +480,7 @@ Work ProcessGroup::all_to_all_single(Tensor& output, const Tensor& input, std::v
 Work ProcessGroup::broadcast(Tensor& tensor, int root) {
   Collective c =
       begin(CollectiveKind::kBroadcast, "broadcast", tensor.dtype(),
-            fmt::format("{} from root {} ({})", describe(tensor), root, human_bytes(tensor.nbytes())), {&tensor});
+            fmt::format("{} from root {} ({})", describe(tensor), root, format_bytes(tensor.nbytes())), {&tensor});
   DTR_CHECK(root >= 0 && root < size_, IndexError,
             "broadcast: root {} is not a rank of group '{}' (group ranks are 0..{})", root, name(), size_ - 1);
   Flat f = flat_for(tensor);

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/units.h"
 #include "dtensor/chunking.h"
 #include "dtensor/internal/text_table.h"
 

@@ -199,7 +199,7 @@ TEST_CASE("step_timeline_svg: a rect with its tooltip per collective, owners as 
   CHECK(all_reduce == 1);
   // The forward all_gather of rank 0 (1100..3500 us of the 1000..12000 window), to the pixel.
   const double px_per_us = (kPlotRight - kPlotLeft) / 11000;
-  CHECK(comm[0].tooltip.rfind("all_gather\ncollective, 2.400 ms at +0.100 ms", 0) == 0);
+  CHECK(comm[0].tooltip.rfind("all_gather\ncollective, 2.40 ms at +0.100 ms", 0) == 0);
   CHECK(comm[0].x == Approx(kPlotLeft + 100 * px_per_us).margin(0.01));
   CHECK(comm[0].width == Approx(2400 * px_per_us).margin(0.01));
   CHECK(comm[0].tooltip.find("phase: forward all_gather") != std::string::npos);
@@ -251,24 +251,24 @@ TEST_CASE("step_timeline_svg: the compute lane holds the top-level spans; waits 
   CHECK(svg.find("<rect class=\"wait\"") > svg.find("MmBackward"));
   // 1.2 ms of rank 0's 10 ms step waits.
   CHECK(texts_of_class(svg, "rank-summary") ==
-        std::vector<std::string>{"10.000 ms, 12% in wait", "10.500 ms, 11% in wait"});
+        std::vector<std::string>{"10.00 ms, 12% in wait", "10.50 ms, 11% in wait"});
 }
 
 TEST_CASE("step_timeline_svg: the window is the union of the ranks' step spans", "[timeline_svg]") {
   const std::string svg = step_timeline_svg(two_rank_trace(), 5, "t");
   CHECK(texts_of_class(svg, "window") ==
-        std::vector<std::string>{"step 5: 11.000 ms on 2 ranks, ts 1000.000 to 12000.000 µs"});
+        std::vector<std::string>{"step 5: 11.00 ms on 2 ranks, ts 1000.000 to 12000.000 µs"});
   const std::vector<RectInfo> steps = rects_of_class(svg, "step");
   REQUIRE(steps.size() == 2);
   CHECK(steps[0].x == Approx(kPlotLeft).margin(0.01));                    // rank 0 begins first
   CHECK(steps[1].x + steps[1].width == Approx(kPlotRight).margin(0.01));  // rank 1 ends last
-  CHECK(steps[0].tooltip == "step 5 on rank 0: 10.000 ms at +0.000 ms");
+  CHECK(steps[0].tooltip == "step 5 on rank 0: 10.00 ms at +0.000 ms");
   const std::vector<std::string> ticks = texts_of_class(svg, "xtick");
   CHECK(ticks == std::vector<std::string>{"0", "2", "4", "6", "8", "10"});
   // Step 4, before the window, leaves nothing behind: no span of it is drawn.
   const std::string step4 = step_timeline_svg(two_rank_trace(), 4, "t");
   CHECK(texts_of_class(step4, "window") ==
-        std::vector<std::string>{"step 4: 900.0 µs on 2 ranks, ts 0.000 to 900.000 µs"});
+        std::vector<std::string>{"step 4: 900.0 us on 2 ranks, ts 0.000 to 900.000 µs"});
   CHECK(rects_of_class(step4, "compute").empty());
   CHECK(rects_of_class(step4, "comm").empty());
 }

@@ -33,6 +33,7 @@
 #include "core/allocator.h"
 #include "core/parallel.h"
 #include "core/temp_path.h"
+#include "core/units.h"
 #include "nn/fully_shard.h"
 #include "nn/replicate.h"
 #include "optim/adam.h"
@@ -130,9 +131,8 @@ void rank_main(int64_t steps, int64_t warmup) {
       fmt::print(
           "{:>5} | {:<11} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>10.2f} | {:>6.3f} (1/N {:.3f}) | {:>9.1f} | "
           "{:>8.1f} | {:>8.1f} | {:>7.1f}\n",
-          world, name, train::mib(f.param_bytes), train::mib(f.grad_bytes), train::mib(f.optim_bytes),
-          train::mib(state), state / state_base, 1.0 / world, train::mib(f.peak_bytes), f.ms_per_step,
-          tokens / (f.ms_per_step / 1e3), f.wait_ms_per_step);
+          world, name, mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(state), state / state_base,
+          1.0 / world, mib(f.peak_bytes), f.ms_per_step, tokens / (f.ms_per_step / 1e3), f.wait_ms_per_step);
     }
   }
   destroy_process_group();

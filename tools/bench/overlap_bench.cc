@@ -43,6 +43,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/trace.h"
+#include "core/units.h"
 #include "kernels/matmul.h"
 #include "kernels/random.h"
 #include "nn/fully_shard.h"
@@ -145,7 +146,7 @@ Row run_setting(const DeviceMesh& mesh, const Setting& s, train::StepTracer& tra
     for (size_t i = 0; i < kStepFigures; ++i) samples[i].push_back(f[i]);
   }
   for (auto& s : samples) row.figures.push_back(bench::median(s));
-  row.figures.push_back(train::mib(static_cast<double>(memory_stats(kCPU).peak_bytes)));
+  row.figures.push_back(mib(static_cast<double>(memory_stats(kCPU).peak_bytes)));
   row.figures = mean_over_ranks(row.figures);
   return row;
 }

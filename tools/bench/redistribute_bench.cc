@@ -23,6 +23,7 @@
 #include "collectives/process_group.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/units.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/redistribute_plan.h"
@@ -134,11 +135,6 @@ double planner_us(const DTensorSpec& spec, const Placements& target) {
   return median(us);
 }
 
-std::string human_size(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 20)) return fmt::format("{} MiB", bytes >> 20);
-  return fmt::format("{} KiB", bytes >> 10);
-}
-
 // Runs one row on every rank; rank 0 prints it. Returns false when the check failed on any rank.
 bool run_row(const Transition& t, const DeviceMesh& mesh, int64_t bytes, int64_t batches) {
   ProcessGroup& group = mesh.group(0);
@@ -180,9 +176,9 @@ bool run_row(const Transition& t, const DeviceMesh& mesh, int64_t bytes, int64_t
   const double algbw = static_cast<double>(bytes) / (dtr * 1e6);  // GB/s
   const double raw_algbw = static_cast<double>(bytes) / (raw * 1e6);
   fmt::print(
-      "{:<14} | {:<14} | {:>6} | {:>5} | {:>9.3f} | {:>17} | {:>9.3f} | {:>17} | {:>7.3f} | {:>6.2f} | {:>6.2f} | "
+      "{:<14} | {:<14} | {:>9} | {:>5} | {:>9.3f} | {:>17} | {:>9.3f} | {:>17} | {:>7.3f} | {:>6.2f} | {:>6.2f} | "
       "{:>6.2f} | {:>7.1f} | {}\n",
-      t.name, t.raw_name, human_size(bytes), count, dtr,
+      t.name, t.raw_name, format_bytes(bytes), count, dtr,
       fmt::format("{:.3f}-{:.3f}", *std::min_element(dtr_ms.begin(), dtr_ms.end()),
                   *std::max_element(dtr_ms.begin(), dtr_ms.end())),
       raw,
@@ -220,7 +216,7 @@ int run_rank(const std::vector<int64_t>& sizes_kib, int64_t batches) {
         "times in ms per call (median batch, max over ranks; spread over {} batches), bandwidths in GB/s\n",
         n, kColumns, batches);
     fmt::print(
-        "{:<14} | {:<14} | {:>6} | {:>5} | {:>9} | {:>17} | {:>9} | {:>17} | {:>7} | {:>6} | {:>6} | {:>6} | "
+        "{:<14} | {:<14} | {:>9} | {:>5} | {:>9} | {:>17} | {:>9} | {:>17} | {:>7} | {:>6} | {:>6} | {:>6} | "
         "{:>7} | {}\n",
         "transition", "raw", "size", "count", "dtr ms", "dtr spread", "raw ms", "raw spread", "raw/dtr", "algbw",
         "busbw", "raw busbw", "plan us", "check");

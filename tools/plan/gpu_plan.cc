@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collectives/cost_model.h"
+#include "core/units.h"
 #include "tools/command_line.h"
 #include "tools/plan/fsdp_step_model.h"
 #include "tools/tool_main.h"

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/posix_file.h"
+#include "core/units.h"
 #include "tools/trace/svg.h"
 
 namespace dtr::trace_view {
@@ -206,11 +207,6 @@ Legend collective_legend(const Span& span) {
   return Legend::kOtherCollective;
 }
 
-// "1.234 ms", or "12.5 µs" under a millisecond.
-std::string duration_text(double us) {
-  return us >= 1000 ? fmt::format("{:.3f} ms", us / 1000) : fmt::format("{:.1f} µs", us);
-}
-
 // One span clipped to the window, on its way to a rect.
 struct Item {
   double begin, end;  // microseconds, within the window
@@ -282,7 +278,7 @@ class Timeline {
   Rect single(const Item& item, RectLabel label_source) const {
     const Span& s = *item.span;
     std::string tooltip = fmt::format("{}\n{}, {} at +{:.3f} ms", string_field(*s.event, "name"), s.cat,
-                                      duration_text(s.end - s.begin), (s.begin - t0_) / 1000);
+                                      format_seconds((s.end - s.begin) / 1e6), (s.begin - t0_) / 1000);
     const auto args = s.event->find("args");
     if (args != s.event->end() && args->is_object()) {
       for (const auto& [key, value] : args->items()) {
@@ -318,12 +314,12 @@ class Timeline {
     const auto top = static_cast<Legend>(std::max_element(busy.begin(), busy.end()) - busy.begin());
     double total = 0;
     for (double b : busy) total += b;
-    std::string tooltip =
-        fmt::format("{} spans merged (each under a pixel): {} busy in {} at +{:.3f} ms", last - first,
-                    duration_text(total), duration_text(end - first->begin), (first->begin - t0_) / 1000);
+    std::string tooltip = fmt::format("{} spans merged (each under a pixel): {} busy in {} at +{:.3f} ms", last - first,
+                                      format_seconds(total / 1e6), format_seconds((end - first->begin) / 1e6),
+                                      (first->begin - t0_) / 1000);
     for (size_t k = 0; k < busy.size(); ++k) {
       if (count[k] > 0)
-        tooltip += fmt::format("\n{}: {} in {} spans", kStyles[k].label, duration_text(busy[k]), count[k]);
+        tooltip += fmt::format("\n{}: {} in {} spans", kStyles[k].label, format_seconds(busy[k] / 1e6), count[k]);
     }
     tooltip += fmt::format("\nfirst {}, last {}", string_field(*first->span->event, "name"),
                            string_field(*(last - 1)->span->event, "name"));
@@ -467,13 +463,13 @@ std::string step_timeline_svg(const json& trace_json, int64_t step, std::string_
                    "stroke=\"#bbbbbb\"><title>{}</title></rect>\n",
                    x0, y - 2, x1 - x0, 2 * kLaneHeight + kLaneGap + 4,
                    svg::xml_escape(fmt::format("step {} on {}: {} at +{:.3f} ms", step, rank_name,
-                                               duration_text(step_us), (step_span.begin - t0) / 1000)));
+                                               format_seconds(step_us / 1e6), (step_span.begin - t0) / 1000)));
     const double middle = y + kLaneHeight + kLaneGap / 2;
     fmt::format_to(out, "<text class=\"rank\" x=\"8\" y=\"{:.1f}\" font-weight=\"bold\">{}</text>\n", middle - 3,
                    svg::xml_escape(rank_name));
     fmt::format_to(out, "<text class=\"rank-summary\" x=\"8\" y=\"{:.1f}\" font-size=\"10\" fill=\"#555\">{}</text>\n",
                    middle + 10,
-                   svg::xml_escape(fmt::format("{}, {:.0f}% in wait", duration_text(step_us),
+                   svg::xml_escape(fmt::format("{}, {:.0f}% in wait", format_seconds(step_us / 1e6),
                                                step_us > 0 ? 100 * waited / step_us : 0.0)));
     const double comm_y = y + kLaneHeight + kLaneGap;
     for (const auto& [lane, lane_y] : {std::pair{"compute", y}, std::pair{"comm", comm_y}}) {
@@ -545,7 +541,7 @@ std::string step_timeline_svg(const json& trace_json, int64_t step, std::string_
   fmt::format_to(svg_out,
                  "<text class=\"window\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"#555\">step {}: {} on "
                  "{} ranks, ts {:.3f} to {:.3f} µs</text>\n",
-                 kWidth / 2, top - 16, step, duration_text(t1 - t0), trace.ranks.size(), t0, t1);
+                 kWidth / 2, top - 16, step, format_seconds((t1 - t0) / 1e6), trace.ranks.size(), t0, t1);
   buffer.append(body.data(), body.data() + body.size());
   fmt::format_to(svg_out, "</svg>\n");
   return fmt::to_string(buffer);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cuda/cuda_device.h"
+#include "core/units.h"
 #include "tools/train/evaluate.h"
 #include "tools/train/train_model.h"
 #include "tools/train/train_report.h"

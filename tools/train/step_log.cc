@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/cuda/cuda_device.h"
+#include "core/units.h"
 #include "tools/train/mfu.h"
 #include "tools/train/train_report.h"
 
@@ -82,7 +83,7 @@ void StepLog::write(const StepRecord& r, const std::vector<double>& peak_bytes, 
       t.peak_tflops ? fmt::format(" | MFU {:.1f}%", 100 * mfu(t.tokens_per_step / world / (r.ms / 1e3),
                                                               t.flops_per_token, *t.peak_tflops))
                     : "",
-      100 * comm.exposed_share(), mib(peak), format_duration(per_step * static_cast<double>(steps - r.step)));
+      100 * comm.exposed_share(), mib(peak), format_seconds(per_step * static_cast<double>(steps - r.step)));
   std::fflush(stdout);
   last_line_ = Clock::now();
 }

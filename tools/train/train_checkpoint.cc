@@ -13,6 +13,7 @@
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "core/error.h"
+#include "core/units.h"
 #include "dtensor/autograd.h"
 #include "kernels/fill.h"
 #include "nn/init.h"
@@ -41,8 +42,6 @@ std::vector<fs::path> committed(const std::string& dir) {
   return out;
 }
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -56,7 +55,7 @@ checkpoint::ProgressCallback progress_printer(const std::string& path, const cha
   return [name = fs::path(path).filename().string(), verb,
           start = std::chrono::steady_clock::now()](const checkpoint::Progress& p) {
     if (seconds_since(start) < kQuietSeconds) return;
-    fmt::print("checkpoint {}: {:.1f} of {:.1f} MiB {}\n", name, p.done_bytes / kMiB, p.total_bytes / kMiB, verb);
+    fmt::print("checkpoint {}: {:.1f} of {:.1f} MiB {}\n", name, mib(p.done_bytes), mib(p.total_bytes), verb);
     std::fflush(stdout);
   };
 }
@@ -103,7 +102,7 @@ void Checkpointer::commit() {
   in_flight_.wait();
   if (default_group()->rank() != 0) return;
   fmt::print("checkpoint {} committed: {:.1f} MiB\n", fs::path(in_flight_path_).filename().string(),
-             in_flight_bytes_ / kMiB);
+             mib(in_flight_bytes_));
   std::fflush(stdout);
   // Only rank 0 cleans up, so nothing here may throw (the other ranks go on training): a
   // directory that cannot be removed stays, with a line saying so.
@@ -170,7 +169,7 @@ RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Op
     int64_t bytes = 0;
     for (const auto& [name, t] : state.tensors)
       bytes += shape_numel(t.shape()) * static_cast<int64_t>(itemsize(t.dtype()));
-    fmt::print("loaded checkpoint {}: {:.1f} MiB in {:.1f} s\n", path, bytes / kMiB, seconds_since(start));
+    fmt::print("loaded checkpoint {}: {:.1f} MiB in {:.1f} s\n", path, mib(bytes), seconds_since(start));
     std::fflush(stdout);
   }
   {

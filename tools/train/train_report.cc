@@ -8,10 +8,9 @@
 #include "collectives/init.h"
 #include "collectives/process_group.h"
 #include "core/tensor.h"
+#include "core/units.h"
 
 namespace dtr::train {
-
-double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 double parameter_bytes(const std::vector<DTensor*>& params) {
   double bytes = 0;
@@ -99,13 +98,6 @@ nlohmann::json to_json(const RankFigures& f) {
           {"exposed_comm_s", f.exposed_s},
           {"train_s", f.train_s},
           {"tokens", f.tokens}};
-}
-
-std::string format_duration(double seconds) {
-  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  if (s < 60) return fmt::format("{}s", s);
-  if (s < 3600) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
 }
 
 }  // namespace dtr::train

@@ -46,8 +46,4 @@ std::vector<RankFigures> gather_rank_figures(const RankFigures& mine);
 std::string monitoring_table(const std::vector<RankFigures>& ranks);
 nlohmann::json to_json(const RankFigures& figures);
 
-// "1m05s", "42s".
-std::string format_duration(double seconds);
-double mib(double bytes);
-
 }  // namespace dtr::train
