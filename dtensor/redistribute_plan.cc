@@ -9,9 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "core/units.h"
 #include "dtensor/chunking.h"
-#include "dtensor/internal/text_table.h"
 
 namespace dtr {
 
@@ -310,14 +308,6 @@ bool same_moves(const std::vector<RedistributeStep>& a, const std::vector<Redist
   });
 }
 
-// The ranking key: fewest bytes on the busiest rank, then in all, then fewest collectives
-// and steps.
-std::tuple<int64_t, int64_t, int64_t, size_t> plan_cost(const RedistributePlan& p) {
-  const std::vector<int64_t> send = p.total_send_bytes();
-  return {p.max_send_bytes(), std::accumulate(send.begin(), send.end(), int64_t{0}), p.num_collectives(),
-          p.steps().size()};
-}
-
 std::string order_str(std::span<const int64_t> order) { return fmt::format("{}", fmt::join(order, ", ")); }
 
 // The checks shared by the single and coalesced forms; returns the checked target.
@@ -392,86 +382,6 @@ std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sourc
   return plans;
 }
 
-// "mesh dim 1 (tp)", or "mesh dims 0-1 (dp, tp)" for a merged step.
-std::string mesh_dims_label(const DeviceMesh& mesh, int64_t first, int64_t count) {
-  if (count == 1) return "mesh dim " + mesh.dim_label(first);
-  std::string label = fmt::format("mesh dims {}-{}", first, first + count - 1);
-  if (mesh.dim_names().empty()) return label;
-  const auto names = std::span(mesh.dim_names()).subspan(first, count);
-  return fmt::format("{} ({})", label, fmt::join(names, ", "));
-}
-
-// A collective step's buffer on its busiest rank, and the time cost_model predicts for it
-// (std::nullopt when the model has no fit for its kind).
-struct StepCost {
-  int64_t buffer_bytes;
-  std::optional<double> seconds;
-};
-
-StepCost step_cost(const DeviceMesh& m, const RedistributeStep& s, const CostModel& cost_model) {
-  const int64_t bytes = *std::max_element(s.buffer_bytes.begin(), s.buffer_bytes.end());
-  const int64_t group_size = static_cast<int64_t>(m.group_ranks(s.mesh_dim, s.num_mesh_dims).front().size());
-  return {bytes, cost_model.predict_seconds(collective_kind(s.op), group_size, bytes)};
-}
-
-// One line per step: its mesh dims, placements, op and groups; with a cost model, a
-// collective's buffer bytes and predicted time.
-std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent,
-                       const CostModel* cost_model) {
-  std::string out;
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const RedistributeStep& s = steps[k];
-    const std::string groups = fmt::format("{}", m.group_ranks(s.mesh_dim, s.num_mesh_dims));
-    std::string what;
-    switch (s.op) {
-      case StepOp::kAllGather:
-      case StepOp::kAllToAll: what = fmt::format("{} over groups {}", step_op_name(s.op), groups); break;
-      case StepOp::kAllReduce:
-      case StepOp::kReduceScatter:
-        what = fmt::format("{}({}) over groups {}", step_op_name(s.op), reduce_op_name(s.from.reduce_op()), groups);
-        break;
-      case StepOp::kChunk: what = "chunk (local: each rank keeps its chunk)"; break;
-      case StepOp::kPad:
-        what = fmt::format("pad (local: each rank's shard at its offset, {} elsewhere)",
-                           s.to.reduce_op() == ReduceOp::kSum   ? "zeros"
-                           : s.to.reduce_op() == ReduceOp::kMax ? "the lowest value"
-                                                                : "the highest value");
-        break;
-      case StepOp::kPartition: what = "partition (local: coordinate 0 keeps the value, the others hold zeros)"; break;
-      case StepOp::kRelabel: what = "relabel (no data changes)"; break;
-    }
-    if (s.num_mesh_dims > 1) {
-      what += fmt::format(" (merged: one collective over the {} mesh dims flattened, instead of {})", s.num_mesh_dims,
-                          s.num_mesh_dims);
-    }
-    if (cost_model != nullptr && is_collective(s.op)) {
-      const StepCost cost = step_cost(m, s, *cost_model);
-      what += cost.seconds ? fmt::format(": {} B per rank ~{}", cost.buffer_bytes, format_seconds(*cost.seconds))
-                           : fmt::format(": {} B per rank, no {} fit in the cost model", cost.buffer_bytes,
-                                         collective_kind_name(collective_kind(s.op)));
-    }
-    out += fmt::format("{}step {}: {}: {} -> {}, {}\n", indent, k + 1, mesh_dims_label(m, s.mesh_dim, s.num_mesh_dims),
-                       s.from, s.to, what);
-  }
-  return out;
-}
-
-// The plan's predicted time: the sum over its collective steps (they run one after another).
-std::string predicted_total(const DeviceMesh& m, const std::vector<RedistributeStep>& steps,
-                            const CostModel& cost_model) {
-  double seconds = 0;
-  int64_t unknown = 0;
-  for (const RedistributeStep& s : steps) {
-    if (!is_collective(s.op)) continue;
-    const std::optional<double> step = step_cost(m, s, cost_model).seconds;
-    seconds += step.value_or(0);
-    unknown += !step.has_value();
-  }
-  return fmt::format("predicted time: ~{}{} (cost model: {}, {})\n", format_seconds(seconds),
-                     unknown == 0 ? "" : fmt::format(", leaving out {} step(s) with no fit", unknown),
-                     cost_model.machine(), cost_model.backend());
-}
-
 }  // namespace
 
 RedistributePlan::RedistributePlan(std::vector<DTensorSpec> sources, Placements target,
@@ -510,41 +420,6 @@ int64_t RedistributePlan::max_send_bytes() const {
   return *std::max_element(send.begin(), send.end());
 }
 
-std::string RedistributePlan::explain(const CostModel* cost_model) const {
-  const DeviceMesh& m = mesh();
-  std::vector<std::string> tensors;
-  for (const DTensorSpec& s : sources_) tensors.push_back(fmt::format("{}{}", s.dtype(), s.shape()));
-  std::string out = fmt::format(
-      "redistribute {}{}: {} -> {} on {}\n", sources_.size() == 1 ? "" : fmt::format("{} tensors ", sources_.size()),
-      fmt::join(tensors, ", "), placements_str(source_placements()), placements_str(target_), m.to_string());
-  if (steps_.empty()) return out + "no steps: the placements already match\n";
-  const int64_t collectives = num_collectives();
-  out += fmt::format("{} step{}, {} collective{}:\n", steps_.size(), steps_.size() == 1 ? "" : "s", collectives,
-                     collectives == 1 ? "" : "s");
-  out += step_lines(m, steps_, "  ", cost_model);
-  if (collectives == 0) return out + "no communication\n";
-  if (cost_model != nullptr) out += predicted_total(m, steps_, *cost_model);
-  out += "bytes per rank (chunks padded to ceil(size/n), so every rank of a group sends equal buffers):\n";
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"rank", "coord"};
-  for (size_t k = 0; k < steps_.size(); ++k) {
-    if (is_collective(steps_[k].op)) header.push_back(fmt::format("step {} send/recv", k + 1));
-  }
-  header.insert(header.end(), {"total send", "total recv"});
-  rows.push_back(std::move(header));
-  const std::vector<int64_t> send = total_send_bytes(), recv = total_recv_bytes();
-  for (int64_t r = 0; r < m.size(); ++r) {
-    std::vector<std::string> row = {fmt::format("{}", m.ranks()[r]),
-                                    fmt::format("({})", fmt::join(m.coordinate_at(r), ", "))};
-    for (const RedistributeStep& s : steps_) {
-      if (is_collective(s.op)) row.push_back(fmt::format("{}/{}", s.send_bytes[r], s.recv_bytes[r]));
-    }
-    row.insert(row.end(), {fmt::format("{}", send[r]), fmt::format("{}", recv[r])});
-    rows.push_back(std::move(row));
-  }
-  return out + internal::format_table(rows);
-}
-
 RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& target) {
   return plan_redistribute_coalesced(std::span(&source, 1), target);
 }
@@ -568,53 +443,18 @@ size_t best_plan_index(const std::vector<RedistributePlan>& alternatives) {
   return best;
 }
 
+PlanCost plan_cost(const RedistributePlan& plan) {
+  const std::vector<int64_t> send = plan.total_send_bytes();
+  return {plan.max_send_bytes(), std::accumulate(send.begin(), send.end(), int64_t{0}), plan.num_collectives(),
+          static_cast<int64_t>(plan.steps().size())};
+}
+
 bool can_redistribute(const DTensorSpec& source, const Placements& target) {
   if (!DTensorSpec::is_valid(source.mesh(), target, source.shape(), source.dtype())) return false;
   for (size_t i = 0; i < target.size(); ++i) {
     if (changes_partial_op(source.placements()[i], target[i])) return false;
   }
   return true;
-}
-
-std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives, const CostModel* cost_model) {
-  const size_t best = best_plan_index(alternatives);
-  const RedistributePlan& chosen = alternatives[best];
-  const DeviceMesh& m = chosen.mesh();
-  std::string out = fmt::format("{} plan{} considered for {} -> {} on {}:\n", alternatives.size(),
-                                alternatives.size() == 1 ? "" : "s", chosen.sources().front().to_string(),
-                                placements_str(chosen.target_placements()), m.to_string());
-  for (size_t k = 0; k < alternatives.size(); ++k) {
-    const RedistributePlan& p = alternatives[k];
-    const auto [max_send, total_send, collectives, steps] = plan_cost(p);
-    out += fmt::format("plan {}{}: {}: {} step{}, {} collective{}, bytes sent: {} on the busiest rank, {} in all\n",
-                       k + 1, k == best ? " (chosen)" : "", p.strategy(), steps, steps == 1 ? "" : "s", collectives,
-                       collectives == 1 ? "" : "s", max_send, total_send);
-    out += step_lines(m, p.steps(), "  ", cost_model);
-    if (cost_model != nullptr && collectives > 0) out += "  " + predicted_total(m, p.steps(), *cost_model);
-  }
-  if (alternatives.size() == 1) return out + "chosen: plan 1, the only one\n";
-  // Why: the first key of the ranking on which the chosen plan beats the runner-up.
-  size_t runner_up = best == 0 ? 1 : 0;
-  for (size_t k = 0; k < alternatives.size(); ++k) {
-    if (k != best && plan_cost(alternatives[k]) < plan_cost(alternatives[runner_up])) runner_up = k;
-  }
-  const auto a = plan_cost(chosen), b = plan_cost(alternatives[runner_up]);
-  std::string why;
-  if (std::get<0>(a) != std::get<0>(b)) {
-    why = fmt::format("the fewest bytes sent by the busiest rank ({} against {})", std::get<0>(a), std::get<0>(b));
-  } else if (std::get<1>(a) != std::get<1>(b)) {
-    why = fmt::format("as few bytes on the busiest rank as plan {}, and the fewest in all ({} against {})",
-                      runner_up + 1, std::get<1>(a), std::get<1>(b));
-  } else if (std::get<2>(a) != std::get<2>(b)) {
-    why = fmt::format("the same bytes as plan {}, and fewer collectives ({} against {})", runner_up + 1, std::get<2>(a),
-                      std::get<2>(b));
-  } else if (std::get<3>(a) != std::get<3>(b)) {
-    why = fmt::format("the same bytes and collectives as plan {}, and fewer steps ({} against {})", runner_up + 1,
-                      std::get<3>(a), std::get<3>(b));
-  } else {
-    why = fmt::format("it ties with plan {} and comes first", runner_up + 1);
-  }
-  return out + fmt::format("chosen: plan {}: {}\n", best + 1, why);
 }
 
 RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> sources, const Placements& target) {

@@ -6,10 +6,11 @@
 // reduce_scatter; R->S chunk, R->P(sum) partition and S->P(sum|max|min) pad are local;
 // S->P(avg) goes through R; P(op1)->P(op2) is an error. N-D moves take the cheapest of
 // candidate plans (mesh dim orders, pad or not, merged or not), every step obeying the
-// nesting rule. explain() can add each collective's predicted time from a CostModel (it
-// never changes the choice). Rules, bytes and examples: docs/redistribute_planner.md.
+// nesting rule. The plans as text: dtensor/explain.h. Rules, bytes and examples:
+// docs/redistribute_planner.md.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,7 +18,6 @@
 #include <vector>
 
 #include "collectives/collective_counter.h"
-#include "collectives/cost_model.h"
 #include "dtensor/dtensor_spec.h"
 #include "dtensor/placement.h"
 
@@ -67,7 +67,7 @@ struct RedistributeStep {
 class RedistributePlan {
  public:
   // `strategy` says how the planner built the steps (the passes' orders, Shard -> Partial,
-  // merging), for explain_alternatives. ValueError when `sources` is empty.
+  // merging), for explain_alternatives (dtensor/explain.h). ValueError when `sources` is empty.
   RedistributePlan(std::vector<DTensorSpec> sources, Placements target, std::vector<RedistributeStep> steps,
                    std::string strategy);
 
@@ -84,11 +84,6 @@ class RedistributePlan {
   std::vector<int64_t> total_recv_bytes() const;
   // The most any rank sends over the whole plan: what the planner minimises first.
   int64_t max_send_bytes() const;
-
-  // The steps, their collectives and groups, and a table of bytes per rank. With a cost
-  // model, each collective step also shows its buffer bytes (buffer_bytes on the busiest
-  // rank) and its predicted time, and the plan its predicted total.
-  std::string explain(const CostModel* cost_model = nullptr) const;
 
  private:
   std::vector<DTensorSpec> sources_;
@@ -115,10 +110,16 @@ std::vector<RedistributePlan> plan_alternatives_coalesced(std::span<const DTenso
 // The index in `alternatives` of the plan plan_redistribute picks; ValueError when it is empty.
 size_t best_plan_index(const std::vector<RedistributePlan>& alternatives);
 
-// Every alternative with its steps and bytes, which one was chosen and why; with a cost
-// model, each collective step's predicted time as explain() shows it.
-std::string explain_alternatives(const std::vector<RedistributePlan>& alternatives,
-                                 const CostModel* cost_model = nullptr);
+// The ranking key of plans, compared member by member in this order: the bytes the busiest
+// rank sends, the bytes sent in all, collectives, steps. The least is the best.
+struct PlanCost {
+  int64_t max_send_bytes;
+  int64_t total_send_bytes;
+  int64_t num_collectives;
+  int64_t num_steps;
+  auto operator<=>(const PlanCost&) const = default;
+};
+PlanCost plan_cost(const RedistributePlan& plan);
 
 // Whether plan_redistribute(source, target) has a plan: the query form of its checks, for
 // callers weighing candidate placements (it builds no message and throws nothing).

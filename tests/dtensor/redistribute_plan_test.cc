@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "dtensor/explain.h"
 #include "tests/dtensor/dtensor_test_util.h"
 
 namespace dtr {
@@ -25,7 +26,7 @@ struct ExpectedStep {
 };
 
 void check_steps(const RedistributePlan& plan, const std::vector<ExpectedStep>& expected) {
-  INFO(plan.explain());
+  INFO(explain_plan(plan));
   REQUIRE(plan.steps().size() == expected.size());
   for (size_t k = 0; k < expected.size(); ++k) {
     INFO("step " << k + 1);
@@ -107,7 +108,7 @@ TEST_CASE("Shard -> Partial is local for sum, max and min", "[redistribute][part
     for (const Shape& mesh : {Shape{4}, Shape{2, 3}}) {
       const RedistributePlan p =
           plan(mesh, Placements(mesh.size(), Shard(0)), Placements(mesh.size(), Partial(op)), {5, 3});
-      INFO(p.explain());
+      INFO(explain_plan(p));
       CHECK(p.num_collectives() == 0);
       CHECK(p.max_send_bytes() == 0);
       for (const RedistributeStep& s : p.steps()) CHECK(s.op == StepOp::kPad);
@@ -118,8 +119,8 @@ TEST_CASE("Shard -> Partial is local for sum, max and min", "[redistribute][part
   CHECK(p.num_collectives() == 1);
   // The gather moves the padded half of the tensor: one block of 4x6 floats.
   CHECK(p.total_send_bytes() == std::vector<int64_t>{96, 96, 96, 96});
-  CHECK_THAT(p.explain(), Catch::Matchers::Contains("pad (local: each rank's shard at its offset, zeros elsewhere)"));
-  CHECK_THAT(plan({4}, {Shard(0)}, {Partial(ReduceOp::kMax)}).explain(),
+  CHECK_THAT(explain_plan(p), Catch::Matchers::Contains("pad (local: each rank's shard at its offset, zeros elsewhere)"));
+  CHECK_THAT(explain_plan(plan({4}, {Shard(0)}, {Partial(ReduceOp::kMax)})),
              Catch::Matchers::Contains("the lowest value elsewhere") && Catch::Matchers::Contains("no communication"));
 }
 
@@ -160,7 +161,7 @@ TEST_CASE("collectives on adjacent mesh dims merge over the flattened group", "[
   const RedistributePlan chosen = plan_redistribute(five, {Replicate(), Replicate()});
   CHECK(chosen.num_collectives() == 2);
   CHECK(chosen.total_send_bytes() == std::vector<int64_t>{60, 60, 48, 48});
-  CHECK_FALSE(chosen.explain().find("merged") != std::string::npos);
+  CHECK_FALSE(explain_plan(chosen).find("merged") != std::string::npos);
   const std::vector<RedistributePlan> alternatives = plan_alternatives(five, {Replicate(), Replicate()});
   REQUIRE(alternatives.size() == 2);
   CHECK(alternatives[0].num_collectives() == 1);
@@ -170,8 +171,7 @@ TEST_CASE("collectives on adjacent mesh dims merge over the flattened group", "[
                       Catch::Matchers::Contains("plan 2 (chosen): unshard over mesh dims (1, 0), then (0, 1)") &&
                       Catch::Matchers::Contains("chosen: plan 2: the fewest bytes sent by the busiest rank (60 "
                                                 "against 72)"));
-  CHECK_THAT(plan_redistribute(DTensorSpec(mesh, {Shard(0), Shard(0)}, {8, 6}, kFloat32), {Replicate(), Replicate()})
-                 .explain(),
+  CHECK_THAT(explain_plan(plan_redistribute(DTensorSpec(mesh, {Shard(0), Shard(0)}, {8, 6}, kFloat32), {Replicate(), Replicate()})),
              Catch::Matchers::Contains("step 1: mesh dims 0-1 (dp, tp): S(0) -> R, all_gather over groups [[0, 1, 2, "
                                        "3]] (merged: one collective over the 2 mesh dims flattened, instead of 2)"));
 }
@@ -425,7 +425,7 @@ TEST_CASE("random plans reach the target through legal steps with consistent byt
       continue;
     }
     const RedistributePlan p = plan_redistribute(spec, dst);
-    INFO(p.explain());
+    INFO(explain_plan(p));
     check_chain(spec, p, dst);
     CHECK(p.target_placements() == dst);
     check_no_needless_moves(p);
@@ -434,7 +434,7 @@ TEST_CASE("random plans reach the target through legal steps with consistent byt
     REQUIRE(!alternatives.empty());
     CHECK(same_steps(p, alternatives[best_plan_index(alternatives)]));
     for (const RedistributePlan& alt : alternatives) {
-      INFO("alternative: " << alt.strategy() << "\n" << alt.explain());
+      INFO("alternative: " << alt.strategy() << "\n" << explain_plan(alt));
       check_chain(spec, alt, dst);
       CHECK(p.max_send_bytes() <= alt.max_send_bytes());
       merged += std::any_of(alt.steps().begin(), alt.steps().end(),
@@ -499,7 +499,7 @@ TEST_CASE("coalesced plans: the same steps, bytes summed over the tensors", "[re
   CHECK(matched == 1);
   // The coalesced choice minimises the summed bytes of the busiest rank.
   CHECK(coalesced.max_send_bytes() == best_sum);
-  CHECK(coalesced.explain().starts_with("redistribute 3 tensors float32[5, 6], bfloat16[3], float64[0, 4]:"));
+  CHECK(explain_plan(coalesced).starts_with("redistribute 3 tensors float32[5, 6], bfloat16[3], float64[0, 4]:"));
 }
 
 TEST_CASE("planner errors name the tensors, meshes and placements and say what is legal", "[redistribute][errors]") {
@@ -578,7 +578,7 @@ TEST_CASE("can_redistribute says exactly when plan_redistribute has a plan", "[r
 
 TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redistribute][explain]") {
   const DTensorSpec spec(testing::make_mesh({2, 2}, {"dp", "tp"}), {Shard(0), Replicate()}, {8, 6}, kFloat32);
-  const std::string text = plan_redistribute(spec, {Replicate(), Shard(1)}).explain();
+  const std::string text = explain_plan(plan_redistribute(spec, {Replicate(), Shard(1)}));
   CHECK(text ==
         "redistribute float32[8, 6]: (S(0), R) -> (R, S(1)) on DeviceMesh('cpu', [[0, 1], [2, 3]], "
         "mesh_dim_names=('dp', 'tp'))\n"
@@ -591,12 +591,10 @@ TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redis
         "1    | (0, 1) | 48/48            | 48         | 48\n"
         "2    | (1, 0) | 48/48            | 48         | 48\n"
         "3    | (1, 1) | 48/48            | 48         | 48\n");
-  CHECK(plan_redistribute(spec, spec.placements()).explain().ends_with("no steps: the placements already match\n"));
-  CHECK(plan_redistribute(spec.with_placements({Replicate(), Replicate()}), {Partial(), Shard(0)})
-            .explain()
+  CHECK(explain_plan(plan_redistribute(spec, spec.placements())).ends_with("no steps: the placements already match\n"));
+  CHECK(explain_plan(plan_redistribute(spec.with_placements({Replicate(), Replicate()}), {Partial(), Shard(0)}))
             .ends_with("partition (local: coordinate 0 keeps the value, the others hold zeros)\nno communication\n"));
-  CHECK_THAT(plan_redistribute(spec.with_placements({Partial(ReduceOp::kAvg), Replicate()}), {Shard(0), Replicate()})
-                 .explain(),
+  CHECK_THAT(explain_plan(plan_redistribute(spec.with_placements({Partial(ReduceOp::kAvg), Replicate()}), {Shard(0), Replicate()})),
              Catch::Matchers::Contains("reduce_scatter(avg) over groups [[0, 2], [1, 3]]"));
 }
 
@@ -607,20 +605,20 @@ TEST_CASE("explain with a cost model prints each collective's bytes and predicte
   const RedistributePlan p = plan_redistribute(spec, {Replicate(), Shard(1)});
   // Step 2 gathers float32[8, 3] on each rank, 96 B: 100 us + 96 B / 1 GB/s. The steps and
   // the bytes table are those of explain() without a model.
-  const std::string text = p.explain(&model);
+  const std::string text = explain_plan(p, &model);
   CHECK_THAT(text, Catch::Matchers::Contains(
                        "  step 1: mesh dim 1 (tp): R -> S(1), chunk (local: each rank keeps its chunk)\n"
                        "  step 2: mesh dim 0 (dp): S(0) -> R, all_gather over groups [[0, 2], [1, 3]]: 96 B per rank "
                        "~100.1 us\n"
                        "predicted time: ~100.1 us (cost model: test machine, gloo)\n"
                        "bytes per rank"));
-  CHECK(text.ends_with(p.explain().substr(p.explain().find("bytes per rank"))));
+  CHECK(text.ends_with(explain_plan(p).substr(explain_plan(p).find("bytes per rank"))));
   // A group of 4 scales the fit at 2: alpha x 3, 1/beta x 1.5; 768 B -> 300 us + 1.152 us.
-  CHECK_THAT(plan({4}, {Shard(0)}, {Replicate()}).explain(&model),
+  CHECK_THAT(explain_plan(plan({4}, {Shard(0)}, {Replicate()}), &model),
              Catch::Matchers::Contains("all_gather over groups [[0, 1, 2, 3]]: 768 B per rank ~301.2 us"));
   // A kind with no fit says so, and the total leaves it out. all_to_all's buffer: 4 blocks of
   // float32[2, 2, 4] (dim 1 padded from 6 to 8), 256 B.
-  const std::string no_fit = plan({4}, {Shard(0)}, {Shard(1)}).explain(&model);
+  const std::string no_fit = explain_plan(plan({4}, {Shard(0)}, {Shard(1)}), &model);
   CHECK_THAT(no_fit, Catch::Matchers::Contains(": 256 B per rank, no all_to_all fit in the cost model\n"));
   CHECK_THAT(no_fit, Catch::Matchers::Contains("predicted time: ~0.0 us, leaving out 1 step(s) with no fit"));
   // explain_alternatives shows the same per plan.

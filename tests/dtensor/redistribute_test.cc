@@ -11,6 +11,7 @@
 #include "collectives/init.h"
 #include "dtensor/chunking.h"
 #include "dtensor/dtensor.h"
+#include "dtensor/explain.h"
 #include "kernels/fill.h"
 #include "tests/dtensor/distributed_data.h"
 #include "tests/testing/multi_rank.h"
@@ -62,7 +63,7 @@ void check_counts_match(const RedistributePlan& plan, const std::string& what) {
   for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllToAll,
                               CollectiveKind::kAllReduce}) {
     const auto it = expected.find(kind);
-    INFO(what << ": " << collective_kind_name(kind) << "\n" << plan.explain());
+    INFO(what << ": " << collective_kind_name(kind) << "\n" << explain_plan(plan));
     CHECK(collective_counter().calls(kind) == (it == expected.end() ? 0 : it->second.first));
     CHECK(collective_counter().bytes(kind) == (it == expected.end() ? 0 : it->second.second));
   }
@@ -100,7 +101,7 @@ bool run_random_case(const DeviceMesh& mesh, std::mt19937_64& gen, uint64_t seed
   CHECK(to_f64(y.full_tensor()) == to_f64(full));
   // Every plan the planner weighed gives the same tensor: merged or not, in any order.
   for (const RedistributePlan& alt : plan_alternatives(*source, to)) {
-    INFO("alternative: " << alt.strategy() << "\n" << alt.explain());
+    INFO("alternative: " << alt.strategy() << "\n" << explain_plan(alt));
     const std::vector<Tensor> locals = execute_redistribute(alt, {x.to_local()});
     CHECK(to_f64(from_local(locals[0], mesh, to, shape).full_tensor()) == to_f64(full));
   }
@@ -194,7 +195,7 @@ TEST_CASE("merged collectives run over the flattened group, even and uneven", "[
         for (const RedistributePlan& alt : plan_alternatives(spec, to)) {
           const bool merged = alt.num_collectives() == 1;
           merged_plans += merged;
-          INFO(alt.explain());
+          INFO(explain_plan(alt));
           collective_counter().reset();
           const std::vector<Tensor> locals = execute_redistribute(alt, {x.to_local()});
           CHECK(collective_counter().snapshot().size() == static_cast<size_t>(alt.num_collectives()));

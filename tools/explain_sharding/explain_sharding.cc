@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/dtensor_spec.h"
+#include "dtensor/explain.h"
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
 #include "dtensor/visualize_sharding.h"
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     std::optional<dtr::CostModel> cost_model;
     if (!cost_model_path.empty()) cost_model = dtr::CostModel::load(cost_model_path);
     const dtr::CostModel* model = cost_model ? &*cost_model : nullptr;
-    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << plan.explain(model) << "\n";
+    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << explain_plan(plan, model) << "\n";
     if (alternatives)
       std::cout << dtr::explain_alternatives(dtr::plan_alternatives(source, plan.target_placements()), model) << "\n";
     std::cout << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));
