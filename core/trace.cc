@@ -1,14 +1,18 @@
 #include "core/trace.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <utility>
+
+#include "core/error.h"
 
 namespace dtr::trace {
 namespace internal {
@@ -62,21 +66,37 @@ void set_thread_name(std::string_view name) {
   b.name = std::string(name);
 }
 
+namespace {
+
+// Every category's name, by id: core's first (in the order of their ids), then the layers'.
+struct CategoryNames {
+  std::mutex mu;
+  std::vector<std::string_view> names{"kernel", "op", "redistribute", "autograd", "issue", "collective", "wait"};
+};
+
+// Made on first use: layers define their categories while their files' statics initialise.
+CategoryNames& category_names() {
+  static CategoryNames names;
+  return names;
+}
+
+}  // namespace
+
+Category define_category(std::string_view name) {
+  CategoryNames& c = category_names();
+  std::lock_guard lock(c.mu);
+  const auto found = std::find(c.names.begin(), c.names.end(), name);
+  if (found != c.names.end()) return Category(static_cast<uint8_t>(found - c.names.begin()));
+  DTR_INTERNAL_ASSERT(c.names.size() < kMaxCategories, "trace::define_category(\"{}\"): all {} categories are taken ({})",
+                      name, kMaxCategories, fmt::join(c.names, ", "));
+  c.names.push_back(name);
+  return Category(static_cast<uint8_t>(c.names.size() - 1));
+}
+
 std::string_view category_name(Category c) {
-  switch (c) {
-    case Category::kKernel: return "kernel";
-    case Category::kOp: return "op";
-    case Category::kRedistribute: return "redistribute";
-    case Category::kAutograd: return "autograd";
-    case Category::kIssue: return "issue";
-    case Category::kCollective: return "collective";
-    case Category::kWait: return "wait";
-    case Category::kFsdp: return "fsdp";
-    case Category::kOptimizer: return "optimizer";
-    case Category::kData: return "data";
-    case Category::kStep: return "step";
-  }
-  return "unknown";
+  CategoryNames& names = category_names();
+  std::lock_guard lock(names.mu);
+  return c.id() < names.names.size() ? names.names[c.id()] : "unknown";
 }
 
 void start(Categories categories) {

@@ -1,5 +1,6 @@
 // Tracing: spans of work (a kernel, a DTensor op, an autograd node, a collective and the time
-// a caller waited for it, an FSDP event, an optimizer step) recorded per thread while
+// a caller waited for it, and what the layers above declare: an FSDP event, an optimizer
+// step) recorded per thread while
 // tracing is on, and regions that attribute spans to a part of the model.
 //
 // Off (the default) a span costs one relaxed atomic load. On, a span appends one event to its
@@ -20,21 +21,46 @@
 
 namespace dtr::trace {
 
-// What a span times.
-enum class Category : uint8_t {
-  kKernel,        // a CPU or CUDA kernel
-  kOp,            // a DTensor op (its sharding, redistributes and local kernels)
-  kRedistribute,  // one redistribute, and each step of its plan
-  kAutograd,      // an autograd node in backward
-  kIssue,         // a caller issuing a collective (args: kind, group, seq, bytes)
-  kCollective,    // a collective running: packing, the transfer, unpacking (same args)
-  kWait,          // a caller waiting for a collective (args: group, seq)
-  kFsdp,          // unshard, reshard, prefetch, reduce-scatter, gradient sync skipped
-  kOptimizer,     // an optimizer step
-  kData,          // loading a batch
-  kStep,          // one training step
+// What a span times: an id, the span's bit in a Categories mask, and a name that traces show.
+// Core declares the categories of the layers below a model: kernels, DTensor ops and their
+// redistributes, autograd, and collectives. A layer above declares the words it owns with
+// define_category: nn's "fsdp" (fully_shard.h), optim's "optimizer" (optimizer.h), the
+// trace tools' "step" (comm_accounting.h), the train program's "data".
+class Category {
+ public:
+  static const Category kKernel;        // a CPU or CUDA kernel
+  static const Category kOp;            // a DTensor op (its sharding, redistributes and local kernels)
+  static const Category kRedistribute;  // one redistribute, and each step of its plan
+  static const Category kAutograd;      // an autograd node in backward
+  static const Category kIssue;         // a caller issuing a collective (args: kind, group, seq, bytes)
+  static const Category kCollective;    // a collective running: packing, the transfer, unpacking (same args)
+  static const Category kWait;          // a caller waiting for a collective (args: group, seq)
+
+  constexpr uint8_t id() const { return id_; }
+  friend constexpr bool operator==(Category, Category) = default;
+
+ private:
+  friend Category define_category(std::string_view name);
+  constexpr explicit Category(uint8_t id) : id_(id) {}
+  uint8_t id_;
 };
 
+inline constexpr Category Category::kKernel{0};
+inline constexpr Category Category::kOp{1};
+inline constexpr Category Category::kRedistribute{2};
+inline constexpr Category Category::kAutograd{3};
+inline constexpr Category Category::kIssue{4};
+inline constexpr Category Category::kCollective{5};
+inline constexpr Category Category::kWait{6};
+
+// The category named `name` ("fsdp"), made on its first call: a layer's own, declared once
+// beside the code that records it (`inline const Category kFsdpCategory =
+// define_category("fsdp");`). `name` must outlive the program (a literal). InternalError
+// past kMaxCategories.
+Category define_category(std::string_view name);
+inline constexpr int kMaxCategories = 32;
+
+// "kernel", "fsdp": the name traces show.
 std::string_view category_name(Category c);
 
 // One argument of an event: its key and its value as JSON text (`12`, `"dp"`, `[4, 8]`).
@@ -69,11 +95,9 @@ void set_thread_name(std::string_view name);
 
 // A set of categories, one bit each.
 using Categories = uint32_t;
-constexpr Categories bit(Category c) { return Categories{1} << static_cast<unsigned>(c); }
+static_assert(kMaxCategories <= 8 * sizeof(Categories));
+constexpr Categories bit(Category c) { return Categories{1} << c.id(); }
 inline constexpr Categories kAllCategories = ~Categories{0};
-// What exposed-communication accounting needs (comm_accounting.h): cheap enough for every step.
-inline constexpr Categories kCommCategories =
-    bit(Category::kStep) | bit(Category::kIssue) | bit(Category::kCollective) | bit(Category::kWait);
 
 namespace internal {
 extern std::atomic<Categories> g_recording;

@@ -246,7 +246,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
            }
-           trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", trace::Category::kFsdp);
+           trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", kFsdpCategory);
            span.arg("module", owner);
            const trace::CommPhase phase("reduce_scatter", owner);
            if (!reduce->sync) {
@@ -282,7 +282,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
 
 void FSDPModule::unshard(Async async) {
   if (state_ == State::kUnsharded || params_.empty()) return;
-  trace::Span span(async == Async::kYes ? "unshard (issued)" : "unshard", trace::Category::kFsdp);
+  trace::Span span(async == Async::kYes ? "unshard (issued)" : "unshard", kFsdpCategory);
   span.arg("module", trace_name_);
   const trace::CommPhase phase(trace::current_comm_phase(), trace_name_);  // the caller's phase, for this group
   std::vector<DTensor> gathered;
@@ -322,7 +322,7 @@ void FSDPModule::wait_for_unshard() {
 
 void FSDPModule::reshard() {
   if (state_ != State::kUnsharded) return;
-  trace::Span span("reshard", trace::Category::kFsdp);
+  trace::Span span("reshard", kFsdpCategory);
   span.arg("module", trace_name_);
   wait_for_unshard();
   post_forward_shards_.clear();

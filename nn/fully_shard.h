@@ -56,10 +56,15 @@
 #include <variant>
 #include <vector>
 
+#include "core/trace.h"
 #include "dtensor/dtensor.h"
 #include "nn/module.h"
 
 namespace dtr::nn {
+
+// The trace category of FSDP's spans: unshard, reshard, prefetch, reduce-scatter, gradient
+// sync skipped.
+inline const trace::Category kFsdpCategory = trace::define_category("fsdp");
 
 // PyTorch's MixedPrecisionPolicy. The sharded parameters (and so the optimizer's state)
 // keep their own dtype; each fully_shard call has its own policy.

@@ -23,6 +23,9 @@
 
 namespace dtr::optim {
 
+// The trace category of an optimizer step's span.
+inline const trace::Category kOptimizerCategory = trace::define_category("optimizer");
+
 // One group's parameters and hyper-parameters (each optimizer reads the ones it has).
 struct ParamGroup {
   std::vector<DTensor*> params = {};
@@ -104,7 +107,7 @@ class Optimizer {
 
 template <class Init, class Update>
 void Optimizer::for_each_update(Init&& init, Update&& update) {
-  const trace::Span span(step_span_name_, trace::Category::kOptimizer);
+  const trace::Span span(step_span_name_, kOptimizerCategory);
   size_t index = 0;
   for (ParamGroup& group : groups_) {
     std::map<int64_t, std::vector<StepTensors>> by_step;  // parameters may differ in steps taken

@@ -2,6 +2,7 @@
 // parents named, each thread's events come back apart, a new run drops the last one's,
 // regions label the spans begun in them, and kernels time themselves as spans.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/trace.h"
 #include "kernels/fill.h"
 #include "kernels/matmul.h"
@@ -17,6 +19,10 @@ namespace dtr {
 namespace {
 
 using trace::Category;
+
+// Categories of a layer above core, as such a layer declares them.
+const Category kTestStep = trace::define_category("test step");
+const Category kTestOptimizer = trace::define_category("test optimizer");
 
 // The events of the only thread that recorded; fails the test when there are others.
 std::vector<trace::Event> one_thread(std::vector<trace::ThreadEvents> threads) {
@@ -41,7 +47,7 @@ TEST_CASE("spans nest on a thread: each names its enclosing span, inside its tim
     { const trace::Span a("a", Category::kKernel); }
     {
       const trace::Span b("b", Category::kKernel);
-      const trace::Span c("c", Category::kOptimizer);
+      const trace::Span c("c", kTestOptimizer);
     }
   }
   { const trace::Span d("d", Category::kKernel); }
@@ -52,7 +58,7 @@ TEST_CASE("spans nest on a thread: each names its enclosing span, inside its tim
   CHECK(e[1].name == "a");
   CHECK(e[2].name == "b");
   CHECK(e[3].name == "c");
-  CHECK(e[3].category == Category::kOptimizer);
+  CHECK(e[3].category == kTestOptimizer);
   CHECK(e[4].name == "d");
   CHECK(e[0].parent == -1);
   CHECK(e[1].parent == 0);
@@ -166,11 +172,12 @@ TEST_CASE("arguments are JSON values on their span, and cost nothing on an inact
 }
 
 TEST_CASE("a run records only the categories it was started with", "[trace]") {
-  trace::start(trace::kCommCategories);
+  trace::start(trace::bit(kTestStep) | trace::bit(Category::kWait));
   CHECK(trace::enabled(Category::kWait));
   CHECK_FALSE(trace::enabled(Category::kKernel));
+  CHECK_FALSE(trace::enabled(kTestOptimizer));
   {
-    const trace::Span step("step", Category::kStep);
+    const trace::Span step("step", kTestStep);
     { const trace::Span k("matmul", Category::kKernel); }
     { const trace::Span w("wait", Category::kWait); }
   }
@@ -180,6 +187,32 @@ TEST_CASE("a run records only the categories it was started with", "[trace]") {
   CHECK(e[1].name == "wait");
   CHECK(e[1].parent == 0);
   CHECK_FALSE(trace::enabled());
+}
+
+TEST_CASE("a layer's categories take the next bits, by name, once each", "[trace]") {
+  CHECK(trace::category_name(Category::kKernel) == "kernel");
+  CHECK(trace::category_name(Category::kWait) == "wait");
+  CHECK(trace::category_name(kTestStep) == "test step");
+  CHECK(trace::category_name(kTestOptimizer) == "test optimizer");
+  CHECK(kTestStep.id() > Category::kWait.id());
+  CHECK(trace::bit(kTestStep) != trace::bit(kTestOptimizer));
+  CHECK(trace::define_category("test step") == kTestStep);  // a name is one category
+  CHECK(trace::define_category("wait") == Category::kWait);
+}
+
+TEST_CASE("past the last bit, define_category is a dtr bug naming the categories", "[trace]") {
+  // Takes every free id: no test after it may define a category (the file's are defined above).
+  static std::vector<std::string> names;  // a category's name outlives the program's categories
+  for (int i = 0; i < trace::kMaxCategories; ++i) names.push_back(fmt::format("filler {}", i));
+  size_t defined = 0;
+  const auto define_all = [&] {
+    for (; defined < names.size(); ++defined) trace::define_category(names[defined]);
+  };
+  CHECK_THROWS_AS(define_all(), InternalError);
+  CHECK(defined == static_cast<size_t>(trace::kMaxCategories) - 9);  // core's seven and this file's two
+  CHECK_THROWS_WITH(trace::define_category("one more"),
+                    Catch::Contains("trace::define_category(\"one more\"): all 32 categories are taken (kernel, op,"));
+  CHECK(trace::category_name(trace::define_category("test step")) == "test step");
 }
 
 TEST_CASE("threads name their lanes; the name holds for later runs", "[trace]") {

@@ -172,7 +172,7 @@ TEST_CASE("fully_shard on two GPUs trains like one CPU rank, frees gathered para
       const bool traced = s == 2;  // implicit prefetch knows the order from step 1 on
       if (traced) trace::start(trace::kCommCategories);
       {
-        const trace::Span span("step", trace::Category::kStep);
+        const trace::Span span("step", trace::kStepCategory);
         step(run, model, opt, mesh, ids);
         cuda::compute_stream(gpu.index).synchronize();
       }

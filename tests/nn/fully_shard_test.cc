@@ -272,7 +272,7 @@ std::vector<std::string> fsdp_modules(const std::vector<trace::ThreadEvents>& ru
   std::vector<std::string> out;
   for (const trace::ThreadEvents& t : run) {
     for (const trace::Event& e : t.events) {
-      if (e.category != trace::Category::kFsdp || e.name != name || (e.begin_ns < split_ns) != forward) continue;
+      if (e.category != kFsdpCategory || e.name != name || (e.begin_ns < split_ns) != forward) continue;
       for (const trace::Arg& a : e.args) {
         if (a.key == "module") out.push_back(a.json);
       }
@@ -298,7 +298,7 @@ TEST_CASE("set_prefetch_depth issues the next blocks' all-gathers ahead, nearest
       set_prefetch_depth(root, blocks, depth);
       const Tensor tokens = testing::random_tensor({kBatch, kSeq}, kFloat64, 1, 0, kVocab).to(kInt64);
       const DTensor x = distribute_tensor(tokens, mesh, {Shard(0)});
-      trace::start(trace::bit(trace::Category::kFsdp));
+      trace::start(trace::bit(kFsdpCategory));
       const DTensor loss = sum(model(x));
       const int64_t split = trace::now_ns();
       loss.backward();

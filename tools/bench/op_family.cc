@@ -2,11 +2,13 @@
 
 #include <vector>
 
+#include "optim/optimizer.h"
+
 namespace dtr::bench {
 namespace {
 
 OpFamily family_of(const trace::Event& e) {
-  if (e.category == trace::Category::kOptimizer) return OpFamily::kOptimizer;
+  if (e.category == optim::kOptimizerCategory) return OpFamily::kOptimizer;
   const std::string_view region = e.region, name = e.name;
   if (region == "attention") return OpFamily::kAttention;
   if (region == "norm" || name.starts_with("layer_norm")) return OpFamily::kNorms;
@@ -16,7 +18,7 @@ OpFamily family_of(const trace::Event& e) {
 }
 
 bool counts(const trace::Event& e) {
-  return e.category == trace::Category::kKernel || e.category == trace::Category::kOptimizer;
+  return e.category == trace::Category::kKernel || e.category == optim::kOptimizerCategory;
 }
 
 }  // namespace

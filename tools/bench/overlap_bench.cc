@@ -53,6 +53,7 @@
 #include "tools/command_line.h"
 #include "tools/launcher/self_launch.h"
 #include "tools/tool_main.h"
+#include "tools/trace/comm_accounting.h"
 #include "tools/train/train_report.h"
 #include "tools/train/train_trace.h"
 
@@ -207,7 +208,7 @@ void tracer_cost_table(const DeviceMesh& mesh, int64_t cycles, int64_t warmup) {
   bench::ReferenceLM lm(mesh);
   shard(lm.model, mesh, {});
   optim::AdamW opt({{.params = lm.model.parameters(), .lr = 3e-4, .weight_decay = 0.1}});
-  constexpr std::array<trace::Categories, 3> kModes = {0, trace::kCommCategories, trace::kAllCategories};
+  const std::array<trace::Categories, 3> kModes = {0, trace::kCommCategories, trace::kAllCategories};
   std::array<std::vector<double>, 3> ms, ratio;
   int64_t events = 0;
   for (int64_t cycle = 0; cycle < warmup + cycles; ++cycle) {

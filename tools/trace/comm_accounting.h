@@ -1,6 +1,6 @@
 // Exposed communication: per step and rank, how much collective time the compute thread
 // waited for (exposed) and how much ran behind compute (hidden), from a Chrome trace
-// (chrome_trace.h) holding step, collective and wait spans (trace::kCommCategories).
+// (chrome_trace.h) holding step, collective and wait spans (kCommCategories, below).
 //
 // A collective's time is its span on the communication thread (or on the caller's thread,
 // when the caller ran it inline): packing, transfer, unpacking. Its exposed part is the
@@ -20,7 +20,17 @@
 #include <string>
 #include <vector>
 
+#include "core/trace.h"
+
 namespace dtr::trace {
+
+// The category of one training step's span, which accounting splits time by (its args:
+// step).
+inline const Category kStepCategory = define_category("step");
+// What accounting needs: steps, and collectives issued, running and waited for; cheap
+// enough to record every step.
+inline const Categories kCommCategories =
+    bit(kStepCategory) | bit(Category::kIssue) | bit(Category::kCollective) | bit(Category::kWait);
 
 struct CommTime {
   double total_us = 0, exposed_us = 0, hidden_us = 0;

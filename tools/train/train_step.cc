@@ -10,6 +10,12 @@
 #include "tools/train/train_report.h"
 
 namespace dtr::train {
+namespace {
+
+// The trace category of loading a batch.
+const trace::Category kDataCategory = trace::define_category("data");
+
+}  // namespace
 
 StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
                       const std::vector<uint16_t>& tokens, const WindowOrder& order, const DeviceMesh& mesh,
@@ -19,7 +25,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
     m.set_gradient_sync(micro + 1 == c.grad_accum);
     const Batch batch = [&] {
-      const trace::Span span("batch", trace::Category::kData);
+      const trace::Span span("batch", kDataCategory);
       return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
     }();
     window += micro_rows;

@@ -48,7 +48,7 @@ void StepTracer::begin(int64_t step) {
   step_ = step;
   const bool full = traced_ && traced_->first <= step && step <= traced_->second;
   trace::start(full ? trace::kAllCategories : trace::kCommCategories);
-  span_.emplace("step", trace::Category::kStep);
+  span_.emplace("step", trace::kStepCategory);
   span_->arg("step", step);
 }
 
