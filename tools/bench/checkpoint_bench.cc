@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/load.h"
 #include "checkpoint/save.h"
 #include "collectives/init.h"
 #include "collectives/process_group.h"
