@@ -36,7 +36,6 @@ using internal::leftover_siblings;
 using internal::make_token;
 using internal::ProgressMeter;
 using internal::rank_file;
-using internal::TempDirGuard;
 using internal::world;
 using internal::World;
 
@@ -138,7 +137,7 @@ struct internal::StagedSave {
   Json signatures = Json::object();            // name -> spec string
   Json extra;
   std::map<std::string, SavedTensor> skeleton;  // every tensor's metadata without chunks
-  TempDirGuard guard;                           // rank 0's temporary directory
+  TempPath temp_owner;                          // rank 0: the temporary directory until commit
   ProgressCallback on_progress;                 // called by the writer (step 2)
 };
 
@@ -204,7 +203,7 @@ std::unique_ptr<StagedSave> begin_save(const State& state, const std::string& di
   internal::raise_if_any_failed(outcomes, error, kSave);
   s->token = outcomes[0]["token"].get<std::string>();
   s->temp = s->target.string() + ".tmp-" + s->token;
-  if (s->w.rank == 0) s->guard.path = s->temp;
+  if (s->w.rank == 0) s->temp_owner = TempPath(s->temp);
   return s;
 }
 
@@ -248,7 +247,7 @@ void finish_save(StagedSave& s, std::exception_ptr error, const Json& written) {
     const std::string text = internal::metadata_to_json(build_metadata(s.skeleton, s.extra, outcomes)).dump(1);
     write_file_durably((s.temp / internal::kMetadataFile).string(), text, kSave);
     sync_directory(s.temp.string(), kSave);
-    commit(s.temp, s.target, s.token, s.guard.committed);  // the guard keeps what moved into place
+    commit(std::move(s.temp_owner), s.target, s.token);
   });
   outcomes = all_gather_json(s.w.group.get(), outcome);
   internal::raise_if_any_failed(outcomes, error, kSave);

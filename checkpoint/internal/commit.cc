@@ -63,10 +63,9 @@ std::string make_token() {
   return fmt::format("{}-{:016x}", ::getpid(), r);
 }
 
-void commit(const fs::path& temp, const fs::path& target, const std::string& token, bool& moved) {
+void commit(TempPath temp, const fs::path& target, const std::string& token) {
   const std::string parent = target.parent_path().string();
   auto make_durable = [&] {
-    moved = true;
     try {
       sync_directory(parent, kSave);
     } catch (const OSError& e) {
@@ -78,15 +77,15 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
   };
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(target, ec))) {
-    if (::rename(temp.c_str(), target.c_str()) != 0) {
+    if (::rename(temp.path().c_str(), target.c_str()) != 0) {
       throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
     }
+    temp.release();
     make_durable();
     return;
   }
-  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
-    make_durable();
-    fs::remove_all(temp, ec);  // the previous checkpoint, now under the temporary name
+  if (::renameat2(AT_FDCWD, temp.path().c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) == 0) {
+    make_durable();  // then `temp` removes the previous checkpoint, now under the temporary name
     return;
   }
   if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
@@ -97,11 +96,12 @@ void commit(const fs::path& temp, const fs::path& target, const std::string& tok
   if (::rename(target.c_str(), old.c_str()) != 0) {
     throw OSError(errno, fmt::format("{}: rename('{}', '{}')", kSave, target.string(), old.string()));
   }
-  if (::rename(temp.c_str(), target.c_str()) != 0) {
+  if (::rename(temp.path().c_str(), target.c_str()) != 0) {
     const int error = errno;
     ::rename(old.c_str(), target.c_str());  // put the previous checkpoint back
     throw OSError(error, fmt::format("{}: rename('{}', '{}')", kSave, temp.string(), target.string()));
   }
+  temp.release();
   make_durable();
   fs::remove_all(old, ec);
 }

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/temp_path.h"
+
 namespace dtr::checkpoint::internal {
 
 inline constexpr std::string_view kSave = "checkpoint::save";
@@ -35,26 +37,12 @@ void check_replaceable(const std::filesystem::path& target);
 std::string make_token();
 
 // Moves the complete `temp` to `target`. With an existing checkpoint there, renameat2's
-// RENAME_EXCHANGE swaps the two directories in one atomic step and the previous one is
-// then removed; where the filesystem cannot exchange, the previous one moves aside to
-// `<dir>.old-<token>` first (a crash between the two renames leaves no `dir`, the previous
-// checkpoint there and the new complete one at `temp`). `moved` is set as soon as the new
-// checkpoint is at `target`; the parent is fsync'ed after (a failure then says the new
-// checkpoint is in place).
-void commit(const std::filesystem::path& temp, const std::filesystem::path& target, const std::string& token,
-            bool& moved);
-
-// Rank 0's temporary directory, removed unless the save committed it.
-struct TempDirGuard {
-  std::filesystem::path path;
-  bool committed = false;
-  TempDirGuard() = default;
-  TempDirGuard(const TempDirGuard&) = delete;
-  TempDirGuard& operator=(const TempDirGuard&) = delete;
-  ~TempDirGuard() {
-    std::error_code ec;
-    if (!committed && !path.empty()) std::filesystem::remove_all(path, ec);
-  }
-};
+// RENAME_EXCHANGE swaps the two directories in one atomic step and the previous one, now
+// at the temporary name, goes with `temp`; where the filesystem cannot exchange, the
+// previous one moves aside to `<dir>.old-<token>` first (a crash between the two renames
+// leaves no `dir`, the previous checkpoint there and the new complete one at `temp`). Once
+// the new checkpoint is at `target` the parent is fsync'ed (a failure then says the new
+// checkpoint is in place). On a failure before that, `temp` goes with what it holds.
+void commit(TempPath temp, const std::filesystem::path& target, const std::string& token);
 
 }  // namespace dtr::checkpoint::internal
