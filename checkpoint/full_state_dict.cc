@@ -26,7 +26,7 @@ nn::LoadResult load_full_state_dict(nn::Module& module, const TensorMap& tensors
       state.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
     } else {
       // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.
-      const DeviceMesh mesh = nn::single_rank_mesh();
+      const DeviceMesh mesh = single_rank_mesh();
       state.emplace_back(name, DTensor(full, DTensorSpec(mesh, {Replicate()}, full.shape(), full.dtype())));
     }
   }

@@ -21,7 +21,7 @@ namespace {
 using testing::MessageContains;
 
 DTensor leaf() {
-  DTensor p(Tensor::empty({1}, kFloat32), DTensorSpec(nn::single_rank_mesh(), {Replicate()}, {1}, kFloat32));
+  DTensor p(Tensor::empty({1}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {1}, kFloat32));
   p.requires_grad_();
   return p;
 }

@@ -54,7 +54,7 @@ TEST_CASE("train's lr at every step, for each --lr-schedule, --warmup and --step
     config.steps = c.steps;
     config.warmup = c.warmup;
     config.lr = 0.01;
-    DTensor p(Tensor::empty({1}, kFloat32), DTensorSpec(nn::single_rank_mesh(), {Replicate()}, {1}, kFloat32));
+    DTensor p(Tensor::empty({1}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {1}, kFloat32));
     p.requires_grad_();
     optim::SGD opt({{.params = {&p}, .lr = config.lr}});
     optim::WarmupDecayLR schedule = make_lr_schedule(opt, config);
