@@ -87,8 +87,9 @@ Category define_category(std::string_view name) {
   std::lock_guard lock(c.mu);
   const auto found = std::find(c.names.begin(), c.names.end(), name);
   if (found != c.names.end()) return Category(static_cast<uint8_t>(found - c.names.begin()));
-  DTR_INTERNAL_ASSERT(c.names.size() < kMaxCategories, "trace::define_category(\"{}\"): all {} categories are taken ({})",
-                      name, kMaxCategories, fmt::join(c.names, ", "));
+  DTR_INTERNAL_ASSERT(c.names.size() < kMaxCategories,
+                      "trace::define_category(\"{}\"): all {} categories are taken ({})", name, kMaxCategories,
+                      fmt::join(c.names, ", "));
   c.names.push_back(name);
   return Category(static_cast<uint8_t>(c.names.size() - 1));
 }

@@ -101,9 +101,10 @@ std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_mod
   const std::vector<RedistributeStep>& steps = plan.steps();
   std::vector<std::string> tensors;
   for (const DTensorSpec& s : sources) tensors.push_back(fmt::format("{}{}", s.dtype(), s.shape()));
-  std::string out = fmt::format(
-      "redistribute {}{}: {} -> {} on {}\n", sources.size() == 1 ? "" : fmt::format("{} tensors ", sources.size()),
-      fmt::join(tensors, ", "), placements_str(plan.source_placements()), placements_str(plan.target_placements()), m.to_string());
+  std::string out =
+      fmt::format("redistribute {}{}: {} -> {} on {}\n",
+                  sources.size() == 1 ? "" : fmt::format("{} tensors ", sources.size()), fmt::join(tensors, ", "),
+                  placements_str(plan.source_placements()), placements_str(plan.target_placements()), m.to_string());
   if (steps.empty()) return out + "no steps: the placements already match\n";
   const int64_t collectives = plan.num_collectives();
   out += fmt::format("{} step{}, {} collective{}:\n", steps.size(), steps.size() == 1 ? "" : "s", collectives,
@@ -162,8 +163,8 @@ std::string explain_alternatives(const std::vector<RedistributePlan>& alternativ
     why = fmt::format("as few bytes on the busiest rank as plan {}, and the fewest in all ({} against {})",
                       runner_up + 1, a.total_send_bytes, b.total_send_bytes);
   } else if (a.num_collectives != b.num_collectives) {
-    why = fmt::format("the same bytes as plan {}, and fewer collectives ({} against {})", runner_up + 1, a.num_collectives,
-                      b.num_collectives);
+    why = fmt::format("the same bytes as plan {}, and fewer collectives ({} against {})", runner_up + 1,
+                      a.num_collectives, b.num_collectives);
   } else if (a.num_steps != b.num_steps) {
     why = fmt::format("the same bytes and collectives as plan {}, and fewer steps ({} against {})", runner_up + 1,
                       a.num_steps, b.num_steps);

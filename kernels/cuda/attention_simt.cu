@@ -307,8 +307,8 @@ void launch_forward(T* out, stat_t<T>* lse, const T* q, const T* k, const T* v, 
 
 template <class T>
 void launch_backward(T* grad_q, T* grad_k, T* grad_v, const T* grad_out, const T* q, const T* k, const T* v,
-                           const T* out, const stat_t<T>* lse, stat_t<T>* delta, const AttentionProblem& p, int device,
-                           cudaStream_t stream) {
+                     const T* out, const stat_t<T>* lse, stat_t<T>* delta, const AttentionProblem& p, int device,
+                     cudaStream_t stream) {
   using M = stat_t<T>;
   const int64_t rows = p.batch * p.tq;
   attention_delta<T><<<internal::blocks_for(rows * 32), kThreads, 0, stream>>>(delta, grad_out, out, rows, p.ev);

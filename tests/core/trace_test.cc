@@ -1,8 +1,8 @@
 // The tracer: nothing is recorded while it is off, spans nest on a thread with their
 // parents named, each thread's events come back apart, a new run drops the last one's,
 // regions label the spans begun in them, and kernels time themselves as spans.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <atomic>

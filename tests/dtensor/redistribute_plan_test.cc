@@ -119,7 +119,8 @@ TEST_CASE("Shard -> Partial is local for sum, max and min", "[redistribute][part
   CHECK(p.num_collectives() == 1);
   // The gather moves the padded half of the tensor: one block of 4x6 floats.
   CHECK(p.total_send_bytes() == std::vector<int64_t>{96, 96, 96, 96});
-  CHECK_THAT(explain_plan(p), Catch::Matchers::Contains("pad (local: each rank's shard at its offset, zeros elsewhere)"));
+  CHECK_THAT(explain_plan(p),
+             Catch::Matchers::Contains("pad (local: each rank's shard at its offset, zeros elsewhere)"));
   CHECK_THAT(explain_plan(plan({4}, {Shard(0)}, {Partial(ReduceOp::kMax)})),
              Catch::Matchers::Contains("the lowest value elsewhere") && Catch::Matchers::Contains("no communication"));
 }
@@ -171,7 +172,8 @@ TEST_CASE("collectives on adjacent mesh dims merge over the flattened group", "[
                       Catch::Matchers::Contains("plan 2 (chosen): unshard over mesh dims (1, 0), then (0, 1)") &&
                       Catch::Matchers::Contains("chosen: plan 2: the fewest bytes sent by the busiest rank (60 "
                                                 "against 72)"));
-  CHECK_THAT(explain_plan(plan_redistribute(DTensorSpec(mesh, {Shard(0), Shard(0)}, {8, 6}, kFloat32), {Replicate(), Replicate()})),
+  CHECK_THAT(explain_plan(plan_redistribute(DTensorSpec(mesh, {Shard(0), Shard(0)}, {8, 6}, kFloat32),
+                                            {Replicate(), Replicate()})),
              Catch::Matchers::Contains("step 1: mesh dims 0-1 (dp, tp): S(0) -> R, all_gather over groups [[0, 1, 2, "
                                        "3]] (merged: one collective over the 2 mesh dims flattened, instead of 2)"));
 }
@@ -594,7 +596,8 @@ TEST_CASE("explain lists steps, collectives, groups and bytes per rank", "[redis
   CHECK(explain_plan(plan_redistribute(spec, spec.placements())).ends_with("no steps: the placements already match\n"));
   CHECK(explain_plan(plan_redistribute(spec.with_placements({Replicate(), Replicate()}), {Partial(), Shard(0)}))
             .ends_with("partition (local: coordinate 0 keeps the value, the others hold zeros)\nno communication\n"));
-  CHECK_THAT(explain_plan(plan_redistribute(spec.with_placements({Partial(ReduceOp::kAvg), Replicate()}), {Shard(0), Replicate()})),
+  CHECK_THAT(explain_plan(plan_redistribute(spec.with_placements({Partial(ReduceOp::kAvg), Replicate()}),
+                                            {Shard(0), Replicate()})),
              Catch::Matchers::Contains("reduce_scatter(avg) over groups [[0, 2], [1, 3]]"));
 }
 

@@ -179,8 +179,8 @@ TEST_CASE("label smoothing with well-separated logits is exact", "[cross_entropy
     testing::check_equal(mean.loss, Shape{}, {480.0}, "mean of 288 and 672");
     testing::check_equal(cross_entropy(logits, target, -100, LossReduction::kSum, 0.5).loss, Shape{}, {960.0}, "sum");
     testing::check_equal(
-        cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp, -100, LossReduction::kMean, 0.5), Shape{3, 4},
-        {0.1875, -0.0625, -0.0625, -0.0625, 0.4375, -0.3125, -0.0625, -0.0625, 0, 0, 0, 0}, "grad");
+        cross_entropy_backward(full({}, 1.0), logits, target, mean.logsumexp, -100, LossReduction::kMean, 0.5),
+        Shape{3, 4}, {0.1875, -0.0625, -0.0625, -0.0625, 0.4375, -0.3125, -0.0625, -0.0625, 0, 0, 0, 0}, "grad");
   }
 }
 
@@ -212,7 +212,8 @@ TEST_CASE("ignored rows: zero gradient, not counted; mean over none is NaN", "[c
     Tensor all_ignored = Tensor::from_vector(std::vector<int64_t>{7, 7, 7, 7});
     CrossEntropyOutput mean = cross_entropy(logits, all_ignored, 7);
     CHECK(std::isnan(mean.loss.item()));
-    testing::check_equal(cross_entropy(logits, all_ignored, 7, LossReduction::kSum).loss, Shape{}, {0.0}, "sum over none");
+    testing::check_equal(cross_entropy(logits, all_ignored, 7, LossReduction::kSum).loss, Shape{}, {0.0},
+                         "sum over none");
     testing::check_equal(cross_entropy_backward(full({}, 1.0), logits, all_ignored, mean.logsumexp, 7), Shape{4, 5},
                          std::vector<double>(20, 0.0), "grad over none");
     // ignore_index may be a real class: rows with target 2 are skipped.

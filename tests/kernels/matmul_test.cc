@@ -214,7 +214,8 @@ TEST_CASE("matmul_bias is matmul, add and gelu (tanh) bit for bit in every dtype
           CHECK(biased.is_contiguous());
           testing::check_equal(biased, composed_matmul_bias(x, w, bias, MatmulEpilogue::kBias), what + ", bias");
           const Tensor expected_gelu = composed_matmul_bias(x, w, bias, MatmulEpilogue::kBiasGeluTanh);
-          testing::check_equal(matmul_bias(x, w, bias, MatmulEpilogue::kBiasGeluTanh), expected_gelu, what + ", bias + gelu");
+          testing::check_equal(matmul_bias(x, w, bias, MatmulEpilogue::kBiasGeluTanh), expected_gelu,
+                               what + ", bias + gelu");
           const MatmulBiasGelu fused = matmul_bias_gelu(x, w, bias);
           REQUIRE(fused.pre.shape() == Shape{s.m, s.n});
           testing::check_equal(fused.out, expected_gelu, what + ", matmul_bias_gelu out");
@@ -237,7 +238,8 @@ TEST_CASE("matmul_bias folds a's leading dims into M", "[matmul][matmul_bias]") 
       const MatmulBiasGelu g = matmul_bias_gelu(x, w.t(), bias);
       REQUIRE(g.out.shape() == Shape{2, 3, 5, 9});
       REQUIRE(g.pre.shape() == Shape{2, 3, 5, 9});
-      testing::check_equal(g.out, composed_matmul_bias(x, w.t(), bias, MatmulEpilogue::kBiasGeluTanh), "folded batch, gelu");
+      testing::check_equal(g.out, composed_matmul_bias(x, w.t(), bias, MatmulEpilogue::kBiasGeluTanh),
+                           "folded batch, gelu");
       testing::check_equal(g.pre, y, "folded batch, pre");
     }
   }

@@ -34,7 +34,7 @@ TEST_CASE("a step's kernel and optimizer spans split by family, the rest as over
   e.push_back(event("sum", Category::kKernel, 24, 25, 3, "norm"));          // 5
   e.push_back(event("embedding_backward", Category::kKernel, 25, 29, 3));   // 6
   e.push_back(event("copy_", Category::kKernel, 26, 27, 6));                // 7: inside 6
-  e.push_back(event("AdamW.step", optim::kOptimizerCategory, 50, 58));           // 8
+  e.push_back(event("AdamW.step", optim::kOptimizerCategory, 50, 58));      // 8
   e.push_back(event("adamw_step_", Category::kKernel, 51, 57, 8));          // 9: inside 8
   e.push_back(event("cross_entropy", Category::kKernel, 60, 61));           // 10
   e.push_back(event("open", Category::kKernel, 61, 0));                     // 11: never ended
