@@ -398,11 +398,11 @@ void check_every_rank_throws(Module& model, const std::string& file, const std::
     }
     if constexpr (std::is_same_v<E, OSError>) CHECK(e.error_number() == ENOENT);
   }
-  // A rank that read its blocks did not apply them.
+  // A rank that read its chunks did not apply them.
   check_same(full_state_dict(model), before, "after the failed load");
 }
 
-TEST_CASE("when a non-zero rank cannot read its blocks, every rank throws its error type and no module changes",
+TEST_CASE("when a non-zero rank cannot read its chunks, every rank throws its error type and no module changes",
           "[nn][full_state_dict_file]") {
   const fs::path dir = testing::make_temp_dir("rank_fails_to_load");
   const std::string good = (dir / "good.safetensors").string();
