@@ -8,6 +8,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
 #include "kernels/fill.h"
+#include "nn/parameter.h"
 
 namespace dtr::nn {
 namespace {
@@ -27,19 +28,6 @@ void wait_for_reduction() {
 }
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
-
-// This rank's chunk of a Replicate parameter under `placements` on `mesh`, as a new leaf
-// that owns its memory on `device` (the full tensor can be freed; FSDP2 moves a module
-// built on the CPU to the mesh's device the same way).
-DTensor shard_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
-  DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const Tensor chunk = chunk_of(full.to_local(), spec.local_chunk());
-  Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
-  local.copy_(chunk);
-  DTensor sharded(std::move(local), std::move(spec));
-  sharded.requires_grad_(full.requires_grad());
-  return sharded;
-}
 
 // tensors[i] moved to targets[i] (their locals to `device` when given), one coalesced
 // redistribute per distinct (source, target) pair of placements, in order of first
@@ -156,7 +144,7 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     names_.push_back(name);
   }
   for (const std::shared_ptr<Param>& p : params_) {
-    p->sharded = to_shard_device(shard_parameter(p->gathered, mesh, p->placements, shard_device()));
+    p->sharded = to_shard_device(distribute_parameter(p->gathered, mesh, p->placements, shard_device()));
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
@@ -330,7 +318,7 @@ void FSDPModule::reshard() {
     // Keep this rank's piece over the k-rank group (copied out: the gathered bytes go).
     for (const std::shared_ptr<Param>& p : params_) {
       post_forward_shards_.push_back(
-          shard_parameter(p->gathered.detach(), *post_forward_mesh_, {Replicate(), Shard(0)}, mesh_.device()));
+          distribute_parameter(p->gathered.detach(), *post_forward_mesh_, {Replicate(), Shard(0)}, mesh_.device()));
     }
   }
   for (const std::shared_ptr<Param>& p : params_) {

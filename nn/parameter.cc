@@ -8,4 +8,14 @@ DTensor empty_parameter(const Shape& shape, const ParameterOptions& options) {
   return DTensor(Tensor::empty(shape, options.dtype, mesh.device()), spec);
 }
 
+DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
+  DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
+  const Tensor chunk = chunk_of(full.to_local(), spec.local_chunk());
+  Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
+  local.copy_(chunk);
+  DTensor placed(std::move(local), std::move(spec));
+  placed.requires_grad_(full.requires_grad());
+  return placed;
+}
+
 }  // namespace dtr::nn

@@ -17,4 +17,10 @@ struct ParameterOptions {
 // A Replicate DTensor of `shape` on the options' mesh, uninitialised (an init function fills it).
 DTensor empty_parameter(const Shape& shape, const ParameterOptions& options);
 
+// This rank's chunk of the Replicate parameter `full` under `placements` on `mesh`, taken
+// from its local value without communication (every rank built the same model), as a new
+// leaf that owns its memory on `device` and requires grad as `full` does (so the whole
+// tensor can be freed): how fully_shard and parallelize_module place a model as built.
+DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device);
+
 }  // namespace dtr::nn

@@ -1,0 +1,177 @@
+#include "nn/tensor_parallel.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+
+#include "core/error.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/parameter.h"
+
+namespace dtr::nn {
+namespace {
+
+// `p` with a negative shard dim counted from the end of an `ndim`-dim activation.
+Placement resolve(const Placement& p, int64_t ndim) {
+  if (!p.is_shard() || p.shard_dim() >= 0) return p;
+  return Shard(p.shard_dim() + ndim);
+}
+
+// Whether a dotted module name matches a plan pattern, part by part (`*` matches one part).
+bool matches(std::string_view pattern, std::string_view fqn) {
+  while (true) {
+    const size_t p = pattern.find('.'), f = fqn.find('.');
+    const std::string_view head = pattern.substr(0, p), name = fqn.substr(0, f);
+    if (head != "*" && head != name) return false;
+    if (p == std::string_view::npos || f == std::string_view::npos) {
+      return p == std::string_view::npos && f == std::string_view::npos;
+    }
+    pattern.remove_prefix(p + 1);
+    fqn.remove_prefix(f + 1);
+  }
+}
+
+// What the styles parallelise.
+enum class Kind : uint8_t { kLinear, kEmbedding };
+
+Kind kind_of(Module& module, const std::string& fqn, std::string_view style) {
+  if (dynamic_cast<Linear*>(&module) != nullptr) return Kind::kLinear;
+  if (dynamic_cast<Embedding*>(&module) != nullptr) return Kind::kEmbedding;
+  throw NotImplementedError(fmt::format("{}: module '{}' is a {}; the styles parallelise Linear and Embedding", style,
+                                        fqn, module.type_name()));
+}
+
+// The hooks of a style: the input made `layouts.input`'s desired placement `want`, the
+// output made `layouts.output`. The input must arrive as `layouts.input` says.
+void lay_out(Module& module, const std::string& fqn, const DeviceMesh& mesh, std::string style, const Layouts& layouts,
+             Placement want) {
+  module.register_forward_pre_hook([=](Module&, const Values& inputs) -> std::optional<Values> {
+    DTR_CHECK(inputs.size() == 1, ValueError, "{} '{}': takes one input, got {}", style, fqn, inputs.size());
+    const DTensor& x = inputs[0];
+    DTR_CHECK(x.mesh() == mesh, ValueError,
+              "{} '{}': its input {} is not on the tp mesh {}; parallelize_module moves the model's parameters "
+              "there, the inputs are the caller's (distribute_tensor)",
+              style, fqn, x.to_string(), mesh.to_string());
+    const Placement arrived = x.placements()[0], expected = resolve(layouts.input, x.dim());
+    DTR_CHECK(arrived == expected, ValueError,
+              "{} '{}': its input arrives as {} but the plan says input layout {} ({}); give the style the "
+              "layout the previous module leaves",
+              style, fqn, arrived.repr(), layouts.input.repr(), x.to_string());
+    const Placement target = resolve(want, x.dim());
+    if (arrived == target) return std::nullopt;
+    return Values{x.redistribute({target})};
+  });
+  module.register_forward_hook([=](Module&, const Values&, const Values& outputs) -> std::optional<Values> {
+    const Placement target = resolve(layouts.output, outputs.at(0).dim());
+    if (outputs.at(0).placements()[0] == target) return std::nullopt;
+    return Values{outputs.at(0).redistribute({target})};
+  });
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, Placement>> ColwiseParallel::parameter_placements(Module& module,
+                                                                                     const std::string& fqn) const {
+  if (kind_of(module, fqn, name()) == Kind::kEmbedding) return {{"weight", Shard(1)}};
+  std::vector<std::pair<std::string, Placement>> out{{"weight", Shard(0)}};
+  if (static_cast<Linear&>(module).bias().defined()) out.emplace_back("bias", Shard(0));
+  return out;
+}
+
+void ColwiseParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
+  lay_out(module, fqn, mesh, name(), layouts_, Replicate());
+}
+
+std::vector<std::pair<std::string, Placement>> RowwiseParallel::parameter_placements(Module& module,
+                                                                                     const std::string& fqn) const {
+  return {{"weight", kind_of(module, fqn, name()) == Kind::kEmbedding ? Shard(0) : Shard(1)}};
+}
+
+void RowwiseParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
+  // An Embedding's indices stay whole: each rank looks up the rows it holds (masked).
+  const bool embedding = kind_of(module, fqn, name()) == Kind::kEmbedding;
+  lay_out(module, fqn, mesh, name(), layouts_, embedding ? Replicate() : Shard(-1));
+}
+
+void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan& plan) {
+  DTR_CHECK(mesh.ndim() == 1, ValueError,
+            "parallelize_module: the tp mesh {} has {} dims; give a 1-D mesh, or mesh[\"tp\"] of a larger one",
+            mesh.to_string(), mesh.ndim());
+  // Which style each module takes.
+  const std::vector<std::pair<std::string, Module*>> modules = root.named_modules();
+  struct Planned {
+    std::string fqn;
+    Module* module;
+    const ParallelStyle* style;
+    std::string pattern;
+  };
+  std::vector<Planned> planned;
+  for (const auto& [pattern, style] : plan) {
+    DTR_CHECK(style != nullptr, ValueError, "parallelize_module: plan entry '{}' has no style", pattern);
+    bool found = false;
+    for (const auto& [fqn, module] : modules) {
+      if (!matches(pattern, fqn)) continue;
+      found = true;
+      const auto twice = std::find_if(planned.begin(), planned.end(), [&](const Planned& p) { return p.fqn == fqn; });
+      DTR_CHECK(twice == planned.end(), ValueError,
+                "parallelize_module: module '{}' is named by plan entries '{}' and '{}'; give each module one style",
+                fqn, twice == planned.end() ? "" : twice->pattern, pattern);
+      planned.push_back({fqn, module, style.get(), pattern});
+    }
+    std::vector<std::string> all;
+    for (const auto& [fqn, _] : modules) all.push_back(fqn.empty() ? "\"\"" : "'" + fqn + "'");
+    DTR_CHECK(found, ValueError, "parallelize_module: plan entry '{}' names no module of {}; its modules: {}",
+              pattern, root.type_name(), fmt::join(all, ", "));
+  }
+  // Each planned parameter's placement, by the tensor (ties: one tensor, one placement).
+  std::vector<std::pair<DTensor, Placement>> placed;
+  for (const Planned& p : planned) {
+    for (const auto& [param, placement] : p.style->parameter_placements(*p.module, p.fqn)) {
+      const DTensor& value = p.module->parameter(param);
+      const auto tied = std::find_if(placed.begin(), placed.end(), [&](const auto& e) { return e.first.is_same(value); });
+      if (tied == placed.end()) {
+        placed.emplace_back(value, placement);
+        continue;
+      }
+      DTR_CHECK(tied->second == placement, ValueError,
+                "parallelize_module: '{}.{}' is tied to a parameter another style places as {}; {} wants {} (a tied "
+                "weight needs one placement)",
+                p.fqn, param, tied->second.repr(), p.style->name(), placement.repr());
+    }
+  }
+  // Every slot of a tensor gets the same new DTensor.
+  std::vector<std::pair<DTensor, DTensor>> moved;
+  for (auto& [name, slot] : root.named_parameters(RemoveDuplicate::kNo)) {
+    const auto done = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first.is_same(*slot); });
+    if (done != moved.end()) {
+      *slot = done->second;
+      continue;
+    }
+    DTR_CHECK(slot->spec().is_replicated(), ValueError,
+              "parallelize_module: parameter '{}' is {}, already sharded; parallelize_module takes the model as "
+              "built (Replicate parameters), before fully_shard",
+              name, slot->to_string());
+    const auto it = std::find_if(placed.begin(), placed.end(), [&](const auto& e) { return e.first.is_same(*slot); });
+    const Placement placement = it == placed.end() ? Replicate() : it->second;
+    const DTensor before = *slot;
+    *slot = distribute_parameter(before, mesh, {placement}, mesh.device());
+    moved.emplace_back(before, *slot);
+  }
+  for (auto& [name, buffer] : root.named_buffers()) {
+    if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
+      *buffer = DTensor(buffer->to_local().to(mesh.device()),
+                        DTensorSpec(mesh, {Replicate()}, buffer->shape(), buffer->dtype()));
+    }
+  }
+  for (const Planned& p : planned) p.style->register_hooks(*p.module, p.fqn, mesh);
+}
+
+void parallelize_module(Module& root, const DeviceMesh& mesh, std::shared_ptr<const ParallelStyle> style) {
+  parallelize_module(root, mesh, ParallelPlan{{"", std::move(style)}});
+}
+
+}  // namespace dtr::nn

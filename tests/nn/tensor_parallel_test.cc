@@ -1,0 +1,254 @@
+// Tensor parallelism: an MLP of two column-then-row blocks trained with parallelize_module on
+// 2, 3 (uneven: 16 hidden features as 6, 5, 5) and 4 ranks matches one rank step by step
+// (loss, weights after AdamW), with the placements the styles give and exactly the
+// collectives the plan implies; and the plan's mistakes are clear errors.
+#include <catch2/catch.hpp>
+
+#include "checkpoint/full_state_dict.h"
+#include "collectives/collective_counter.h"
+#include "collectives/init.h"
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/loss.h"
+#include "dtensor/ops/reduce.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/fill.h"
+#include "nn/activation.h"
+#include "nn/container.h"
+#include "nn/embedding.h"
+#include "nn/init.h"
+#include "nn/linear.h"
+#include "nn/tensor_parallel.h"
+#include "optim/adam.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
+
+namespace dtr::nn {
+namespace {
+
+using checkpoint::full_state_dict;
+
+constexpr int kSteps = 3;
+
+// fc1 (col) -> ReLU -> fc2 (row) -> fc3 (col) -> ReLU -> fc4 (row, no bias).
+std::shared_ptr<Sequential> make_mlp() {
+  manual_seed(7);
+  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+      std::make_shared<Linear>(8, 16), std::make_shared<ReLU>(), std::make_shared<Linear>(16, 8),
+      std::make_shared<Linear>(8, 12), std::make_shared<ReLU>(),
+      std::make_shared<Linear>(12, 8, LinearOptions{.bias = false})});
+}
+
+ParallelPlan mlp_plan() {
+  return {{"0", std::make_shared<ColwiseParallel>()},
+          {"2", std::make_shared<RowwiseParallel>()},
+          {"3", std::make_shared<ColwiseParallel>()},
+          {"5", std::make_shared<RowwiseParallel>()}};
+}
+
+struct Run {
+  std::vector<double> losses;
+  TensorMap weights;
+  std::vector<int64_t> forward_all_reduces, backward_all_reduces, other_collectives;
+};
+
+// kSteps AdamW steps on the loss sum(y^2) / numel; `mesh` is the tp mesh, or none for one rank.
+Run train(const std::optional<DeviceMesh>& mesh, const Tensor& input) {
+  std::shared_ptr<Sequential> mlp = make_mlp();
+  if (mesh) parallelize_module(*mlp, *mesh, mlp_plan());
+  const DeviceMesh on = mesh.value_or(single_rank_mesh());
+  optim::AdamW opt({{.params = mlp->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+  const DTensor x = distribute_tensor(input, on, {Replicate()});
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    collective_counter().reset();
+    const DTensor y = (*mlp)(x);
+    const DTensor loss = mean(mul(y, y));
+    run.forward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
+    collective_counter().reset();
+    loss.backward();
+    run.backward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
+    const int64_t backward_others = issued_collectives() - run.backward_all_reduces.back();
+    collective_counter().reset();
+    opt.step();
+    run.other_collectives.push_back(backward_others + issued_collectives());
+    run.losses.push_back(loss.item());
+  }
+  run.weights = full_state_dict(*mlp);
+  return run;
+}
+
+TEST_CASE("col-then-row tensor parallelism on 2, 3 and 4 ranks matches one rank", "[nn][tensor_parallel]") {
+  for (int world : {2, 3, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      const Tensor input = testing::random_tensor({4, 3, 8}, kFloat32, 11);
+      const Run one = train(std::nullopt, input);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
+      const Run many = train(mesh, input);
+      INFO(world << " ranks");
+      for (int step = 0; step < kSteps; ++step) {
+        INFO("step " << step + 1);
+        CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+        // Forward: each row layer's Partial product is all-reduced once. Backward: the second
+        // col layer's input gradient (Partial over its output features) is all-reduced once;
+        // the first layer's input needs no gradient. Nothing else, and nothing in AdamW.
+        CHECK(many.forward_all_reduces[step] == 2);
+        CHECK(many.backward_all_reduces[step] == 1);
+        CHECK(many.other_collectives[step] == 0);
+      }
+      for (const auto& [name, w] : one.weights) {
+        INFO(name);
+        testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+      }
+    });
+  }
+}
+
+// A tiny language model: a vocab-sharded embedding (rowwise), one col/row block, and an
+// output projection tied to the embedding (colwise: the same rows of the vocabulary).
+constexpr int64_t kVocab = 10, kSeq = 3;
+
+std::shared_ptr<Sequential> make_lm() {
+  manual_seed(5);
+  auto embed = std::make_shared<Embedding>(kVocab, 8);
+  auto output = std::make_shared<Linear>(8, kVocab, LinearOptions{.bias = false});
+  output->weight() = embed->weight();
+  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+      embed, std::make_shared<Linear>(8, 16), std::make_shared<ReLU>(), std::make_shared<Linear>(16, 8), output});
+}
+
+ParallelPlan lm_plan() {
+  return {{"0", std::make_shared<RowwiseParallel>(Layouts{Replicate(), Replicate()})},
+          {"1", std::make_shared<ColwiseParallel>()},
+          {"3", std::make_shared<RowwiseParallel>()},
+          {"4", std::make_shared<ColwiseParallel>(Layouts{Replicate(), Replicate()})}};
+}
+
+Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const Tensor& targets) {
+  std::shared_ptr<Sequential> lm = make_lm();
+  if (mesh) parallelize_module(*lm, *mesh, lm_plan());
+  const DeviceMesh on = mesh.value_or(single_rank_mesh());
+  REQUIRE(lm->child("4").parameter("weight").is_same(lm->child("0").parameter("weight")));
+  optim::AdamW opt({{.params = lm->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+  const DTensor x = distribute_tensor(tokens, on, {Replicate()});
+  const DTensor y = distribute_tensor(targets, on, {Replicate()});
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    collective_counter().reset();
+    const DTensor logits = reshape((*lm)(x), {2 * kSeq, kVocab});
+    const DTensor loss = cross_entropy(logits, reshape(y, {2 * kSeq}));
+    run.forward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
+    run.other_collectives.push_back(issued_collectives() - run.forward_all_reduces.back());
+    collective_counter().reset();
+    loss.backward();
+    run.backward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
+    run.other_collectives.back() += issued_collectives() - run.backward_all_reduces.back();
+    collective_counter().reset();
+    opt.step();
+    run.other_collectives.back() += issued_collectives();
+    run.losses.push_back(loss.item());
+  }
+  run.weights = full_state_dict(*lm);
+  return run;
+}
+
+TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as one rank", "[nn][tensor_parallel]") {
+  for (int world : {2, 3}) {
+    testing::run_ranks(world, [](int, int world) {
+      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 3, 0, kVocab).to(kInt64);
+      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 4, 0, kVocab).to(kInt64);
+      const Run one = train_lm(std::nullopt, tokens, targets);
+      const Run many = train_lm(init_device_mesh(kCPU, {world}, {"tp"}), tokens, targets);
+      INFO(world << " ranks");
+      for (int step = 0; step < kSteps; ++step) {
+        INFO("step " << step + 1);
+        CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+        // Forward: the embedding's Partial rows and the row layer's product are all-reduced,
+        // the logits all-gathered. Backward: the two col layers' input gradients are
+        // all-reduced; the tied weight's two gradients add up locally (both Shard(0)).
+        CHECK(many.forward_all_reduces[step] == 2);
+        CHECK(many.backward_all_reduces[step] == 2);
+        CHECK(many.other_collectives[step] == 1);
+      }
+      for (const auto& [name, w] : one.weights) {
+        INFO(name);
+        testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+      }
+    });
+  }
+}
+
+TEST_CASE("the styles place Linear weights and biases as Megatron does", "[nn][tensor_parallel]") {
+  const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2}, {"tp"}, 1, 2);  // rank 1's view
+  std::shared_ptr<Sequential> mlp = make_mlp();
+  const Tensor fc1 = mlp->child("0").parameter("weight").to_local().clone();
+  parallelize_module(*mlp, mesh, mlp_plan());
+  const auto placement = [&](const std::string& module, const std::string& param) {
+    const DTensor& p = mlp->child(module).parameter(param);
+    CHECK(p.mesh() == mesh);
+    CHECK(p.is_leaf());
+    CHECK(p.requires_grad());
+    return p.placements().at(0);
+  };
+  CHECK(placement("0", "weight") == Shard(0));
+  CHECK(placement("0", "bias") == Shard(0));
+  CHECK(placement("2", "weight") == Shard(1));
+  CHECK(placement("2", "bias") == Replicate());
+  CHECK(placement("5", "weight") == Shard(1));
+  // Rank 1 holds output features 8..15 of fc1, taken from the model as built.
+  testing::check_equal(mlp->child("0").parameter("weight").to_local(), fc1.narrow(0, 8, 8), "rank 1's rows");
+}
+
+TEST_CASE("plan mistakes are errors naming the module and what is legal", "[nn][tensor_parallel]") {
+  const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2}, {"tp"}, 0, 2);
+  SECTION("a pattern that names no module") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh, {{"7", std::make_shared<ColwiseParallel>()}}),
+                      "parallelize_module: plan entry '7' names no module of Sequential; its modules: \"\", '0', '1', "
+                      "'2', '3', '4', '5'");
+  }
+  SECTION("a module two patterns name") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh,
+                                         {{"0", std::make_shared<ColwiseParallel>()},
+                                          {"*", std::make_shared<RowwiseParallel>()}}),
+                      Catch::Contains("module '0' is named by plan entries"));
+  }
+  SECTION("a module the styles do not know") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    CHECK_THROWS_AS(parallelize_module(*mlp, mesh, {{"1", std::make_shared<ColwiseParallel>()}}), NotImplementedError);
+    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh, {{"1", std::make_shared<ColwiseParallel>()}}),
+                      "ColwiseParallel: module '1' is a ReLU; the styles parallelise Linear and Embedding");
+  }
+  SECTION("a tied weight two styles place differently") {
+    std::shared_ptr<Sequential> lm = make_lm();
+    CHECK_THROWS_WITH(
+        parallelize_module(*lm, mesh,
+                           {{"0", std::make_shared<ColwiseParallel>()}, {"4", std::make_shared<ColwiseParallel>()}}),
+        "parallelize_module: '4.weight' is tied to a parameter another style places as Shard(dim=1); ColwiseParallel "
+        "wants Shard(dim=0) (a tied weight needs one placement)");
+  }
+  SECTION("a 2-D mesh") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    const DeviceMesh two_d = DeviceMesh::row_major(kCPU, {2, 2}, {"dp", "tp"}, 0, 4);
+    CHECK_THROWS_WITH(parallelize_module(*mlp, two_d, mlp_plan()),
+                      Catch::Contains("has 2 dims; give a 1-D mesh, or mesh[\"tp\"] of a larger one"));
+  }
+  SECTION("a model already parallelised") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    parallelize_module(*mlp, mesh, mlp_plan());
+    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh, mlp_plan()),
+                      Catch::Contains("parameter '0.weight' is DTensor(") && Catch::Contains("already sharded"));
+  }
+  SECTION("an input that does not arrive as the plan says") {
+    Linear row(4, 2);
+    parallelize_module(row, mesh, std::make_shared<RowwiseParallel>());
+    const DTensor x(zeros({3, 4}, kFloat32), DTensorSpec(mesh, {Replicate()}, {3, 4}, kFloat32));
+    CHECK_THROWS_WITH(row(x), Catch::StartsWith("RowwiseParallel '': its input arrives as Replicate() but the plan "
+                                                "says input layout Shard(dim=-1)"));
+  }
+}
+
+}  // namespace
+}  // namespace dtr::nn
