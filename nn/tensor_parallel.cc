@@ -8,8 +8,10 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
+#include "nn/norm.h"
 #include "nn/parameter.h"
 
 namespace dtr::nn {
@@ -97,6 +99,20 @@ void RowwiseParallel::register_hooks(Module& module, const std::string& fqn, con
   lay_out(module, fqn, mesh, name(), layouts_, embedding ? Replicate() : Shard(-1));
 }
 
+std::vector<std::pair<std::string, Placement>> SequenceParallel::parameter_placements(Module& module,
+                                                                                      const std::string& fqn) const {
+  const bool known = dynamic_cast<LayerNorm*>(&module) != nullptr || dynamic_cast<RMSNorm*>(&module) != nullptr ||
+                     dynamic_cast<Dropout*>(&module) != nullptr;
+  DTR_CHECK(known, NotImplementedError,
+            "{}: module '{}' is a {}; sequence parallelism runs LayerNorm, RMSNorm and Dropout", name(), fqn,
+            module.type_name());
+  return {};
+}
+
+void SequenceParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
+  lay_out(module, fqn, mesh, name(), {Shard(sequence_dim_), Shard(sequence_dim_)}, Shard(sequence_dim_));
+}
+
 void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan& plan) {
   DTR_CHECK(mesh.ndim() == 1, ValueError,
             "parallelize_module: the tp mesh {} has {} dims; give a 1-D mesh, or mesh[\"tp\"] of a larger one",
@@ -124,15 +140,16 @@ void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan
     }
     std::vector<std::string> all;
     for (const auto& [fqn, _] : modules) all.push_back(fqn.empty() ? "\"\"" : "'" + fqn + "'");
-    DTR_CHECK(found, ValueError, "parallelize_module: plan entry '{}' names no module of {}; its modules: {}",
-              pattern, root.type_name(), fmt::join(all, ", "));
+    DTR_CHECK(found, ValueError, "parallelize_module: plan entry '{}' names no module of {}; its modules: {}", pattern,
+              root.type_name(), fmt::join(all, ", "));
   }
   // Each planned parameter's placement, by the tensor (ties: one tensor, one placement).
   std::vector<std::pair<DTensor, Placement>> placed;
   for (const Planned& p : planned) {
     for (const auto& [param, placement] : p.style->parameter_placements(*p.module, p.fqn)) {
       const DTensor& value = p.module->parameter(param);
-      const auto tied = std::find_if(placed.begin(), placed.end(), [&](const auto& e) { return e.first.is_same(value); });
+      const auto tied =
+          std::find_if(placed.begin(), placed.end(), [&](const auto& e) { return e.first.is_same(value); });
       if (tied == placed.end()) {
         placed.emplace_back(value, placement);
         continue;

@@ -80,6 +80,24 @@ class RowwiseParallel : public ParallelStyle {
   Layouts layouts_;
 };
 
+// Sequence parallelism (Megatron's): LayerNorm, RMSNorm and Dropout run on activations
+// sharded along the sequence, their parameters Replicate; the input must arrive
+// Shard(sequence_dim) (a rowwise layer before it leaves Layouts{Shard(-1), Shard(1)}: a
+// reduce-scatter instead of an all-reduce) and the output stays so (a colwise layer after it
+// takes Layouts{Shard(1), ...}: an all-gather). The parameters' gradients are Partial
+// (each rank sums its own positions) and are all-reduced as they accumulate.
+class SequenceParallel : public ParallelStyle {
+ public:
+  explicit SequenceParallel(int64_t sequence_dim = 1) : sequence_dim_(sequence_dim) {}
+  std::string name() const override { return "SequenceParallel"; }
+  std::vector<std::pair<std::string, Placement>> parameter_placements(Module& module,
+                                                                      const std::string& fqn) const override;
+  void register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const override;
+
+ private:
+  int64_t sequence_dim_;
+};
+
 // A plan: module names (dotted, as named_modules gives them; `*` stands for one name part,
 // "layers.*.ffn.0") to styles.
 using ParallelPlan = std::map<std::string, std::shared_ptr<const ParallelStyle>>;

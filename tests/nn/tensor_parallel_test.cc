@@ -4,6 +4,9 @@
 // collectives the plan implies; and the plan's mistakes are clear errors.
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <ostream>
+
 #include "checkpoint/full_state_dict.h"
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
@@ -17,6 +20,7 @@
 #include "nn/embedding.h"
 #include "nn/init.h"
 #include "nn/linear.h"
+#include "nn/norm.h"
 #include "nn/tensor_parallel.h"
 #include "optim/adam.h"
 #include "tests/testing/multi_rank.h"
@@ -45,33 +49,71 @@ ParallelPlan mlp_plan() {
           {"5", std::make_shared<RowwiseParallel>()}};
 }
 
+// The collectives one phase of a step issued, by kind.
+struct Issued {
+  int64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0, other = 0;
+  friend bool operator==(const Issued&, const Issued&) = default;
+  friend std::ostream& operator<<(std::ostream& os, const Issued& i) {
+    return os << "{all_reduce " << i.all_reduce << ", all_gather " << i.all_gather << ", reduce_scatter "
+              << i.reduce_scatter << ", other " << i.other << "}";
+  }
+};
+
+// What collective_counter() saw since its last reset; resets it.
+Issued take_issued() {
+  CollectiveCounter& c = collective_counter();
+  Issued i{c.calls(CollectiveKind::kAllReduce), c.calls(CollectiveKind::kAllGather),
+           c.calls(CollectiveKind::kReduceScatter), 0};
+  i.other = issued_collectives() - i.all_reduce - i.all_gather - i.reduce_scatter;
+  c.reset();
+  return i;
+}
+
 struct Run {
   std::vector<double> losses;
   TensorMap weights;
-  std::vector<int64_t> forward_all_reduces, backward_all_reduces, other_collectives;
+  std::vector<Issued> forward, backward, optimizer;  // per step
 };
 
-// kSteps AdamW steps on the loss sum(y^2) / numel; `mesh` is the tp mesh, or none for one rank.
-Run train(const std::optional<DeviceMesh>& mesh, const Tensor& input) {
-  std::shared_ptr<Sequential> mlp = make_mlp();
-  if (mesh) parallelize_module(*mlp, *mesh, mlp_plan());
+// LayerNorm (SP) -> col -> ReLU -> row -> Dropout (SP) -> LayerNorm (SP) -> col, the
+// activations between the row and the next col layer sharded along the sequence (dim 1).
+std::shared_ptr<Sequential> make_sp_mlp() {
+  manual_seed(9);
+  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+      std::make_shared<LayerNorm>(Shape{8}), std::make_shared<Linear>(8, 16), std::make_shared<ReLU>(),
+      std::make_shared<Linear>(16, 8), std::make_shared<Dropout>(0.25), std::make_shared<LayerNorm>(Shape{8}),
+      std::make_shared<Linear>(8, 8)});
+}
+
+ParallelPlan sp_plan() {
+  return {{"0", std::make_shared<SequenceParallel>()},
+          {"1", std::make_shared<ColwiseParallel>(Layouts{Shard(1), Shard(-1)})},
+          {"3", std::make_shared<RowwiseParallel>(Layouts{Shard(-1), Shard(1)})},
+          {"4", std::make_shared<SequenceParallel>()},
+          {"5", std::make_shared<SequenceParallel>()},
+          {"6", std::make_shared<ColwiseParallel>(Layouts{Shard(1), Replicate()})}};
+}
+
+// kSteps AdamW steps on the loss sum(y^2) / numel of the model `make` builds; `mesh` is the
+// tp mesh (the input laid out as `input_placement` there), or none for one rank.
+Run train(const std::function<std::shared_ptr<Sequential>()>& make, const ParallelPlan& plan,
+          const std::optional<DeviceMesh>& mesh, const Tensor& input, Placement input_placement = Replicate()) {
+  std::shared_ptr<Sequential> mlp = make();
+  if (mesh) parallelize_module(*mlp, *mesh, plan);
   const DeviceMesh on = mesh.value_or(single_rank_mesh());
   optim::AdamW opt({{.params = mlp->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
-  const DTensor x = distribute_tensor(input, on, {Replicate()});
+  const DTensor x = distribute_tensor(input, on, {mesh ? input_placement : Replicate()});
   Run run;
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
     collective_counter().reset();
     const DTensor y = (*mlp)(x);
     const DTensor loss = mean(mul(y, y));
-    run.forward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
-    collective_counter().reset();
+    run.forward.push_back(take_issued());
     loss.backward();
-    run.backward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
-    const int64_t backward_others = issued_collectives() - run.backward_all_reduces.back();
-    collective_counter().reset();
+    run.backward.push_back(take_issued());
     opt.step();
-    run.other_collectives.push_back(backward_others + issued_collectives());
+    run.optimizer.push_back(take_issued());
     run.losses.push_back(loss.item());
   }
   run.weights = full_state_dict(*mlp);
@@ -82,9 +124,8 @@ TEST_CASE("col-then-row tensor parallelism on 2, 3 and 4 ranks matches one rank"
   for (int world : {2, 3, 4}) {
     testing::run_ranks(world, [](int, int world) {
       const Tensor input = testing::random_tensor({4, 3, 8}, kFloat32, 11);
-      const Run one = train(std::nullopt, input);
-      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
-      const Run many = train(mesh, input);
+      const Run one = train(make_mlp, mlp_plan(), std::nullopt, input);
+      const Run many = train(make_mlp, mlp_plan(), init_device_mesh(kCPU, {world}, {"tp"}), input);
       INFO(world << " ranks");
       for (int step = 0; step < kSteps; ++step) {
         INFO("step " << step + 1);
@@ -92,9 +133,36 @@ TEST_CASE("col-then-row tensor parallelism on 2, 3 and 4 ranks matches one rank"
         // Forward: each row layer's Partial product is all-reduced once. Backward: the second
         // col layer's input gradient (Partial over its output features) is all-reduced once;
         // the first layer's input needs no gradient. Nothing else, and nothing in AdamW.
-        CHECK(many.forward_all_reduces[step] == 2);
-        CHECK(many.backward_all_reduces[step] == 1);
-        CHECK(many.other_collectives[step] == 0);
+        CHECK(many.forward[step] == Issued{.all_reduce = 2});
+        CHECK(many.backward[step] == Issued{.all_reduce = 1});
+        CHECK(many.optimizer[step] == Issued{});
+      }
+      for (const auto& [name, w] : one.weights) {
+        INFO(name);
+        testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+      }
+    });
+  }
+}
+
+TEST_CASE("sequence parallelism around a col/row block on 2, 3 and 4 ranks matches one rank", "[nn][tensor_parallel]") {
+  for (int world : {2, 3, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      const Tensor input = testing::random_tensor({2, 6, 8}, kFloat32, 12);  // 6 positions: 2, 2, 1, 1 on 4 ranks
+      const Run one = train(make_sp_mlp, sp_plan(), std::nullopt, input);
+      const Run many = train(make_sp_mlp, sp_plan(), init_device_mesh(kCPU, {world}, {"tp"}), input, Shard(1));
+      INFO(world << " ranks");
+      for (int step = 0; step < kSteps; ++step) {
+        INFO("step " << step + 1);
+        CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+        // Forward: the first col layer gathers the sequence, the row layer reduce-scatters its
+        // Partial product back to it, the last col layer gathers its input and its output.
+        // Backward: the reverse of each (an all-gather for the reduce-scatter, a
+        // reduce-scatter for each input gather; the output's gather needs none), and the two
+        // norms' weight and bias gradients (Partial: each rank sums its positions) all-reduced.
+        CHECK(many.forward[step] == Issued{.all_gather = 3, .reduce_scatter = 1});
+        CHECK(many.backward[step] == Issued{.all_reduce = 4, .all_gather = 1, .reduce_scatter = 2});
+        CHECK(many.optimizer[step] == Issued{});
       }
       for (const auto& [name, w] : one.weights) {
         INFO(name);
@@ -138,15 +206,11 @@ Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const 
     collective_counter().reset();
     const DTensor logits = reshape((*lm)(x), {2 * kSeq, kVocab});
     const DTensor loss = cross_entropy(logits, reshape(y, {2 * kSeq}));
-    run.forward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
-    run.other_collectives.push_back(issued_collectives() - run.forward_all_reduces.back());
-    collective_counter().reset();
+    run.forward.push_back(take_issued());
     loss.backward();
-    run.backward_all_reduces.push_back(collective_counter().calls(CollectiveKind::kAllReduce));
-    run.other_collectives.back() += issued_collectives() - run.backward_all_reduces.back();
-    collective_counter().reset();
+    run.backward.push_back(take_issued());
     opt.step();
-    run.other_collectives.back() += issued_collectives();
+    run.optimizer.push_back(take_issued());
     run.losses.push_back(loss.item());
   }
   run.weights = full_state_dict(*lm);
@@ -167,9 +231,9 @@ TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as 
         // Forward: the embedding's Partial rows and the row layer's product are all-reduced,
         // the logits all-gathered. Backward: the two col layers' input gradients are
         // all-reduced; the tied weight's two gradients add up locally (both Shard(0)).
-        CHECK(many.forward_all_reduces[step] == 2);
-        CHECK(many.backward_all_reduces[step] == 2);
-        CHECK(many.other_collectives[step] == 1);
+        CHECK(many.forward[step] == Issued{.all_reduce = 2, .all_gather = 1});
+        CHECK(many.backward[step] == Issued{.all_reduce = 2});
+        CHECK(many.optimizer[step] == Issued{});
       }
       for (const auto& [name, w] : one.weights) {
         INFO(name);
@@ -210,10 +274,10 @@ TEST_CASE("plan mistakes are errors naming the module and what is legal", "[nn][
   }
   SECTION("a module two patterns name") {
     std::shared_ptr<Sequential> mlp = make_mlp();
-    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh,
-                                         {{"0", std::make_shared<ColwiseParallel>()},
-                                          {"*", std::make_shared<RowwiseParallel>()}}),
-                      Catch::Contains("module '0' is named by plan entries"));
+    CHECK_THROWS_WITH(
+        parallelize_module(*mlp, mesh,
+                           {{"0", std::make_shared<ColwiseParallel>()}, {"*", std::make_shared<RowwiseParallel>()}}),
+        Catch::Contains("module '0' is named by plan entries"));
   }
   SECTION("a module the styles do not know") {
     std::shared_ptr<Sequential> mlp = make_mlp();
