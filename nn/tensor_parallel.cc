@@ -8,6 +8,9 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/trace.h"
+#include "dtensor/autograd.h"
+#include "kernels/fill.h"
 #include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
@@ -73,6 +76,60 @@ void lay_out(Module& module, const std::string& fqn, const DeviceMesh& mesh, std
     return Values{outputs.at(0).redistribute({target})};
   });
 }
+
+// The sequence-parallel modules' parameters: their gradients (Partial, each rank's positions)
+// are kept unreduced as they accumulate and reduced at the end of each backward in one
+// coalesced all-reduce, instead of one per parameter.
+class SequenceParallelGrads : public std::enable_shared_from_this<SequenceParallelGrads> {
+ public:
+  explicit SequenceParallelGrads(std::vector<DTensor> params) : params_(std::move(params)) {}
+
+  // Hooks each parameter of `root`'s. `root` owns the state through a forward pre-hook, which
+  // also forgets a reduction queued by a backward that threw (its callback was dropped); the
+  // parameters' hooks hold it weakly, so no cycle keeps either alive.
+  static void attach(Module& root, std::vector<DTensor> params) {
+    auto state = std::make_shared<SequenceParallelGrads>(std::move(params));
+    const std::weak_ptr<SequenceParallelGrads> weak = state;
+    for (const DTensor& p : state->params_) {
+      p.set_grad_placements({Partial()});
+      p.register_post_accumulate_grad_hook([weak](const DTensor&) {
+        if (const std::shared_ptr<SequenceParallelGrads> alive = weak.lock()) alive->on_gradient();
+      });
+    }
+    root.register_forward_pre_hook([state](Module&, const Values&) -> std::optional<Values> {
+      state->queued_ = false;
+      return std::nullopt;
+    });
+  }
+
+ private:
+  void on_gradient() {
+    if (queued_) return;
+    queued_ = true;
+    queue_callback([self = shared_from_this()] { self->reduce(); });
+  }
+
+  // A parameter this backward did not reach gets a zero gradient, so every rank's
+  // all-reduce holds the same tensors.
+  void reduce() {
+    queued_ = false;
+    std::vector<DTensor> grads;
+    for (const DTensor& p : params_) {
+      if (!p.grad().defined()) {
+        const DTensorSpec spec = p.spec().with_placements({Partial()});
+        p.set_grad(DTensor(zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec));
+      }
+      const DTensor& g = p.grad();
+      grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
+    }
+    const trace::CommPhase phase("all_reduce", "sequence-parallel parameters");
+    const std::vector<DTensor> reduced = redistribute_coalesced(grads, {Replicate()});
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].set_grad(reduced[i]);
+  }
+
+  std::vector<DTensor> params_;
+  bool queued_ = false;
+};
 
 }  // namespace
 
@@ -184,7 +241,15 @@ void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan
                         DTensorSpec(mesh, {Replicate()}, buffer->shape(), buffer->dtype()));
     }
   }
-  for (const Planned& p : planned) p.style->register_hooks(*p.module, p.fqn, mesh);
+  std::vector<DTensor> sequence_parallel;
+  for (const Planned& p : planned) {
+    p.style->register_hooks(*p.module, p.fqn, mesh);
+    if (dynamic_cast<const SequenceParallel*>(p.style) == nullptr) continue;
+    for (const auto& [_, param] : p.module->named_parameters()) {
+      if (param->requires_grad()) sequence_parallel.push_back(*param);
+    }
+  }
+  if (!sequence_parallel.empty()) SequenceParallelGrads::attach(root, std::move(sequence_parallel));
 }
 
 void parallelize_module(Module& root, const DeviceMesh& mesh, std::shared_ptr<const ParallelStyle> style) {

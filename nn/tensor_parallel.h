@@ -84,8 +84,10 @@ class RowwiseParallel : public ParallelStyle {
 // sharded along the sequence, their parameters Replicate; the input must arrive
 // Shard(sequence_dim) (a rowwise layer before it leaves Layouts{Shard(-1), Shard(1)}: a
 // reduce-scatter instead of an all-reduce) and the output stays so (a colwise layer after it
-// takes Layouts{Shard(1), ...}: an all-gather). The parameters' gradients are Partial
-// (each rank sums its own positions) and are all-reduced as they accumulate.
+// takes Layouts{Shard(1), ...}: an all-gather). The parameters' gradients are Partial (each
+// rank sums its own positions): they stay unreduced while backward runs and the
+// sequence-parallel parameters of one parallelize_module call are all-reduced together at its
+// end, one coalesced collective (so the optimizer step issues none).
 class SequenceParallel : public ParallelStyle {
  public:
   explicit SequenceParallel(int64_t sequence_dim = 1) : sequence_dim_(sequence_dim) {}
