@@ -1,8 +1,13 @@
 #include "dtensor/ops/loss.h"
 
+#include <algorithm>
+
 #include "dtensor/autograd.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/reduce.h"
+#include "dtensor/ops/view_ops.h"
+#include "dtensor/ops/where.h"
 #include "kernels/elementwise.h"
 
 namespace dtr {
@@ -35,6 +40,73 @@ int64_t count_targets(const DTensor& target, int64_t ignore_index) {
   return static_cast<int64_t>(s.inputs[0].to_local().item());
 }
 
+// `x` moved to `placements` by a strategy of its own, so that the collective is promised (and
+// traced) as the op's. `what` names it ("cross_entropy (row max)").
+DTensor moved(const DTensor& x, const Placements& placements, std::string_view what) {
+  if (placements == x.placements()) return x;
+  const DTensor inputs[] = {x};
+  const OpStrategy to{{placements}, {placements}};
+  return apply_strategy(what, inputs, std::span(&to, 1)).inputs[0];
+}
+
+// `x` with its Partial placements reduced.
+DTensor reduced(const DTensor& x, std::string_view what) {
+  Placements placements = x.placements();
+  for (Placement& p : placements) {
+    if (p.is_partial()) p = Replicate();
+  }
+  return moved(x, placements, what);
+}
+
+// Class-sharded logits (Shard(1) on some mesh dim: a column-parallel output projection's;
+// PyTorch's loss_parallel): the loss composed from ops that keep the classes sharded, so no
+// rank gathers the logits. The row max, the sum of exponentials and the target's logit are
+// one all-reduce each (label smoothing adds one: the mean over classes); backward issues
+// none and the logits' gradient stays class-sharded. With z = logits - max (a constant per
+// row, detached) and L = log(sum(exp z)), a row's loss is (1 - e) (L - z_target) +
+// e (L - mean(z)), zero for an ignored target.
+DTensor cross_entropy_class_sharded(const DTensor& logits, const DTensor& target, int64_t ignore_index,
+                                    LossReduction reduction, double label_smoothing) {
+  const DeviceMesh& mesh = logits.mesh();
+  // The target whole along the mesh dims that shard the classes (each rank scores every row
+  // there): a small all-gather when it arrives batch-sharded on one of them.
+  Placements target_placements = target.placements();
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (logits.placements()[d].is_shard(1)) target_placements[d] = Replicate();
+  }
+  const DTensor t = moved(target, target_placements, "cross_entropy (target along the classes' mesh dims)");
+  const DTensor z = sub(logits, reduced(max(logits.detach(), {1}, KeepDim::kYes), "cross_entropy (row max)"));
+  const DTensor log_sum = log(reduced(sum(exp(z), {1}), "cross_entropy (sum of exponentials)"));
+  // This rank's class indices, laid out as the logits' classes: [1, C].
+  Placements class_placements(static_cast<size_t>(mesh.ndim()), Replicate());
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (logits.placements()[d].is_shard(1)) class_placements[d] = Shard(1);
+  }
+  const DTensorSpec class_spec(mesh, class_placements, {1, logits.size(1)}, kInt64);
+  const LocalChunk mine = class_spec.local_chunk();
+  Tensor indices = Tensor::empty(mine.shape, kInt64, kCPU);
+  for (int64_t c = 0; c < mine.shape[1]; ++c) indices.data_ptr<int64_t>()[c] = mine.offset[1] + c;
+  const DTensor classes(indices.to(mesh.device()), class_spec);
+  const DTensor is_target = eq(unsqueeze(t, 1), classes);
+  const DTensor picked = reduced(sum(masked_fill(z, logical_not(is_target), 0.0), {1}), "cross_entropy (target logit)");
+  DTensor row = sub(log_sum, picked);
+  if (label_smoothing > 0.0) {
+    // mean(z) as z's masked sum over every class: its gradient then comes back class-sharded
+    // through the mask, as the target's does (a plain sum's would come back Replicate and be
+    // gathered to add up with the others).
+    const DTensor everywhere = ge(classes, 0.0);  // [1, C] true, laid out as the classes
+    const DTensor smooth =
+        sub(log_sum,
+            div(reduced(sum(masked_fill(z, logical_not(everywhere), 0.0), {1}), "cross_entropy (sum over classes)"),
+                static_cast<double>(logits.size(1))));
+    row = add(mul(row, 1.0 - label_smoothing), mul(smooth, label_smoothing));
+  }
+  row = mul(row, to(ne(t, static_cast<double>(ignore_index)), logits.dtype()));
+  const DTensor loss = sum(row);
+  if (reduction == LossReduction::kSum) return loss;
+  return div(loss, static_cast<double>(count_targets(t, ignore_index)));
+}
+
 }  // namespace
 
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, LossReduction reduction,
@@ -51,6 +123,10 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
             "cross_entropy: reduction none is not fused; legal: LossReduction::kMean or kSum (nn::cross_entropy "
             "composes none from log_softmax; logits {})",
             describe(logits));
+  const Placements& placed = logits.placements();
+  if (std::any_of(placed.begin(), placed.end(), [](const Placement& p) { return p.is_shard(1); })) {
+    return cross_entropy_class_sharded(logits, target, ignore_index, reduction, label_smoothing);
+  }
   // Outputs: the loss and the per-row logsumexp saved for backward.
   const std::vector<DimStrategy> per_dim{{{Shard(0), Shard(0)}, {Partial(), Shard(0)}}, replicate_all(2, 2)};
   const DTensor inputs[] = {logits, target};

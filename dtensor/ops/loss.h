@@ -6,9 +6,12 @@
 //   S(0)    S(0)    -> P(sum)   each rank adds the losses of its own rows; kMean divides them
 //                               by the GLOBAL count of kept targets (one small all_reduce)
 //   R       R       -> R
-// Class-sharded logits (S(1)) are gathered (there is no loss_parallel; label smoothing's
-// mean over classes needs every class of a row too), Partial logits are reduced. The count
-// and the backward's rules: docs/sharding_rules.md, "loss".
+// Class-sharded logits (S(1) on a mesh dim: PyTorch's loss_parallel, which dtr does without
+// a context manager) are never gathered: the loss is composed from ops that keep the classes
+// sharded, three all-reduces of [N] (the row max, the sum of exponentials, the target's
+// logit; label smoothing adds the classes' sum), none in backward, the gradient class-sharded.
+// Partial logits are reduced. The count and the backward's rules: docs/sharding_rules.md,
+// "loss".
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 // the rule: a batch-sharded mean is a Partial scalar equal to the global mean once reduced,
 // for one promised all_reduce of the target count; values against a float64 loop; label
 // smoothing under batch sharding (Partial, no extra communication) and class sharding
-// (gathered, the smoothing term over every class), and its range error.
+// (loss_parallel: the logits stay sharded, one all-reduce of [N] per row statistic, none in
+// backward), and its range error.
 #include "dtensor/ops/loss.h"
 
 #include <cmath>
@@ -92,13 +93,27 @@ TEST_CASE("cross_entropy rules: a batch-sharded mean is Partial and equals the g
       for (int64_t c = 0; c < 4 && t[n] != -100; ++c) exact[n * 4 + c] = (0.25 - (c == t[n] ? 1 : 0)) / 4;
     }
     testing::check_equal(zero.grad().full_tensor(), logits.shape(), exact, "grad_logits of zero logits");
-    // Class-sharded logits are gathered first; the value is unchanged.
+    // Class-sharded logits stay sharded (loss_parallel): the batch-sharded target is gathered
+    // along the classes' mesh dim, then three all-reduces of [N] (the row max, the sum of
+    // exponentials, the target's logit) and none in backward; the gradient stays
+    // class-sharded.
     DTensor cols = distribute_tensor(logits, mesh, {Shard(1)});
-    CHECK(std::abs(cross_entropy(cols, y).item() - total / 4) <= 1e-12);
+    cols.requires_grad_();
+    collective_counter().reset();
+    const DTensor class_loss = cross_entropy(cols, y);
+    CHECK(collective_counter().calls(CollectiveKind::kAllGather) == 1);
+    CHECK(collective_counter().calls(CollectiveKind::kAllReduce) == 3);
+    CHECK(issued_collectives() == 4);
+    CHECK(std::abs(class_loss.item() - total / 4) <= 1e-12);
+    collective_counter().reset();
+    class_loss.backward();
+    CHECK(issued_collectives() == 0);
+    CHECK(cols.grad().placements() == Placements{Shard(1)});
+    testing::check_close(cols.grad().full_tensor(), logits.shape(), grad, "class-sharded grad_logits");
   });
 }
 
-TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, class-sharded is gathered",
+TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, class-sharded stays sharded",
           "[dtensor][ops]") {
   testing::run_ranks(4, [](int, int) {
     DeviceMesh mesh = init_device_mesh(kCPU, {4});
@@ -130,13 +145,20 @@ TEST_CASE("cross_entropy rules with label smoothing: batch-sharded is Partial, c
       reset_promised_collectives();
       DTensor loss = cross_entropy(x, y, -100, LossReduction::kMean, e);
       CHECK(issued_collectives() == promised_collectives());
-      // Rows: only the count of kept targets. Classes: the logits are gathered first.
+      // Rows: only the count of kept targets. Classes: the target gathered, then the row max,
+      // the sum of exponentials, the target's logit and the sum over classes, one all-reduce
+      // of [N] each.
       if (p == Shard(0)) {
         CHECK(loss.placements() == Placements{Partial()});
         CHECK(issued_collectives() == 1);
+      } else {
+        CHECK(issued_collectives() == 5);
       }
       CHECK(std::abs(loss.item() - total / 4) <= 1e-12);
+      collective_counter().reset();
       loss.backward();
+      CHECK(issued_collectives() == 0);
+      CHECK(x.grad().placements() == Placements{p});
       testing::check_close(x.grad().full_tensor(), logits.shape(), grad, "grad_logits");
     }
   });

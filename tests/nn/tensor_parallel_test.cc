@@ -214,16 +214,21 @@ std::shared_ptr<Sequential> make_lm() {
       embed, std::make_shared<Linear>(8, 16), std::make_shared<ReLU>(), std::make_shared<Linear>(16, 8), output});
 }
 
-ParallelPlan lm_plan() {
+enum class LossParallel : uint8_t { kNo, kYes };
+
+// With LossParallel::kYes the logits stay sharded over the vocabulary into cross_entropy.
+ParallelPlan lm_plan(LossParallel loss_parallel) {
+  const Placement logits = loss_parallel == LossParallel::kYes ? Shard(-1) : Replicate();
   return {{"0", std::make_shared<RowwiseParallel>(Layouts{Replicate(), Replicate()})},
           {"1", std::make_shared<ColwiseParallel>()},
           {"3", std::make_shared<RowwiseParallel>()},
-          {"4", std::make_shared<ColwiseParallel>(Layouts{Replicate(), Replicate()})}};
+          {"4", std::make_shared<ColwiseParallel>(Layouts{Replicate(), logits})}};
 }
 
-Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const Tensor& targets) {
+Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const Tensor& targets,
+             LossParallel loss_parallel = LossParallel::kNo) {
   std::shared_ptr<Sequential> lm = make_lm();
-  if (mesh) parallelize_module(*lm, *mesh, lm_plan());
+  if (mesh) parallelize_module(*lm, *mesh, lm_plan(loss_parallel));
   const DeviceMesh on = mesh.value_or(single_rank_mesh());
   REQUIRE(lm->child("4").parameter("weight").is_same(lm->child("0").parameter("weight")));
   optim::AdamW opt({{.params = lm->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
@@ -246,17 +251,26 @@ Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const 
   return run;
 }
 
-TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as one rank", "[nn][tensor_parallel]") {
+TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as one rank, loss parallel too",
+          "[nn][tensor_parallel]") {
   for (int world : {2, 3}) {
     testing::run_ranks(world, [](int, int world) {
       const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 3, 0, kVocab).to(kInt64);
       const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 4, 0, kVocab).to(kInt64);
       const Run one = train_lm(std::nullopt, tokens, targets);
-      const Run many = train_lm(init_device_mesh(kCPU, {world}, {"tp"}), tokens, targets);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
+      const Run many = train_lm(mesh, tokens, targets);
+      const Run sharded_loss = train_lm(mesh, tokens, targets, LossParallel::kYes);
       INFO(world << " ranks");
       for (int step = 0; step < kSteps; ++step) {
         INFO("step " << step + 1);
         CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+        CHECK(sharded_loss.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+        // Loss parallel: the logits are never gathered; cross_entropy's row max, sum of
+        // exponentials and target logit are three all-reduces of [B * T] instead.
+        CHECK(sharded_loss.forward[step] == Issued{.all_reduce = 5});
+        CHECK(sharded_loss.backward[step] == Issued{.all_reduce = 2});
+        CHECK(sharded_loss.optimizer[step] == Issued{});
         // Forward: the embedding's Partial rows and the row layer's product are all-reduced,
         // the logits all-gathered. Backward: the two col layers' input gradients are
         // all-reduced; the tied weight's two gradients add up locally (both Shard(0)).
@@ -267,6 +281,7 @@ TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as 
       for (const auto& [name, w] : one.weights) {
         INFO(name);
         testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+        testing::check_close(sharded_loss.weights.at(name), w, {1e-5, 1e-5}, name + ", loss parallel");
       }
     });
   }
