@@ -50,6 +50,33 @@ Kind kind_of(Module& module, const std::string& fqn, std::string_view style) {
                                         fqn, module.type_name()));
 }
 
+// `values` laid out by `layouts` on `mesh`: each checked against its `arrive` placement and
+// made its `desired` one. `what` ("PrepareModuleInput 'block'") and `kind` ("input") name
+// them in errors.
+Values prepare(const Values& values, const PrepareLayouts& layouts, const DeviceMesh& mesh, const std::string& what,
+               std::string_view kind) {
+  DTR_CHECK(layouts.arrive.size() == values.size() && layouts.desired.size() == values.size(), ValueError,
+            "{}: it has {} {}s but the layouts give {} to arrive as and {} desired; give one (or nullopt) for each",
+            what, values.size(), kind, layouts.arrive.size(), layouts.desired.size());
+  Values out = values;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const DTensor& v = values[i];
+    if (!layouts.arrive[i] && !layouts.desired[i]) continue;
+    DTR_CHECK(v.mesh() == mesh, ValueError, "{}: {} {} is {}, not on the tp mesh {}", what, kind, i, v.to_string(),
+              mesh.to_string());
+    if (layouts.arrive[i]) {
+      const Placement expected = resolve(*layouts.arrive[i], v.dim());
+      DTR_CHECK(v.placements()[0] == expected, ValueError, "{}: {} {} arrives as {} but the plan says {} ({})", what,
+                kind, i, v.placements()[0].repr(), layouts.arrive[i]->repr(), v.to_string());
+    }
+    if (layouts.desired[i]) {
+      const Placement target = resolve(*layouts.desired[i], v.dim());
+      if (v.placements()[0] != target) out[i] = v.redistribute({target});
+    }
+  }
+  return out;
+}
+
 // The hooks of a style: the input made `layouts.input`'s desired placement `want`, the
 // output made `layouts.output`. The input must arrive as `layouts.input` says.
 void lay_out(Module& module, const std::string& fqn, const DeviceMesh& mesh, std::string style, const Layouts& layouts,
@@ -168,6 +195,20 @@ std::vector<std::pair<std::string, Placement>> SequenceParallel::parameter_place
 
 void SequenceParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
   lay_out(module, fqn, mesh, name(), {Shard(sequence_dim_), Shard(sequence_dim_)}, Shard(sequence_dim_));
+}
+
+void PrepareModuleInput::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
+  module.register_forward_pre_hook(
+      [layouts = layouts_, what = fmt::format("{} '{}'", name(), fqn), mesh](Module&, const Values& inputs) {
+        return std::optional<Values>(prepare(inputs, layouts, mesh, what, "input"));
+      });
+}
+
+void PrepareModuleOutput::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
+  module.register_forward_hook([layouts = layouts_, what = fmt::format("{} '{}'", name(), fqn), mesh](
+                                   Module&, const Values&, const Values& outputs) {
+    return std::optional<Values>(prepare(outputs, layouts, mesh, what, "output"));
+  });
 }
 
 void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan& plan) {

@@ -18,6 +18,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,6 +99,41 @@ class SequenceParallel : public ParallelStyle {
 
  private:
   int64_t sequence_dim_;
+};
+
+// Lays out a module's inputs (PrepareModuleInput) or outputs (PrepareModuleOutput) on the tp
+// mesh without touching its parameters, for any module: where a block expects its input,
+// and what it hands on. One entry per input (output) in order: the placement it must
+// arrive as and the one it is made; nullopt leaves that one alone (PyTorch's None).
+struct PrepareLayouts {
+  std::vector<std::optional<Placement>> arrive;
+  std::vector<std::optional<Placement>> desired;
+};
+
+class PrepareModuleInput : public ParallelStyle {
+ public:
+  explicit PrepareModuleInput(PrepareLayouts layouts) : layouts_(std::move(layouts)) {}
+  std::string name() const override { return "PrepareModuleInput"; }
+  std::vector<std::pair<std::string, Placement>> parameter_placements(Module&, const std::string&) const override {
+    return {};
+  }
+  void register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const override;
+
+ private:
+  PrepareLayouts layouts_;
+};
+
+class PrepareModuleOutput : public ParallelStyle {
+ public:
+  explicit PrepareModuleOutput(PrepareLayouts layouts) : layouts_(std::move(layouts)) {}
+  std::string name() const override { return "PrepareModuleOutput"; }
+  std::vector<std::pair<std::string, Placement>> parameter_placements(Module&, const std::string&) const override {
+    return {};
+  }
+  void register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const override;
+
+ private:
+  PrepareLayouts layouts_;
 };
 
 // A plan: module names (dotted, as named_modules gives them; `*` stands for one name part,

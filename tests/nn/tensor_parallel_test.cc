@@ -146,6 +146,36 @@ TEST_CASE("col-then-row tensor parallelism on 2, 3 and 4 ranks matches one rank"
   }
 }
 
+TEST_CASE("PrepareModuleInput and PrepareModuleOutput lay out a block's input and output", "[nn][tensor_parallel]") {
+  testing::run_ranks(2, [](int, int) {
+    const Tensor input = testing::random_tensor({2, 4, 8}, kFloat32, 14);
+    const Run one = train(make_mlp, mlp_plan(), std::nullopt, input);
+    ParallelPlan plan = mlp_plan();
+    plan["5"] = std::make_shared<RowwiseParallel>(Layouts{Shard(-1), Shard(1)});
+    plan.emplace("", std::make_shared<PrepareModuleInput>(PrepareLayouts{{Shard(1)}, {Replicate()}}));
+    const Run many = train(make_mlp, plan, init_device_mesh(kCPU, {2}, {"tp"}), input, Shard(1));
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("step " << step + 1);
+      CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+      // The input gathered once; the last row layer reduce-scatters instead of all-reducing,
+      // and backward gathers its output's gradient back.
+      CHECK(many.forward[step] == Issued{.all_reduce = 1, .all_gather = 1, .reduce_scatter = 1});
+      CHECK(many.backward[step] == Issued{.all_reduce = 1, .all_gather = 1});
+    }
+    // The block's Replicate output handed on sequence-sharded: a local slice forward, its
+    // gradient gathered back in backward.
+    ParallelPlan out_plan = mlp_plan();
+    out_plan.emplace("", std::make_shared<PrepareModuleOutput>(PrepareLayouts{{Replicate()}, {Shard(1)}}));
+    const Run sliced = train(make_mlp, out_plan, init_device_mesh(kCPU, {2}, {"tp"}), input);
+    for (int step = 0; step < kSteps; ++step) {
+      INFO("step " << step + 1 << ", PrepareModuleOutput");
+      CHECK(sliced.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+      CHECK(sliced.forward[step] == Issued{.all_reduce = 2});
+      CHECK(sliced.backward[step] == Issued{.all_reduce = 1, .all_gather = 1});
+    }
+  });
+}
+
 TEST_CASE("sequence parallelism around a col/row block on 2, 3 and 4 ranks matches one rank", "[nn][tensor_parallel]") {
   for (int world : {2, 3, 4}) {
     testing::run_ranks(world, [](int, int world) {
@@ -336,6 +366,14 @@ TEST_CASE("plan mistakes are errors naming the module and what is legal", "[nn][
                            {{"0", std::make_shared<ColwiseParallel>()}, {"4", std::make_shared<ColwiseParallel>()}}),
         "parallelize_module: '4.weight' is tied to a parameter another style places as Shard(dim=1); ColwiseParallel "
         "wants Shard(dim=0) (a tied weight needs one placement)");
+  }
+  SECTION("prepared layouts that do not fit the inputs") {
+    std::shared_ptr<Sequential> mlp = make_mlp();
+    parallelize_module(*mlp, mesh, {{"", std::make_shared<PrepareModuleInput>(PrepareLayouts{{Shard(1)}, {}})}});
+    const DTensor x(zeros({3, 8}, kFloat32), DTensorSpec(mesh, {Replicate()}, {3, 8}, kFloat32));
+    CHECK_THROWS_WITH((*mlp)(x),
+                      "PrepareModuleInput '': it has 1 inputs but the layouts give 1 to arrive as and 0 "
+                      "desired; give one (or nullopt) for each");
   }
   SECTION("a 2-D mesh") {
     std::shared_ptr<Sequential> mlp = make_mlp();
