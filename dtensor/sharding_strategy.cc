@@ -1,6 +1,7 @@
 #include "dtensor/sharding_strategy.h"
 
 #include <limits>
+#include <utility>
 
 #include "dtensor/redistribute_plan.h"
 
@@ -8,6 +9,22 @@ namespace dtr {
 namespace {
 
 thread_local int64_t t_promised_collectives = 0;
+thread_local std::function<void(const ImplicitRedistribute&)> t_watch;
+thread_local int t_declared = 0;
+
+// Reports the moves of `inputs` to `strategy` that communicate to this thread's watch.
+void report_implicit_moves(std::string_view op, std::span<const DTensor> inputs, const OpStrategy& strategy) {
+  if (!t_watch || t_declared > 0) return;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Placements& want = strategy.inputs[i];
+    if (inputs[i].placements() == want) continue;
+    ImplicitRedistribute move{std::string(op), describe(inputs[i]), want, {}};
+    for (const RedistributeStep& step : plan_redistribute(inputs[i].spec(), want).steps()) {
+      if (is_collective(step.op)) move.collectives.push_back(collective_kind(step.op));
+    }
+    if (!move.collectives.empty()) t_watch(move);
+  }
+}
 
 // Whether an op may move an input from `from` to `to` to fit a strategy. Shard -> Partial
 // is not offered (PyTorch's redistribute_cost bans it too): the pad costs nothing now, but
@@ -108,6 +125,7 @@ AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inp
     for (const Placements& p : candidates[best].outputs) outs.push_back(placements_str(p));
     span->arg("strategy", fmt::format("{} -> {}", fmt::join(ins, ", "), fmt::join(outs, ", ")));
   }
+  report_implicit_moves(op, inputs, candidates[best]);
   AppliedStrategy applied{candidates[best], {}, std::move(span)};
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Placements& want = applied.strategy.inputs[i];
@@ -116,6 +134,14 @@ AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inp
   t_promised_collectives += best_collectives;
   return applied;
 }
+
+ImplicitRedistributeWatch::ImplicitRedistributeWatch(std::function<void(const ImplicitRedistribute&)> observe)
+    : previous_(std::exchange(t_watch, std::move(observe))) {}
+
+ImplicitRedistributeWatch::~ImplicitRedistributeWatch() { t_watch = std::move(previous_); }
+
+DeclaredCollectives::DeclaredCollectives() { ++t_declared; }
+DeclaredCollectives::~DeclaredCollectives() { --t_declared; }
 
 int64_t promised_collectives() { return t_promised_collectives; }
 void reset_promised_collectives() { t_promised_collectives = 0; }

@@ -12,12 +12,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "collectives/collective_counter.h"
 #include "core/trace.h"
 #include "dtensor/dtensor.h"
 
@@ -53,6 +55,40 @@ struct AppliedStrategy {
 // naming the op, every input's spec and the placements the op accepts.
 AppliedStrategy apply_strategy(std::string_view op, std::span<const DTensor> inputs,
                                std::span<const OpStrategy> candidates);
+
+// An implicit redistribute: an input apply_strategy moved because the op's rule wanted other
+// placements (no caller asked for it) with a move that communicates.
+struct ImplicitRedistribute {
+  std::string op;                           // "linear"
+  std::string input;                        // describe() of the input as it arrived
+  Placements to;                            // what the chosen strategy wanted
+  std::vector<CollectiveKind> collectives;  // what the move issues, in plan order
+};
+
+// Watches this thread's implicit redistributes while alive (the previous watcher is restored
+// after): `observe` is called before the move, and may throw to stop the op before anything
+// moves (CommDebugMode's strict mode).
+class ImplicitRedistributeWatch {
+ public:
+  explicit ImplicitRedistributeWatch(std::function<void(const ImplicitRedistribute&)> observe);
+  ~ImplicitRedistributeWatch();
+  ImplicitRedistributeWatch(const ImplicitRedistributeWatch&) = delete;
+  ImplicitRedistributeWatch& operator=(const ImplicitRedistributeWatch&) = delete;
+
+ private:
+  std::function<void(const ImplicitRedistribute&)> previous_;
+};
+
+// An op's own collectives (the count of cross_entropy's targets, the row statistics of its
+// class-sharded form) are part of its definition, not implicit: inside this scope
+// apply_strategy reports no move to a watch.
+class DeclaredCollectives {
+ public:
+  DeclaredCollectives();
+  ~DeclaredCollectives();
+  DeclaredCollectives(const DeclaredCollectives&) = delete;
+  DeclaredCollectives& operator=(const DeclaredCollectives&) = delete;
+};
 
 // Collectives the strategies chosen on this thread promised since the last reset.
 int64_t promised_collectives();

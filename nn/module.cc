@@ -314,8 +314,14 @@ void Module::arm_post_backward_hooks() {
   backward_state_->pending = pending;
 }
 
-void Module::register_forward_pre_hook(ForwardPreHook hook) { forward_pre_hooks_.push_back(std::move(hook)); }
-void Module::register_forward_hook(ForwardHook hook) { forward_hooks_.push_back(std::move(hook)); }
+void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend) {
+  forward_pre_hooks_.insert(prepend == Prepend::kYes ? forward_pre_hooks_.begin() : forward_pre_hooks_.end(),
+                            std::move(hook));
+}
+
+void Module::register_forward_hook(ForwardHook hook, Prepend prepend) {
+  forward_hooks_.insert(prepend == Prepend::kYes ? forward_hooks_.begin() : forward_hooks_.end(), std::move(hook));
+}
 void Module::register_backward_pre_hook(BackwardHook hook) { backward_pre_hooks_.push_back(std::move(hook)); }
 void Module::register_post_backward_hook(BackwardHook hook) { post_backward_hooks_.push_back(std::move(hook)); }
 

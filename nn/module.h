@@ -31,6 +31,8 @@ using StateDict = std::vector<std::pair<std::string, DTensor>>;
 enum class Strict : uint8_t { kNo, kYes };
 enum class Persistent : uint8_t { kNo, kYes };
 enum class RemoveDuplicate : uint8_t { kNo, kYes };
+// Whether a forward hook runs before those registered earlier (PyTorch's prepend=True).
+enum class Prepend : uint8_t { kNo, kYes };
 
 // What load_state_dict found (with Strict::kNo it loads what matches and reports the rest).
 struct LoadResult {
@@ -119,9 +121,9 @@ class Module {
   // replicate's DDPModule); one policy per module.
   std::shared_ptr<ParallelPolicy>& policy_state() { return policy_state_; }
 
-  // Hooks, run in registration order.
-  void register_forward_pre_hook(ForwardPreHook hook);
-  void register_forward_hook(ForwardHook hook);
+  // Hooks, run in registration order (a forward hook with Prepend::kYes before the others).
+  void register_forward_pre_hook(ForwardPreHook hook, Prepend prepend = Prepend::kNo);
+  void register_forward_hook(ForwardHook hook, Prepend prepend = Prepend::kNo);
   void register_backward_pre_hook(BackwardHook hook);
   void register_post_backward_hook(BackwardHook hook);
 

@@ -31,6 +31,7 @@ DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, 
 // The number of targets not equal to ignore_index over the whole (sharded or replicated)
 // target, made Replicate through a strategy so that its all_reduce is a promised collective.
 int64_t count_targets(const DTensor& target, int64_t ignore_index) {
+  const DeclaredCollectives declared;
   DTensor valid = make_output(ne(target.to_local(), static_cast<double>(ignore_index)), target.mesh(),
                               target.placements(), target.shape());
   const DTensor counts[] = {sum(valid)};
@@ -44,6 +45,7 @@ int64_t count_targets(const DTensor& target, int64_t ignore_index) {
 // traced) as the op's. `what` names it ("cross_entropy (row max)").
 DTensor moved(const DTensor& x, const Placements& placements, std::string_view what) {
   if (placements == x.placements()) return x;
+  const DeclaredCollectives declared;
   const DTensor inputs[] = {x};
   const OpStrategy to{{placements}, {placements}};
   return apply_strategy(what, inputs, std::span(&to, 1)).inputs[0];

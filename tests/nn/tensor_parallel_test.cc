@@ -1,7 +1,9 @@
 // Tensor parallelism: an MLP of two column-then-row blocks trained with parallelize_module on
 // 2, 3 (uneven: 16 hidden features as 6, 5, 5) and 4 ranks matches one rank step by step
 // (loss, weights after AdamW), with the placements the styles give and exactly the
-// collectives the plan implies; and the plan's mistakes are clear errors.
+// collectives the plan implies, none implicit (CommDebugMode's strict mode watches every
+// parallel run); so do sequence parallelism, a tied vocab-sharded embedding and output, loss
+// parallelism and the Prepare styles; and the plan's mistakes are clear errors.
 #include <catch2/catch.hpp>
 
 #include <functional>
@@ -17,6 +19,7 @@
 #include "dtensor/ops/view_ops.h"
 #include "kernels/fill.h"
 #include "nn/activation.h"
+#include "nn/comm_debug.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
 #include "nn/init.h"
@@ -100,7 +103,11 @@ ParallelPlan sp_plan() {
 Run train(const std::function<std::shared_ptr<Sequential>()>& make, const ParallelPlan& plan,
           const std::optional<DeviceMesh>& mesh, const Tensor& input, Placement input_placement = Replicate()) {
   std::shared_ptr<Sequential> mlp = make();
-  if (mesh) parallelize_module(*mlp, *mesh, plan);
+  std::optional<CommDebugMode> strict;  // every collective the plan declares, none implicit
+  if (mesh) {
+    parallelize_module(*mlp, *mesh, plan);
+    strict.emplace(*mlp, ImplicitRedistributes::kRaise);
+  }
   const DeviceMesh on = mesh.value_or(single_rank_mesh());
   optim::AdamW opt({{.params = mlp->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   const DTensor x = distribute_tensor(input, on, {mesh ? input_placement : Replicate()});
@@ -258,7 +265,11 @@ ParallelPlan lm_plan(LossParallel loss_parallel) {
 Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const Tensor& targets,
              LossParallel loss_parallel = LossParallel::kNo) {
   std::shared_ptr<Sequential> lm = make_lm();
-  if (mesh) parallelize_module(*lm, *mesh, lm_plan(loss_parallel));
+  std::optional<CommDebugMode> strict;
+  if (mesh) {
+    parallelize_module(*lm, *mesh, lm_plan(loss_parallel));
+    strict.emplace(*lm, ImplicitRedistributes::kRaise);
+  }
   const DeviceMesh on = mesh.value_or(single_rank_mesh());
   REQUIRE(lm->child("4").parameter("weight").is_same(lm->child("0").parameter("weight")));
   optim::AdamW opt({{.params = lm->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
