@@ -12,8 +12,8 @@
 namespace dtr::nn {
 namespace {
 
-constexpr std::array kKinds = {CollectiveKind::kAllReduce,  CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                               CollectiveKind::kAllToAll,   CollectiveKind::kBroadcast, CollectiveKind::kBarrier};
+constexpr std::array kKinds = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                               CollectiveKind::kAllToAll,  CollectiveKind::kBroadcast, CollectiveKind::kBarrier};
 
 }  // namespace
 
@@ -126,7 +126,8 @@ int64_t CommDebugMode::calls(const std::string& module, const std::string& phase
 }
 
 std::string CommDebugMode::table() const {
-  std::string out = fmt::format("{:<24} {:<9} {:<15} {:>6} {:>12}\n", "module", "phase", "collective", "calls", "bytes");
+  std::string out =
+      fmt::format("{:<24} {:<9} {:<15} {:>6} {:>12}\n", "module", "phase", "collective", "calls", "bytes");
   for (const CommDebugRow& r : rows()) {
     out += fmt::format("{:<24} {:<9} {:<15} {:>6} {:>12}\n", r.module.empty() ? "(root)" : r.module, r.phase,
                        collective_kind_name(r.kind), r.calls, r.bytes);

@@ -7,11 +7,10 @@
 // included), in phase "forward"; from the moment a module's backward starts (the first
 // gradient of its outputs arrives) until the next module's does, for that module in phase
 // "backward" (so the reduction of a module's output gradient, which runs once that gradient
-// has arrived, counts for the module that produced the output); anything else (the loss, the optimizer step) for the root, "" in phase
-// "other". An implicit redistribute is an input an op's sharding rule moved with a
-// collective though no plan, style or explicit redistribute asked for it
-// (dtensor/sharding_strategy.h): reported with the module and phase, or with
-// ImplicitRedistributes::kRaise a ValueError before the op moves anything.
+// has arrived, counts for the module that produced the output); anything else (the loss, the optimizer step) for the
+// root, "" in phase "other". An implicit redistribute is an input an op's sharding rule moved with a collective though
+// no plan, style or explicit redistribute asked for it (dtensor/sharding_strategy.h): reported with the module and
+// phase, or with ImplicitRedistributes::kRaise a ValueError before the op moves anything.
 //
 // The counts are the process's CollectiveCounter's: one CommDebugMode at a time, and no
 // collectives of other threads meanwhile. Module hooks cannot be removed, so a finished

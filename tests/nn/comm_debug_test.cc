@@ -90,10 +90,11 @@ TEST_CASE("an implicit redistribute is refused in strict mode and reported other
     const DTensor x = input(mesh);
     {
       const CommDebugMode debug(*strict, ImplicitRedistributes::kRaise);
-      CHECK_THROWS_WITH(step(*strict, x), "CommDebugMode (strict): mul in module '' (other) would move its input "
-                                          "float32[4, 8] (P(sum)) to (S(0)) implicitly (reduce_scatter); declare the "
-                                          "layout: "
-                                          "a parallel style's Layouts, PrepareModuleInput, or an explicit redistribute");
+      CHECK_THROWS_WITH(step(*strict, x),
+                        "CommDebugMode (strict): mul in module '' (other) would move its input "
+                        "float32[4, 8] (P(sum)) to (S(0)) implicitly (reduce_scatter); declare the "
+                        "layout: "
+                        "a parallel style's Layouts, PrepareModuleInput, or an explicit redistribute");
     }
     std::shared_ptr<Sequential> reported = make_mlp();
     parallelize_module(*reported, mesh, plan);

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -140,6 +141,8 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--dropout 2", "train: --dropout: got '2'; legal: a finite number >= 0 and <= 0.95", 0},
       {"--bpe-vocab 9", "train: --bpe-vocab: got '9'; legal: a whole number from 257 to 65535", 0},
       {"--steps 2", "train: --steps: given more than once; give it once", 0},
+      {"--comm-debug 2", "--comm-debug 2: the run has 1 steps (--steps)", 0},
+      {"--comm-debug 0", "train: --comm-debug: got '0'; legal: a whole number >= 1", 0},
       {"--no-such-flag", "train: The following argument was not expected: --no-such-flag (train --help lists them)", 0},
       // hsdp's default mesh needs an even world: the message is about that, not a --mesh never given.
       {"--parallel hsdp",
@@ -172,6 +175,31 @@ std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
     out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
   }
   return out;
+}
+
+TEST_CASE("--comm-debug prints one step's collectives by module and phase", "[train]") {
+  const testing::TrainRun run =
+      testing::run_train("comm_debug", 2,
+                         "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 4 --steps 2 "
+                         "--log-every 1 --comm-debug 2");
+  const std::string& out = run.result.output;
+  INFO(out);
+  CHECK(out.find("comm-debug: step 2\n") != std::string::npos);
+  CHECK(out.find("comm-debug: step 1\n") == std::string::npos);
+  // The table's calls summed by phase and collective (rank 0 prints it; dtrrun prefixes its lines).
+  std::map<std::pair<std::string, std::string>, int64_t> calls;
+  const std::regex row(R"(\[rank0\]: (\S+) +(forward|backward|other) +([a-z_]+) +(\d+) +(\d+)\n)");
+  for (std::sregex_iterator it(out.begin(), out.end(), row), end; it != end; ++it) {
+    calls[{(*it)[2].str(), (*it)[3].str()}] += std::stoll((*it)[4].str());
+  }
+  // FSDP over the root and its two blocks: three all-gathers in forward; the two blocks
+  // (resharded after forward) gathered again in backward; three reduce-scatters. Nothing
+  // implicit.
+  CHECK(calls[{"forward", "all_gather"}] == 3);
+  CHECK(calls[{"backward", "all_gather"}] == 2);
+  CHECK(calls[{"backward", "reduce_scatter"}] == 3);
+  CHECK(calls[{"forward", "all_reduce"}] == 0);
+  CHECK(out.find("implicit redistributes: none") != std::string::npos);
 }
 
 TEST_CASE("a checkpoint is committed once every rank has written it, not at the next save", "[train]") {

@@ -37,6 +37,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "nn/comm_debug.h"
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
 #include "tools/command_line.h"
@@ -178,7 +179,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   for (; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     tracer.begin(step + 1);
+    std::optional<nn::CommDebugMode> comm_debug;
+    if (step + 1 == c.comm_debug) comm_debug.emplace(*m.net);
     const StepResult result = train_step(m, opt, schedule, c, data.train, train_order, mesh, vocab, window);
+    if (comm_debug && rank0) fmt::print("comm-debug: step {}\n{}", step + 1, comm_debug->table());
     if (!result.finite()) {
       tracer.end();
       diverged = StepRecord{.step = step + 1, .loss = result.loss, .grad_norm = result.grad_norm, .val_loss = {}};

@@ -254,6 +254,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "OUT/trace/merged.json (clocks aligned; open in ui.perfetto.dev) and OUT/step_timeline.svg (the first "
                  "traced step)")
       ->group("Data and output");
+  app.add_option("--comm-debug", c.comm_debug,
+                 "STEP: print that step's collectives (1-based) by module and phase, with any implicit "
+                 "redistribute and the op that caused it (nn::CommDebugMode)")
+      ->check(positive)
+      ->group("Data and output");
 }
 
 std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& c) {
@@ -325,6 +330,8 @@ void validate(const TrainConfig& c, int64_t world_size) {
   if (const auto steps = trace_steps(c)) {
     DTR_CHECK(steps->second <= c.steps, ValueError, "--trace {}: the run has {} steps (--steps)", c.trace, c.steps);
   }
+  DTR_CHECK(c.comm_debug <= c.steps, ValueError, "--comm-debug {}: the run has {} steps (--steps)", c.comm_debug,
+            c.steps);
   DTR_CHECK(c.resume.empty() || c.use_dcp_checkpointing, ValueError,
             "--resume {}: resuming reads distributed checkpoints; add --use-dcp-checkpointing", c.resume);
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",

@@ -71,6 +71,8 @@ struct TrainConfig {
   std::string resume;  // "", "latest" or a checkpoint's path
   // Tracing: "" (off) or "FIRST:LAST", the steps (1-based, inclusive) to trace.
   std::string trace;
+  // The step (1-based) whose collectives rank 0 prints by module and phase (0: none).
+  int64_t comm_debug = 0;
 };
 
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",
