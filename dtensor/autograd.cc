@@ -108,6 +108,9 @@ bool grad_mode_enabled() { return t_grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(t_grad_mode) { t_grad_mode = false; }
 NoGradGuard::~NoGradGuard() { t_grad_mode = previous_; }
 
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_mode) { t_grad_mode = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_mode = previous_; }
+
 bool needs_grad(std::span<const DTensor> inputs) {
   if (!grad_mode_enabled()) return false;
   for (const DTensor& t : inputs) {
@@ -141,9 +144,11 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
 
+bool in_nested_backward() { return t_callbacks.size() > 1; }
+
 void queue_callback(std::function<void()> callback) {
   DTR_CHECK(!t_callbacks.empty(), ValueError, "queue_callback: no backward is running on this thread");
-  t_callbacks.back().push_back(std::move(callback));
+  t_callbacks.front().push_back(std::move(callback));
 }
 
 namespace {

@@ -88,6 +88,20 @@ class NoGradGuard {
   bool previous_;
 };
 
+// Turns recording on for its scope (torch.enable_grad()): a backward function that runs a
+// forward of its own (activation checkpointing's recompute) inside the engine, which runs
+// backward functions without recording.
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // True when grad mode is on and some input requires grad: the op must call record().
 bool needs_grad(std::span<const DTensor> inputs);
 
@@ -103,10 +117,16 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
 
 // Runs `callback` once the backward running on this thread has run its last node
 // (PyTorch's Variable._execution_engine.queue_callback): for work that must happen once per
-// backward whatever parts of the graph it reached. Callbacks run in the order queued,
+// backward whatever parts of the graph it reached. A backward run inside one of its nodes
+// (activation checkpointing's recompute) is part of it: the callback waits for the
+// outermost. Callbacks run in the order queued,
 // outside the engine (one may run a backward of its own); they are dropped when the
 // backward throws. ValueError outside a backward.
 void queue_callback(std::function<void()> callback);
+
+// Whether the backward running on this thread runs inside a node of another one (activation
+// checkpointing's recompute): that outer backward still has nodes to run.
+bool in_nested_backward();
 
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
 DTensor accumulate_gradients(const DTensor& a, const DTensor& b);

@@ -222,8 +222,12 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            link->ran = true;
            // Groups linked after this one that the engine has not run are not reached by this
            // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
-           // them do, so the order of the reductions is the same everywhere.
-           if (!alive.expired() && root_ != nullptr) root_->reduce_unreached_from(link->sequence_nr);
+           // them do, so the order of the reductions is the same everywhere. Not inside a
+           // recompute (nn/checkpoint.h): the backward around it may still run them; the root's
+           // end of backward reduces what no rank reached.
+           if (!alive.expired() && root_ != nullptr && !in_nested_backward()) {
+             root_->reduce_unreached_from(link->sequence_nr);
+           }
            const Placements partial(placements.front().size(), Partial());
            std::vector<DTensor> g = grads;
            for (DTensor& t : g) {
@@ -509,6 +513,9 @@ void FSDPModule::pre_backward() {
   }
   unshard(Async::kNo);  // refills released storage; a no-op when kept or prefetched
   wait_for_unshard();
+  // The slots hold the gathered parameters until this group's backward ends, as in forward:
+  // a forward recomputed in backward (activation checkpointing, nn/checkpoint.h) reads them.
+  use_params(State::kUnsharded);
   std::vector<FSDPModule*> previous =
       backward_prefetch_.value_or(std::vector<FSDPModule*>{next_to_run(Pass::kBackward)});
   for (FSDPModule* m : previous) {
@@ -559,6 +566,7 @@ void FSDPModule::set_is_last_backward(bool last) {
 }
 
 void FSDPModule::post_backward() {
+  use_params(State::kSharded);
   linked_ = false;
   if (!reshard_after_backward_) return;
   reset_to_sharded();

@@ -266,7 +266,8 @@ Values Module::operator()(Values inputs) {
   for (const ForwardPreHook& hook : forward_pre_hooks_) {
     if (std::optional<Values> replaced = hook(*this, inputs)) inputs = std::move(*replaced);
   }
-  Values outputs = forward(inputs);
+  Values outputs =
+      forward_runner_ ? forward_runner_(inputs, [this](const Values& in) { return forward(in); }) : forward(inputs);
   for (const ForwardHook& hook : forward_hooks_) {
     if (std::optional<Values> replaced = hook(*this, inputs, outputs)) outputs = std::move(*replaced);
   }
@@ -312,6 +313,12 @@ void Module::arm_post_backward_hooks() {
     return std::none_of(current.begin(), current.end(), [&](const DTensor* p) { return p->is_same(a); });
   });
   backward_state_->pending = pending;
+}
+
+void Module::set_forward_runner(ForwardRunner runner) {
+  DTR_CHECK(!forward_runner_, ValueError, "{}: its forward already runs through another runner (checkpointed twice?)",
+            type_name_);
+  forward_runner_ = std::move(runner);
 }
 
 void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend) {

@@ -121,6 +121,13 @@ class Module {
   // replicate's DDPModule); one policy per module.
   std::shared_ptr<ParallelPolicy>& policy_state() { return policy_state_; }
 
+  // Runs forward through `runner` from now on: operator() calls runner(inputs, forward)
+  // between the forward pre-hooks and the forward hooks instead of forward(inputs)
+  // (activation checkpointing, nn/checkpoint.h). One per module: ValueError for a second.
+  using ForwardRunner =
+      std::function<Values(const Values& inputs, const std::function<Values(const Values&)>& forward)>;
+  void set_forward_runner(ForwardRunner runner);
+
   // Hooks, run in registration order (a forward hook with Prepend::kYes before the others).
   void register_forward_pre_hook(ForwardPreHook hook, Prepend prepend = Prepend::kNo);
   void register_forward_hook(ForwardHook hook, Prepend prepend = Prepend::kNo);
@@ -154,6 +161,7 @@ class Module {
   std::vector<BackwardHook> backward_pre_hooks_;
   std::vector<BackwardHook> post_backward_hooks_;
   std::shared_ptr<ParallelPolicy> policy_state_;
+  ForwardRunner forward_runner_;
   std::shared_ptr<BackwardState> backward_state_;  // hooks hold it weakly: a lifetime token too
   std::vector<DTensor> armed_;                     // the parameter objects the post-backward count-down watches
 };

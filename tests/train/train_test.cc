@@ -142,6 +142,8 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--bpe-vocab 9", "train: --bpe-vocab: got '9'; legal: a whole number from 257 to 65535", 0},
       {"--steps 2", "train: --steps: given more than once; give it once", 0},
       {"--comm-debug 2", "--comm-debug 2: the run has 1 steps (--steps)", 0},
+      {"--activation-checkpoint selective", "train: --activation-checkpoint: selective not in {none,full}", 0},
+      {"--ac-every 0", "train: --ac-every: got '0'; legal: a whole number >= 1", 0},
       {"--comm-debug 0", "train: --comm-debug: got '0'; legal: a whole number >= 1", 0},
       {"--no-such-flag", "train: The following argument was not expected: --no-such-flag (train --help lists them)", 0},
       // hsdp's default mesh needs an even world: the message is about that, not a --mesh never given.
@@ -175,6 +177,13 @@ std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
     out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
   }
   return out;
+}
+
+TEST_CASE("--activation-checkpoint full trains bit for bit as none, every block or every second", "[train]") {
+  const std::string flags = kTinyTrainFlags + " --dropout 0.1";
+  const std::vector<double> plain = train_losses("ac_none", 2, flags);
+  check_same_losses(train_losses("ac_full", 2, flags + " --activation-checkpoint full"), plain, 0.0);
+  check_same_losses(train_losses("ac_every2", 2, flags + " --activation-checkpoint full --ac-every 2"), plain, 0.0);
 }
 
 TEST_CASE("--comm-debug prints one step's collectives by module and phase", "[train]") {

@@ -38,9 +38,12 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
                    : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
   }
   fmt::print("mesh       {}\n", mesh.to_string());
-  fmt::print("parallel   {}{}{}\n", flag_value(c.parallel),
+  fmt::print("parallel   {}{}{}{}\n", flag_value(c.parallel),
              c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
-             c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "");
+             c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "",
+             c.activation_checkpoint == ActivationCheckpoint::kFull
+                 ? fmt::format(", activation checkpointing of every {} block(s)", c.ac_every)
+                 : "");
   fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", flag_value(c.arch),
              c.layers, c.dim, c.heads, vocab, c.seq_len, parameter_count(net));
   fmt::print("placements {}\n", placements_summary(net));

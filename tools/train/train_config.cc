@@ -32,6 +32,8 @@ constexpr Choice<optim::LRDecay> kLrSchedules[] = {
     {"cosine", optim::LRDecay::kCosine}, {"linear", optim::LRDecay::kLinear}, {"constant", optim::LRDecay::kConstant}};
 constexpr Choice<Parallel> kParallels[] = {
     {"fsdp", Parallel::kFsdp}, {"hsdp", Parallel::kHsdp}, {"ddp", Parallel::kDdp}, {"none", Parallel::kNone}};
+constexpr Choice<ActivationCheckpoint> kActivationCheckpoints[] = {{"none", ActivationCheckpoint::kNone},
+                                                                   {"full", ActivationCheckpoint::kFull}};
 constexpr Choice<DeviceType> kDevices[] = {{"cpu", kCPU}, {"cuda", kCUDA}};
 constexpr Choice<DataOrder> kDataOrders[] = {{"sequential", DataOrder::kSequential},
                                              {"shuffled", DataOrder::kShuffled}};
@@ -86,6 +88,9 @@ CLI::Validator reshard_after_forward_check() {
 std::string flag_value(Arch arch) { return name_of(kArchs, arch); }
 std::string flag_value(optim::LRDecay lr_schedule) { return name_of(kLrSchedules, lr_schedule); }
 std::string flag_value(Parallel parallel) { return name_of(kParallels, parallel); }
+std::string flag_value(ActivationCheckpoint activation_checkpoint) {
+  return name_of(kActivationCheckpoints, activation_checkpoint);
+}
 std::string flag_value(DeviceType device) { return name_of(kDevices, device); }
 std::string flag_value(DataOrder data_order) { return name_of(kDataOrders, data_order); }
 std::string flag_value(TokenizerKind tokenizer) { return name_of(kTokenizers, tokenizer); }
@@ -171,6 +176,15 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--mesh", c.mesh,
                  "mesh dims as name=size, comma-separated: dp=4 (fsdp, ddp) or replicate=2,shard=2 (hsdp); the sizes' "
                  "product must be the world size (default: dp=WORLD; hsdp: replicate=2,shard=WORLD/2)")
+      ->group("Parallelism");
+  add_choice(app, "--activation-checkpoint", c.activation_checkpoint, kActivationCheckpoints,
+             "none (keep every block's activations for backward), full (keep only the checkpointed blocks' inputs "
+             "and recompute their forward in backward; docs/activation_checkpointing.md)")
+      ->group("Parallelism");
+  app.add_option("--ac-every", c.ac_every,
+                 "with --activation-checkpoint full: checkpoint every K-th block (0, K, 2K, ...)")
+      ->check(positive)
+      ->capture_default_str()
       ->group("Parallelism");
   app.add_flag("--mixed-precision", c.mixed_precision, "bf16 parameters and compute, float32 reduction and state")
       ->group("Parallelism");
@@ -405,6 +419,8 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"seed", c.seed},
           {"init_from", c.init_from},
           {"parallel", flag_value(c.parallel)},
+          {"activation_checkpoint", flag_value(c.activation_checkpoint)},
+          {"ac_every", c.ac_every},
           {"mesh", c.mesh},
           {"mixed_precision", c.mixed_precision},
           {"cpu_offload", c.cpu_offload},

@@ -27,6 +27,8 @@ namespace dtr::train {
 // gives the name back (config.json and the start block print it).
 enum class Arch : uint8_t { kSeed, kGpt };
 enum class Parallel : uint8_t { kFsdp, kHsdp, kDdp, kNone };
+// Which blocks' activations are recomputed in backward instead of kept (nn/checkpoint.h).
+enum class ActivationCheckpoint : uint8_t { kNone, kFull };
 enum class TokenizerKind : uint8_t { kByte, kBpe };
 // --reshard-after-forward: true, false or a rank count N (FullyShardOptions' own type).
 using ReshardAfterForward = std::variant<bool, int>;
@@ -49,6 +51,8 @@ struct TrainConfig {
   std::string init_from;
   // Parallelism.
   Parallel parallel = Parallel::kFsdp;
+  ActivationCheckpoint activation_checkpoint = ActivationCheckpoint::kNone;
+  int64_t ac_every = 1;  // with kFull: blocks 0, K, 2K, ... are checkpointed
   std::string mesh;
   bool mixed_precision = false;
   bool cpu_offload = false;
@@ -80,6 +84,7 @@ struct TrainConfig {
 std::string flag_value(Arch arch);
 std::string flag_value(optim::LRDecay lr_schedule);
 std::string flag_value(Parallel parallel);
+std::string flag_value(ActivationCheckpoint activation_checkpoint);
 std::string flag_value(const ReshardAfterForward& reshard_after_forward);
 std::string flag_value(DeviceType device);
 std::string flag_value(DataOrder data_order);

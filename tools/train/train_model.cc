@@ -10,6 +10,7 @@
 #include "checkpoint/full_state_dict_file.h"
 #include "collectives/init.h"
 #include "core/error.h"
+#include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "nn/parameter.h"
 
@@ -76,6 +77,11 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     // from logits of standard deviation sqrt(dim).
     for (auto& [name, p] : m.net->named_parameters()) {
       if (name == "embed.weight" || name == "pos_embed.weight") nn::normal_(*p, 0.0, 0.02);
+    }
+  }
+  if (c.activation_checkpoint == ActivationCheckpoint::kFull) {  // before fully_shard and replicate
+    for (size_t i = 0; i < m.net->layers().size(); i += static_cast<size_t>(c.ac_every)) {
+      nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i));
     }
   }
   if (parallel == Parallel::kDdp) {

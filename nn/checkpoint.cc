@@ -1,0 +1,97 @@
+#include "nn/checkpoint.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtensor/autograd.h"
+#include "kernels/fill.h"
+#include "nn/init.h"
+
+namespace dtr::nn {
+namespace {
+
+// What one checkpointed call keeps for its backward.
+struct Saved {
+  Values inputs;  // detached
+  std::vector<bool> differentiable;
+  SeedState seed;
+  std::function<Values(const Values&)> forward;
+};
+
+// The recompute: forward again from the saved inputs with grad on and the seed state of the
+// first run, then backward from the outputs that carry gradients. The inputs' gradients,
+// as they arrived (no move to the inputs' placements: the ops before take them as any
+// gradient).
+std::vector<DTensor> recompute(const Saved& saved, const std::vector<DTensor>& grad_outputs) {
+  Values inputs;
+  inputs.reserve(saved.inputs.size());  // the hooks below point into it
+  for (size_t i = 0; i < saved.inputs.size(); ++i) {
+    inputs.push_back(saved.inputs[i].detach());
+    if (!saved.differentiable[i]) continue;
+    DTensor* x = &inputs.back();
+    x->requires_grad_();
+    // Kept where it arrives, as the gradient of a non-leaf would be: nothing moves here.
+    x->register_hook([x](const DTensor& g) {
+      x->set_grad_placements(g.placements());
+      return DTensor();
+    });
+  }
+  const SeedState now = seed_state();
+  set_seed_state(saved.seed);
+  Values outputs;
+  {
+    const EnableGradGuard grad_on;  // the engine runs backward functions without recording
+    outputs = saved.forward(inputs);
+  }
+  set_seed_state(now);
+  std::vector<DTensor> roots, gradients;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!outputs[k].defined() || !outputs[k].requires_grad()) continue;
+    roots.push_back(outputs[k]);
+    gradients.push_back(grad_outputs[k]);
+  }
+  if (!roots.empty()) run_backward(roots, gradients, RetainGraph::kNo);
+  std::vector<DTensor> out;
+  for (size_t i = 0; i < inputs.size(); ++i) out.push_back(saved.differentiable[i] ? inputs[i].grad() : DTensor());
+  out.push_back(DTensor());  // the anchor's
+  return out;
+}
+
+}  // namespace
+
+void checkpoint(Module& module) {
+  // A leaf that requires grad, among the node's inputs so that the node is recorded even
+  // when no input needs a gradient (only the parameters do); it never gets one.
+  auto anchor = std::make_shared<DTensor>(
+      DTensor(zeros({0}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {0}, kFloat32)));
+  anchor->requires_grad_();
+  module.set_forward_runner([anchor, name = module.type_name()](
+                                const Values& inputs, const std::function<Values(const Values&)>& forward) {
+    if (!grad_mode_enabled()) return forward(inputs);
+    auto saved = std::make_shared<Saved>();
+    saved->seed = seed_state();
+    saved->forward = forward;
+    Values outputs;
+    {
+      const NoGradGuard no_grad;
+      outputs = forward(inputs);
+    }
+    // New handles: an output that is an input (or a parameter) must not get this node.
+    for (DTensor& y : outputs) {
+      if (y.defined()) y = y.detach();
+    }
+    std::vector<DTensor> recorded;
+    for (const DTensor& x : inputs) {
+      saved->inputs.push_back(x.detach());
+      saved->differentiable.push_back(x.defined() && x.requires_grad());
+      recorded.push_back(x);
+    }
+    recorded.push_back(*anchor);
+    record("checkpoint(" + name + ")", recorded, outputs,
+           [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
+    return outputs;
+  });
+}
+
+}  // namespace dtr::nn
