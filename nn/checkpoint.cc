@@ -66,32 +66,32 @@ void checkpoint(Module& module) {
   auto anchor = std::make_shared<DTensor>(
       DTensor(zeros({0}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {0}, kFloat32)));
   anchor->requires_grad_();
-  module.set_forward_runner([anchor, name = module.type_name()](
-                                const Values& inputs, const std::function<Values(const Values&)>& forward) {
-    if (!grad_mode_enabled()) return forward(inputs);
-    auto saved = std::make_shared<Saved>();
-    saved->seed = seed_state();
-    saved->forward = forward;
-    Values outputs;
-    {
-      const NoGradGuard no_grad;
-      outputs = forward(inputs);
-    }
-    // New handles: an output that is an input (or a parameter) must not get this node.
-    for (DTensor& y : outputs) {
-      if (y.defined()) y = y.detach();
-    }
-    std::vector<DTensor> recorded;
-    for (const DTensor& x : inputs) {
-      saved->inputs.push_back(x.detach());
-      saved->differentiable.push_back(x.defined() && x.requires_grad());
-      recorded.push_back(x);
-    }
-    recorded.push_back(*anchor);
-    record("checkpoint(" + name + ")", recorded, outputs,
-           [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
-    return outputs;
-  });
+  module.set_forward_runner(
+      [anchor, name = module.type_name()](const Values& inputs, const std::function<Values(const Values&)>& forward) {
+        if (!grad_mode_enabled()) return forward(inputs);
+        auto saved = std::make_shared<Saved>();
+        saved->seed = seed_state();
+        saved->forward = forward;
+        Values outputs;
+        {
+          const NoGradGuard no_grad;
+          outputs = forward(inputs);
+        }
+        // New handles: an output that is an input (or a parameter) must not get this node.
+        for (DTensor& y : outputs) {
+          if (y.defined()) y = y.detach();
+        }
+        std::vector<DTensor> recorded;
+        for (const DTensor& x : inputs) {
+          saved->inputs.push_back(x.detach());
+          saved->differentiable.push_back(x.defined() && x.requires_grad());
+          recorded.push_back(x);
+        }
+        recorded.push_back(*anchor);
+        record("checkpoint(" + name + ")", recorded, outputs,
+               [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
+        return outputs;
+      });
 }
 
 }  // namespace dtr::nn
