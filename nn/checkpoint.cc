@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "dtensor/autograd.h"
 #include "kernels/fill.h"
 #include "nn/init.h"
@@ -17,13 +18,18 @@ struct Saved {
   std::vector<bool> differentiable;
   SeedState seed;
   std::function<Values(const Values&)> forward;
+  // The module's parameter slots and what they held during this call's forward (fully_shard's
+  // gathered parameters of this call, for one): the recompute runs with the same tensors.
+  std::vector<std::pair<DTensor*, DTensor>> params;
+  bool recomputed = false;
 };
 
 // The recompute: forward again from the saved inputs with grad on and the seed state of the
 // first run, then backward from the outputs that carry gradients. The inputs' gradients,
 // as they arrived (no move to the inputs' placements: the ops before take them as any
 // gradient).
-std::vector<DTensor> recompute(const Saved& saved, const std::vector<DTensor>& grad_outputs) {
+std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_outputs) {
+  saved.recomputed = true;
   Values inputs;
   inputs.reserve(saved.inputs.size());  // the hooks below point into it
   for (size_t i = 0; i < saved.inputs.size(); ++i) {
@@ -39,11 +45,14 @@ std::vector<DTensor> recompute(const Saved& saved, const std::vector<DTensor>& g
   }
   const SeedState now = seed_state();
   set_seed_state(saved.seed);
+  std::vector<DTensor> current;
+  for (const auto& [slot, value] : saved.params) current.push_back(std::exchange(*slot, value));
   Values outputs;
   {
     const EnableGradGuard grad_on;  // the engine runs backward functions without recording
     outputs = saved.forward(inputs);
   }
+  for (size_t i = 0; i < saved.params.size(); ++i) *saved.params[i].first = std::move(current[i]);
   set_seed_state(now);
   std::vector<DTensor> roots, gradients;
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -67,11 +76,20 @@ void checkpoint(Module& module) {
       DTensor(zeros({0}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {0}, kFloat32)));
   anchor->requires_grad_();
   module.set_forward_runner(
-      [anchor, name = module.type_name()](const Values& inputs, const std::function<Values(const Values&)>& forward) {
+      [anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(), name = module.type_name()](
+          const Values& inputs, const std::function<Values(const Values&)>& forward) {
         if (!grad_mode_enabled()) return forward(inputs);
         auto saved = std::make_shared<Saved>();
         saved->seed = seed_state();
         saved->forward = forward;
+        for (auto& [_, slot] : module.named_parameters(RemoveDuplicate::kNo)) saved->params.emplace_back(slot, *slot);
+        const std::shared_ptr<Saved> previous = last->lock();
+        DTR_CHECK(!previous || previous->recomputed, NotImplementedError,
+                  "checkpoint: {} runs a second time before the backward of its first call; a checkpointed module "
+                  "is called once per forward (each call's recompute would hand its parameters' gradients to "
+                  "fully_shard and replicate apart, which expect one per backward): checkpoint the caller instead",
+                  name);
+        *last = saved;
         Values outputs;
         {
           const NoGradGuard no_grad;

@@ -222,11 +222,11 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            link->ran = true;
            // Groups linked after this one that the engine has not run are not reached by this
            // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
-           // them do, so the order of the reductions is the same everywhere. Not inside a
-           // recompute (nn/checkpoint.h): the backward around it may still run them; the root's
-           // end of backward reduces what no rank reached.
-           if (!alive.expired() && root_ != nullptr && !in_nested_backward()) {
-             root_->reduce_unreached_from(link->sequence_nr);
+           // them do, so the order of the reductions is the same everywhere. Inside a recompute
+           // (nn/checkpoint.h), only those linked after the node running it too: the backward
+           // around it may still run the earlier ones.
+           if (!alive.expired() && root_ != nullptr) {
+             root_->reduce_unreached_from(std::max(link->sequence_nr, enclosing_node_sequence_nr().value_or(0)));
            }
            const Placements partial(placements.front().size(), Partial());
            std::vector<DTensor> g = grads;

@@ -10,8 +10,11 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "core/allocator.h"
+#include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
+#include "nn/container.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
 #include "nn/replicate.h"
@@ -135,6 +138,80 @@ TEST_CASE("checkpointed blocks under fsdp and ddp on 2 and 3 ranks: the same bit
       }
     });
   }
+}
+
+// Two micro-batches per step, the first without gradient sync, each through two blocks one
+// checkpointed block applied twice (a module called twice in one forward); on rank 1 the
+// second block's output is left out of the loss (its recompute never runs there, and its
+// parameters get zero gradients, reduced with rank 0's).
+// Returns every parameter's gradient after one step (two micro-batches), whole.
+struct Interplay {
+  bool twice = false;      // the first block applied twice
+  bool leave_out = false;  // rank 1's loss leaves the second block's output out
+};
+
+TensorMap train_interplay(const DeviceMesh& mesh, Sharding sharding, Checkpointed checkpointed, Interplay how) {
+  manual_seed(23);
+  auto first = std::make_shared<TransformerBlock>(16, 2, true, ParameterOptions{}, 0.1);
+  auto second = std::make_shared<TransformerBlock>(16, 2, true, ParameterOptions{}, 0.1);
+  Sequential model({first, second});
+  if (checkpointed == Checkpointed::kYes) {
+    checkpoint(*first);
+    checkpoint(*second);
+  }
+  FSDPModule* fsdp = nullptr;
+  DDPModule* ddp = nullptr;
+  if (sharding == Sharding::kFsdp) {
+    fully_shard(*first, mesh);
+    fully_shard(*second, mesh);
+    fsdp = &fully_shard(model, mesh);
+  } else {
+    ddp = &replicate(model, mesh);
+  }
+  const bool rank1 = mesh.this_rank() == 1 && how.leave_out;
+  {
+    const int step = 0;
+    for (int micro = 0; micro < 2; ++micro) {
+      if (fsdp != nullptr) fsdp->set_requires_gradient_sync(micro == 1);
+      if (ddp != nullptr) ddp->set_requires_gradient_sync(micro == 1);
+      const Tensor input = testing::random_tensor({4, kSeq, 16}, kFloat32, 30 + 2 * step + micro);
+      const DTensor x = distribute_tensor(input, mesh, {Shard(0)});
+      const DTensor h = how.twice ? (*first)((*first)(x)) : (*first)(x);
+      const DTensor h2 = (*second)(h);  // every rank runs every group's forward (FSDP gathers)
+      const DTensor out = rank1 ? h : h2;
+      sum(mul(out, out)).backward();
+    }
+  }
+  TensorMap grads;
+  for (const auto& [name, p] : model.named_parameters()) grads.emplace(name, p->grad().full_tensor());
+  return grads;
+}
+
+TEST_CASE("checkpointing with accumulation, no sync, a module called twice and an output one rank leaves out",
+          "[nn][checkpoint]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    for (Sharding sharding : {Sharding::kFsdp, Sharding::kDdp}) {
+      for (const Interplay how : {Interplay{.twice = true}, Interplay{.leave_out = true}}) {
+        INFO((sharding == Sharding::kFsdp ? "fsdp" : "ddp") << (how.twice ? ", called twice" : ", left out on rank 1"));
+        // fully_shard with a group whose output one rank's loss leaves out issues mismatched
+        // collectives with or without checkpointing (every rank fails at the timeout): a
+        // fully_shard bug of its own, so that case runs under replicate only.
+        if (sharding == Sharding::kFsdp && how.leave_out) continue;
+        if (how.twice) {
+          // Not built: each call's recompute would hand the parameters' gradients to
+          // fully_shard and replicate apart. A clear error, not lost gradients.
+          CHECK_THROWS_WITH(train_interplay(mesh, sharding, Checkpointed::kYes, how),
+                            Catch::StartsWith("checkpoint: TransformerBlock runs a second time before the backward "
+                                              "of its first call"));
+          continue;
+        }
+        const TensorMap plain = train_interplay(mesh, sharding, Checkpointed::kNo, how);
+        const TensorMap checkpointed = train_interplay(mesh, sharding, Checkpointed::kYes, how);
+        for (const auto& [name, g] : plain) testing::check_equal(checkpointed.at(name), g, name);
+      }
+    }
+  });
 }
 
 TEST_CASE("a module is checkpointed once", "[nn][checkpoint]") {
