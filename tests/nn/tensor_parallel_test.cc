@@ -79,6 +79,25 @@ struct Run {
   std::vector<Issued> forward, backward, optimizer;  // per step
 };
 
+// kSteps steps of `opt` on `loss` (forward included), each phase's collectives counted, and
+// the weights after them.
+Run run_steps(Module& model, optim::Optimizer& opt, const std::function<DTensor()>& loss_of_step) {
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    collective_counter().reset();
+    const DTensor loss = loss_of_step();
+    run.forward.push_back(take_issued());
+    loss.backward();
+    run.backward.push_back(take_issued());
+    opt.step();
+    run.optimizer.push_back(take_issued());
+    run.losses.push_back(loss.item());
+  }
+  run.weights = full_state_dict(model);
+  return run;
+}
+
 // LayerNorm (SP) -> col -> ReLU -> row -> Dropout (SP) -> LayerNorm (SP) -> col, the
 // activations between the row and the next col layer sharded along the sequence (dim 1).
 std::shared_ptr<Sequential> make_sp_mlp() {
@@ -111,21 +130,10 @@ Run train(const std::function<std::shared_ptr<Sequential>()>& make, const Parall
   const DeviceMesh on = mesh.value_or(single_rank_mesh());
   optim::AdamW opt({{.params = mlp->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   const DTensor x = distribute_tensor(input, on, {mesh ? input_placement : Replicate()});
-  Run run;
-  for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
-    collective_counter().reset();
+  return run_steps(*mlp, opt, [&] {
     const DTensor y = (*mlp)(x);
-    const DTensor loss = mean(mul(y, y));
-    run.forward.push_back(take_issued());
-    loss.backward();
-    run.backward.push_back(take_issued());
-    opt.step();
-    run.optimizer.push_back(take_issued());
-    run.losses.push_back(loss.item());
-  }
-  run.weights = full_state_dict(*mlp);
-  return run;
+    return mean(mul(y, y));
+  });
 }
 
 TEST_CASE("col-then-row tensor parallelism on 2, 3 and 4 ranks matches one rank", "[nn][tensor_parallel]") {
@@ -275,21 +283,9 @@ Run train_lm(const std::optional<DeviceMesh>& mesh, const Tensor& tokens, const 
   optim::AdamW opt({{.params = lm->parameters(), .lr = 1e-2, .weight_decay = 0.1}});
   const DTensor x = distribute_tensor(tokens, on, {Replicate()});
   const DTensor y = distribute_tensor(targets, on, {Replicate()});
-  Run run;
-  for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
-    collective_counter().reset();
-    const DTensor logits = reshape((*lm)(x), {2 * kSeq, kVocab});
-    const DTensor loss = cross_entropy(logits, reshape(y, {2 * kSeq}));
-    run.forward.push_back(take_issued());
-    loss.backward();
-    run.backward.push_back(take_issued());
-    opt.step();
-    run.optimizer.push_back(take_issued());
-    run.losses.push_back(loss.item());
-  }
-  run.weights = full_state_dict(*lm);
-  return run;
+  return run_steps(*lm, opt, [&] {
+    return cross_entropy(reshape((*lm)(x), {2 * kSeq, kVocab}), reshape(y, {2 * kSeq}));
+  });
 }
 
 TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as one rank, loss parallel too",
