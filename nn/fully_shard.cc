@@ -222,12 +222,8 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            link->ran = true;
            // Groups linked after this one that the engine has not run are not reached by this
            // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
-           // them do, so the order of the reductions is the same everywhere. Inside a recompute
-           // (nn/checkpoint.h), only those linked after the node running it too: the backward
-           // around it may still run the earlier ones.
-           if (!alive.expired() && root_ != nullptr) {
-             root_->reduce_unreached_from(std::max(link->sequence_nr, enclosing_node_sequence_nr().value_or(0)));
-           }
+           // them do, so the order of the reductions is the same everywhere.
+           if (!alive.expired() && root_ != nullptr) root_->reduce_unreached_from(link->sequence_nr);
            const Placements partial(placements.front().size(), Partial());
            std::vector<DTensor> g = grads;
            for (DTensor& t : g) {
@@ -513,6 +509,7 @@ void FSDPModule::pre_backward() {
   }
   unshard(Async::kNo);  // refills released storage; a no-op when kept or prefetched
   wait_for_unshard();
+  in_backward_ = true;
   // The slots hold the gathered parameters until this group's backward ends, as in forward:
   // a forward recomputed in backward (activation checkpointing, nn/checkpoint.h) reads them.
   use_params(State::kUnsharded);
@@ -538,7 +535,11 @@ void FSDPModule::finish_backward() {
 void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
   std::vector<FSDPModule*> unreached;
   for (FSDPModule* g : order_) {
-    const bool waiting = g->linked_ && g->link_ != nullptr && !g->link_->ran;
+    // Inside a recompute (nn/checkpoint.h) the backward around it may still run a group
+    // whose backward has begun (a link made early by a prefetch has a smaller number than
+    // the node running the recompute): that one is reached.
+    const bool started = g->in_backward_ && enclosing_node_sequence_nr().has_value();
+    const bool waiting = g->linked_ && g->link_ != nullptr && !g->link_->ran && !started;
     if (waiting && g->link_->sequence_nr >= sequence_nr &&
         std::find(unreached.begin(), unreached.end(), g) == unreached.end()) {
       unreached.push_back(g);
@@ -566,6 +567,7 @@ void FSDPModule::set_is_last_backward(bool last) {
 }
 
 void FSDPModule::post_backward() {
+  in_backward_ = false;
   use_params(State::kSharded);
   linked_ = false;
   if (!reshard_after_backward_) return;

@@ -222,9 +222,10 @@ class FSDPModule : public ParallelPolicy {
   std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward
   bool reshard_after_backward_ = true;
   State state_ = State::kSharded;
-  std::string trace_name_;  // its path in the root ("layers.0"; "root"), for traces
-  bool released_ = false;   // gathered tensors exist but their storage is freed
-  bool linked_ = false;     // this iteration's graph links the gathered tensors
+  std::string trace_name_;    // its path in the root ("layers.0"; "root"), for traces
+  bool released_ = false;     // gathered tensors exist but their storage is freed
+  bool linked_ = false;       // this iteration's graph links the gathered tensors
+  bool in_backward_ = false;  // pre_backward ran, post_backward not yet: its gradients are coming
   struct Link {
     bool ran = false;          // its backward has run
     uint64_t sequence_nr = 0;  // its autograd node's
