@@ -16,9 +16,6 @@ namespace {
 thread_local bool t_grad_mode = true;
 // The callbacks queued for each backward running on this thread, innermost last.
 thread_local std::vector<std::vector<std::function<void()>>> t_callbacks;
-// Per backward running on this thread (outermost first): the sequence number of the node it
-// is running.
-thread_local std::vector<uint64_t> t_running;
 std::atomic<uint64_t> g_next_sequence_nr{0};
 
 // A zero gradient for an output that received none.
@@ -147,10 +144,7 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
 
-std::optional<uint64_t> enclosing_node_sequence_nr() {
-  if (t_running.size() < 2) return std::nullopt;
-  return t_running[t_running.size() - 2];
-}
+bool in_nested_backward() { return t_callbacks.size() > 1; }
 
 void queue_callback(std::function<void()> callback) {
   DTR_CHECK(!t_callbacks.empty(), ValueError, "queue_callback: no backward is running on this thread");
@@ -251,7 +245,6 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
     {
       const trace::Region region(node->region());
       const trace::Span span(node->name(), trace::Category::kAutograd);
-      t_running.back() = node->sequence_nr();
       input_grads = node->apply(std::move(grads));
     }
     if (retain_graph == RetainGraph::kNo) node->release();
@@ -276,15 +269,9 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
 void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
   DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError, "backward: {} gradients for {} roots",
             gradients.size(), roots.size());
-  struct Frame {  // the callbacks of this backward, dropped if it throws; the node it runs
-    Frame() {
-      t_callbacks.emplace_back();
-      t_running.push_back(0);
-    }
-    ~Frame() {
-      t_callbacks.pop_back();
-      t_running.pop_back();
-    }
+  struct Frame {  // the callbacks of this backward, dropped if it throws
+    Frame() { t_callbacks.emplace_back(); }
+    ~Frame() { t_callbacks.pop_back(); }
   };
   std::vector<std::function<void()>> callbacks;
   {

@@ -13,7 +13,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -125,11 +124,9 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
 // backward throws. ValueError outside a backward.
 void queue_callback(std::function<void()> callback);
 
-// For a backward run inside a node of another backward on this thread (activation
-// checkpointing's recompute): that node's sequence number. The enclosing backward has run
-// every node it reaches created after it (it runs the latest first), but may still run
-// earlier ones. nullopt outside such a backward.
-std::optional<uint64_t> enclosing_node_sequence_nr();
+// Whether the backward running on this thread runs inside a node of another one (activation
+// checkpointing's recompute): that outer backward may still have nodes to run.
+bool in_nested_backward();
 
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
 DTensor accumulate_gradients(const DTensor& a, const DTensor& b);

@@ -538,7 +538,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
     // Inside a recompute (nn/checkpoint.h) the backward around it may still run a group
     // whose backward has begun (a link made early by a prefetch has a smaller number than
     // the node running the recompute): that one is reached.
-    const bool started = g->in_backward_ && enclosing_node_sequence_nr().has_value();
+    const bool started = g->in_backward_ && in_nested_backward();
     const bool waiting = g->linked_ && g->link_ != nullptr && !g->link_->ran && !started;
     if (waiting && g->link_->sequence_nr >= sequence_nr &&
         std::find(unreached.begin(), unreached.end(), g) == unreached.end()) {
