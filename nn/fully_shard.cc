@@ -401,6 +401,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     root_ = t_root;
   }
   order().push_back(this);
+  in_backward_ = false;  // a backward that threw never reached post_backward
   start_forward_gather(Async::kNo);
   wait_for_unshard();
   use_params(State::kUnsharded);
