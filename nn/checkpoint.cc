@@ -1,7 +1,9 @@
 #include "nn/checkpoint.h"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
