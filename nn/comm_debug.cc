@@ -10,12 +10,6 @@
 #include "dtensor/autograd.h"
 
 namespace dtr::nn {
-namespace {
-
-constexpr std::array kKinds = {CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-                               CollectiveKind::kAllToAll,  CollectiveKind::kBroadcast, CollectiveKind::kBarrier};
-
-}  // namespace
 
 struct CommDebugMode::State {
   ImplicitRedistributes implicit;
@@ -24,7 +18,7 @@ struct CommDebugMode::State {
   std::vector<std::string> forward;  // the modules whose forward is running, innermost last
   std::string backward;              // the module whose backward started last
   bool in_backward = false;
-  std::array<int64_t, kKinds.size()> seen_calls{}, seen_bytes{};  // the counter at the last flush
+  std::array<int64_t, std::size(kCollectiveKinds)> seen_calls{}, seen_bytes{};  // the counter at the last flush
 
   // Where a collective issued now counts.
   std::pair<std::string, std::string> here() const {
@@ -37,14 +31,14 @@ struct CommDebugMode::State {
   void flush() {
     const auto [module, phase] = here();
     const CollectiveCounter& counter = collective_counter();
-    for (size_t k = 0; k < kKinds.size(); ++k) {
-      const int64_t calls = counter.calls(kKinds[k]), bytes = counter.bytes(kKinds[k]);
+    for (size_t k = 0; k < std::size(kCollectiveKinds); ++k) {
+      const int64_t calls = counter.calls(kCollectiveKinds[k]), bytes = counter.bytes(kCollectiveKinds[k]);
       if (calls < seen_calls[k]) seen_calls[k] = seen_bytes[k] = 0;
       if (calls != seen_calls[k]) {
         auto row = std::find_if(rows.begin(), rows.end(), [&](const CommDebugRow& r) {
-          return r.module == module && r.phase == phase && r.kind == kKinds[k];
+          return r.module == module && r.phase == phase && r.kind == kCollectiveKinds[k];
         });
-        if (row == rows.end()) row = rows.insert(rows.end(), CommDebugRow{module, phase, kKinds[k]});
+        if (row == rows.end()) row = rows.insert(rows.end(), CommDebugRow{module, phase, kCollectiveKinds[k]});
         row->calls += calls - seen_calls[k];
         row->bytes += bytes - seen_bytes[k];
       }

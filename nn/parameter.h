@@ -23,4 +23,9 @@ DTensor empty_parameter(const Shape& shape, const ParameterOptions& options);
 // tensor can be freed): how fully_shard and parallelize_module place a model as built.
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device);
 
+// The gradient of `param`, a parameter on a 1-D mesh whose gradients are summed over it, as
+// Partial (a local move): its grad, or zeros when this rank's backward did not reach it, so
+// that every rank reduces the same tensors (replicate's buckets, sequence parallelism's norms).
+DTensor partial_grad(const DTensor& param);
+
 }  // namespace dtr::nn

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
-#include "kernels/fill.h"
+#include "nn/parameter.h"
 
 namespace dtr::nn {
 
@@ -65,10 +65,7 @@ void DDPModule::issue_ready_buckets() {
   // In bucket order on every rank, whatever order this rank's gradients arrived in.
   while (next_bucket_ < buckets_.size() && waiting_[next_bucket_] == 0) {
     std::vector<DTensor> grads;
-    for (size_t k : buckets_[next_bucket_]) {
-      const DTensor& g = params_[k]->grad();
-      grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
-    }
+    for (size_t k : buckets_[next_bucket_]) grads.push_back(partial_grad(*params_[k]));
     const trace::CommPhase phase("all_reduce",
                                  trace::enabled(trace::Category::kIssue) ? fmt::format("bucket {}", next_bucket_) : "");
     reduced_[next_bucket_++] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
@@ -94,15 +91,8 @@ void DDPModule::on_gradient(size_t index) {
 }
 
 void DDPModule::finish_backward() {
-  // A parameter this rank's loss did not reach gets a zero gradient and joins its bucket,
-  // so every rank all-reduces every bucket.
-  for (size_t k = 0; k < params_.size(); ++k) {
-    if (arrived_[k]) continue;
-    if (!params_[k]->grad().defined()) {
-      const DTensorSpec spec = params_[k]->spec().with_placements({Partial()});
-      params_[k]->set_grad(DTensor(zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec));
-    }
-  }
+  // A parameter this rank's loss did not reach joins its bucket with a zero gradient
+  // (partial_grad), so every rank all-reduces every bucket.
   std::fill(waiting_.begin(), waiting_.end(), 0);
   issue_ready_buckets();
   for (size_t b = 0; b < buckets_.size(); ++b) {

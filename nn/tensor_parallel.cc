@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
-#include "kernels/fill.h"
 #include "nn/activation.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
@@ -22,8 +22,7 @@ namespace {
 
 // `p` with a negative shard dim counted from the end of an `ndim`-dim activation.
 Placement resolve(const Placement& p, int64_t ndim) {
-  if (!p.is_shard() || p.shard_dim() >= 0) return p;
-  return Shard(p.shard_dim() + ndim);
+  return p.is_shard() ? Shard(wrap_dim(p.shard_dim(), ndim, "parallel style layout")) : p;
 }
 
 // Whether a dotted module name matches a plan pattern, part by part (`*` matches one part).
@@ -50,10 +49,15 @@ Kind kind_of(Module& module, const std::string& fqn, std::string_view style) {
                                         fqn, module.type_name()));
 }
 
+// "RowwiseParallel 'layers.0.ffn.2'": how errors name a style where it applies.
+std::string style_at(const ParallelStyle& style, const std::string& fqn) {
+  return fmt::format("{} '{}'", style.name(), fqn);
+}
+
 // `values` laid out by `layouts` on `mesh`: each checked against its `arrive` placement and
-// made its `desired` one. `what` ("PrepareModuleInput 'block'") and `kind` ("input") name
-// them in errors.
-Values prepare(const Values& values, const PrepareLayouts& layouts, const DeviceMesh& mesh, const std::string& what,
+// made its `desired` one (nullopt: left alone). `what` ("RowwiseParallel 'fc'") and `kind`
+// ("input") name them in errors.
+Values lay_out(const Values& values, const PrepareLayouts& layouts, const DeviceMesh& mesh, const std::string& what,
                std::string_view kind) {
   DTR_CHECK(layouts.arrive.size() == values.size() && layouts.desired.size() == values.size(), ValueError,
             "{}: it has {} {}s but the layouts give {} to arrive as and {} desired; give one (or nullopt) for each",
@@ -62,12 +66,16 @@ Values prepare(const Values& values, const PrepareLayouts& layouts, const Device
   for (size_t i = 0; i < values.size(); ++i) {
     const DTensor& v = values[i];
     if (!layouts.arrive[i] && !layouts.desired[i]) continue;
-    DTR_CHECK(v.mesh() == mesh, ValueError, "{}: {} {} is {}, not on the tp mesh {}", what, kind, i, v.to_string(),
-              mesh.to_string());
+    const std::string name = values.size() == 1 ? fmt::format("its {}", kind) : fmt::format("{} {}", kind, i);
+    DTR_CHECK(v.mesh() == mesh, ValueError,
+              "{}: {} {} is not on the tp mesh {}; parallelize_module moves the model's parameters there, the "
+              "inputs are the caller's (distribute_tensor)",
+              what, name, v.to_string(), mesh.to_string());
     if (layouts.arrive[i]) {
-      const Placement expected = resolve(*layouts.arrive[i], v.dim());
-      DTR_CHECK(v.placements()[0] == expected, ValueError, "{}: {} {} arrives as {} but the plan says {} ({})", what,
-                kind, i, v.placements()[0].repr(), layouts.arrive[i]->repr(), v.to_string());
+      DTR_CHECK(v.placements()[0] == resolve(*layouts.arrive[i], v.dim()), ValueError,
+                "{}: {} arrives as {} but the plan says {} layout {} ({}); give the style the layout the previous "
+                "module leaves",
+                what, name, v.placements()[0].repr(), kind, layouts.arrive[i]->repr(), v.to_string());
     }
     if (layouts.desired[i]) {
       const Placement target = resolve(*layouts.desired[i], v.dim());
@@ -77,31 +85,27 @@ Values prepare(const Values& values, const PrepareLayouts& layouts, const Device
   return out;
 }
 
-// The hooks of a style: the input made `layouts.input`'s desired placement `want`, the
-// output made `layouts.output`. The input must arrive as `layouts.input` says.
-void lay_out(Module& module, const std::string& fqn, const DeviceMesh& mesh, std::string style, const Layouts& layouts,
-             Placement want) {
-  module.register_forward_pre_hook([=](Module&, const Values& inputs) -> std::optional<Values> {
-    DTR_CHECK(inputs.size() == 1, ValueError, "{} '{}': takes one input, got {}", style, fqn, inputs.size());
-    const DTensor& x = inputs[0];
-    DTR_CHECK(x.mesh() == mesh, ValueError,
-              "{} '{}': its input {} is not on the tp mesh {}; parallelize_module moves the model's parameters "
-              "there, the inputs are the caller's (distribute_tensor)",
-              style, fqn, x.to_string(), mesh.to_string());
-    const Placement arrived = x.placements()[0], expected = resolve(layouts.input, x.dim());
-    DTR_CHECK(arrived == expected, ValueError,
-              "{} '{}': its input arrives as {} but the plan says input layout {} ({}); give the style the "
-              "layout the previous module leaves",
-              style, fqn, arrived.repr(), layouts.input.repr(), x.to_string());
-    const Placement target = resolve(want, x.dim());
-    if (arrived == target) return std::nullopt;
-    return Values{x.redistribute({target})};
-  });
-  module.register_forward_hook([=](Module&, const Values&, const Values& outputs) -> std::optional<Values> {
-    const Placement target = resolve(layouts.output, outputs.at(0).dim());
-    if (outputs.at(0).placements()[0] == target) return std::nullopt;
-    return Values{outputs.at(0).redistribute({target})};
-  });
+// Lays out `module`'s inputs by `inputs` before forward and its outputs by `outputs` after.
+void register_layouts(Module& module, const std::string& what, const DeviceMesh& mesh,
+                      std::optional<PrepareLayouts> inputs, std::optional<PrepareLayouts> outputs) {
+  if (inputs) {
+    module.register_forward_pre_hook([=](Module&, const Values& values) {
+      return std::optional<Values>(lay_out(values, *inputs, mesh, what, "input"));
+    });
+  }
+  if (outputs) {
+    module.register_forward_hook([=](Module&, const Values&, const Values& values) {
+      return std::optional<Values>(lay_out(values, *outputs, mesh, what, "output"));
+    });
+  }
+}
+
+// A style's hooks: one input, checked against `layouts.input` and made `want`; one output,
+// made `layouts.output`.
+void register_style_layouts(Module& module, const std::string& what, const DeviceMesh& mesh, const Layouts& layouts,
+                            Placement want) {
+  register_layouts(module, what, mesh, PrepareLayouts{{layouts.input}, {want}},
+                   PrepareLayouts{{std::nullopt}, {layouts.output}});
 }
 
 // The sequence-parallel modules' parameters: their gradients (Partial, each rank's positions)
@@ -136,19 +140,11 @@ class SequenceParallelGrads : public std::enable_shared_from_this<SequenceParall
     queue_callback([self = shared_from_this()] { self->reduce(); });
   }
 
-  // A parameter this backward did not reach gets a zero gradient, so every rank's
-  // all-reduce holds the same tensors.
+  // A parameter this backward did not reach takes part with zeros (partial_grad).
   void reduce() {
     queued_ = false;
     std::vector<DTensor> grads;
-    for (const DTensor& p : params_) {
-      if (!p.grad().defined()) {
-        const DTensorSpec spec = p.spec().with_placements({Partial()});
-        p.set_grad(DTensor(zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec));
-      }
-      const DTensor& g = p.grad();
-      grads.push_back(g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()}));
-    }
+    for (const DTensor& p : params_) grads.push_back(partial_grad(p));
     const trace::CommPhase phase("all_reduce", "sequence-parallel parameters");
     const std::vector<DTensor> reduced = redistribute_coalesced(grads, {Replicate()});
     for (size_t i = 0; i < params_.size(); ++i) params_[i].set_grad(reduced[i]);
@@ -169,7 +165,7 @@ std::vector<std::pair<std::string, Placement>> ColwiseParallel::parameter_placem
 }
 
 void ColwiseParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
-  lay_out(module, fqn, mesh, name(), layouts_, Replicate());
+  register_style_layouts(module, style_at(*this, fqn), mesh, layouts_, Replicate());
 }
 
 std::vector<std::pair<std::string, Placement>> RowwiseParallel::parameter_placements(Module& module,
@@ -180,7 +176,7 @@ std::vector<std::pair<std::string, Placement>> RowwiseParallel::parameter_placem
 void RowwiseParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
   // An Embedding's indices stay whole: each rank looks up the rows it holds (masked).
   const bool embedding = kind_of(module, fqn, name()) == Kind::kEmbedding;
-  lay_out(module, fqn, mesh, name(), layouts_, embedding ? Replicate() : Shard(-1));
+  register_style_layouts(module, style_at(*this, fqn), mesh, layouts_, embedding ? Replicate() : Shard(-1));
 }
 
 std::vector<std::pair<std::string, Placement>> SequenceParallel::parameter_placements(Module& module,
@@ -194,21 +190,16 @@ std::vector<std::pair<std::string, Placement>> SequenceParallel::parameter_place
 }
 
 void SequenceParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
-  lay_out(module, fqn, mesh, name(), {Shard(sequence_dim_), Shard(sequence_dim_)}, Shard(sequence_dim_));
+  register_style_layouts(module, style_at(*this, fqn), mesh, {Shard(sequence_dim_), Shard(sequence_dim_)},
+                         Shard(sequence_dim_));
 }
 
 void PrepareModuleInput::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
-  module.register_forward_pre_hook(
-      [layouts = layouts_, what = fmt::format("{} '{}'", name(), fqn), mesh](Module&, const Values& inputs) {
-        return std::optional<Values>(prepare(inputs, layouts, mesh, what, "input"));
-      });
+  register_layouts(module, style_at(*this, fqn), mesh, layouts_, std::nullopt);
 }
 
 void PrepareModuleOutput::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
-  module.register_forward_hook([layouts = layouts_, what = fmt::format("{} '{}'", name(), fqn), mesh](
-                                   Module&, const Values&, const Values& outputs) {
-    return std::optional<Values>(prepare(outputs, layouts, mesh, what, "output"));
-  });
+  register_layouts(module, style_at(*this, fqn), mesh, std::nullopt, layouts_);
 }
 
 void parallelize_module(Module& root, const DeviceMesh& mesh, const ParallelPlan& plan) {

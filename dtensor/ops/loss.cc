@@ -28,19 +28,6 @@ DTensor cross_entropy_backward(const DTensor& grad_loss, const DTensor& logits, 
   return make_output(std::move(local), logits.mesh(), s.strategy.outputs[0], logits.shape());
 }
 
-// The number of targets not equal to ignore_index over the whole (sharded or replicated)
-// target, made Replicate through a strategy so that its all_reduce is a promised collective.
-int64_t count_targets(const DTensor& target, int64_t ignore_index) {
-  const DeclaredCollectives declared;
-  DTensor valid = make_output(ne(target.to_local(), static_cast<double>(ignore_index)), target.mesh(),
-                              target.placements(), target.shape());
-  const DTensor counts[] = {sum(valid)};
-  const Placements replicated(target.mesh().ndim(), Replicate());
-  const OpStrategy everywhere{{replicated}, {replicated}};
-  AppliedStrategy s = apply_strategy("cross_entropy (count of targets)", counts, std::span(&everywhere, 1));
-  return static_cast<int64_t>(s.inputs[0].to_local().item());
-}
-
 // `x` moved to `placements` by a strategy of its own, so that the collective is promised (and
 // traced) as the op's. `what` names it ("cross_entropy (row max)").
 DTensor moved(const DTensor& x, const Placements& placements, std::string_view what) {
@@ -58,6 +45,15 @@ DTensor reduced(const DTensor& x, std::string_view what) {
     if (p.is_partial()) p = Replicate();
   }
   return moved(x, placements, what);
+}
+
+// The number of targets not equal to ignore_index over the whole (sharded or replicated)
+// target, made Replicate through a strategy so that its all_reduce is a promised collective.
+int64_t count_targets(const DTensor& target, int64_t ignore_index) {
+  const DTensor valid = make_output(ne(target.to_local(), static_cast<double>(ignore_index)), target.mesh(),
+                                    target.placements(), target.shape());
+  const Placements replicated(target.mesh().ndim(), Replicate());
+  return static_cast<int64_t>(moved(sum(valid), replicated, "cross_entropy (count of targets)").to_local().item());
 }
 
 // Class-sharded logits (Shard(1) on some mesh dim: a column-parallel output projection's;
