@@ -186,7 +186,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     internal::ChunkFileReader files(target.string());
     int64_t total = 0;
     for (const auto& [name, t] : state.tensors) {
-      total += shape_numel(t.spec().local_chunk().shape) * static_cast<int64_t>(itemsize(t.dtype()));
+      total += shape_numel(t.spec().local_shape()) * static_cast<int64_t>(itemsize(t.dtype()));
     }
     ProgressMeter meter(on_progress, total);
     for (const auto& [name, t] : state.tensors)

@@ -25,7 +25,7 @@ DTensor zeros_for(const DTensorSpec& spec) {
     if (q.is_partial()) q = Replicate();
   }
   DTensorSpec s = spec.with_placements(p);
-  return DTensor(zeros(s.local_chunk().shape, s.dtype(), s.mesh().device()), s);
+  return DTensor(zeros(s.local_shape(), s.dtype(), s.mesh().device()), s);
 }
 
 // The node into which gradients of a leaf flow: accumulates them into leaf.grad. It serves
@@ -188,7 +188,7 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
         p[m] = Replicate();
       }
       DTensorSpec spec = root.spec().with_placements(p);
-      g = DTensor(full(spec.local_chunk().shape, seed, root.dtype(), root.mesh().device()), spec);
+      g = DTensor(full(spec.local_shape(), seed, root.dtype(), root.mesh().device()), spec);
     }
     seeds.emplace_back(edge_of(root), g);
   }

@@ -39,4 +39,39 @@ std::vector<ChunkRange> nested_chunks(int64_t size, std::span<const int64_t> siz
   return chunks;
 }
 
+std::vector<ChunkRange> strided_rows(int64_t size, int64_t split_factor, int64_t num_chunks, int64_t index) {
+  DTR_CHECK(split_factor >= 1, ValueError,
+            "strided_rows: split factor {} for a dim of length {}; it counts blocks and must be >= 1", split_factor,
+            size);
+  std::vector<ChunkRange> rows;
+  for (int64_t b = 0; b < split_factor; ++b) {
+    const ChunkRange block = chunk_range(size, split_factor, b);
+    const ChunkRange part = chunk_range(block.length, num_chunks, index);
+    if (part.length > 0) rows.push_back({block.offset + part.offset, part.length});
+  }
+  return rows;
+}
+
+int64_t strided_capacity(int64_t size, int64_t split_factor, int64_t num_chunks) {
+  // Chunk 0 of every block is its longest.
+  return ranges_length(strided_rows(size, split_factor, num_chunks, 0));
+}
+
+std::vector<ChunkRange> slice_ranges(std::span<const ChunkRange> ranges, int64_t begin, int64_t length) {
+  std::vector<ChunkRange> out;
+  int64_t at = 0;  // local position of the current range's first element
+  for (const ChunkRange& r : ranges) {
+    const int64_t from = std::max(begin, at), to = std::min(begin + length, at + r.length);
+    if (from < to) out.push_back({r.offset + (from - at), to - from});
+    at += r.length;
+  }
+  return out;
+}
+
+int64_t ranges_length(std::span<const ChunkRange> ranges) {
+  int64_t n = 0;
+  for (const ChunkRange& r : ranges) n += r.length;
+  return n;
+}
+
 }  // namespace dtr

@@ -39,4 +39,22 @@ int64_t chunk_capacity(int64_t size, int64_t num_chunks);
 // flat chunks: 5 over 2x2 nests as 2,1,1,1 where chunk_range gives 2,2,1,0.
 std::vector<ChunkRange> nested_chunks(int64_t size, std::span<const int64_t> sizes);
 
+// StridedShard's rule: a dim of length `size` is split into `split_factor` blocks by the
+// chunk rule, each block into `num_chunks` chunks by it again; chunk `index` of every block,
+// in block order, as ranges of the dim (empty ones left out). split_factor 1 is chunk_range.
+// n=6, s=3, k=2: 0 -> {0:1, 2:3, 4:5}, 1 -> {1:2, 3:4, 5:6}. Errors as chunk_range's, and
+// ValueError for split_factor < 1.
+std::vector<ChunkRange> strided_rows(int64_t size, int64_t split_factor, int64_t num_chunks, int64_t index);
+
+// The longest any chunk of strided_rows(size, split_factor, num_chunks, ·) is: what a
+// collective pads every member's rows to.
+int64_t strided_capacity(int64_t size, int64_t split_factor, int64_t num_chunks);
+
+// The elements at local positions [begin, begin + length) of a sequence that lists the
+// elements of `ranges` in order, as ranges (a narrow of a StridedShard's rows).
+std::vector<ChunkRange> slice_ranges(std::span<const ChunkRange> ranges, int64_t begin, int64_t length);
+
+// Total length of `ranges`.
+int64_t ranges_length(std::span<const ChunkRange> ranges);
+
 }  // namespace dtr

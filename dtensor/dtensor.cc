@@ -37,7 +37,7 @@ std::vector<std::vector<int64_t>> all_gather_mesh(const DeviceMesh& mesh, const 
 }  // namespace
 
 DTensor::DTensor(Tensor local, DTensorSpec spec) : impl_(std::make_shared<Impl>()) {
-  const Shape expected = spec.local_chunk().shape;
+  const Shape expected = spec.local_shape();
   DTR_CHECK(local.defined() && local.shape() == expected && local.dtype() == spec.dtype(), ValueError,
             "DTensor: local tensor {} does not match the spec {}: this rank (coordinate {}) holds {}{}",
             describe(local), spec.to_string(), spec.mesh().coordinate(), dtype_name(spec.dtype()), expected);
@@ -262,7 +262,7 @@ DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements
   Shape global = shape.value_or(local.shape());
   if (!shape) {
     for (int64_t m = 0; m < mesh.ndim(); ++m) {
-      if (placements[m].is_shard()) {
+      if (placements[m].splits_a_dim()) {
         const int64_t d = wrap_dim(placements[m].shard_dim(), local.dim(), "from_local");
         global[d] *= mesh.size(m);
       }

@@ -2,7 +2,7 @@
 // (PyTorch's torch.distributed.tensor.DTensor), and its autograd state.
 //
 // The spec says what every rank holds (placements, global shape, dtype); the local tensor
-// holds this rank's part, of shape spec().local_chunk().shape. Data moves between ranks only
+// holds this rank's part, of shape spec().local_shape(). Data moves between ranks only
 // in redistribute (and in distribute_tensor / from_local's check), one collective per plan
 // step; an asynchronous redistribute returns a pending DTensor at once, and the first
 // to_local() waits. A DTensor is a handle: copies share one tensor (data, grad, grad_fn), as

@@ -5,23 +5,84 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "dtensor/chunking.h"
+#include "kernels/shape_ops.h"
 
 namespace dtr {
 
+namespace {
+
+// Appends r to ranges, merged with the last range when they touch.
+void append_merged(DimRanges& ranges, const ChunkRange& r) {
+  if (!ranges.empty() && ranges.back().offset + ranges.back().length == r.offset) {
+    ranges.back().length += r.length;
+  } else {
+    ranges.push_back(r);
+  }
+}
+
+}  // namespace
+
+std::vector<DimRanges> compute_local_ranges(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                                            std::span<const int64_t> coordinate) {
+  std::vector<DimRanges> ranges;
+  for (int64_t size : shape) ranges.push_back({{0, size}});
+  for (size_t i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    if (!p.splits_a_dim()) continue;
+    DimRanges& held = ranges[p.shard_dim()];
+    DimRanges kept;
+    for (const ChunkRange& rows : strided_rows(ranges_length(held), p.split_factor(), mesh.shape()[i], coordinate[i])) {
+      for (const ChunkRange& r : slice_ranges(held, rows.offset, rows.length)) append_merged(kept, r);
+    }
+    held = std::move(kept);
+  }
+  // An empty dim sits at the global size (PyTorch's compute_local_shape_and_global_offset),
+  // past every element, so checkpoint metadata never places it on top of a real shard.
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (ranges_length(ranges[d]) == 0) ranges[d] = {{shape[d], 0}};
+  }
+  return ranges;
+}
+
 LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
                                std::span<const int64_t> coordinate) {
-  LocalChunk chunk{Shape(shape.size(), 0), shape};
-  for (size_t i = 0; i < placements.size(); ++i) {
-    if (!placements[i].is_shard()) continue;
-    const int64_t d = placements[i].shard_dim();
-    const ChunkRange range = chunk_range(chunk.shape[d], mesh.shape()[i], coordinate[i]);
-    // An empty shard sits at the global size (PyTorch's compute_local_shape_and_global_offset),
-    // past every element, so checkpoint metadata never places it on top of a real shard.
-    chunk.offset[d] = range.length == 0 ? shape[d] : chunk.offset[d] + range.offset;
-    chunk.shape[d] = range.length;
+  const std::vector<DimRanges> ranges = compute_local_ranges(mesh, placements, shape, coordinate);
+  LocalChunk chunk;
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    DTR_CHECK(ranges[d].size() == 1, ValueError,
+              "local chunk: under {} the rank at {} of {} holds {} separate ranges of dim {} of a {} tensor (a "
+              "StridedShard); it has pieces, not one chunk",
+              placements_str(placements), coordinate, mesh.to_string(), ranges[d].size(), d, shape);
+    chunk.offset.push_back(ranges[d][0].offset);
+    chunk.shape.push_back(ranges[d][0].length);
   }
   return chunk;
+}
+
+std::vector<LocalPiece> local_pieces(std::span<const DimRanges> ranges) {
+  std::vector<LocalPiece> pieces = {LocalPiece{}};
+  for (const DimRanges& dim : ranges) {
+    std::vector<LocalPiece> longer;
+    for (const LocalPiece& p : pieces) {
+      int64_t at = 0;
+      for (const ChunkRange& r : dim) {
+        LocalPiece q = p;
+        q.chunk.offset.push_back(r.offset);
+        q.chunk.shape.push_back(r.length);
+        q.local_offset.push_back(at);
+        longer.push_back(std::move(q));
+        at += r.length;
+      }
+    }
+    pieces = std::move(longer);
+  }
+  return pieces;
+}
+
+Shape local_shape_of(std::span<const DimRanges> ranges) {
+  Shape shape;
+  for (const DimRanges& r : ranges) shape.push_back(ranges_length(r));
+  return shape;
 }
 
 Tensor chunk_of(const Tensor& full, const LocalChunk& chunk) {
@@ -32,6 +93,23 @@ Tensor chunk_of(const Tensor& full, const LocalChunk& chunk) {
     view = view.narrow(static_cast<int64_t>(d), chunk.offset[d], chunk.shape[d]);
   }
   return view;
+}
+
+Tensor ranges_of(const Tensor& full, std::span<const DimRanges> ranges) {
+  DTR_CHECK(full.dim() == static_cast<int64_t>(ranges.size()), ValueError, "ranges_of: {}-d ranges of a {}-d tensor {}",
+            ranges.size(), full.dim(), describe(full));
+  Tensor part = full;
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    const auto dim = static_cast<int64_t>(d);
+    if (ranges[d].size() == 1) {
+      part = part.narrow(dim, ranges[d][0].offset, ranges[d][0].length);
+      continue;
+    }
+    std::vector<Tensor> rows;
+    for (const ChunkRange& r : ranges[d]) rows.push_back(part.narrow(dim, r.offset, r.length));
+    part = cat(rows, dim);
+  }
+  return part;
 }
 
 namespace {
@@ -46,7 +124,7 @@ SpecDefect find_defect(const DeviceMesh& mesh, const Placements& placements, con
   if (!std::all_of(shape.begin(), shape.end(), [](int64_t s) { return s >= 0; })) return SpecDefect::kNegativeSize;
   const int64_t n = static_cast<int64_t>(shape.size());
   for (size_t i = 0; i < placements.size(); ++i) {
-    if (!placements[i].is_shard()) continue;
+    if (!placements[i].splits_a_dim()) continue;
     const int64_t d = placements[i].shard_dim();
     if (d < -n || d >= n) {
       *mesh_dim = i;
@@ -109,7 +187,7 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh, Placements placements, Shape shape, DT
           placements_str(placements_), mesh_.to_string()));
   }
   for (Placement& p : placements_) {
-    if (p.is_shard() && p.shard_dim() < 0) p = Shard(p.shard_dim() + ndim());
+    if (p.splits_a_dim() && p.shard_dim() < 0) p = StridedShard(p.shard_dim() + ndim(), p.split_factor());
   }
 }
 
@@ -117,14 +195,31 @@ DTensorSpec DTensorSpec::with_placements(Placements placements) const {
   return DTensorSpec(mesh_, std::move(placements), shape_, dtype_);
 }
 
-LocalChunk DTensorSpec::local_chunk(std::span<const int64_t> coordinate) const {
+std::vector<DimRanges> DTensorSpec::local_ranges(std::span<const int64_t> coordinate) const {
   DTR_CHECK(static_cast<int64_t>(coordinate.size()) == mesh_.ndim(), IndexError,
-            "DTensorSpec.local_chunk: coordinate {} for the {}-d mesh {}", coordinate, mesh_.ndim(), mesh_.to_string());
+            "DTensorSpec.local_ranges: coordinate {} for the {}-d mesh {}", coordinate, mesh_.ndim(),
+            mesh_.to_string());
   for (int64_t i = 0; i < mesh_.ndim(); ++i) {
     DTR_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.shape()[i], IndexError,
-              "DTensorSpec.local_chunk: coordinate {} is outside the mesh of shape {}", coordinate, mesh_.shape());
+              "DTensorSpec.local_ranges: coordinate {} is outside the mesh of shape {}", coordinate, mesh_.shape());
   }
+  return compute_local_ranges(mesh_, placements_, shape_, coordinate);
+}
+
+LocalChunk DTensorSpec::local_chunk(std::span<const int64_t> coordinate) const {
+  local_ranges(coordinate);  // checks the coordinate
   return compute_local_chunk(mesh_, placements_, shape_, coordinate);
+}
+
+bool DTensorSpec::has_strided_pieces() const {
+  if (std::none_of(placements_.begin(), placements_.end(), [](const Placement& p) { return p.is_strided_shard(); }))
+    return false;
+  for (int64_t k = 0; k < mesh_.size(); ++k) {
+    for (const DimRanges& r : local_ranges(mesh_.coordinate_at(k))) {
+      if (r.size() > 1) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<int64_t> DTensorSpec::mesh_dims_sharding(int64_t dim) const {

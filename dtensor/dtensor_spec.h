@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "dtensor/chunking.h"
 #include "dtensor/device_mesh.h"
 #include "dtensor/placement.h"
 
@@ -29,14 +31,37 @@ struct LocalChunk {
   friend bool operator==(const LocalChunk&, const LocalChunk&) = default;
 };
 
-// The chunk the rank at mesh `coordinate` holds of a tensor of global `shape` under
-// `placements` (already validated, Shard dims non-negative). The one place chunks are made.
+// The global indices one rank holds along one dim, in the order of its local tensor: one
+// range, or one per block along a dim a StridedShard splits (adjacent ranges merged). A dim
+// the rank holds nothing of is {size, 0}, as an empty LocalChunk.
+using DimRanges = std::vector<ChunkRange>;
+
+// A box of the tensor a rank holds and where it sits in the rank's local tensor.
+struct LocalPiece {
+  LocalChunk chunk;
+  Shape local_offset;
+  friend bool operator==(const LocalPiece&, const LocalPiece&) = default;
+};
+
+// What the rank at mesh `coordinate` holds of a tensor of global `shape` under `placements`
+// (already validated, Shard dims non-negative), dim by dim. The one place chunks are made.
+std::vector<DimRanges> compute_local_ranges(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                                            std::span<const int64_t> coordinate);
+// The same as one chunk: ValueError when a StridedShard leaves the rank several ranges of a
+// dim (take its pieces then).
 LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
                                std::span<const int64_t> coordinate);
+// The boxes of the ranges' product, row-major over the dims' ranges.
+std::vector<LocalPiece> local_pieces(std::span<const DimRanges> ranges);
+// The local shape: each dim's ranges' total length.
+Shape local_shape_of(std::span<const DimRanges> ranges);
 
 // The part of the whole tensor `full` that `chunk` names, as a view (no copy): what the rank
 // holding `chunk` keeps of it.
 Tensor chunk_of(const Tensor& full, const LocalChunk& chunk);
+// The part of `full` that `ranges` name, in local order: a view for one range per dim, else
+// a new tensor.
+Tensor ranges_of(const Tensor& full, std::span<const DimRanges> ranges);
 
 class DTensorSpec {
  public:
@@ -57,13 +82,26 @@ class DTensorSpec {
   // The same tensor under other placements (validated like the constructor).
   DTensorSpec with_placements(Placements placements) const;
 
-  // The chunk of the rank at a mesh coordinate, and of this process.
+  // What the rank at a mesh coordinate holds, and this process: its ranges per dim, its
+  // chunk (ValueError when a StridedShard leaves it several ranges of a dim), its pieces
+  // (one box per combination of ranges) and its local shape.
+  std::vector<DimRanges> local_ranges(std::span<const int64_t> coordinate) const;
+  std::vector<DimRanges> local_ranges() const { return local_ranges(mesh_.coordinate()); }
   LocalChunk local_chunk(std::span<const int64_t> coordinate) const;
   LocalChunk local_chunk() const { return local_chunk(mesh_.coordinate()); }
-  Shape local_shape(std::span<const int64_t> coordinate) const { return local_chunk(coordinate).shape; }
+  std::vector<LocalPiece> local_pieces(std::span<const int64_t> coordinate) const {
+    return dtr::local_pieces(local_ranges(coordinate));
+  }
+  std::vector<LocalPiece> local_pieces() const { return local_pieces(mesh_.coordinate()); }
+  Shape local_shape(std::span<const int64_t> coordinate) const { return local_shape_of(local_ranges(coordinate)); }
+  Shape local_shape() const { return local_shape(mesh_.coordinate()); }
   Shape local_offset(std::span<const int64_t> coordinate) const { return local_chunk(coordinate).offset; }
+  // Whether some rank holds a dim in several ranges (a StridedShard that does not reduce to
+  // a plain chunk): such a tensor's pieces, not its chunk, describe each rank.
+  bool has_strided_pieces() const;
 
-  // The mesh dims that shard tensor dim `dim`, in nesting order (outermost first).
+  // The mesh dims that shard tensor dim `dim` (Shard only), in nesting order (outermost
+  // first).
   std::vector<int64_t> mesh_dims_sharding(int64_t dim) const;
   bool has_partial() const;
   // Replicate on every mesh dim: every rank holds the whole tensor.

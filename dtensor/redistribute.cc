@@ -56,52 +56,93 @@ struct Exchange {
 Shape group_piece(const DTensorSpec& source, const RedistributeStep& step) {
   Placements p = step.before;
   for (int64_t i = step.mesh_dim; i < step.mesh_dim + step.num_mesh_dims; ++i) p[i] = Replicate();
-  return source.with_placements(std::move(p)).local_chunk().shape;
+  return source.with_placements(std::move(p)).local_shape();
 }
 
-// The chunks of a piece dim of `length` that the members of the step's group hold, in
-// group order: nested over the step's mesh dims (plain chunking for one).
-std::vector<ChunkRange> group_chunks(const DeviceMesh& mesh, const RedistributeStep& step, int64_t length) {
-  return nested_chunks(length, std::span(mesh.shape()).subspan(step.mesh_dim, step.num_mesh_dims));
+// The rows of a piece dim of `length` that each member of the step's group holds, in group
+// order and in each member's local order, and the capacity every member pads its rows to.
+// Shard: one chunk each, nested over the step's mesh dims (plain chunking for one), in
+// order along the dim; StridedShard (one mesh dim): its chunk of every block.
+struct MemberRows {
+  std::vector<std::vector<ChunkRange>> rows;
+  int64_t capacity;
+  bool in_order;  // member k's rows are one range, right after member k - 1's
+};
+
+MemberRows member_rows(const DeviceMesh& mesh, const RedistributeStep& step, const Placement& split, int64_t length) {
+  MemberRows m;
+  if (split.is_strided_shard()) {
+    const int64_t n = mesh.shape()[step.mesh_dim];
+    for (int64_t k = 0; k < n; ++k) m.rows.push_back(strided_rows(length, split.split_factor(), n, k));
+    m.capacity = strided_capacity(length, split.split_factor(), n);
+    m.in_order = false;
+    return m;
+  }
+  const std::span<const int64_t> sizes = std::span(mesh.shape()).subspan(step.mesh_dim, step.num_mesh_dims);
+  for (const ChunkRange& chunk : nested_chunks(length, sizes)) m.rows.push_back({chunk});
+  m.capacity = chunk_capacity(length, shape_numel(sizes));
+  m.in_order = true;
+  return m;
 }
 
-// Every member sends its chunk padded to capacity c (no chunk is longer); member k's
-// block of the result holds chunks[k].length real rows.
-Exchange all_gather_exchange(const Tensor& local, int64_t length, const std::vector<ChunkRange>& chunks, int64_t d) {
-  const int64_t n = static_cast<int64_t>(chunks.size()), c = chunk_capacity(length, n);
+// Every member sends its rows padded to the capacity c; member k's block of the result
+// holds its rows in its local order, which unpack puts back at their places in the piece.
+Exchange all_gather_exchange(const Tensor& local, int64_t length, const MemberRows& members, int64_t d) {
+  const auto n = static_cast<int64_t>(members.rows.size());
+  const int64_t c = members.capacity;
   Exchange e;
   e.send = pad_rows(move_to_front(local, {d}), c);
   Shape out = e.send.shape();
   out[0] = n * c;
   e.recv = Tensor::empty(out, local.dtype(), local.device());
-  e.unpack = [recv = e.recv, length, chunks, c, d, n] {
-    if (length == n * c) return move_back(recv, {d});
-    std::vector<Tensor> parts;
-    for (int64_t k = 0; k < n; ++k) parts.push_back(recv.narrow(0, k * c, chunks[k].length));
-    return move_back(cat(parts, 0), {d});
+  e.unpack = [recv = e.recv, length, members, c, d, n] {
+    if (members.in_order) {
+      if (length == n * c) return move_back(recv, {d});
+      std::vector<Tensor> parts;
+      for (int64_t k = 0; k < n; ++k) parts.push_back(recv.narrow(0, k * c, members.rows[k][0].length));
+      return move_back(cat(parts, 0), {d});
+    }
+    Shape shape = recv.shape();
+    shape[0] = length;
+    Tensor piece = Tensor::empty(shape, recv.dtype(), recv.device());
+    for (int64_t k = 0; k < n; ++k) {
+      int64_t at = k * c;
+      for (const ChunkRange& r : members.rows[k]) {
+        piece.narrow(0, r.offset, r.length).copy_(recv.narrow(0, at, r.length));
+        at += r.length;
+      }
+    }
+    return move_back(piece, {d});
   };
   return e;
 }
 
-// Block k of the input is member k's chunk of the local piece, padded to capacity c.
-Exchange reduce_scatter_exchange(const Tensor& local, const std::vector<ChunkRange>& chunks, int64_t d, int64_t j) {
-  const int64_t n = static_cast<int64_t>(chunks.size()), length = local.size(d), c = chunk_capacity(length, n);
+// Block k of the input is member k's rows of the local piece, padded to the capacity c.
+Exchange reduce_scatter_exchange(const Tensor& local, const MemberRows& members, int64_t d, int64_t j) {
+  const auto n = static_cast<int64_t>(members.rows.size());
+  const int64_t length = local.size(d), c = members.capacity;
   Tensor front = move_to_front(local, {d});
   Exchange e;
-  if (length == n * c) {
+  if (members.in_order && length == n * c) {
     e.send = front;  // a reduce_scatter only reads its input
   } else {
     Shape padded = front.shape();
     padded[0] = n * c;
     e.send = zeros(padded, local.dtype(), local.device());
     for (int64_t k = 0; k < n; ++k) {
-      e.send.narrow(0, k * c, chunks[k].length).copy_(front.narrow(0, chunks[k].offset, chunks[k].length));
+      int64_t at = k * c;
+      for (const ChunkRange& r : members.rows[k]) {
+        e.send.narrow(0, at, r.length).copy_(front.narrow(0, r.offset, r.length));
+        at += r.length;
+      }
     }
   }
   Shape out = front.shape();
   out[0] = c;
   e.recv = Tensor::empty(out, local.dtype(), local.device());
-  e.unpack = [recv = e.recv, own = chunks[j].length, d] { return move_back(recv.narrow(0, 0, own), {d}); };
+  e.unpack = [recv = e.recv, own = ranges_length(members.rows[j]), d] {
+    return move_back(recv.narrow(0, 0, own), {d});
+  };
   return e;
 }
 
@@ -144,8 +185,12 @@ Tensor local_step(const RedistributeStep& step, const Tensor& local, const Shape
   switch (step.op) {
     case StepOp::kChunk: {
       const int64_t d = step.to.shard_dim();
-      const ChunkRange r = chunk_range(local.size(d), n, j);
-      return local.narrow(d, r.offset, r.length).clone();
+      std::vector<Tensor> rows;
+      for (const ChunkRange& r : strided_rows(local.size(d), step.to.split_factor(), n, j)) {
+        rows.push_back(local.narrow(d, r.offset, r.length));
+      }
+      if (rows.empty()) rows.push_back(local.narrow(d, 0, 0));
+      return rows.size() == 1 ? rows[0].clone() : cat(rows, d);
     }
     case StepOp::kPad: {
       const int64_t d = step.from.shard_dim();
@@ -233,12 +278,14 @@ void PendingRedistribute::advance() {
       switch (step.op) {
         case StepOp::kAllGather: {
           const int64_t d = step.from.shard_dim(), length = group_piece(plan_.sources()[i], step)[d];
-          flight->exchanges.push_back(all_gather_exchange(local, length, group_chunks(mesh, step, length), d));
+          flight->exchanges.push_back(
+              all_gather_exchange(local, length, member_rows(mesh, step, step.from, length), d));
           break;
         }
         case StepOp::kReduceScatter: {
           const int64_t d = step.to.shard_dim();
-          flight->exchanges.push_back(reduce_scatter_exchange(local, group_chunks(mesh, step, local.size(d)), d, j));
+          flight->exchanges.push_back(
+              reduce_scatter_exchange(local, member_rows(mesh, step, step.to, local.size(d)), d, j));
           break;
         }
         case StepOp::kAllToAll:

@@ -47,33 +47,43 @@ namespace {
 // The op that moves one mesh dim of size mesh_size from `from` to `to` (from != to).
 StepOp step_op(const Placement& from, const Placement& to, int64_t mesh_size) {
   if (mesh_size == 1) return StepOp::kRelabel;
+  if (from.is_strided_shard()) return StepOp::kAllGather;  // legal_move allows only -> R
   if (from.is_shard()) {
     if (to.is_partial()) return StepOp::kPad;
     return to.is_replicate() ? StepOp::kAllGather : StepOp::kAllToAll;
   }
   if (from.is_partial()) return to.is_replicate() ? StepOp::kAllReduce : StepOp::kReduceScatter;
-  if (to.is_shard()) return StepOp::kChunk;
+  if (to.splits_a_dim()) return StepOp::kChunk;
   return to.reduce_op() == ReduceOp::kSum ? StepOp::kPartition : StepOp::kRelabel;
 }
 
-// The mesh dims before `mesh_dim` that shard tensor dim `dim`.
-std::vector<int64_t> sharders_before(const Placements& placements, int64_t mesh_dim, int64_t dim) {
-  std::vector<int64_t> dims;
+// The mesh dims before `mesh_dim` that split tensor dim `dim`, with their placements.
+std::vector<std::pair<int64_t, Placement>> sharders_before(const Placements& placements, int64_t mesh_dim,
+                                                           int64_t dim) {
+  std::vector<std::pair<int64_t, Placement>> dims;
   for (int64_t j = 0; j < mesh_dim; ++j) {
-    if (placements[j].is_shard(dim)) dims.push_back(j);
+    if (placements[j].splits_dim(dim)) dims.emplace_back(j, placements[j]);
   }
   return dims;
 }
 
-// The nesting rule: mesh dim i may drop or add Shard(d) only when no later mesh dim
-// shards d (its chunks would otherwise be chunks of the wrong piece).
+// The nesting rule: mesh dim i may drop or add Shard(d) (or StridedShard(d, s)) only when
+// no later mesh dim splits d (its chunks would otherwise be chunks of the wrong piece).
 bool nesting_allows(const Placements& current, int64_t mesh_dim, const Placement& to) {
   for (const Placement& p : {current[mesh_dim], to}) {
-    if (!p.is_shard()) continue;
+    if (!p.splits_a_dim()) continue;
     for (size_t j = mesh_dim + 1; j < current.size(); ++j) {
-      if (current[j].is_shard(p.shard_dim())) return false;
+      if (current[j].splits_dim(p.shard_dim())) return false;
     }
   }
+  return true;
+}
+
+// A StridedShard comes from Replicate (chunk) or Partial (reduce_scatter) and goes to
+// Replicate (all_gather); to or from a Shard or Partial it goes through Replicate.
+bool strided_move_allowed(const Placement& from, const Placement& to) {
+  if (from.is_strided_shard()) return to.is_replicate();
+  if (to.is_strided_shard()) return from.is_replicate() || from.is_partial();
   return true;
 }
 
@@ -83,7 +93,7 @@ bool nesting_allows(const Placements& current, int64_t mesh_dim, const Placement
 // not commute).
 bool legal_move(const DTensorSpec& spec, const Placements& current, int64_t i, const Placement& to) {
   const Placement& from = current[i];
-  if (from == to || !nesting_allows(current, i, to)) return false;
+  if (from == to || !nesting_allows(current, i, to) || !strided_move_allowed(from, to)) return false;
   if (from.is_partial() && to.is_partial()) return false;
   if (from.is_shard() && to == Partial(ReduceOp::kAvg)) return false;
   Placements after = current;
@@ -129,7 +139,8 @@ enum class LastPass : uint8_t { kNo, kYes };
 // One candidate: greedy passes, repeated until the target is reached (or nothing moves).
 // 1. If a mesh dim holds a Shard, visit `unshard_order` and move each to its target,
 //    except that a target Shard(d) becomes Replicate when the mesh dims before it shard d
-//    differently now and in the target (misaligned nesting).
+//    differently now and in the target (misaligned nesting) or when the move is one a
+//    StridedShard makes through Replicate.
 // 2. Visit `order`, moving every mesh dim whose target is a Shard to it.
 // 3. Visit `order`, moving every mesh dim to its target, a Partial one to Replicate for now.
 // 4. Visit `order`, moving every mesh dim still off its target.
@@ -159,22 +170,23 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
     return last_pass ? to : Replicate();
   };
   auto has_shard = [&] {
-    return std::any_of(current.begin(), current.end(), [](const Placement& p) { return p.is_shard(); });
+    return std::any_of(current.begin(), current.end(), [](const Placement& p) { return p.splits_a_dim(); });
   };
   for (int64_t round = 0; round <= mesh.ndim() && current != target; ++round) {
     const size_t steps_before = steps.size();
     if (has_shard()) {
       for (int64_t i : unshard_order) {
         Placement to = waypoint(i, LastPass::kNo);
-        if (to.is_shard() &&
-            sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim())) {
+        if (to.splits_a_dim() &&
+            (sharders_before(current, i, to.shard_dim()) != sharders_before(target, i, to.shard_dim()) ||
+             !strided_move_allowed(current[i], to))) {
           to = Replicate();
         }
         try_move(i, to);
       }
     }
     for (int64_t i : order) {
-      if (target[i].is_shard()) try_move(i, target[i]);
+      if (target[i].splits_a_dim()) try_move(i, target[i]);
     }
     for (int64_t i : order) try_move(i, waypoint(i, LastPass::kNo));
     for (int64_t i : order) try_move(i, waypoint(i, LastPass::kYes));
@@ -189,6 +201,7 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
 // reduce_scatters of one op to one Shard(d), outer dim first; all_reduces of one op.
 bool mergeable(const RedistributeStep& a, const RedistributeStep& b) {
   if (a.op != b.op || a.from != b.from || a.to != b.to) return false;
+  if (a.from.is_strided_shard() || a.to.is_strided_shard()) return false;  // no flattened strided rule
   const int64_t a_end = a.mesh_dim + a.num_mesh_dims, b_end = b.mesh_dim + b.num_mesh_dims;
   switch (a.op) {
     case StepOp::kAllGather: return b_end == a.mesh_dim;
@@ -241,14 +254,15 @@ void add_step_bytes(const DTensorSpec& spec, RedistributeStep& step) {
   }
   const int64_t itemsize = static_cast<int64_t>(dtr::itemsize(spec.dtype()));
   for (int64_t k = 0; k < mesh.size(); ++k) {
-    const Shape piece = compute_local_chunk(mesh, group_view, spec.shape(), mesh.coordinate_at(k)).shape;
+    const Shape piece = local_shape_of(compute_local_ranges(mesh, group_view, spec.shape(), mesh.coordinate_at(k)));
     // Elements of one padded block (sent to or received from each of the n - 1 peers).
     int64_t block = 0;
     switch (step.op) {
       case StepOp::kAllGather:
       case StepOp::kReduceScatter: {
-        const int64_t d = step.op == StepOp::kAllGather ? step.from.shard_dim() : step.to.shard_dim();
-        block = chunk_capacity(piece[d], n) * numel_without(piece, {d});
+        const Placement& split = step.op == StepOp::kAllGather ? step.from : step.to;
+        const int64_t d = split.shard_dim();
+        block = strided_capacity(piece[d], split.split_factor(), n) * numel_without(piece, {d});
         break;
       }
       case StepOp::kAllToAll: {
@@ -471,7 +485,12 @@ RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> source
   }
   for (const Placements* list : {&sources.front().placements(), &dst}) {
     for (const Placement& p : *list) {
-      // One code per placement: 0 for Replicate, 1 + op for Partial, 16 + dim for Shard.
+      // One code per placement: 0 for Replicate, 1 + op for Partial, 16 + dim for Shard, and
+      // 8 followed by the dim and the split factor for StridedShard.
+      if (p.is_strided_shard()) {
+        key.insert(key.end(), {8, p.shard_dim(), p.split_factor()});
+        continue;
+      }
       key.push_back(p.is_replicate() ? 0
                     : p.is_partial() ? 1 + static_cast<int64_t>(p.reduce_op())
                                      : 16 + p.shard_dim());

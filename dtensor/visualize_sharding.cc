@@ -29,13 +29,16 @@ std::string visualize_sharding(const DTensorSpec& spec) {
   rows.push_back(std::move(header));
   for (int64_t k = 0; k < mesh.size(); ++k) {
     const std::vector<int64_t> coord = mesh.coordinate_at(k);
-    const LocalChunk chunk = spec.local_chunk(coord);
+    const std::vector<DimRanges> ranges = spec.local_ranges(coord);
+    const Shape local_shape = local_shape_of(ranges);
     std::vector<std::string> row = {fmt::format("{}", mesh.ranks()[k]), fmt::format("({})", fmt::join(coord, ", "))};
-    for (int64_t d = 0; d < spec.ndim(); ++d) {
-      row.push_back(fmt::format("{}:{}", chunk.offset[d], chunk.offset[d] + chunk.shape[d]));
+    for (const DimRanges& dim : ranges) {
+      std::vector<std::string> parts;  // a StridedShard's ranges, in local order
+      for (const ChunkRange& r : dim) parts.push_back(fmt::format("{}:{}", r.offset, r.offset + r.length));
+      row.push_back(fmt::format("{}", fmt::join(parts, ",")));
     }
-    row.push_back(fmt::format("{}", chunk.shape));
-    row.push_back(shape_numel(chunk.shape) == 0 ? "empty" : partial.empty() ? "-" : partial);
+    row.push_back(fmt::format("{}", local_shape));
+    row.push_back(shape_numel(local_shape) == 0 ? "empty" : partial.empty() ? "-" : partial);
     rows.push_back(std::move(row));
   }
   return spec.to_string() + "\n" + internal::format_table(rows);

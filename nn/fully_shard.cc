@@ -244,7 +244,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
                const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_chunk().shape, dtypes[i], leaf_device), spec);
+               zeros.emplace_back(dtr::zeros(spec.local_shape(), dtypes[i], leaf_device), spec);
              }
              return zeros;
            }
@@ -555,7 +555,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
     for (const std::shared_ptr<Param>& p : g->params_) {
       const DTensorSpec& spec = p->gathered.spec();
       roots.push_back(p->gathered);
-      zero_grads.emplace_back(dtr::zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec);
+      zero_grads.emplace_back(dtr::zeros(spec.local_shape(), spec.dtype(), spec.mesh().device()), spec);
     }
     run_backward(roots, zero_grads, RetainGraph::kNo);
   }

@@ -14,14 +14,14 @@ DTensor partial_grad(const DTensor& param) {
   const DTensor& g = param.grad();
   if (!g.defined()) {
     const DTensorSpec spec = param.spec().with_placements({Partial()});
-    return DTensor(zeros(spec.local_chunk().shape, spec.dtype(), spec.mesh().device()), spec);
+    return DTensor(zeros(spec.local_shape(), spec.dtype(), spec.mesh().device()), spec);
   }
   return g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()});
 }
 
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const Tensor chunk = chunk_of(full.to_local(), spec.local_chunk());
+  const Tensor chunk = ranges_of(full.to_local(), spec.local_ranges());
   Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
   local.copy_(chunk);
   DTensor placed(std::move(local), std::move(spec));

@@ -80,7 +80,7 @@ DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std
   Tensor y_local;
   if (empty_shard) {  // this rank holds none of the reduced elements: the identity of op
     DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], r.out_shape, x.dtype());
-    y_local = internal::full_of_identity(out_spec.local_chunk().shape, op, x.dtype(), x.dtype(), local.device());
+    y_local = internal::full_of_identity(out_spec.local_shape(), op, x.dtype(), x.dtype(), local.device());
   } else {
     y_local = op == ReduceOp::kMax ? max(local, dims, keepdim) : min(local, dims, keepdim);
   }

@@ -113,7 +113,7 @@ DTensor reshape_as(std::string_view op, const DTensor& x, const Shape& requested
   AppliedStrategy s = apply_strategy(op, inputs, candidates);
   const DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], shape, x.dtype());
   const Tensor& local = s.inputs[0].to_local();
-  const Shape& local_shape = out_spec.local_chunk().shape;
+  const Shape local_shape = out_spec.local_shape();
   DTensor y(copy == LocalCopy::kNever ? local.view(local_shape) : local.reshape(local_shape), out_spec);
   record(std::string(op), s.inputs, std::span(&y, 1), [in_shape = x.shape()](const std::vector<DTensor>& g) {
     return std::vector<DTensor>{reshape(g[0], in_shape)};
@@ -182,7 +182,7 @@ DTensor broadcast_to(const DTensor& x, const Shape& shape) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy("broadcast_to", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   DTensorSpec out_spec(x.mesh(), s.strategy.outputs[0], shape, x.dtype());
-  DTensor y(s.inputs[0].to_local().expand(out_spec.local_chunk().shape), out_spec);
+  DTensor y(s.inputs[0].to_local().expand(out_spec.local_shape()), out_spec);
   record("broadcast_to", s.inputs, std::span(&y, 1),
          [xs = x.shape()](const std::vector<DTensor>& g) { return std::vector<DTensor>{sum_to_shape(g[0], xs)}; });
   return y;

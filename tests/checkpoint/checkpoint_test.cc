@@ -115,7 +115,7 @@ State load_targets(const DeviceMesh& mesh, F&& placements_of) {
   State s;
   for (const Case& c : cases()) {
     DTensorSpec spec(mesh, placements_of(c), c.shape, c.dtype);
-    s.tensors[c.name] = DTensor(zeros(spec.local_chunk().shape, c.dtype), spec);
+    s.tensors[c.name] = DTensor(zeros(spec.local_shape(), c.dtype), spec);
   }
   return s;
 }
@@ -466,7 +466,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
     const DeviceMesh mesh = init_device_mesh(kCPU, {n});
     State s;
     DTensorSpec spec(mesh, {Shard(0)}, shape, kBFloat16);
-    s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
+    s.tensors["embed"] = DTensor(zeros(spec.local_shape(), kBFloat16), spec);
     checkpoint::load(s, dir.string());
     check_box(s, "rows over 3 ranks");
   });
@@ -474,7 +474,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
     const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2});
     State s;
     DTensorSpec spec(mesh, {Shard(0), Shard(1)}, shape, kBFloat16);
-    s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
+    s.tensors["embed"] = DTensor(zeros(spec.local_shape(), kBFloat16), spec);
     checkpoint::load(s, dir.string());
     check_box(s, "(S(0), S(1)) on 2x2");
   });
@@ -496,7 +496,7 @@ TEST_CASE("ranks read and verify only the checksum blocks holding the rows they 
       const DeviceMesh mesh = init_device_mesh(kCPU, {n});
       State s;
       DTensorSpec spec(mesh, {Shard(0)}, shape, kBFloat16);
-      s.tensors["embed"] = DTensor(zeros(spec.local_chunk().shape, kBFloat16), spec);
+      s.tensors["embed"] = DTensor(zeros(spec.local_shape(), kBFloat16), spec);
       try {
         checkpoint::load(s, damaged.string());
         FAIL("a corrupt block loaded");

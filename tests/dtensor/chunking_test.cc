@@ -83,6 +83,35 @@ TEST_CASE("nested sharding: mesh dim 0 chunks first, mesh dim 1 chunks each piec
   CHECK(left.local_chunk(std::vector<int64_t>{0, 1}).offset == Shape{2});
 }
 
+TEST_CASE("strided rows: each rank's chunk of every block, in block order", "[chunking][strided]") {
+  const auto rows = [](int64_t n, int64_t s, int64_t k, int64_t i) { return strided_rows(n, s, k, i); };
+  CHECK(rows(6, 3, 2, 0) == std::vector<ChunkRange>{{0, 1}, {2, 1}, {4, 1}});
+  CHECK(rows(6, 3, 2, 1) == std::vector<ChunkRange>{{1, 1}, {3, 1}, {5, 1}});
+  // q, k, v of 4 rows each over 2 ranks: rows 0:2, 4:6, 8:10 and 2:4, 6:8, 10:12.
+  CHECK(rows(12, 3, 2, 1) == std::vector<ChunkRange>{{2, 2}, {6, 2}, {10, 2}});
+  // Uneven: 7 rows in blocks 3, 3, 1; the third block's only row goes to rank 0.
+  CHECK(rows(7, 3, 2, 0) == std::vector<ChunkRange>{{0, 2}, {3, 2}, {6, 1}});
+  CHECK(rows(7, 3, 2, 1) == std::vector<ChunkRange>{{2, 1}, {5, 1}});
+  CHECK(strided_capacity(7, 3, 2) == 5);
+  // Split factor 1 is the chunk rule.
+  for (int64_t n : {0, 1, 5, 10}) {
+    for (int64_t i = 0; i < 4; ++i) {
+      const ChunkRange plain = chunk_range(n, 4, i);
+      CHECK(rows(n, 1, 4, i) == (plain.length == 0 ? std::vector<ChunkRange>{} : std::vector<ChunkRange>{plain}));
+    }
+  }
+  CHECK_THROWS_MATCHES(strided_rows(6, 0, 2, 0), ValueError, testing::MessageContains("split factor 0"));
+}
+
+TEST_CASE("slice_ranges narrows a list of ranges by local position", "[chunking][strided]") {
+  const std::vector<ChunkRange> held = {{0, 2}, {5, 3}, {10, 1}};
+  CHECK(ranges_length(held) == 6);
+  CHECK(slice_ranges(held, 0, 6) == held);
+  CHECK(slice_ranges(held, 1, 3) == std::vector<ChunkRange>{{1, 1}, {5, 2}});
+  CHECK(slice_ranges(held, 4, 2) == std::vector<ChunkRange>{{7, 1}, {10, 1}});
+  CHECK(slice_ranges(held, 6, 0).empty());
+}
+
 TEST_CASE("a chunk outside the split, or an impossible split, is the caller's error", "[chunking][errors]") {
   using testing::MessageContains;
   CHECK_THROWS_MATCHES(chunk_range(10, 4, 4), IndexError,

@@ -30,7 +30,7 @@ inline Tensor contiguous_chunk_of(const Tensor& full, const LocalChunk& chunk) {
 // same function of (seed, coordinates) on every rank.
 inline Tensor partial_terms(const Tensor& full, const DTensorSpec& spec, uint64_t seed) {
   const DeviceMesh& mesh = spec.mesh();
-  Tensor value = contiguous_chunk_of(full, spec.local_chunk());
+  Tensor value = ranges_of(full, spec.local_ranges()).contiguous();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     const Placement& p = spec.placements()[m];
     if (!p.is_partial()) continue;

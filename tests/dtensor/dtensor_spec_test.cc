@@ -2,7 +2,10 @@
 // mesh dims duplicate it), for random meshes, shapes and placements; and the checks.
 #include "dtensor/dtensor_spec.h"
 
+#include <fmt/ranges.h>
 #include <catch2/catch.hpp>
+
+#include <numeric>
 
 #include "core/error.h"
 #include "tests/dtensor/dtensor_test_util.h"
@@ -68,6 +71,112 @@ TEST_CASE("local chunks of all ranks cover every element exactly once per non-Sh
   }
   CHECK(cases == 540);
   CHECK(empty_shards > 0);  // the sweep includes dims smaller than their mesh dim
+}
+
+// The global indices along `dim` that the rank at `coord` holds, from the definitions alone:
+// mesh dims left to right, each keeping its torch.chunk of the list so far (of every one of
+// split_factor blocks of it for a StridedShard).
+std::vector<int64_t> enumerate_rows(int64_t n, const Shape& mesh_shape, const Placements& placements,
+                                    const std::vector<int64_t>& coord, int64_t dim) {
+  std::vector<int64_t> rows(n);
+  std::iota(rows.begin(), rows.end(), 0);
+  const auto torch_chunk = [](int64_t length, int64_t k, int64_t i) {
+    const int64_t cap = (length + k - 1) / k, begin = std::min(length, i * cap);
+    return std::pair{begin, std::min(length, begin + cap)};
+  };
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (!placements[i].splits_dim(dim)) continue;
+    const int64_t s = placements[i].split_factor(), len = static_cast<int64_t>(rows.size());
+    std::vector<int64_t> kept;
+    for (int64_t b = 0; b < s; ++b) {
+      const auto [block_begin, block_end] = torch_chunk(len, s, b);
+      const auto [begin, end] = torch_chunk(block_end - block_begin, mesh_shape[i], coord[i]);
+      kept.insert(kept.end(), rows.begin() + block_begin + begin, rows.begin() + block_begin + end);
+    }
+    rows = std::move(kept);
+  }
+  return rows;
+}
+
+std::vector<int64_t> flatten(const DimRanges& ranges) {
+  std::vector<int64_t> rows;
+  for (const ChunkRange& r : ranges) {
+    for (int64_t k = 0; k < r.length; ++k) rows.push_back(r.offset + k);
+  }
+  return rows;
+}
+
+TEST_CASE("StridedShard: every rank's rows against a brute-force enumeration", "[dtensor_spec][strided]") {
+  std::mt19937_64 gen(35);
+  int64_t cases = 0, several_ranges = 0;
+  for (int round = 0; round < 40; ++round) {
+    for (const Shape& mesh_shape : testing::test_mesh_shapes()) {
+      const DeviceMesh mesh = testing::make_mesh(mesh_shape);
+      const Shape shape = {std::uniform_int_distribution<int64_t>(0, 13)(gen),
+                           std::uniform_int_distribution<int64_t>(0, 5)(gen)};
+      Placements placements;
+      for (int64_t i = 0; i < mesh.ndim(); ++i) {
+        const int64_t kind = std::uniform_int_distribution<int64_t>(0, 3)(gen);
+        const int64_t dim = std::uniform_int_distribution<int64_t>(0, 1)(gen);
+        placements.push_back(kind == 0   ? Replicate()
+                             : kind == 1 ? Shard(dim)
+                                         : StridedShard(dim, std::uniform_int_distribution<int64_t>(2, 4)(gen)));
+      }
+      const DTensorSpec spec(mesh, placements, shape, kFloat32);
+      INFO(spec.to_string());
+      std::vector<int64_t> held(shape_numel(shape), 0);
+      for (int64_t k = 0; k < mesh.size(); ++k) {
+        const std::vector<int64_t> coord = mesh.coordinate_at(k);
+        const std::vector<DimRanges> ranges = spec.local_ranges(coord);
+        for (int64_t d = 0; d < 2; ++d) {
+          INFO("coordinate " << fmt::format("{}", coord) << ", dim " << d);
+          REQUIRE(flatten(ranges[d]) == enumerate_rows(shape[d], mesh_shape, placements, coord, d));
+          several_ranges += ranges[d].size() > 1;
+        }
+        CHECK(spec.local_shape(coord) == local_shape_of(ranges));
+        // The pieces tile the local tensor and name the same elements.
+        int64_t local_elements = 0;
+        for (const LocalPiece& piece : spec.local_pieces(coord)) {
+          local_elements += shape_numel(piece.chunk.shape);
+          for (int64_t e : chunk_elements(piece.chunk, shape)) ++held[e];
+        }
+        CHECK(local_elements == shape_numel(spec.local_shape(coord)));
+      }
+      // Every element is held once per combination of coordinates of the mesh dims that do
+      // not split the tensor.
+      int64_t copies = 1;
+      for (int64_t i = 0; i < mesh.ndim(); ++i) copies *= placements[i].splits_a_dim() ? 1 : mesh_shape[i];
+      for (int64_t count : held) REQUIRE(count == copies);
+      ++cases;
+    }
+  }
+  CHECK(cases == 360);
+  CHECK(several_ranges > 100);
+}
+
+TEST_CASE("StridedShard: packed q, k, v rows; several ranges have pieces, not a chunk", "[dtensor_spec][strided]") {
+  // in_proj_weight [3e, e], e = 4, over 2 ranks: each holds its half of q, k and v.
+  const DTensorSpec packed(testing::make_mesh({2}), {StridedShard(0, 3)}, {12, 4}, kFloat32);
+  const std::vector<int64_t> one = {1};
+  CHECK(packed.local_ranges(one)[0] == DimRanges{{2, 2}, {6, 2}, {10, 2}});
+  CHECK(packed.local_shape(one) == Shape{6, 4});
+  CHECK(packed.local_pieces(one) ==
+        std::vector<LocalPiece>{{{{2, 0}, {2, 4}}, {0, 0}}, {{{6, 0}, {2, 4}}, {2, 0}}, {{{10, 0}, {2, 4}}, {4, 0}}});
+  CHECK(packed.has_strided_pieces());
+  CHECK_THROWS_MATCHES(packed.local_chunk(one), ValueError,
+                       MessageContains("holds 3 separate ranges of dim 0") && MessageContains("SS(0,3)"));
+  // The rows in local order, from a whole tensor.
+  Tensor full = Tensor::empty({12, 1}, kFloat32);
+  for (int64_t r = 0; r < 12; ++r) full.data_ptr<float>()[r] = static_cast<float>(r);
+  const Tensor mine =
+      ranges_of(full, DTensorSpec(packed.mesh(), packed.placements(), {12, 1}, kFloat32).local_ranges(one))
+          .contiguous();
+  CHECK(std::vector<float>(mine.data_ptr<float>(), mine.data_ptr<float>() + 6) ==
+        std::vector<float>{2, 3, 6, 7, 10, 11});
+  // A StridedShard that leaves every rank one range is a plain chunk.
+  const DTensorSpec even(testing::make_mesh({2, 2}), {StridedShard(0, 2), Shard(0)}, {8}, kFloat32);
+  CHECK_FALSE(even.has_strided_pieces());
+  CHECK(even.local_chunk(std::vector<int64_t>{1, 0}) == LocalChunk{{2}, {2}});
 }
 
 TEST_CASE("local shape, offset and this process's chunk", "[dtensor_spec]") {

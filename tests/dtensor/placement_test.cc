@@ -64,8 +64,8 @@ TEST_CASE("equal placements hash equal; the distinct ones the suite uses hash ap
 TEST_CASE("shard_dim and reduce_op of the wrong kind are the caller's ValueError", "[placement][errors]") {
   // A caller's mistake, not a dtr bug: the message names the op and the placement, and says what has one.
   CHECK_THROWS_MATCHES(Replicate().shard_dim(), ValueError,
-                       MessageContains("Placement.shard_dim: Replicate() is not a Shard placement") &&
-                           MessageContains("only Shard(dim) has a shard dim"));
+                       MessageContains("Placement.shard_dim: Replicate() is not a Shard or StridedShard placement") &&
+                           MessageContains("only they have a shard dim"));
   CHECK_THROWS_MATCHES(Partial(ReduceOp::kAvg).shard_dim(), ValueError, MessageContains("Partial(avg)"));
   CHECK_THROWS_MATCHES(Shard(1).reduce_op(), ValueError,
                        MessageContains("Placement.reduce_op: Shard(dim=1) is not a Partial placement") &&
@@ -83,6 +83,25 @@ TEST_CASE("repr and short form follow PyTorch", "[placement]") {
   CHECK(Partial(ReduceOp::kMax).str() == "P(max)");
   CHECK(fmt::format("{}", Partial(ReduceOp::kMin)) == "P(min)");
   CHECK(placements_str({Shard(0), Replicate(), Partial()}) == "(S(0), R, P(sum))");
+  CHECK(StridedShard(0, 3).repr() == "StridedShard(dim=0, split_factor=3)");
+  CHECK(StridedShard(1, 2).str() == "SS(1,2)");
+}
+
+TEST_CASE("StridedShard: a split factor of 1 is a Shard; it is not a Shard otherwise", "[placement][strided]") {
+  CHECK(StridedShard(2, 1) == Shard(2));
+  const Placement ss = StridedShard(0, 3);
+  CHECK(ss.is_strided_shard());
+  CHECK_FALSE(ss.is_shard());
+  CHECK(ss.splits_dim(0));
+  CHECK_FALSE(ss.splits_dim(1));
+  CHECK(Shard(1).splits_dim(1));
+  CHECK(ss.shard_dim() == 0);
+  CHECK(ss.split_factor() == 3);
+  CHECK(Shard(0).split_factor() == 1);
+  CHECK(ss != StridedShard(0, 2));
+  CHECK(ss.hash() != StridedShard(0, 2).hash());
+  CHECK_THROWS_MATCHES(StridedShard(0, 0), ValueError, MessageContains("split_factor=0") && MessageContains(">= 1"));
+  CHECK_THROWS_MATCHES(Replicate().split_factor(), ValueError, MessageContains("Replicate()"));
 }
 
 TEST_CASE("parse_placement reads the short, CLI and repr forms", "[placement]") {
@@ -98,14 +117,18 @@ TEST_CASE("parse_placement reads the short, CLI and repr forms", "[placement]") 
   CHECK(parse_placement("Partial(min)") == Partial(ReduceOp::kMin));
   CHECK(parse_placements("S0,R") == Placements{Shard(0), Replicate()});
   CHECK(parse_placements("S(0), P(sum), Shard(dim=1)") == Placements{Shard(0), Partial(), Shard(1)});
-  for (const Placement& p : {Shard(3), Replicate(), Partial(ReduceOp::kAvg)}) {
+  CHECK(parse_placement("SS(0,3)") == StridedShard(0, 3));
+  CHECK(parse_placement("StridedShard(dim=1, split_factor=2)") == StridedShard(1, 2));
+  CHECK(parse_placements("SS(0,3), S0") == Placements{StridedShard(0, 3), Shard(0)});
+  for (const Placement& p : {Shard(3), StridedShard(0, 4), Replicate(), Partial(ReduceOp::kAvg)}) {
     CHECK(parse_placement(p.str()) == p);
     CHECK(parse_placement(p.repr()) == p);
   }
 }
 
 TEST_CASE("parse_placement rejects malformed text, naming it and the legal forms", "[placement][errors]") {
-  for (const char* bad : {"", "X", "S", "S(x)", "S(0", "Sx0", "R(1)", "P(prod)", "Pfoo", "Shard(dim=)"}) {
+  for (const char* bad :
+       {"", "X", "S", "S(x)", "S(0", "Sx0", "R(1)", "P(prod)", "Pfoo", "Shard(dim=)", "SS(0)", "SS(0,x)", "SS(0,3"}) {
     INFO(bad);
     CHECK_THROWS_MATCHES(parse_placement(bad), ValueError,
                          MessageContains(fmt::format("'{}'", bad)) && MessageContains("S(0), S0, Shard(dim=0), R"));

@@ -34,9 +34,11 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 Placement random_placement(std::mt19937_64& gen, int64_t ndim) {
-  const int kind = static_cast<int>(gen() % 5);
+  const int kind = static_cast<int>(gen() % 6);
   if (kind <= 1 && ndim > 0) return Shard(static_cast<int64_t>(gen() % ndim));
   if (kind == 2) return Partial(static_cast<ReduceOp>(gen() % 4));
+  if (kind == 5 && ndim > 0)
+    return StridedShard(static_cast<int64_t>(gen() % ndim), 2 + static_cast<int64_t>(gen() % 2));
   return Replicate();
 }
 
@@ -96,8 +98,9 @@ bool run_random_case(const DeviceMesh& mesh, std::mt19937_64& gen, uint64_t seed
   check_counts_match(plan_redistribute(*source, to), what);
   INFO(what);
   CHECK(y.placements() == to);
-  CHECK(y.to_local().shape() == target->local_chunk().shape);
-  if (!target->has_partial()) CHECK(to_f64(y.to_local()) == to_f64(contiguous_chunk_of(full, target->local_chunk())));
+  CHECK(y.to_local().shape() == target->local_shape());
+  if (!target->has_partial())
+    CHECK(to_f64(y.to_local()) == to_f64(ranges_of(full, target->local_ranges()).contiguous()));
   CHECK(to_f64(y.full_tensor()) == to_f64(full));
   // Every plan the planner weighed gives the same tensor: merged or not, in any order.
   for (const RedistributePlan& alt : plan_alternatives(*source, to)) {

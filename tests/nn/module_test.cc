@@ -216,7 +216,7 @@ TEST_CASE("initialisation: PyTorch's bounds, and values independent of placement
   for (int64_t rank = 0; rank < 4; ++rank) {
     const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {4}, {}, rank, 4);
     const DTensorSpec spec(mesh, {Shard(0)}, {10, 3}, kFloat32);
-    DTensor shard(Tensor::empty(spec.local_chunk().shape, kFloat32), spec);
+    DTensor shard(Tensor::empty(spec.local_shape(), kFloat32), spec);
     manual_seed(9);
     normal_(shard);
     const LocalChunk chunk = spec.local_chunk();

@@ -152,7 +152,7 @@ TEST_CASE("checkpoint_tool lists, assembles and re-shards a checkpoint", "[check
     checkpoint::State s;
     for (const Case& c : cases()) {
       DTensorSpec spec(mesh, {c.shape.empty() ? Placement(Replicate()) : Placement(Shard(0))}, c.shape, c.dtype);
-      s.tensors[c.name] = DTensor(zeros(spec.local_chunk().shape, c.dtype), spec);
+      s.tensors[c.name] = DTensor(zeros(spec.local_shape(), c.dtype), spec);
     }
     checkpoint::load(s, resharded.string());
     for (const Case& c : cases()) {

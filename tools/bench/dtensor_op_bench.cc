@@ -41,7 +41,7 @@ const DeviceMesh& dp_mesh() {
 // A DTensor of global `shape` under `placement`, requiring grad, with values in [0, 1).
 DTensor input(const Shape& shape, Placement placement, uint64_t seed, DType dtype = kFloat32) {
   DTensorSpec spec(dp_mesh(), {placement}, shape, dtype);
-  Tensor local = Tensor::empty(spec.local_chunk().shape, kFloat64);
+  Tensor local = Tensor::empty(spec.local_shape(), kFloat64);
   double* d = local.data_ptr<double>();
   for (int64_t i = 0; i < local.numel(); ++i) {
     d[i] = static_cast<double>((static_cast<uint64_t>(i) * 2654435761u + seed) % 1000) / 1000.0;

@@ -135,7 +135,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
     fmt::print(stderr, "unplanned collective: {} on group '{}': {} call(s), {} B\n", collective_kind_name(c.kind),
                c.group, c.calls, c.bytes);
   }
-  const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_chunk().shape &&
+  const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_shape() &&
                         (target.has_partial() || same_values(local, chunk_of(full, target.local_chunk())));
   const bool full_ok = same_values(y.full_tensor(), full);
   row.insert(row.end(), {unplanned_calls, unplanned_bytes, local_ok ? 1 : 0, full_ok ? 1 : 0});

@@ -158,7 +158,7 @@ RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Op
       const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), *d);
       // Read beside the parameter (the host under --cpu-offload).
       const Tensor& beside = params[static_cast<size_t>(index)]->to_local();
-      const DTensor empty(zeros(typed.local_chunk().shape, typed.dtype(), beside.device()), typed);
+      const DTensor empty(zeros(typed.local_shape(), typed.dtype(), beside.device()), typed);
       state.tensors.emplace(fmt::format("optim.{}.{}", index, name), empty);
       param.tensors[name] = empty;
     }
