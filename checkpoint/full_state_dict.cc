@@ -22,7 +22,7 @@ nn::LoadResult load_full_state_dict(nn::Module& module, const TensorMap& tensors
       // This rank's chunk, under the module's spec in the file's dtype (a dtype mismatch is
       // reported by load_state_dict).
       const DTensorSpec spec(it->second.mesh(), it->second.placements(), full.shape(), full.dtype());
-      const Tensor chunk = chunk_of(full, spec.local_chunk()).contiguous();
+      const Tensor chunk = ranges_of(full, spec.local_ranges()).contiguous();
       state.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
     } else {
       // Unexpected, or of the wrong shape: a one-rank tensor carries the name and shape for the report.

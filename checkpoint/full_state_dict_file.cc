@@ -293,8 +293,17 @@ ReadChunks read_sources(nn::Module& module, const std::map<std::string, Source>&
       if (p.is_partial()) p = Replicate();
     }
     const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
-    const Tensor chunk = read_chunk(*it->second.file, *it->second.entry, spec.local_chunk(), op);
-    chunks.emplace_back(name, DTensor(chunk.to(spec.mesh().device()), spec));
+    // One read per piece (several for a StridedShard), placed where the piece sits locally.
+    const std::vector<LocalPiece> pieces = spec.local_pieces();
+    Tensor local = pieces.size() == 1 ? read_chunk(*it->second.file, *it->second.entry, pieces[0].chunk, op)
+                                      : Tensor::empty(spec.local_shape(), it->second.entry->dtype, kCPU);
+    if (pieces.size() > 1) {
+      for (const LocalPiece& piece : pieces) {
+        chunk_of(local, {piece.local_offset, piece.chunk.shape})
+            .copy_(read_chunk(*it->second.file, *it->second.entry, piece.chunk, op));
+      }
+    }
+    chunks.emplace_back(name, DTensor(local.to(spec.mesh().device()), spec));
   }
   return read;
 }

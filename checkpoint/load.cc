@@ -116,15 +116,53 @@ std::optional<LocalChunk> intersect(const LocalChunk& a, const Shape& offset, co
   return out;
 }
 
-// This rank's chunk of `target`, read from the saved chunks it overlaps.
+// Fills `dst` (the part of this rank's local tensor that holds `wanted`) from the saved
+// chunks `wanted` overlaps; ValueError unless they cover it exactly once.
+void read_piece(const std::string& name, const LocalChunk& wanted, const Tensor& dst, const SavedTensor& saved,
+                internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
+  std::vector<LocalChunk> filled;
+  int64_t covered = 0;
+  for (const SavedChunk& chunk : saved.chunks) {
+    const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
+    if (!common) continue;
+    for (const LocalChunk& other : filled) {
+      DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
+                "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
+                name, common->offset);
+    }
+    const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
+    // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
+    const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
+    const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
+    internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
+    Tensor src = rows.data, part = dst;
+    for (int64_t d = 0; d < ndim; ++d) {
+      const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
+      src = src.narrow(d, src_start, common->shape[d]);
+      part = part.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
+    }
+    part.copy_(src);
+    filled.push_back(*common);
+    covered += shape_numel(common->shape);
+    meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(saved.dtype)));
+  }
+  DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
+            "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's chunk at offset {} "
+            "of shape {} (corrupt metadata)",
+            kLoad, dir.string(), name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
+}
+
+// This rank's part of `target`, read piece by piece from the saved chunks it overlaps.
 DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
                     internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
   const DTensorSpec& spec = target.spec();
-  const LocalChunk wanted = spec.local_chunk();
-  // A saved chunk that is exactly this rank's chunk (a load on the mesh and placements it was
-  // saved from) is read straight into the local, without a second buffer and a copy.
+  const std::vector<LocalPiece> pieces = spec.local_pieces();
+  // A saved chunk that is exactly this rank's only piece (a load on the mesh and placements
+  // it was saved from) is read straight into the local, without a second buffer and a copy.
+  const LocalChunk& only = pieces.front().chunk;
   for (const SavedChunk& chunk : saved.chunks) {
-    if (shape_numel(wanted.shape) == 0 || chunk.offset != wanted.offset || chunk.shape != wanted.shape) continue;
+    if (pieces.size() != 1 || shape_numel(only.shape) == 0 || chunk.offset != only.offset || chunk.shape != only.shape)
+      continue;
     DTensor out(files.read_rows(name, saved.dtype, chunk, 0, internal::chunk_rows(chunk.shape))
                     .data.to(target.to_local().device()),
                 spec);
@@ -132,38 +170,10 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
     if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
     return out;
   }
-  Tensor local = Tensor::empty(wanted.shape, spec.dtype(), kCPU);
-  if (shape_numel(wanted.shape) > 0) {
-    std::vector<LocalChunk> filled;
-    int64_t covered = 0;
-    for (const SavedChunk& chunk : saved.chunks) {
-      const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
-      if (!common) continue;
-      for (const LocalChunk& other : filled) {
-        DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
-                  "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
-                  name, common->offset);
-      }
-      const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
-      // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
-      const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
-      const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
-      internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
-      Tensor src = rows.data, dst = local;
-      for (int64_t d = 0; d < ndim; ++d) {
-        const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
-        src = src.narrow(d, src_start, common->shape[d]);
-        dst = dst.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
-      }
-      dst.copy_(src);
-      filled.push_back(*common);
-      covered += shape_numel(common->shape);
-      meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(spec.dtype())));
-    }
-    DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
-              "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's chunk at offset {} "
-              "of shape {} (corrupt metadata)",
-              kLoad, dir.string(), name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
+  Tensor local = Tensor::empty(spec.local_shape(), spec.dtype(), kCPU);
+  for (const LocalPiece& piece : pieces) {
+    if (shape_numel(piece.chunk.shape) == 0) continue;
+    read_piece(name, piece.chunk, chunk_of(local, {piece.local_offset, piece.chunk.shape}), saved, files, dir, meter);
   }
   DTensor out(local.to(target.to_local().device()), spec);
   if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);

@@ -60,10 +60,9 @@ void check_saveable(const State& state, int world_size) {
   }
 }
 
-// Whether this rank writes its chunk of `t`: a non-empty chunk, and coordinate 0 on every
-// mesh dim where t is Replicate (the others hold the same values).
-bool writes_chunk(const DTensor& t, const LocalChunk& chunk) {
-  if (shape_numel(chunk.shape) == 0) return false;
+// Whether this rank writes its chunk of `t`: coordinate 0 on every mesh dim where t is
+// Replicate (the others hold the same values).
+bool writes_chunk(const DTensor& t) {
   const std::vector<int64_t>& coordinate = t.mesh().coordinate();
   for (size_t m = 0; m < t.placements().size(); ++m) {
     if (t.placements()[m].is_replicate() && coordinate[m] != 0) return false;
@@ -168,9 +167,19 @@ void stage(const State& state, Staging staging, StagedSave& s) {
     saved.shape = t.shape();
     saved.mesh = mesh_json(t.mesh());
     for (const Placement& p : t.placements()) saved.placements.push_back(p.str());
-    const LocalChunk chunk = t.spec().local_chunk();
-    if (!writes_chunk(t, chunk)) continue;
-    const Tensor& local = t.to_local();
+    // A rank file holds one entry per tensor, so a rank saves one rectangle of each: a
+    // StridedShard that leaves ranks several ranges is saved as the Shard of its dim (one
+    // all_gather, every rank taking part as in any save); load reads any rectangles into any
+    // placements, StridedShard included.
+    Placements plain = t.placements();
+    for (Placement& p : plain) {
+      if (p.is_strided_shard()) p = Shard(p.shard_dim());
+    }
+    const DTensor rectangle = t.spec().has_strided_pieces() ? t.detach().redistribute(plain) : t;
+    if (!writes_chunk(rectangle)) continue;
+    const LocalChunk chunk = rectangle.spec().local_chunk();
+    if (shape_numel(chunk.shape) == 0) continue;
+    const Tensor& local = rectangle.to_local();
     // to(kCPU) of a GPU tensor copies already; contiguous() of a contiguous CPU one does not.
     Tensor host = local.device().is_cuda() || staging == Staging::kShare ? local.to(kCPU).contiguous() : local.clone();
     s.chunks.push_back({name, std::move(host), chunk.offset});

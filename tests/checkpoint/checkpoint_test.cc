@@ -322,6 +322,50 @@ TEST_CASE("1-D Shard checkpoints load into a 2-D (Replicate, Shard) HSDP mesh an
   });
 }
 
+TEST_CASE("StridedShard tensors save as one rectangle per rank and load into any placements", "[checkpoint][strided]") {
+  const fs::path dir = testing::make_temp_dir("checkpoint_strided") / "ckpt";
+  // Packed q, k, v rows (uneven over 3 ranks at load) and strided columns.
+  const Tensor rows = testing::random_tensor({12, 5}, kFloat32, 1, -1.0, 1.0);
+  const Tensor cols = testing::random_tensor({4, 9}, kFloat32, 2, -1.0, 1.0);
+  auto placed = [](const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
+    const DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
+    return DTensor(ranges_of(full, spec.local_ranges()).contiguous(), spec);
+  };
+  auto check = [](const State& s, const std::string& name, const Tensor& full) {
+    const DTensor& t = s.tensors.at(name);
+    INFO(name << ": " << t.spec().to_string());
+    CHECK(same_bits(t.to_local(), ranges_of(full, t.spec().local_ranges()).contiguous()));
+    CHECK(same_bits(t.full_tensor(), full));
+  };
+  run_ranks(2, [&](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2});
+    State s;
+    s.tensors["in_proj"] = placed(rows, mesh, {StridedShard(0, 3)});
+    s.tensors["cols"] = placed(cols, mesh, {StridedShard(1, 3)});
+    checkpoint::save(s, dir.string());
+  });
+  const Json meta = read_metadata(dir);
+  CHECK(meta["tensors"]["in_proj"]["placements"] == Json::array({"SS(0,3)"}));
+  CHECK(meta["tensors"]["in_proj"]["chunks"].size() == 2);  // saved as S(0): one rectangle per rank
+  const std::vector<std::pair<Shape, Placements>> layouts = {
+      {{3}, {StridedShard(0, 3)}}, {{3}, {Shard(0)}}, {{2, 2}, {StridedShard(0, 2), Shard(0)}}, {{1}, {Replicate()}}};
+  for (const auto& [mesh_shape, placements] : layouts) {
+    run_ranks(static_cast<int>(shape_numel(mesh_shape)), [&](int, int) {
+      const DeviceMesh mesh = init_device_mesh(kCPU, mesh_shape);
+      State s;
+      s.tensors["in_proj"] = placed(zeros({12, 5}), mesh, placements);
+      Placements col_placements = placements;
+      for (Placement& p : col_placements) {
+        if (p.splits_a_dim()) p = StridedShard(1, p.split_factor());
+      }
+      s.tensors["cols"] = placed(zeros({4, 9}), mesh, col_placements);
+      checkpoint::load(s, dir.string());
+      check(s, "in_proj", rows);
+      check(s, "cols", cols);
+    });
+  }
+}
+
 TEST_CASE("save refuses Partial tensors, ranks that disagree and directories that are not checkpoints",
           "[checkpoint]") {
   const fs::path root = testing::make_temp_dir("checkpoint_refusals");
