@@ -35,6 +35,7 @@ class MultiheadAttention : public Module {
   std::pair<DTensor, DTensor> operator()(const DTensor& query, const DTensor& key, const DTensor& value,
                                          const AttentionMasks& masks = {});
   std::string extra_repr() const override;
+  int64_t num_heads() const { return num_heads_; }
 
  protected:
   // Values: query, key, value, then attn_mask and key_padding_mask (undefined when absent).

@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/norm.h"
@@ -39,19 +40,37 @@ bool matches(std::string_view pattern, std::string_view fqn) {
   }
 }
 
-// What the styles parallelise.
-enum class Kind : uint8_t { kLinear, kEmbedding };
+// What the styles parallelise (attention: ColwiseParallel only, its packed input projection).
+enum class Kind : uint8_t { kLinear, kEmbedding, kAttention };
 
 Kind kind_of(Module& module, const std::string& fqn, std::string_view style) {
   if (dynamic_cast<Linear*>(&module) != nullptr) return Kind::kLinear;
   if (dynamic_cast<Embedding*>(&module) != nullptr) return Kind::kEmbedding;
-  throw NotImplementedError(fmt::format("{}: module '{}' is a {}; the styles parallelise Linear and Embedding", style,
-                                        fqn, module.type_name()));
+  if (dynamic_cast<MultiheadAttention*>(&module) != nullptr && style == "ColwiseParallel") return Kind::kAttention;
+  throw NotImplementedError(
+      fmt::format("{}: module '{}' is a {}; the styles parallelise Linear and Embedding, and ColwiseParallel a "
+                  "MultiheadAttention's input projection (its out_proj takes RowwiseParallel)",
+                  style, fqn, module.type_name()));
 }
 
 // "RowwiseParallel 'layers.0.ffn.2'": how errors name a style where it applies.
 std::string style_at(const ParallelStyle& style, const std::string& fqn) {
   return fmt::format("{} '{}'", style.name(), fqn);
+}
+
+// x itself, whose gradient is made x's placements on the way back, as the backward of a
+// redistribute would (PyTorch's styles redistribute their inputs even when they already
+// have the placements): a Partial input gradient is reduced once here, at the layer's
+// input, instead of flowing up through the norms as Partial and being reduced parameter by
+// parameter.
+DTensor gradient_boundary(const DTensor& x) {
+  if (!needs_grad(std::span(&x, 1))) return x;
+  DTensor y(x.to_local(), x.spec());
+  record("gradient_boundary", std::span(&x, 1), std::span(&y, 1),
+         [placements = x.placements()](const std::vector<DTensor>& g) {
+           return std::vector<DTensor>{g[0].redistribute(placements)};
+         });
+  return y;
 }
 
 // `values` laid out by `layouts` on `mesh`: each checked against its `arrive` placement and
@@ -66,6 +85,15 @@ Values lay_out(const Values& values, const PrepareLayouts& layouts, const Device
   for (size_t i = 0; i < values.size(); ++i) {
     const DTensor& v = values[i];
     if (!layouts.arrive[i] && !layouts.desired[i]) continue;
+    // One tensor given as several inputs (self-attention's query, key and value) moves once.
+    const auto same = std::find_if(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i),
+                                   [&](const DTensor& u) { return u.defined() && u.is_same(v); });
+    const auto j = static_cast<size_t>(same - values.begin());
+    if (same != values.begin() + static_cast<std::ptrdiff_t>(i) && layouts.arrive[j] == layouts.arrive[i] &&
+        layouts.desired[j] == layouts.desired[i]) {
+      out[i] = out[j];
+      continue;
+    }
     const std::string name = values.size() == 1 ? fmt::format("its {}", kind) : fmt::format("{} {}", kind, i);
     DTR_CHECK(v.mesh() == mesh, ValueError,
               "{}: {} {} is not on the tp mesh {}; parallelize_module moves the model's parameters there, the "
@@ -79,7 +107,7 @@ Values lay_out(const Values& values, const PrepareLayouts& layouts, const Device
     }
     if (layouts.desired[i]) {
       const Placement target = resolve(*layouts.desired[i], v.dim());
-      if (v.placements()[0] != target) out[i] = v.redistribute({target});
+      out[i] = v.placements()[0] != target ? v.redistribute({target}) : gradient_boundary(v);
     }
   }
   return out;
@@ -158,14 +186,41 @@ class SequenceParallelGrads : public std::enable_shared_from_this<SequenceParall
 
 std::vector<std::pair<std::string, Placement>> ColwiseParallel::parameter_placements(Module& module,
                                                                                      const std::string& fqn) const {
-  if (kind_of(module, fqn, name()) == Kind::kEmbedding) return {{"weight", Shard(1)}};
+  switch (kind_of(module, fqn, name())) {
+    case Kind::kEmbedding: return {{"weight", Shard(1)}};
+    case Kind::kAttention: {
+      // q, k and v packed in one [3e, e]: each rank holds its heads' rows of all three.
+      std::vector<std::pair<std::string, Placement>> out{{"in_proj_weight", StridedShard(0, 3)}};
+      if (module.parameter("in_proj_bias").defined()) out.emplace_back("in_proj_bias", StridedShard(0, 3));
+      return out;
+    }
+    case Kind::kLinear: break;
+  }
   std::vector<std::pair<std::string, Placement>> out{{"weight", Shard(0)}};
   if (static_cast<Linear&>(module).bias().defined()) out.emplace_back("bias", Shard(0));
   return out;
 }
 
 void ColwiseParallel::register_hooks(Module& module, const std::string& fqn, const DeviceMesh& mesh) const {
-  register_style_layouts(module, style_at(*this, fqn), mesh, layouts_, Replicate());
+  const std::string what = style_at(*this, fqn);
+  if (kind_of(module, fqn, name()) != Kind::kAttention) {
+    register_style_layouts(module, what, mesh, layouts_, Replicate());
+    return;
+  }
+  const int64_t heads = static_cast<MultiheadAttention&>(module).num_heads();
+  DTR_CHECK(heads % mesh.size() == 0, ValueError,
+            "{}: {} heads do not split over the {} ranks of the tp mesh {}; the head count must be a multiple of "
+            "the tp size",
+            what, heads, mesh.size(), mesh.to_string());
+  DTR_CHECK(layouts_.output == Shard(-1), ValueError,
+            "{}: a MultiheadAttention's output is its out_proj's; leave ColwiseParallel's output layout at "
+            "Shard(-1) (the heads stay split) and give out_proj RowwiseParallel with the layout wanted, got {}",
+            what, layouts_.output.repr());
+  // query, key and value made Replicate; the masks left alone.
+  const std::optional<Placement> in = layouts_.input, none;
+  register_layouts(module, what, mesh,
+                   PrepareLayouts{{in, in, in, none, none}, {Replicate(), Replicate(), Replicate(), none, none}},
+                   std::nullopt);
 }
 
 std::vector<std::pair<std::string, Placement>> RowwiseParallel::parameter_placements(Module& module,

@@ -26,6 +26,19 @@ std::vector<DimStrategy> along_dim_strategies(int64_t ndim, int64_t dim, size_t 
   return out;
 }
 
+// Whether `sizes` are n > 1 equal pieces: then a StridedShard(dim, n) of their join holds
+// its chunk of each piece, and the pieces are each Shard(dim) (the strided rule).
+bool equal_pieces(const std::vector<int64_t>& sizes) {
+  return sizes.size() > 1 && std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == sizes[0]; });
+}
+
+// The strided rule: StridedShard(dim, n) of the join <-> Shard(dim) of each of n equal pieces.
+DimStrategy strided_join(int64_t dim, size_t pieces, bool joining) {
+  const std::vector<Placement> joined = {StridedShard(dim, static_cast<int64_t>(pieces))};
+  const std::vector<Placement> each(pieces, Shard(dim));
+  return joining ? DimStrategy{each, joined} : DimStrategy{joined, each};
+}
+
 // dim wrapped for x, which must have a dim to cut.
 int64_t cut_dim(std::string_view op, const DTensor& x, int64_t dim) {
   DTR_CHECK(x.dim() > 0, IndexError, "{}: {} is 0-d and has no dim to cut", op, describe(x));
@@ -36,10 +49,17 @@ int64_t cut_dim(std::string_view op, const DTensor& x, int64_t dim) {
 std::vector<DTensor> split_checked(std::string_view op, const DTensor& x, const std::vector<int64_t>& sizes,
                                    int64_t dim) {
   const DTensor inputs[] = {x};
-  AppliedStrategy s = apply_strategy(
-      op, inputs, expand_strategies(along_dim_strategies(x.dim(), dim, 1, sizes.size()), x.mesh().ndim()));
-  // dim is never sharded here, so the local pieces have the global sizes along it.
-  std::vector<Tensor> pieces = split(s.inputs[0].to_local(), std::span(sizes), dim);
+  std::vector<DimStrategy> per_dim = along_dim_strategies(x.dim(), dim, 1, sizes.size());
+  if (equal_pieces(sizes)) per_dim.push_back(strided_join(dim, sizes.size(), false));
+  AppliedStrategy s = apply_strategy(op, inputs, expand_strategies(per_dim, x.mesh().ndim()));
+  // dim is whole here but under the strided rule, so the local pieces have the global sizes
+  // along it, or equal local sizes (each its chunk of one piece).
+  const int64_t local_size = s.inputs[0].to_local().size(dim);
+  std::vector<int64_t> local_sizes = sizes;
+  if (local_size != x.shape()[dim]) {
+    std::fill(local_sizes.begin(), local_sizes.end(), local_size / static_cast<int64_t>(sizes.size()));
+  }
+  std::vector<Tensor> pieces = split(s.inputs[0].to_local(), std::span(local_sizes), dim);
   std::vector<DTensor> out;
   for (size_t i = 0; i < sizes.size(); ++i) {
     Shape shape = x.shape();
@@ -71,9 +91,9 @@ DTensor cat(const std::vector<DTensor>& tensors, int64_t dim) {
   }
   Shape out_shape = first.shape();
   out_shape[dim] = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-  AppliedStrategy s =
-      apply_strategy("cat", tensors,
-                     expand_strategies(along_dim_strategies(first.dim(), dim, tensors.size(), 1), first.mesh().ndim()));
+  std::vector<DimStrategy> per_dim = along_dim_strategies(first.dim(), dim, tensors.size(), 1);
+  if (equal_pieces(sizes)) per_dim.push_back(strided_join(dim, sizes.size(), true));
+  AppliedStrategy s = apply_strategy("cat", tensors, expand_strategies(per_dim, first.mesh().ndim()));
   std::vector<Tensor> locals;
   for (const DTensor& t : s.inputs) locals.push_back(t.to_local());
   DTensor y = make_output(cat(locals, dim), first.mesh(), s.strategy.outputs[0], out_shape);

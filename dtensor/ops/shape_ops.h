@@ -7,6 +7,8 @@
 //   R                          -> R                       |
 //   P(op) (every one)          -> P(op), any op           | moving elements commutes with op
 //   S(dim)                     -> replicated first        | pieces cross shard boundaries
+//   n equal pieces: SS(dim, n) <-> S(dim) each            | each rank's rows of piece i
+//                                                           | are its chunk of piece i
 // split and chunk record one autograd node for all their outputs (docs/sharding_rules.md).
 #pragma once
 

@@ -56,11 +56,11 @@ TEST_CASE("CommDebugMode puts a tensor-parallel step's collectives on their modu
     step(*mlp, x);
     INFO(debug.table());
     // Each row layer's Partial product, in its forward; the second col layer's input
-    // gradient (fc2's output gradient, reduced once it reaches fc2, whose backward has then
-    // begun), in fc2's backward. Nothing else anywhere.
+    // gradient, reduced at that layer's input (as PyTorch's input redistribute does), in its
+    // backward. Nothing else anywhere.
     CHECK(debug.calls("2", "forward", CollectiveKind::kAllReduce) == 1);
     CHECK(debug.calls("5", "forward", CollectiveKind::kAllReduce) == 1);
-    CHECK(debug.calls("2", "backward", CollectiveKind::kAllReduce) == 1);
+    CHECK(debug.calls("3", "backward", CollectiveKind::kAllReduce) == 1);
     const std::vector<CommDebugRow> rows = debug.rows();
     REQUIRE(rows.size() == 3);
     int64_t calls = 0;

@@ -18,7 +18,9 @@
 #include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/fill.h"
+#include "kernels/shape_ops.h"
 #include "nn/activation.h"
+#include "nn/attention.h"
 #include "nn/comm_debug.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
@@ -26,6 +28,8 @@
 #include "nn/linear.h"
 #include "nn/norm.h"
 #include "nn/tensor_parallel.h"
+#include "nn/transformer.h"
+#include "nn/transformer_plan.h"
 #include "optim/adam.h"
 #include "tests/testing/multi_rank.h"
 #include "tests/testing/test_util.h"
@@ -324,6 +328,104 @@ TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as 
   }
 }
 
+// The seed Transformer (and its GPT variant: causal, position embedding, final norm, tied
+// output, dropout) under transformer_tp_plan, against one rank.
+TransformerConfig tiny_transformer(bool gpt) {
+  return {.vocab_size = kVocab,
+          .dim = 8,
+          .n_layers = 2,
+          .n_heads = 4,
+          .causal = gpt,
+          .max_seq_len = gpt ? kSeq : 0,
+          .final_norm = gpt,
+          .tie_embeddings = gpt,
+          .dropout = gpt ? 0.1 : 0.0};
+}
+
+Run train_transformer(const TransformerConfig& config, const std::optional<DeviceMesh>& mesh,
+                      TransformerTpOptions options, const Tensor& tokens, const Tensor& targets) {
+  manual_seed(11);
+  Transformer model(config);
+  std::optional<CommDebugMode> strict;
+  if (mesh) {
+    parallelize_module(model, *mesh, transformer_tp_plan(config, options));
+    strict.emplace(model, ImplicitRedistributes::kRaise);
+  }
+  const DeviceMesh on = mesh.value_or(single_rank_mesh());
+  optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+  const DTensor x = distribute_tensor(tokens, on, {Replicate()});
+  const DTensor y = distribute_tensor(targets, on, {Replicate()});
+  return run_steps(model, opt, [&] {
+    return cross_entropy(reshape(model(x), {2 * kSeq, kVocab}), reshape(y, {2 * kSeq}));
+  });
+}
+
+// The collectives of one step of transformer_tp_plan on `config`, from the plan: per block
+// the attention's and the FFN's col layers take their input (all-gather under sequence
+// parallelism; in backward their input gradient is reduced: all-reduce, or reduce-scatter)
+// and the row layers hand their output on (all-reduce, or reduce-scatter; in backward an
+// all-gather); the embedding is a row layer, the output a col layer whose logits are
+// all-gathered unless loss parallel keeps them sharded (cross_entropy's 3 all-reduces).
+// Under sequence parallelism the norms' gradients are reduced in one coalesced all-reduce and
+// the Replicate position embedding, added to Shard(1) activations, gathers its gradient.
+struct StepIssued {
+  Issued forward, backward;
+};
+StepIssued expected_issued(const TransformerConfig& config, TransformerTpOptions options) {
+  const int64_t blocks = 2 * config.n_layers;  // attention and FFN
+  if (!options.sequence_parallel) {
+    return {{.all_reduce = 1 + blocks, .all_gather = options.loss_parallel ? 0 : 1}, {.all_reduce = blocks + 1}};
+  }
+  return {{.all_reduce = options.loss_parallel ? 3 : 0,
+           .all_gather = blocks + 1 + (options.loss_parallel ? 0 : 1),
+           .reduce_scatter = 1 + blocks},
+          {.all_reduce = 1, .all_gather = 1 + blocks + (config.max_seq_len > 0 ? 1 : 0), .reduce_scatter = blocks + 1}};
+}
+
+TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism match one rank", "[nn][tensor_parallel]") {
+  for (int world : {2, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
+      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
+      for (bool gpt : {false, true}) {
+        const TransformerConfig config = tiny_transformer(gpt);
+        const Run one = train_transformer(config, std::nullopt, {}, tokens, targets);
+        for (const TransformerTpOptions options :
+             {TransformerTpOptions{}, TransformerTpOptions{.sequence_parallel = true},
+              TransformerTpOptions{.sequence_parallel = true, .loss_parallel = true}}) {
+          if (world == 4 && options.sequence_parallel != options.loss_parallel) continue;  // CI's time
+          const Run many = train_transformer(config, mesh, options, tokens, targets);
+          INFO(world << " ranks, " << (gpt ? "gpt" : "seed") << (options.sequence_parallel ? ", sp" : "")
+                     << (options.loss_parallel ? ", loss parallel" : ""));
+          for (int step = 0; step < kSteps; ++step) {
+            INFO("step " << step + 1);
+            CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+            const StepIssued expected = expected_issued(config, options);
+            CHECK(many.forward[step] == expected.forward);
+            CHECK(many.backward[step] == expected.backward);
+            CHECK(many.optimizer[step] == Issued{});
+          }
+          for (const auto& [name, w] : one.weights) {
+            if (!name.ends_with("in_proj_bias")) {
+              testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+              continue;
+            }
+            // The key third only collects rounding noise (its gradient is exactly zero:
+            // softmax ignores a shift of a query's scores), which AdamW turns into +-lr steps
+            // either way; the query and value thirds are compared.
+            const int64_t e = w.size(0) / 3;
+            for (int64_t third : {0, 2}) {
+              testing::check_close(many.weights.at(name).narrow(0, third * e, e), w.narrow(0, third * e, e),
+                                   {1e-5, 1e-5}, name);
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST_CASE("the styles place Linear weights and biases as Megatron does", "[nn][tensor_parallel]") {
   const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2}, {"tp"}, 1, 2);  // rank 1's view
   std::shared_ptr<Sequential> mlp = make_mlp();
@@ -363,8 +465,26 @@ TEST_CASE("plan mistakes are errors naming the module and what is legal", "[nn][
   SECTION("a module the styles do not know") {
     std::shared_ptr<Sequential> mlp = make_mlp();
     CHECK_THROWS_AS(parallelize_module(*mlp, mesh, {{"1", std::make_shared<ColwiseParallel>()}}), NotImplementedError);
-    CHECK_THROWS_WITH(parallelize_module(*mlp, mesh, {{"1", std::make_shared<ColwiseParallel>()}}),
-                      "ColwiseParallel: module '1' is a ReLU; the styles parallelise Linear and Embedding");
+    CHECK_THROWS_WITH(
+        parallelize_module(*mlp, mesh, {{"1", std::make_shared<ColwiseParallel>()}}),
+        "ColwiseParallel: module '1' is a ReLU; the styles parallelise Linear and Embedding, and ColwiseParallel a "
+        "MultiheadAttention's input projection (its out_proj takes RowwiseParallel)");
+  }
+  SECTION("attention heads that do not split over the tp ranks") {
+    MultiheadAttention attn(6, 3);
+    CHECK_THROWS_MATCHES(parallelize_module(attn, mesh, std::make_shared<ColwiseParallel>()), ValueError,
+                         testing::MessageContains("ColwiseParallel '': 3 heads do not split over the 2 ranks") &&
+                             testing::MessageContains("multiple of the tp size"));
+  }
+  SECTION("attention's packed q, k, v rows: each rank its heads' rows of all three") {
+    MultiheadAttention attn(4, 2);
+    const Tensor full = attn.parameter("in_proj_weight").to_local().clone();
+    parallelize_module(attn, mesh, std::make_shared<ColwiseParallel>());
+    const DTensor& w = attn.parameter("in_proj_weight");
+    CHECK(w.placements() == Placements{StridedShard(0, 3)});
+    // Rank 0 of 2: rows 0:2 (q), 4:6 (k), 8:10 (v).
+    const Tensor expected = cat({full.narrow(0, 0, 2), full.narrow(0, 4, 2), full.narrow(0, 8, 2)}, 0);
+    testing::check_equal(w.to_local(), expected, "in_proj_weight");
   }
   SECTION("a tied weight two styles place differently") {
     std::shared_ptr<Sequential> lm = make_lm();
