@@ -13,8 +13,7 @@ ParallelPlan transformer_tp_plan(const TransformerConfig& config, TransformerTpO
       {"layers.*.attn.out_proj", std::make_shared<RowwiseParallel>(Layouts{Shard(-1), between})},
       {"layers.*.ffn.0", std::make_shared<ColwiseParallel>(Layouts{between, Shard(-1)})},
       {"layers.*.ffn.2", std::make_shared<RowwiseParallel>(Layouts{Shard(-1), between})},
-      {"output",
-       std::make_shared<ColwiseParallel>(Layouts{between, options.loss_parallel ? Shard(-1) : Replicate()})},
+      {"output", std::make_shared<ColwiseParallel>(Layouts{between, options.loss_parallel ? Shard(-1) : Replicate()})},
   };
   if (options.sequence_parallel) {
     for (const char* norm : {"layers.*.norm1", "layers.*.norm2"}) plan[norm] = std::make_shared<SequenceParallel>();

@@ -64,6 +64,19 @@ TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]"
   check_same_losses(train_losses("ddp3", 3, kTinyTrainFlags + " --parallel ddp"), none, 1e-5);
   check_same_losses(train_losses("hsdp4", 4, kTinyTrainFlags + " --parallel hsdp --mesh replicate=2,shard=2"), none,
                     1e-5);
+  // Tensor parallelism (heads, FFN features and vocabulary split), with its sequence- and
+  // loss-parallel variants. Unlike data parallelism it changes the forward's arithmetic: a
+  // row-parallel product sums its K in one part per rank, then all-reduces, so activations
+  // round differently (float32's 1e-7 per product), and AdamW's normalised steps carry the
+  // difference on: 1e-5 after 5 steps, 1.7e-5 after 10 (measured), hence 1e-4. tensor_parallel_test
+  // holds 3 steps to 1e-5.
+  const std::vector<double> tp = train_losses("tp2", 2, kTinyTrainFlags + " --parallel none --tp 2");
+  check_same_losses(tp, none, 1e-4);
+  check_same_losses(std::vector<double>(tp.begin(), tp.begin() + 5),
+                    std::vector<double>(none.begin(), none.begin() + 5), 1e-5);
+  check_same_losses(
+      train_losses("tp2_sp", 2, kTinyTrainFlags + " --parallel none --tp 2 --sequence-parallel --loss-parallel"), none,
+      1e-4);
   // Two micro-batches per step (sync on the second only) and explicit prefetch: the same.
   check_same_losses(train_losses("accum", 2, kTinyTrainFlags + " --grad-accum 2 --prefetch 1"), none, 1e-5);
   // Shards, gradients and AdamW state on the host (on CPU ranks: where they are anyway).
@@ -150,6 +163,9 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel hsdp",
        "--parallel hsdp on 3 rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world", 3},
       {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes a 2-D mesh, e.g. replicate=3,shard=1", 3},
+      {"--tp 2", "--tp 2 with --parallel fsdp on 2 ranks: tensor parallelism runs on its own for now", 2},
+      {"--sequence-parallel", "--sequence-parallel: it is a variant of tensor parallelism; add --tp N", 0},
+      {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
   };
   for (const Case& c : cases) {
     INFO(c.flags);

@@ -38,7 +38,11 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
                    : std::string("no peak (this GPU is not in tools/train/mfu.cc's table): MFU not shown"));
   }
   fmt::print("mesh       {}\n", mesh.to_string());
-  fmt::print("parallel   {}{}{}{}\n", flag_value(c.parallel),
+  const std::string tensor_parallel = c.tp == 1 ? ""
+                                                : fmt::format(", tensor parallel over {} ranks{}{}", c.tp,
+                                                              c.sequence_parallel ? ", sequence parallel" : "",
+                                                              c.loss_parallel ? ", loss parallel" : "");
+  fmt::print("parallel   {}{}{}{}{}\n", flag_value(c.parallel), tensor_parallel,
              c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
              c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "",
              c.activation_checkpoint == ActivationCheckpoint::kFull
@@ -50,7 +54,7 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
   fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
              data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
   fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
-             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / world);
+             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / (world / c.tp));
   if (c.eval_every > 0) {
     const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
     fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,

@@ -268,6 +268,18 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "OUT/trace/merged.json (clocks aligned; open in ui.perfetto.dev) and OUT/step_timeline.svg (the first "
                  "traced step)")
       ->group("Data and output");
+  app.add_option("--tp", c.tp,
+                 "N: tensor parallelism over N ranks (attention heads, FFN features and the vocabulary split, "
+                 "Megatron's layout; with --parallel none on N ranks)")
+      ->check(positive)
+      ->group("Parallelism");
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "with --tp: norms and dropout on activations split along the sequence (reduce-scatter and "
+               "all-gather instead of all-reduce)")
+      ->group("Parallelism");
+  app.add_flag("--loss-parallel", c.loss_parallel,
+               "with --tp: cross-entropy on the logits split over the vocabulary, never gathered")
+      ->group("Parallelism");
   app.add_option("--comm-debug", c.comm_debug,
                  "STEP: print that step's collectives (1-based) by module and phase, with any implicit "
                  "redistribute and the op that caused it (nn::CommDebugMode)")
@@ -296,6 +308,7 @@ ArchSwitches arch_switches(const TrainConfig& c) {
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int64_t world_size) {
   const Parallel parallel = c.parallel;
   if (c.mesh.empty()) {
+    if (c.tp > 1) return {{"tp", world_size}};
     if (parallel == Parallel::kHsdp) return {{"replicate", 2}, {"shard", world_size / 2}};
     return {{"dp", world_size}};
   }
@@ -352,8 +365,20 @@ void validate(const TrainConfig& c, int64_t world_size) {
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
   const Parallel parallel = c.parallel;
-  DTR_CHECK(parallel != Parallel::kNone || world_size == 1, ValueError,
-            "--parallel none runs one process, but the world has {} ranks; use fsdp, hsdp or ddp", world_size);
+  DTR_CHECK(c.tp == 1 || (parallel == Parallel::kNone && world_size == c.tp), ValueError,
+            "--tp {} with --parallel {} on {} ranks: tensor parallelism runs on its own for now (2-D data x tensor "
+            "parallelism is not built yet); use --parallel none with --tp equal to the world size ({})",
+            c.tp, flag_value(parallel), world_size, world_size);
+  DTR_CHECK(c.tp > 1 || (!c.sequence_parallel && !c.loss_parallel), ValueError,
+            "--{}: it is a variant of tensor parallelism; add --tp N (N > 1)",
+            c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
+  DTR_CHECK(c.heads % c.tp == 0, ValueError,
+            "--tp {}: the {} attention heads (--heads) do not split over {} ranks; use a tp size dividing the heads",
+            c.tp, c.heads, c.tp);
+  DTR_CHECK(parallel != Parallel::kNone || world_size == c.tp, ValueError,
+            "--parallel none runs one process (or --tp N on N ranks), but the world has {} ranks; use fsdp, hsdp or "
+            "ddp, or --tp {}",
+            world_size, world_size);
   DTR_CHECK(parallel != Parallel::kHsdp || !c.mesh.empty() || (world_size >= 2 && world_size % 2 == 0), ValueError,
             "--parallel hsdp on {} rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world of 2 or "
             "more; give --mesh replicate=R,shard=S with R x S = {} (e.g. replicate={},shard=1), or use --parallel fsdp",
@@ -379,10 +404,11 @@ void validate(const TrainConfig& c, int64_t world_size) {
             "--batch-size {} (global sequences per step) does not split into --grad-accum {} micro-batches",
             c.batch_size, c.grad_accum);
   const int64_t micro = c.batch_size / c.grad_accum;
-  DTR_CHECK(micro % world_size == 0, ValueError,
+  const int64_t data_ranks = world_size / c.tp;  // tensor-parallel ranks share their batch
+  DTR_CHECK(micro % data_ranks == 0, ValueError,
             "--batch-size {} (global sequences per step): each of its {} micro-batches of {} sequences must split "
-            "evenly over the {} ranks; use a multiple of {}",
-            c.batch_size, c.grad_accum, micro, world_size, c.grad_accum * world_size);
+            "evenly over the {} data-parallel ranks; use a multiple of {}",
+            c.batch_size, c.grad_accum, micro, data_ranks, c.grad_accum * data_ranks);
   if (const int* k = std::get_if<int>(&c.reshard_after_forward)) {
     DTR_CHECK(parallel == Parallel::kFsdp && world_size % *k == 0, ValueError,
               "--reshard-after-forward {}: a rank count needs --parallel fsdp and must divide the world size {}", *k,
@@ -419,6 +445,9 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"seed", c.seed},
           {"init_from", c.init_from},
           {"parallel", flag_value(c.parallel)},
+          {"tp", c.tp},
+          {"sequence_parallel", c.sequence_parallel},
+          {"loss_parallel", c.loss_parallel},
           {"activation_checkpoint", flag_value(c.activation_checkpoint)},
           {"ac_every", c.ac_every},
           {"mesh", c.mesh},

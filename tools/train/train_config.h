@@ -58,6 +58,10 @@ struct TrainConfig {
   bool cpu_offload = false;
   int64_t prefetch = 0;
   ReshardAfterForward reshard_after_forward = true;
+  // Tensor parallelism over --tp ranks (nn::transformer_tp_plan), with its sequence- and
+  // loss-parallel variants. On its own for now: --parallel none, the whole world on "tp".
+  int64_t tp = 1;
+  bool sequence_parallel = false, loss_parallel = false;
   int64_t threads = 1;
   DeviceType device = kCPU;
   int64_t timeout_s = 60;

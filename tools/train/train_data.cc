@@ -58,7 +58,12 @@ TrainData load_train_data(const TrainConfig& config) {
 
 Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, int64_t first, int64_t rows,
                  int64_t seq_len, const DeviceMesh& mesh) {
-  const Placements batch(mesh.ndim(), Shard(0));
+  // Split over the data-parallel mesh dims; the tensor-parallel ranks share theirs.
+  Placements batch;
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    const bool tensor_parallel = !mesh.dim_names().empty() && mesh.dim_names()[i] == "tp";
+    batch.push_back(tensor_parallel ? Replicate() : Shard(0));
+  }
   const DTensorSpec spec(mesh, batch, {rows, seq_len}, kInt64);
   const LocalChunk chunk = spec.local_chunk();
   const int64_t local_rows = chunk.shape[0];

@@ -13,6 +13,7 @@
 #include "nn/checkpoint.h"
 #include "nn/init.h"
 #include "nn/parameter.h"
+#include "nn/transformer_plan.h"
 
 namespace dtr::train {
 namespace {
@@ -43,7 +44,7 @@ void init_from(nn::Module& net, const TrainConfig& c) {
 }  // namespace
 
 DeviceMesh training_mesh(const TrainConfig& c, DeviceType device_type, int64_t world_size) {
-  if (c.parallel == Parallel::kNone) return DeviceMesh::row_major(device_type, {1}, {}, 0, 1);
+  if (c.parallel == Parallel::kNone && c.tp == 1) return DeviceMesh::row_major(device_type, {1}, {}, 0, 1);
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : mesh_dims(c, world_size)) {
@@ -59,19 +60,19 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   Model m;
   const Parallel parallel = c.parallel;
   // --parallel none trains on its one-rank mesh directly; the others build on the CPU's and
-  // fully_shard / replicate move the parameters to the mesh and its device.
-  const nn::ParameterOptions where{.mesh =
-                                       parallel == Parallel::kNone ? std::optional<DeviceMesh>(mesh) : std::nullopt};
-  m.net = std::make_unique<nn::Transformer>(nn::TransformerConfig{.vocab_size = vocab,
-                                                                  .dim = c.dim,
-                                                                  .n_layers = c.layers,
-                                                                  .n_heads = c.heads,
-                                                                  .causal = a.causal,
-                                                                  .max_seq_len = a.pos_embed ? c.seq_len : 0,
-                                                                  .final_norm = a.final_norm,
-                                                                  .tie_embeddings = a.tie_embeddings,
-                                                                  .dropout = c.dropout},
-                                            where);
+  // fully_shard / replicate / parallelize_module move the parameters to the mesh.
+  const bool on_mesh = parallel == Parallel::kNone && c.tp == 1;
+  const nn::ParameterOptions where{.mesh = on_mesh ? std::optional<DeviceMesh>(mesh) : std::nullopt};
+  const nn::TransformerConfig config{.vocab_size = vocab,
+                                     .dim = c.dim,
+                                     .n_layers = c.layers,
+                                     .n_heads = c.heads,
+                                     .causal = a.causal,
+                                     .max_seq_len = a.pos_embed ? c.seq_len : 0,
+                                     .final_norm = a.final_norm,
+                                     .tie_embeddings = a.tie_embeddings,
+                                     .dropout = c.dropout};
+  m.net = std::make_unique<nn::Transformer>(config, where);
   if (c.arch == Arch::kGpt) {
     // GPT-2's embedding init: with the output tied to it, PyTorch's N(0, 1) would start
     // from logits of standard deviation sqrt(dim).
@@ -84,7 +85,11 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i));
     }
   }
-  if (parallel == Parallel::kDdp) {
+  if (c.tp > 1) {
+    nn::parallelize_module(
+        *m.net, mesh,
+        nn::transformer_tp_plan(config, {.sequence_parallel = c.sequence_parallel, .loss_parallel = c.loss_parallel}));
+  } else if (parallel == Parallel::kDdp) {
     m.ddp = &nn::replicate(*m.net, mesh);
   } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
     nn::FullyShardOptions options;
