@@ -1,7 +1,8 @@
 // train_bench: the train program end to end (tools/train/train under dtrrun, each run its own
 // launch, one thread per rank) on the reference causal LM, against PyTorch 2.15 training the
-// same model: --parallel none (1 rank only), ddp and fsdp on each rank count, and fsdp with
-// --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks. One row per run: the
+// same model: --parallel none (1 rank only), ddp and fsdp on each rank count, fsdp with
+// --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, and tensor parallelism
+// (--tp N, with and without --sequence-parallel) from 2 ranks up. One row per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
 // collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
@@ -10,8 +11,11 @@
 //   bazel run //tools/bench:train_bench [-- --ranks 1,2,4 --steps 12 --warmup 2 --python PATH]
 //
 // PyTorch's side is tools/bench/peers/fsdp_peer.py under torch.distributed.run (as fsdp_bench runs
-// it: fully_shard on each block and the root, DDP; --mixed-precision for the bf16 row); its
-// columns show '-' when torch is missing. Every run is checked before its figures are used:
+// it: fully_shard on each block and the root, DDP; --mixed-precision for the bf16 row) and
+// tools/bench/peers/tp_peer.py (parallelize_module with Megatron's plan on the same model
+// written with separate q, k and v projections; its sequence-parallel plan for tp+sp); its
+// columns show '-' when torch is missing. Every rank of a tensor-parallel run holds the whole
+// global batch (8 sequences per rank, as the others). Every run is checked before its figures are used:
 // exit 0, every step done on every rank, every loss finite. Reference configuration
 // (fsdp_peer.py's model): vocab 4096, dim 256, 4 layers, 4 heads, seq 128, learned
 // positions, final LayerNorm, untied output with bias; 8 sequences per rank; AdamW, float32.
@@ -65,12 +69,17 @@ struct Run {
   int ranks = 1;
   std::string parallel;  // fsdp | ddp | none
   Precision precision = Precision::kFloat32;
+  bool tensor_parallel = false;  // --parallel none --tp ranks
+  bool sequence_parallel = false;
   double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
   double comm_share = 0;  // the largest exposed_comm_s / train_s of any rank
   double peak_bytes = 0;  // the largest of any rank
   std::optional<double> torch_tokens_per_s;
 
-  std::string mode() const { return precision == Precision::kMixed ? parallel + "+mp" : parallel; }
+  std::string mode() const {
+    if (tensor_parallel) return sequence_parallel ? "tp+sp" : "tp";
+    return precision == Precision::kMixed ? parallel + "+mp" : parallel;
+  }
 };
 
 std::string quote(const std::string& s) {
@@ -128,10 +137,12 @@ void train(Run& run, const std::string& dtrrun, const std::string& program, int6
   fs::create_directories(dir);
   const fs::path log = dir / "output.txt";
   const std::string command = fmt::format(
-      "{} --nproc-per-node {} {} {} --parallel {}{} --batch-size {} --steps {} --log-every {} --out {} > {} 2>&1",
+      "{} --nproc-per-node {} {} {} --parallel {}{}{} --batch-size {} --steps {} --log-every {} --out {} > {} 2>&1",
       quote(dtrrun), run.ranks, quote(program), kTrainFlags, run.parallel,
-      run.precision == Precision::kMixed ? " --mixed-precision" : "", kBatchPerRank * run.ranks, steps, steps,
-      quote(dir / "out"), quote(log));
+      run.precision == Precision::kMixed ? " --mixed-precision" : "",
+      run.tensor_parallel ? fmt::format(" --tp {}{}", run.ranks, run.sequence_parallel ? " --sequence-parallel" : "")
+                          : "",
+      kBatchPerRank * run.ranks, steps, steps, quote(dir / "out"), quote(log));
   const int status = std::system(command.c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   const std::string what = fmt::format("{} ranks, {}", run.ranks, run.mode());
@@ -204,6 +215,23 @@ std::map<std::string, double> torch_figures(const std::string& python, int ranks
   return {};
 }
 
+// PyTorch's tensor-parallel tokens/s at `ranks` ranks ("tp" or "tp+sp"), from tp_peer.py;
+// empty, with `note` saying why, when it gave none.
+std::map<std::string, double> torch_tp_figures(const std::string& python, int ranks, int64_t steps, int64_t warmup,
+                                               bool sequence_parallel, std::string& note) {
+  const std::string peer = bench::command_output(
+      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/tp_peer.py {} {}{}",
+                  quote(python), ranks, steps, warmup, sequence_parallel ? " --sequence-parallel" : ""));
+  const std::string key = sequence_parallel ? "torch tp_sp " : "torch tp ";
+  double ms = 0, tps = 0;
+  const size_t at = peer.find(key);
+  if (at != std::string::npos && std::sscanf(peer.c_str() + at + key.size(), "%lf %lf", &ms, &tps) == 2) {
+    return {{sequence_parallel ? "tp+sp" : "tp", tps}};
+  }
+  note = fmt::format("the PyTorch tensor-parallel peer gave no figures; its output ends\n{}", tail(peer, 8));
+  return {};
+}
+
 void print_row(const Run& r) {
   const std::string torch = r.torch_tokens_per_s ? fmt::format("{:.0f}", *r.torch_tokens_per_s) : "-";
   const std::string ratio = r.torch_tokens_per_s ? fmt::format("{:.2f}", r.tokens_per_s / *r.torch_tokens_per_s) : "-";
@@ -216,7 +244,7 @@ void print_row(const Run& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The train program (dtrrun, fsdp / ddp / none) against PyTorch on the reference causal LM."};
+  CLI::App app{"The train program (dtrrun, fsdp / ddp / none / tp) against PyTorch on the reference causal LM."};
   std::vector<int> ranks = {1, 2, 4};
   std::string python = bench::default_peer_python();
   int64_t steps = 12, warmup = 2;
@@ -236,7 +264,7 @@ int main(int argc, char** argv) {
     // Removed, with every run's output, however this ends.
     const TempPath scratch(fs::temp_directory_path() / fmt::format("train_bench.{}", ::getpid()));
 
-    fmt::print("the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (fsdp_peer.py)\n",
+    fmt::print("the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (fsdp_peer.py, tp_peer.py)\n",
                std::thread::hardware_concurrency(), torch_at.empty() ? "PyTorch (missing)" : "PyTorch " + torch_at);
     fmt::print(
         "causal LM: vocab 4096, dim 256, 4 layers, 4 heads, seq {}, learned positions, final norm, untied output; {} "
@@ -270,6 +298,12 @@ int main(int argc, char** argv) {
         runs.push_back(run_of("fsdp"));
         runs.back().precision = Precision::kMixed;
       }
+      for (bool sp : {false, true}) {
+        if (n < 2) continue;
+        runs.push_back(run_of("none"));
+        runs.back().tensor_parallel = true;
+        runs.back().sequence_parallel = sp;
+      }
       for (Run& r : runs) {
         train(r, dtrrun, program, steps, warmup, scratch.path() / fmt::format("{}_{}", n, r.mode()));
       }
@@ -282,6 +316,12 @@ int main(int argc, char** argv) {
         if (!note.empty()) {
           notes.push_back(fmt::format("{} ranks{}: {}", n, p == Precision::kMixed ? " (mixed precision)" : "", note));
         }
+      }
+      for (bool sp : {false, true}) {
+        if (torch_at.empty() || n < 2) continue;
+        std::string note;
+        torch.merge(torch_tp_figures(python, n, steps - warmup, warmup, sp, note));
+        if (!note.empty()) notes.push_back(fmt::format("{} ranks ({}): {}", n, sp ? "tp+sp" : "tp", note));
       }
       for (Run& r : runs) {
         if (auto it = torch.find(r.mode()); it != torch.end()) r.torch_tokens_per_s = it->second;
