@@ -264,8 +264,10 @@ int main(int argc, char** argv) {
     // Removed, with every run's output, however this ends.
     const TempPath scratch(fs::temp_directory_path() / fmt::format("train_bench.{}", ::getpid()));
 
-    fmt::print("the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (fsdp_peer.py, tp_peer.py)\n",
-               std::thread::hardware_concurrency(), torch_at.empty() ? "PyTorch (missing)" : "PyTorch " + torch_at);
+    fmt::print(
+        "the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (fsdp_peer.py, "
+        "tp_peer.py)\n",
+        std::thread::hardware_concurrency(), torch_at.empty() ? "PyTorch (missing)" : "PyTorch " + torch_at);
     fmt::print(
         "causal LM: vocab 4096, dim 256, 4 layers, 4 heads, seq {}, learned positions, final norm, untied output; {} "
         "sequences per rank, AdamW, float32 (fsdp+mp: bf16 parameters, float32 reduction)\n",
