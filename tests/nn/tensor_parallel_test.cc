@@ -21,6 +21,7 @@
 #include "kernels/shape_ops.h"
 #include "nn/activation.h"
 #include "nn/attention.h"
+#include "nn/checkpoint.h"
 #include "nn/comm_debug.h"
 #include "nn/container.h"
 #include "nn/embedding.h"
@@ -342,10 +343,16 @@ TransformerConfig tiny_transformer(bool gpt) {
           .dropout = gpt ? 0.1 : 0.0};
 }
 
+enum class Checkpointed : uint8_t { kNo, kYes };
+
 Run train_transformer(const TransformerConfig& config, const std::optional<DeviceMesh>& mesh,
-                      TransformerTpOptions options, const Tensor& tokens, const Tensor& targets) {
+                      TransformerTpOptions options, const Tensor& tokens, const Tensor& targets,
+                      Checkpointed checkpointed = Checkpointed::kNo) {
   manual_seed(11);
   Transformer model(config);
+  if (checkpointed == Checkpointed::kYes) {  // before the styles, as torchtitan applies it
+    for (size_t i = 0; i < model.layers().size(); ++i) checkpoint(model.layers().at<TransformerBlock>(i));
+  }
   std::optional<CommDebugMode> strict;
   if (mesh) {
     parallelize_module(model, *mesh, transformer_tp_plan(config, options));
@@ -424,6 +431,38 @@ TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism mat
       }
     });
   }
+}
+
+TEST_CASE("activation checkpointing under tensor parallelism trains bit for bit as without it",
+          "[nn][tensor_parallel][checkpoint]") {
+  testing::run_ranks(2, [](int, int world) {
+    const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
+    const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+    const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
+    const TransformerConfig config = tiny_transformer(/*gpt=*/true);  // dropout 0.1: the recompute replays it
+    for (const TransformerTpOptions options :
+         {TransformerTpOptions{}, TransformerTpOptions{.sequence_parallel = true, .loss_parallel = true}}) {
+      INFO((options.sequence_parallel ? "tp + sp + loss parallel" : "tp"));
+      const Run plain = train_transformer(config, mesh, options, tokens, targets);
+      const Run recomputed = train_transformer(config, mesh, options, tokens, targets, Checkpointed::kYes);
+      // Each block's forward runs again in backward, its collectives with it: 2 per block.
+      const int64_t blocks = 2 * config.n_layers;
+      Issued again = plain.backward.front();
+      if (options.sequence_parallel) {
+        again.all_gather += blocks;
+        again.reduce_scatter += blocks;
+      } else {
+        again.all_reduce += blocks;
+      }
+      for (int step = 0; step < kSteps; ++step) {
+        INFO("step " << step + 1);
+        CHECK(recomputed.losses[step] == plain.losses[step]);
+        CHECK(recomputed.forward[step] == plain.forward[step]);
+        CHECK(recomputed.backward[step] == again);
+      }
+      for (const auto& [name, w] : plain.weights) testing::check_equal(recomputed.weights.at(name), w, name);
+    }
+  });
 }
 
 TEST_CASE("the styles place Linear weights and biases as Megatron does", "[nn][tensor_parallel]") {
