@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The explainer's --execute mode end to end: it starts the mesh's ranks, runs the
 # redistribute and must report every planned collective as measured ("ok"), pass its
-# checks and exit 0, on a 1-D uneven case, a 2-D case, and a 2-D case from a Partial with
-# two collectives. Bad input (bool, which no collective moves; Partial(avg) of int32, which
+# checks and exit 0, on a 1-D uneven case, a 2-D case, StridedShard, and a 2-D case from a
+# Partial with two collectives. Bad input (bool, which no collective moves; Partial(avg) of int32, which
 # truncates) must exit non-zero with a message saying why, before any rank starts.
 # Argument: the explain_sharding binary.
 set -euo pipefail
@@ -54,6 +54,12 @@ grep -q "^\[rank0\]:    1 | 0-1      | all_gather          |    2 | \[0, 1, 2, 3
 
 # Shard -> Partial pads locally: the plan has no collective, and the values still add up.
 run_ok 0 --mesh 2x2 --shape 5,3 --from S0,S1 --to "P(max),S1"
+
+# StridedShard (packed q, k, v rows, uneven over 3 ranks) to Shard: all_gather, then chunk;
+# and back from a Partial: one reduce_scatter into each rank's rows of every block.
+run_ok 3 --mesh 3 --shape 15,2 --from "SS(0,3)" --to S0
+run_ok 3 --mesh 3 --shape 15,2 --from P --to "SS(0,3)"
+grep -q "^\[rank0\]: check: local tensor equals the rank's target chunk: ok$" "$out"
 
 # From a Partial, uneven: an all_gather on dim 1, then a reduce_scatter on dim 0.
 run_ok 8 --mesh 2x2 --shape 5,6 --from P,S0 --to S1,R --dtype bfloat16

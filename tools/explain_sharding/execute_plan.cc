@@ -38,7 +38,7 @@ double noise(int64_t m, int64_t k, int64_t i) { return static_cast<double>((i + 
 // value, the others values on the losing side of it. Every member of a group along a
 // Partial mesh dim starts from the same value: they agree on every other coordinate.
 Tensor local_values(const Tensor& full, const DTensorSpec& spec) {
-  Tensor value = chunk_of(full, spec.local_chunk()).clone();  // written below: a copy
+  Tensor value = ranges_of(full, spec.local_ranges()).clone();  // written below: a copy
   double* v = value.data_ptr<double>();
   const DeviceMesh& mesh = spec.mesh();
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
@@ -136,7 +136,7 @@ bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
                c.group, c.calls, c.bytes);
   }
   const bool local_ok = y.placements() == plan.target_placements() && local.shape() == target.local_shape() &&
-                        (target.has_partial() || same_values(local, chunk_of(full, target.local_chunk())));
+                        (target.has_partial() || same_values(local, ranges_of(full, target.local_ranges())));
   const bool full_ok = same_values(y.full_tensor(), full);
   row.insert(row.end(), {unplanned_calls, unplanned_bytes, local_ok ? 1 : 0, full_ok ? 1 : 0});
 
