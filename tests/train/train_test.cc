@@ -165,6 +165,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes a 2-D mesh, e.g. replicate=3,shard=1", 3},
       {"--tp 2", "--tp 2 with --parallel fsdp on 2 ranks: tensor parallelism runs on its own for now", 2},
       {"--sequence-parallel", "--sequence-parallel: it is a variant of tensor parallelism; add --tp N", 0},
+      {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: with --tp 2 the mesh is one dim named tp (tp=2)", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
   };
   for (const Case& c : cases) {

@@ -389,6 +389,8 @@ void validate(const TrainConfig& c, int64_t world_size) {
   const std::string mesh_text = c.mesh.empty() ? "(default)" : c.mesh;
   DTR_CHECK(mesh_size == world_size, ValueError, "--mesh {}: its dims hold {} ranks but the world has {}", mesh_text,
             mesh_size, world_size);
+  DTR_CHECK(c.tp == 1 || (dims.size() == 1 && dims[0].first == "tp"), ValueError,
+            "--mesh {}: with --tp {} the mesh is one dim named tp (tp={}), or leave --mesh out", mesh_text, c.tp, c.tp);
   if (parallel == Parallel::kHsdp) {
     DTR_CHECK(dims.size() == 2, ValueError,
               "--mesh {}: --parallel hsdp takes a 2-D mesh, e.g. {} (the world of {} ranks split in two dims)",
