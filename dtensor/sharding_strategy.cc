@@ -31,7 +31,7 @@ void report_implicit_moves(std::string_view op, std::span<const DTensor> inputs,
 // leaves every rank a full-size Partial whose reduction costs more than the gather it saved.
 bool offered_move(const Placements& from, const Placements& to) {
   for (size_t i = 0; i < from.size() && i < to.size(); ++i) {
-    if (from[i].is_shard() && to[i].is_partial()) return false;
+    if (from[i].splits_a_dim() && to[i].is_partial()) return false;
   }
   return true;
 }

@@ -40,7 +40,7 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
               mesh.to_string(), g.mesh().to_string());
     uint64_t sharded = 0;
     for (int64_t m = 0; m < mesh.ndim(); ++m) {
-      if (g.placements()[m].is_shard() && mesh.size(m) > 1) sharded |= uint64_t{1} << m;
+      if (g.placements()[m].splits_a_dim() && mesh.size(m) > 1) sharded |= uint64_t{1} << m;
     }
     const Tensor& local = g.to_local();
     double part = 0.0;

@@ -26,7 +26,7 @@ DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements
   DTensor p = distribute_tensor(full, mesh, param_placements);
   p.requires_grad_();
   const DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  Tensor local = chunk_of(full, spec.local_chunk()).clone();  // its own storage: clipping must not scale `full`
+  Tensor local = ranges_of(full, spec.local_ranges()).clone();  // its own storage: clipping must not scale `full`
   for (int64_t m = 0; m < mesh.ndim(); ++m) {
     if (placements[m].is_partial() && mesh.coordinate()[m] != 0) local = zeros_like(local);
   }
@@ -41,7 +41,8 @@ TEST_CASE("clip_grad_norm_ on a 2x2 mesh: the true global norm, one all_reduce p
                                                 {Replicate(), Shard(1)},
                                                 {Shard(0), Shard(1)},
                                                 {Replicate(), Replicate()},
-                                                {Shard(1), Shard(1)}};  // (S1, S1): nested, uneven over 5 columns
+                                                {Shard(1), Shard(1)},  // (S1, S1): nested, uneven over 5 columns
+                                                {Replicate(), StridedShard(0, 3)}};  // packed rows, as q, k, v
     std::vector<Tensor> fulls;
     std::vector<DTensor> params;
     double squares = 0, largest = 0;
