@@ -37,12 +37,10 @@ DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements
 TEST_CASE("clip_grad_norm_ on a 2x2 mesh: the true global norm, one all_reduce per mesh dim", "[optim][clip]") {
   testing::run_ranks(4, [](int, int) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
-    const std::vector<Placements> placements = {{Shard(0), Replicate()},
-                                                {Replicate(), Shard(1)},
-                                                {Shard(0), Shard(1)},
-                                                {Replicate(), Replicate()},
-                                                {Shard(1), Shard(1)},  // (S1, S1): nested, uneven over 5 columns
-                                                {Replicate(), StridedShard(0, 3)}};  // packed rows, as q, k, v
+    const std::vector<Placements> placements = {
+        {Shard(0), Replicate()},          {Replicate(), Shard(1)}, {Shard(0), Shard(1)},
+        {Replicate(), Replicate()},       {Shard(1), Shard(1)},  // (S1, S1): nested, uneven over 5 columns
+        {Replicate(), StridedShard(0, 3)}};                      // packed rows, as q, k, v
     std::vector<Tensor> fulls;
     std::vector<DTensor> params;
     double squares = 0, largest = 0;
