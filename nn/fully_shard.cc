@@ -14,8 +14,9 @@ namespace dtr::nn {
 namespace {
 
 // The root of the forward running on this thread (the outermost sharded module), and how
-// many sharded modules' forwards are open.
-thread_local FSDPModule* t_root = nullptr;
+// many sharded modules' forwards are open. Held weakly: a forward that threw leaves both
+// behind, and its model may be gone (or another model's) when the next forward begins.
+thread_local std::weak_ptr<ParallelPolicy> t_root;
 thread_local int t_open_forwards = 0;
 // The results of the last reduce-scatter issued on this thread, still in flight: it runs
 // while backward goes on, and the next group's reduction (or the end of the last
@@ -379,13 +380,26 @@ Values cast_floating(const Values& values, std::optional<DType> dtype) {
 
 }  // namespace
 
+FSDPModule* FSDPModule::enclosing_root() const {
+  const std::shared_ptr<ParallelPolicy> alive = t_root.lock();
+  auto* root = dynamic_cast<FSDPModule*>(alive.get());
+  if (root == nullptr || t_open_forwards == 0) return nullptr;
+  // Alive (it owns its state through its module) and this module's ancestor: the forward
+  // this one runs in. Else the open forward is one that threw, of this model or another.
+  for (const auto& [name, m] : root->module_.named_modules()) {
+    if (m == &module_) return root;
+  }
+  return nullptr;
+}
+
 Values FSDPModule::pre_forward(const Values& inputs) {
   // The root of the last iteration begins a new one: no forward is open (one that threw
   // left the count behind), and a group still linked to the last graph (prefetched but not
   // run, or run without a backward) holds values from before the optimizer step.
-  if (root_ == this) t_open_forwards = 0;
+  FSDPModule* const open_root = enclosing_root();
+  if (root_ == this || open_root == nullptr) t_open_forwards = 0;
   if (t_open_forwards++ == 0) {
-    t_root = this;
+    t_root = module_.policy_state();
     root_ = this;
     check_ties_once();
     for (auto& [name, m] : module_.named_modules()) {
@@ -398,7 +412,7 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     order_.clear();
     ended_.clear();
   } else {
-    root_ = t_root;
+    root_ = open_root;
   }
   order().push_back(this);
   in_backward_ = false;  // a backward that threw never reached post_backward
@@ -486,7 +500,7 @@ Values FSDPModule::post_forward(const Values& outputs) {
   use_params(State::kSharded);
   root_->ended_.push_back(this);
   --t_open_forwards;
-  if (t_open_forwards == 0) t_root = nullptr;
+  if (t_open_forwards == 0) t_root.reset();
   if (reshard_after_forward_.value_or(root_ != this)) reshard();
   return cast_floating(outputs, mp_.output_dtype);
 }

@@ -209,6 +209,9 @@ class FSDPModule : public ParallelPolicy {
   enum class Pass : uint8_t { kForward, kBackward };
   // The group whose all-gather this one's implicit prefetch issues in `pass`, or null.
   FSDPModule* next_to_run(Pass pass);
+  // The root of the sharded forward open on this thread if this module runs inside it, or
+  // null (no forward open, or one that threw: of another model, or of this one, gone).
+  FSDPModule* enclosing_root() const;
 
   Module& module_;
   DeviceMesh mesh_;

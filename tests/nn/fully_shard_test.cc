@@ -413,6 +413,29 @@ TEST_CASE("fully_shard: a forward without backward changes nothing, and loaded w
   });
 }
 
+TEST_CASE("a sharded forward that threw leaves nothing behind: the next model's forward is its own",
+          "[nn][fully_shard]") {
+  // The open forward's root is kept per thread; a forward that throws never closes it. The
+  // next forward, of another model, must not take that root (alive, or freed) for its own.
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    const Run reference = train(mesh, Sharding::kFsdp);
+    for (const bool keep_alive : {true, false}) {
+      INFO((keep_alive ? "the model whose forward threw is alive" : "the model whose forward threw is gone"));
+      auto broken = std::make_unique<Transformer>(testing::small_causal_lm(kVocab, kSeq));
+      for (auto& [name, m] : broken->named_modules()) {
+        if (m->type_name() == "TransformerBlock") fully_shard(*m, mesh);
+      }
+      fully_shard(*broken, mesh);
+      // Float tokens: the root's pre-forward runs, then the embedding refuses them.
+      const Tensor floats = testing::random_tensor({kBatch, kSeq}, kFloat32, 1, 0, kVocab);
+      CHECK_THROWS_AS((*broken)(distribute_tensor(floats, mesh, {Shard(0)})), TypeError);
+      if (!keep_alive) broken.reset();
+      check_same(train(mesh, Sharding::kFsdp), reference);
+    }
+  });
+}
+
 TEST_CASE("fully_shard with bfloat16 parameters and float32 reduction tracks float32 training", "[nn][fully_shard]") {
   testing::run_ranks(2, [](int, int) {
     const Run one = train(single_rank_mesh(), Sharding::kNone);
