@@ -1,0 +1,60 @@
+// Panel packing for the GEMM's per-ISA files (gemm_kernels.h). Included by each ISA's file,
+// which compiles it with its own target flags: everything here has internal linkage, so that
+// no copy built for one ISA is linked into another's path.
+//
+// pack_panels<R, G> writes panels of R rows; inside a panel, K runs in groups of G values
+// kept together per row (G = 1: a column of R values per k, for broadcast microkernels;
+// G = 2: bfloat16 pairs for vdpbf16ps; G = 32: an AMX tile row):
+//   packed (i, kk) -> (kk / G) * R * G + i * G + kk % G.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace dtr::cpu::internal {
+namespace {
+
+// A packed value from a source one: float stays; bfloat16 bits widen to float32 or stay bits.
+inline float pack_value(float v, float*) { return v; }
+inline float pack_value(uint16_t v, float*) {
+  const uint32_t u = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint16_t pack_value(uint16_t v, uint16_t*) { return v; }
+
+// `panels` panels of R rows x kp values from rows x k source values (src(i, kk) =
+// src[i * rs + kk * cs]; rs == 1 or cs == 1), zeros beyond them. Reads follow the source's
+// unit stride.
+template <int R, int G, class Out, class In>
+void pack_panels(Out* dst, const In* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp, int64_t panels) {
+  for (int64_t p = 0; p < panels; ++p, dst += R * kp) {
+    const int64_t r0 = p * R;
+    const int64_t live = rows - r0 < R ? (rows - r0 > 0 ? rows - r0 : 0) : R;
+    if (live < R || k < kp) std::memset(dst, 0, sizeof(Out) * R * kp);
+    const In* s = src + r0 * rs;
+    if (cs == 1) {  // K contiguous in the source: a row at a time
+      for (int64_t i = 0; i < live; ++i) {
+        for (int64_t kk = 0; kk < k; ++kk) {
+          dst[(kk / G) * R * G + i * G + kk % G] = pack_value(s[i * rs + kk], dst);
+        }
+      }
+    } else {  // rows contiguous: a k at a time
+      for (int64_t kk = 0; kk < k; ++kk) {
+        Out* d = dst + (kk / G) * R * G + kk % G;
+        const In* sk = s + kk * cs;
+        for (int64_t i = 0; i < live; ++i) d[i * G] = pack_value(sk[i], dst);
+      }
+    }
+  }
+}
+
+// The packing a GemmKernels table takes, for source type In: ceil(rows / R) panels.
+template <int R, int G, class Out, class In>
+void pack_block(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
+  pack_panels<R, G>(static_cast<Out*>(dst), static_cast<const In*>(src), rs, cs, rows, k, kp, (rows + R - 1) / R);
+}
+
+}  // namespace
+}  // namespace dtr::cpu::internal
