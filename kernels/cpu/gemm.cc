@@ -15,6 +15,8 @@ namespace {
 using internal::GemmKernels;
 using internal::TileEpilogue;
 
+static_assert(kGemmKc == internal::kKcF32 && kGemmKcBf16 == internal::kKcBf16);
+
 const GemmKernels& f32_kernels(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kScalar: return internal::kGemmScalarF32;
@@ -77,7 +79,12 @@ void run_task(const GemmKernels& kr, const Problem& p, int64_t bi, int64_t jb, i
   const int64_t j0 = jb * kr.nc, nb = std::min(kr.nc, p.n - j0);
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(p.k, p.kc));  // k = 0: one empty block
   const int64_t kp_max = ceil_div(std::min(p.k, p.kc), kr.k_align) * kr.k_align;
-  std::byte* pa = static_cast<std::byte*>(a_buffer.get(ceil_div(kr.mc, kr.mr) * kr.mr * kp_max * kr.packed_bytes));
+  // A row-major A packs as a copy where the table has the "rows" format (gemm_kernels.h).
+  const bool a_rows = kr.pack_a_rows != nullptr && p.sa.col_stride == 1;
+  const GemmKernels::Pack pack_a = a_rows ? kr.pack_a_rows : kr.pack_a;
+  const GemmKernels::Tile tile = a_rows ? kr.tile_a_rows : kr.tile;
+  const int64_t a_panel_k = a_rows ? p.kc : kp_max;  // packed K per A panel row
+  std::byte* pa = static_cast<std::byte*>(a_buffer.get(ceil_div(kr.mc, kr.mr) * kr.mr * a_panel_k * kr.packed_bytes));
   std::byte* pb = static_cast<std::byte*>(b_buffer.get(ceil_div(nb, kr.nr) * kr.nr * kp_max * kr.packed_bytes));
   const std::byte* a = p.a + bi * p.sa.batch_stride * p.elem_bytes;
   const std::byte* b = p.b + bi * p.sb.batch_stride * p.elem_bytes;
@@ -93,16 +100,16 @@ void run_task(const GemmKernels& kr, const Problem& p, int64_t bi, int64_t jb, i
                          .bias = kb == k_blocks - 1 ? p.options.bias : nullptr};
     for (int64_t i0 = i_begin; i0 < i_end; i0 += kr.mc) {
       const int64_t mb = std::min(kr.mc, i_end - i0);
-      kr.pack_a(pa, a + (i0 * p.sa.row_stride + k0 * p.sa.col_stride) * p.elem_bytes, p.sa.row_stride, p.sa.col_stride,
-                mb, kcur, kp);
+      pack_a(pa, a + (i0 * p.sa.row_stride + k0 * p.sa.col_stride) * p.elem_bytes, p.sa.row_stride, p.sa.col_stride, mb,
+             kcur, kp);
       for (int64_t ir = 0; ir < mb; ir += kr.mr) {
-        const std::byte* a_panel = pa + ir * kp * kr.packed_bytes;
+        const std::byte* a_panel = pa + ir * (a_rows ? a_panel_k : kp) * kr.packed_bytes;
         float* c_row = c + (i0 + ir) * p.c.row_stride + j0;
         for (int64_t jr = 0; jr < nb; jr += kr.nr) {
           TileEpilogue tile_e = e;
           if (e.bias != nullptr) tile_e.bias = e.bias + j0 + jr;
-          kr.tile(kp, a_panel, pb + jr * kp * kr.packed_bytes, c_row + jr, p.c.row_stride, std::min(kr.mr, mb - ir),
-                  std::min(kr.nr, nb - jr), tile_e);
+          tile(kp, a_panel, pb + jr * kp * kr.packed_bytes, c_row + jr, p.c.row_stride, std::min(kr.mr, mb - ir),
+               std::min(kr.nr, nb - jr), tile_e);
         }
       }
     }

@@ -3,9 +3,9 @@
 // 16 rows x 32 bfloat16) and two B tiles (tmm6-7: 16 K pairs x 16 columns x 2, the "VNNI"
 // layout TDPBF16PS wants), four TDPBF16PS per step. Panels: A in 32-value rows per 32-K
 // chunk (pack_panels' G = 32, so a tile load is one 64-byte row per C row); B per 32-K chunk
-// as two 1 KiB tiles of pairs. The accumulators go through a 4 KiB buffer to the AVX-512
-// epilogue. The OS permission for tile data is cpu_isa.cc's (once per process); the tile
-// configuration is loaded once per thread. (Intel's AMX guide; oneDNN's brgemm.)
+// as two 1 KiB tiles of pairs. The accumulators go to C directly when there is nothing to
+// apply, else through a 4 KiB buffer to the AVX-512 epilogue. The OS permission for tile data is cpu_isa.cc's (once per
+// process); the tile configuration is loaded once per thread. (Intel's AMX guide; oneDNN's brgemm.)
 #include <immintrin.h>
 
 #include "kernels/cpu/internal/gemm_avx512_store.h"
@@ -70,6 +70,14 @@ void tile(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
+  }
+  if (m == kMr && n == kNr && e.alpha == 1.0f && e.beta == 0.0f && e.bias == nullptr) {
+    // A full tile with nothing to apply: straight from the tiles to C (the same values).
+    _tile_stored(0, c, ldc * 4);
+    _tile_stored(1, c + 16, ldc * 4);
+    _tile_stored(2, c + 16 * ldc, ldc * 4);
+    _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+    return;
   }
   alignas(64) float acc[kMr][kNr];
   _tile_stored(0, &acc[0][0], kNr * 4);

@@ -28,16 +28,18 @@ void store_lanes(float* c, __m256 acc, __m256i mask, const TileEpilogue& e, cons
   _mm256_maskstore_ps(c, mask, v);
 }
 
-template <int M>
+// A's value (i, p) is a[i * AStride + p * AStep]: (1, kMr) in the k-major panels, (kc, 1) in
+// the "rows" format (gemm_kernels.h); compile-time strides keep the broadcasts' addresses immediates.
+template <int M, int AStride, int AStep>
 void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc, int64_t n, const TileEpilogue& e) {
   __m256 lo[M], hi[M];
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) lo[i] = hi[i] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < kp; ++p, a += kMr, b += kNr) {
+  for (int64_t p = 0; p < kp; ++p, a += AStep, b += kNr) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < M; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i);
+      const __m256 ai = _mm256_broadcast_ss(a + i * AStride);
       lo[i] = _mm256_fmadd_ps(ai, b0, lo[i]);
       hi[i] = _mm256_fmadd_ps(ai, b1, hi[i]);
     }
@@ -51,12 +53,15 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
 }
 
 using TileRows = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const TileEpilogue&);
-constexpr TileRows kTileRows[kMr] = {tile_rows<1>, tile_rows<2>, tile_rows<3>,
-                                     tile_rows<4>, tile_rows<5>, tile_rows<6>};
+template <int AStride, int AStep>
+constexpr TileRows kTileRows[kMr] = {tile_rows<1, AStride, AStep>, tile_rows<2, AStride, AStep>,
+                                     tile_rows<3, AStride, AStep>, tile_rows<4, AStride, AStep>,
+                                     tile_rows<5, AStride, AStep>, tile_rows<6, AStride, AStep>};
 
+template <int AStride, int AStep>
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
-  kTileRows[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  kTileRows<AStride, AStep>[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
 }
 
 }  // namespace
@@ -71,7 +76,9 @@ const GemmKernels kGemmAvx2F32 = {.mr = kMr,
                                   .packed_bytes = 4,
                                   .pack_a = pack_block<kMr, 1, float, float>,
                                   .pack_b = pack_block<kNr, 1, float, float>,
-                                  .tile = tile};
+                                  .tile = tile<1, kMr>,
+                                  .pack_a_rows = pack_rows<kMr, kKcF32, float, float>,
+                                  .tile_a_rows = tile<kKcF32, 1>};
 
 const GemmKernels kGemmAvx2Bf16 = {.mr = kMr,
                                    .nr = kNr,
@@ -81,6 +88,8 @@ const GemmKernels kGemmAvx2Bf16 = {.mr = kMr,
                                    .packed_bytes = 4,
                                    .pack_a = pack_block<kMr, 1, float, uint16_t>,
                                    .pack_b = pack_block<kNr, 1, float, uint16_t>,
-                                   .tile = tile};
+                                   .tile = tile<1, kMr>,
+                                   .pack_a_rows = pack_rows<kMr, kKcBf16, float, uint16_t>,
+                                   .tile_a_rows = tile<kKcBf16, 1>};
 
 }  // namespace dtr::cpu::internal

@@ -16,16 +16,18 @@ constexpr int kMr = 14;
 constexpr int kNr = 32;
 
 // C rows [0, M) of the tile: for each k, acc[i] += a[i] * b[0..32).
-template <int M>
+// A's value (i, p) is a[i * AStride + p * AStep]: (1, kMr) in the k-major panels, (kc, 1) in
+// the "rows" format (gemm_kernels.h); compile-time strides keep the broadcasts' addresses immediates.
+template <int M, int AStride, int AStep>
 void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc, int64_t n, const TileEpilogue& e) {
   __m512 lo[M], hi[M];
 #pragma GCC unroll 14
   for (int i = 0; i < M; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kp; ++p, a += kMr, b += kNr) {
+  for (int64_t p = 0; p < kp; ++p, a += AStep, b += kNr) {
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < M; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(a[i * AStride]);
       lo[i] = _mm512_fmadd_ps(ai, b0, lo[i]);
       hi[i] = _mm512_fmadd_ps(ai, b1, hi[i]);
     }
@@ -34,13 +36,18 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
 }
 
 using TileRows = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const TileEpilogue&);
-constexpr TileRows kTileRows[kMr] = {tile_rows<1>,  tile_rows<2>,  tile_rows<3>,  tile_rows<4>, tile_rows<5>,
-                                     tile_rows<6>,  tile_rows<7>,  tile_rows<8>,  tile_rows<9>, tile_rows<10>,
-                                     tile_rows<11>, tile_rows<12>, tile_rows<13>, tile_rows<14>};
+template <int AStride, int AStep>
+constexpr TileRows kTileRows[kMr] = {
+    tile_rows<1, AStride, AStep>,  tile_rows<2, AStride, AStep>,  tile_rows<3, AStride, AStep>,
+    tile_rows<4, AStride, AStep>,  tile_rows<5, AStride, AStep>,  tile_rows<6, AStride, AStep>,
+    tile_rows<7, AStride, AStep>,  tile_rows<8, AStride, AStep>,  tile_rows<9, AStride, AStep>,
+    tile_rows<10, AStride, AStep>, tile_rows<11, AStride, AStep>, tile_rows<12, AStride, AStep>,
+    tile_rows<13, AStride, AStep>, tile_rows<14, AStride, AStep>};
 
+template <int AStride, int AStep>
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
-  kTileRows[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  kTileRows<AStride, AStep>[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
 }
 
 }  // namespace
@@ -56,7 +63,9 @@ const GemmKernels kGemmAvx512F32 = {.mr = kMr,
                                     .packed_bytes = 4,
                                     .pack_a = pack_block<kMr, 1, float, float>,
                                     .pack_b = pack_block<kNr, 1, float, float>,
-                                    .tile = tile};
+                                    .tile = tile<1, kMr>,
+                                    .pack_a_rows = pack_rows<kMr, kKcF32, float, float>,
+                                    .tile_a_rows = tile<kKcF32, 1>};
 
 const GemmKernels kGemmAvx512Bf16 = {.mr = kMr,
                                      .nr = kNr,
@@ -66,6 +75,8 @@ const GemmKernels kGemmAvx512Bf16 = {.mr = kMr,
                                      .packed_bytes = 4,
                                      .pack_a = pack_block<kMr, 1, float, uint16_t>,
                                      .pack_b = pack_block<kNr, 1, float, uint16_t>,
-                                     .tile = tile};
+                                     .tile = tile<1, kMr>,
+                                     .pack_a_rows = pack_rows<kMr, kKcBf16, float, uint16_t>,
+                                     .tile_a_rows = tile<kKcBf16, 1>};
 
 }  // namespace dtr::cpu::internal

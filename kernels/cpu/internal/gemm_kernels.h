@@ -4,9 +4,13 @@
 // exports its tables; the driver (gemm.cc) picks one at run time and owns the loops.
 //
 // Packed layout, shared by every table: a block of `rows` rows (A's rows, or B's columns)
-// and kp = round_up(k, k_align) values of K (k <= the K block, gemm.h's kGemmKc or kGemmKcBf16) becomes ceil(rows / r)
-// panels of r * kp packed elements (r = mr for A, nr for B), zero-padded in both directions; how a panel orders its
-// elements is the table's own business (its pack and tile functions agree).
+// and kp = round_up(k, k_align) values of K (k <= the K block kc, gemm.h's kGemmKc or
+// kGemmKcBf16) becomes ceil(rows / r) panels (r = mr for A, nr for B), zero-padded in both
+// directions, of r * kp packed elements; how a panel orders them is the table's own business
+// (its pack and tile functions agree). A table may also take a row-major A in a second
+// format, "rows": each panel row a plain copy of A's row, rows kc apart (panels of mr * kc
+// elements, rows past the block and values past k unwritten and unread), so that packing the
+// common forward operand is a copy rather than a transpose.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,10 @@ struct TileEpilogue {
   const float* bias;
 };
 
+// The K blocks (gemm.h's kGemmKc and kGemmKcBf16): the "rows" format's row stride.
+inline constexpr int kKcF32 = 256;
+inline constexpr int kKcBf16 = 512;
+
 struct GemmKernels {
   int64_t mr, nr;        // the register tile
   int64_t mc, nc;        // rows of a packed A block, columns of a packed B block (multiples of mr, nr)
@@ -28,11 +36,15 @@ struct GemmKernels {
   int64_t packed_bytes;  // bytes of one packed element
   // Packs `rows` rows (element (i, kk) at src[i * rs + kk * cs]) of k values into panels of
   // r rows (A: mr, B seen as B^T: nr) with kp values each; src is float or uint16_t (bfloat16 bits).
-  void (*pack_a)(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp);
-  void (*pack_b)(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp);
+  using Pack = void (*)(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp);
   // The tile C [m <= mr, n <= nr] (rows ldc apart) from one A and one B panel of kp values.
-  void (*tile)(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_t ldc, int64_t m, int64_t n,
-               const TileEpilogue& epilogue);
+  using Tile = void (*)(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_t ldc, int64_t m,
+                        int64_t n, const TileEpilogue& epilogue);
+  Pack pack_a, pack_b;
+  Tile tile;
+  // The "rows" format of A (cs == 1 sources), or nullptr where the table has none.
+  Pack pack_a_rows = nullptr;
+  Tile tile_a_rows = nullptr;
 };
 
 // Per ISA: float32 inputs, and bfloat16 inputs (uint16_t bits) with float32 accumulation.

@@ -34,10 +34,13 @@ void pack_panels(Out* dst, const In* src, int64_t rs, int64_t cs, int64_t rows, 
     const int64_t live = rows - r0 < R ? (rows - r0 > 0 ? rows - r0 : 0) : R;
     if (live < R || k < kp) std::memset(dst, 0, sizeof(Out) * R * kp);
     const In* s = src + r0 * rs;
-    if (cs == 1) {  // K contiguous in the source: a row at a time
+    if (cs == 1) {  // K contiguous in the source: a row at a time, G values per copy
       for (int64_t i = 0; i < live; ++i) {
-        for (int64_t kk = 0; kk < k; ++kk) {
-          dst[(kk / G) * R * G + i * G + kk % G] = pack_value(s[i * rs + kk], dst);
+        const In* row = s + i * rs;
+        for (int64_t g0 = 0; g0 < k; g0 += G) {
+          Out* d = dst + (g0 / G) * R * G + i * G;
+          const int64_t run = k - g0 < G ? k - g0 : G;
+          for (int64_t t = 0; t < run; ++t) d[t] = pack_value(row[g0 + t], dst);
         }
       }
     } else {  // rows contiguous: a k at a time
@@ -47,6 +50,19 @@ void pack_panels(Out* dst, const In* src, int64_t rs, int64_t cs, int64_t rows, 
         for (int64_t i = 0; i < live; ++i) d[i * G] = pack_value(sk[i], dst);
       }
     }
+  }
+}
+
+// The "rows" format of A (gemm_kernels.h): panels of R rows, each row's k values copied
+// (converted) to stride apart; the source has cs == 1.
+template <int R, int Stride, class Out, class In>
+void pack_rows(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
+  Out* d = static_cast<Out*>(dst);
+  const In* s = static_cast<const In*>(src);
+  for (int64_t i = 0; i < rows; ++i) {
+    Out* row = d + (i / R) * R * Stride + (i % R) * Stride;
+    const In* from = s + i * rs;
+    for (int64_t kk = 0; kk < k; ++kk) row[kk] = pack_value(from[kk], row);
   }
 }
 
