@@ -163,9 +163,11 @@ int run_main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::string python = default_peer_python();
   bool no_peer = false;
+  std::string filter;
   app.add_option("--threads", thread_counts, "thread counts to run (default 1 2)");
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
   app.add_flag("--no-peer", no_peer, "skip torch.mm");
+  app.add_option("--filter", filter, "run only the products whose name contains this");
   if (const std::optional<int> exit_code = dtr::parse_command_line("gemm_bench", app, argc, argv)) return *exit_code;
   enter_workspace();
   const cpu::CpuIsa isa = cpu::cpu_isa();
@@ -186,6 +188,7 @@ int run_main(int argc, char** argv) {
     const double peak = fma_peak(threads);
     for (const char* dtype : {"float32", "bfloat16"}) {
       for (const Shape& s : kShapes) {
+        if (std::string_view(s.name).find(filter) == std::string_view::npos) continue;
         const bool f32 = std::string_view(dtype) == "float32";
         rows.push_back({&s, dtype, threads, f32 ? run_case<float>(s, isa) : run_case<BFloat16>(s, isa), 0, peak});
         peer_args.push_back(peer_case(s, dtype, threads));

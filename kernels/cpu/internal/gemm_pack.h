@@ -14,6 +14,17 @@
 namespace dtr::cpu::internal {
 namespace {
 
+// How many source lines (rows of a row-major source, k-slices of a transposed one) ahead the
+// packers prefetch: each is a short stream the hardware prefetchers would meet cold.
+constexpr int64_t kPrefetchAhead = 4;
+
+// Prefetches the n elements at p (one touch per 64-byte line).
+template <class T>
+inline void prefetch_run(const T* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(c + b);
+}
+
 // A packed value from a source one: float stays; bfloat16 bits widen to float32 or stay bits.
 inline float pack_value(float v, float*) { return v; }
 inline float pack_value(uint16_t v, float*) {
@@ -25,30 +36,41 @@ inline float pack_value(uint16_t v, float*) {
 inline uint16_t pack_value(uint16_t v, uint16_t*) { return v; }
 
 // `panels` panels of R rows x kp values from rows x k source values (src(i, kk) =
-// src[i * rs + kk * cs]; rs == 1 or cs == 1), zeros beyond them. Reads follow the source's
-// unit stride.
+// src[i * rs + kk * cs]; rs == 1 or cs == 1), zeros beyond them. The source is read along its
+// unit stride: a row at a time when K is contiguous; else a k at a time across every panel,
+// so that each source line is read once (a transposed operand's lines are a leading dimension
+// apart, which per-panel passes would fetch again from L2 or beyond).
 template <int R, int G, class Out, class In>
 void pack_panels(Out* dst, const In* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp, int64_t panels) {
-  for (int64_t p = 0; p < panels; ++p, dst += R * kp) {
-    const int64_t r0 = p * R;
-    const int64_t live = rows - r0 < R ? (rows - r0 > 0 ? rows - r0 : 0) : R;
-    if (live < R || k < kp) std::memset(dst, 0, sizeof(Out) * R * kp);
-    const In* s = src + r0 * rs;
-    if (cs == 1) {  // K contiguous in the source: a row at a time, G values per copy
-      for (int64_t i = 0; i < live; ++i) {
-        const In* row = s + i * rs;
+  auto live_rows = [&](int64_t p) {
+    const int64_t live = rows - p * R;
+    return live < R ? (live > 0 ? live : 0) : R;
+  };
+  for (int64_t p = 0; p < panels; ++p) {
+    if (live_rows(p) < R || k < kp) std::memset(dst + p * R * kp, 0, sizeof(Out) * R * kp);
+  }
+  if (cs == 1) {  // K contiguous: a row at a time, G values per copy
+    for (int64_t p = 0; p < panels; ++p) {
+      for (int64_t i = 0; i < live_rows(p); ++i) {
+        const In* row = src + (p * R + i) * rs;
+        if (p * R + i + kPrefetchAhead < rows) prefetch_run(row + kPrefetchAhead * rs, k);
         for (int64_t g0 = 0; g0 < k; g0 += G) {
-          Out* d = dst + (g0 / G) * R * G + i * G;
+          Out* d = dst + p * R * kp + (g0 / G) * R * G + i * G;
           const int64_t run = k - g0 < G ? k - g0 : G;
-          for (int64_t t = 0; t < run; ++t) d[t] = pack_value(row[g0 + t], dst);
+          for (int64_t t = 0; t < run; ++t) d[t] = pack_value(row[g0 + t], d);
         }
       }
-    } else {  // rows contiguous: a k at a time
-      for (int64_t kk = 0; kk < k; ++kk) {
-        Out* d = dst + (kk / G) * R * G + kk % G;
-        const In* sk = s + kk * cs;
-        for (int64_t i = 0; i < live; ++i) d[i * G] = pack_value(sk[i], dst);
-      }
+    }
+    return;
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {  // rows contiguous: a k at a time
+    const In* sk = src + kk * cs;
+    if (kk + kPrefetchAhead < k) prefetch_run(sk + kPrefetchAhead * cs, rows);
+    for (int64_t p = 0; p < panels; ++p) {
+      Out* d = dst + p * R * kp + (kk / G) * R * G + kk % G;
+      const In* s = sk + p * R;
+      const int64_t live = live_rows(p);
+      for (int64_t i = 0; i < live; ++i) d[i * G] = pack_value(s[i], d);
     }
   }
 }
@@ -62,6 +84,7 @@ void pack_rows(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows,
   for (int64_t i = 0; i < rows; ++i) {
     Out* row = d + (i / R) * R * Stride + (i % R) * Stride;
     const In* from = s + i * rs;
+    if (i + kPrefetchAhead < rows) prefetch_run(from + kPrefetchAhead * rs, k);
     for (int64_t kk = 0; kk < k; ++kk) row[kk] = pack_value(from[kk], row);
   }
 }
