@@ -37,6 +37,39 @@ void configure_tiles() {
   configured = true;
 }
 
+// Word permutations of the packers: interleave two 16-word rows; the even and the odd words
+// of two vectors (the first's 0..31, then the second's 32..63).
+alignas(64) constexpr int16_t kInterleaveWords[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+alignas(64) constexpr int16_t kEvenWords[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                                32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+alignas(64) constexpr int16_t kOddWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                               33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+// Full 16 x 32 blocks of B's pairs (one tile: 16 K pairs x 16 columns x 2) built with vector
+// instructions; the packers fall back to pack_panels for the ragged ones. src(j, kk) is
+// B^T's view (rows are B's columns), as pack_b gets it.
+void pack_b_tile_full(uint16_t* d, const uint16_t* src, int64_t rs, int64_t cs) {
+  if (cs == 1) {
+    // B^T rows hold K contiguous (a transposed B, the forward's weight): a pair is one
+    // 32-bit word, so tile row t gathers word t of 16 rows.
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(static_cast<int32_t>(rs)));
+    for (int t = 0; t < 16; ++t) {
+      _mm512_storeu_si512(d + t * 32, _mm512_i32gather_epi32(rows, src + 2 * t, 2));
+    }
+    return;
+  }
+  // A row-major B: tile row t interleaves B's rows 2t and 2t+1 (16 columns each).
+  const __m512i interleave = _mm512_load_si512(kInterleaveWords);
+  for (int t = 0; t < 16; ++t) {
+    const __m256i even = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * t * cs));
+    const __m256i odd = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (2 * t + 1) * cs));
+    const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);
+    _mm512_storeu_si512(d + t * 32, _mm512_permutexvar_epi16(interleave, both));
+  }
+}
+
 // B panels: per 32-K chunk, the 32 columns as two tiles of 16, each 16 K pairs x 16 columns x 2.
 void pack_b(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
   uint16_t* d = static_cast<uint16_t*>(dst);
@@ -45,8 +78,46 @@ void pack_b(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, in
     for (int64_t k0 = 0; k0 < kp; k0 += kChunk) {
       for (int64_t half = 0; half < kNr; half += 16, d += 16 * kChunk) {
         const int64_t live_rows = rows - r0 - half, live_k = k - k0;
-        pack_panels<16, 2>(d, s + (r0 + half) * rs + k0 * cs, rs, cs, live_rows < 16 ? live_rows : 16,
-                           live_k < kChunk ? (live_k > 0 ? live_k : 0) : kChunk, kChunk, 1);
+        const uint16_t* block = s + (r0 + half) * rs + k0 * cs;
+        if (live_rows >= 16 && live_k >= kChunk) {
+          pack_b_tile_full(d, block, rs, cs);
+        } else {
+          pack_panels<16, 2>(d, block, rs, cs, live_rows < 16 ? live_rows : 16,
+                             live_k < kChunk ? (live_k > 0 ? live_k : 0) : kChunk, kChunk, 1);
+        }
+      }
+    }
+  }
+}
+
+// A panels: 32 rows x 32 K per chunk, row-major (a tile row is one C row's 32 K values). A
+// row-major A copies; a transposed one (rows contiguous) transposes 32 x 32 blocks: each
+// 32-bit gather takes rows i and i+1 of one K value, 16 K values at a time, and a word
+// permutation splits the pairs into the two tile rows.
+void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
+  if (cs == 1) {
+    pack_block<kMr, kChunk, uint16_t, uint16_t>(dst, src, rs, cs, rows, k, kp);
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const __m512i ks = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(static_cast<int32_t>(cs)));
+  const __m512i even_words = _mm512_load_si512(kEvenWords), odd_words = _mm512_load_si512(kOddWords);
+  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+    for (int64_t k0 = 0; k0 < kp; k0 += kChunk, d += kMr * kChunk) {
+      const int64_t live_rows = rows - r0, live_k = k - k0;
+      const uint16_t* block = s + r0 + k0 * cs;
+      if (live_rows < kMr || live_k < kChunk) {
+        pack_panels<kMr, kChunk>(d, block, rs, cs, live_rows < kMr ? live_rows : kMr,
+                                 live_k < kChunk ? (live_k > 0 ? live_k : 0) : kChunk, kChunk, 1);
+        continue;
+      }
+      for (int i = 0; i < kMr; i += 2) {
+        const __m512i lo = _mm512_i32gather_epi32(ks, block + i, 2);            // K 0..15, rows i, i+1
+        const __m512i hi = _mm512_i32gather_epi32(ks, block + 16 * cs + i, 2);  // K 16..31
+        _mm512_storeu_si512(d + i * kChunk, _mm512_permutex2var_epi16(lo, even_words, hi));
+        _mm512_storeu_si512(d + (i + 1) * kChunk, _mm512_permutex2var_epi16(lo, odd_words, hi));
       }
     }
   }
@@ -101,7 +172,7 @@ const GemmKernels kGemmAmxBf16 = {.mr = kMr,
                                   .nc = 1024,
                                   .k_align = kChunk,
                                   .packed_bytes = 2,
-                                  .pack_a = pack_block<kMr, kChunk, uint16_t, uint16_t>,
+                                  .pack_a = pack_a,
                                   .pack_b = pack_b,
                                   .tile = tile};
 
