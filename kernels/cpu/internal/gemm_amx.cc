@@ -126,6 +126,7 @@ void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, in
 void tile(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
   configure_tiles();
+  prefetch_c_tile(c, m, ldc);
   const uint16_t* a = static_cast<const uint16_t*>(a_panel);
   const uint16_t* b = static_cast<const uint16_t*>(b_panel);
   _tile_zero(0);

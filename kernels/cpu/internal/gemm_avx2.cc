@@ -32,6 +32,10 @@ void store_lanes(float* c, __m256 acc, __m256i mask, const TileEpilogue& e, cons
 // the "rows" format (gemm_kernels.h); compile-time strides keep the broadcasts' addresses immediates.
 template <int M, int AStride, int AStep>
 void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc, int64_t n, const TileEpilogue& e) {
+  for (int i = 0; i < M; ++i) {  // C's lines, for the epilogue (as gemm_avx512_store.h's prefetch_c_tile)
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + 15, 1);
+  }
   __m256 lo[M], hi[M];
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) lo[i] = hi[i] = _mm256_setzero_ps();

@@ -20,6 +20,7 @@ constexpr int kNr = 32;
 // the "rows" format (gemm_kernels.h); compile-time strides keep the broadcasts' addresses immediates.
 template <int M, int AStride, int AStep>
 void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc, int64_t n, const TileEpilogue& e) {
+  prefetch_c_tile(c, M, ldc);
   __m512 lo[M], hi[M];
 #pragma GCC unroll 14
   for (int i = 0; i < M; ++i) lo[i] = hi[i] = _mm512_setzero_ps();

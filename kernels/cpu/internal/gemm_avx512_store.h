@@ -25,6 +25,16 @@ inline void store_lanes(float* c, __m512 acc, __mmask16 mask, const TileEpilogue
   _mm512_mask_storeu_ps(c, mask, v);
 }
 
+// Asks for the lines of a C tile (rows x 32 floats, rows ldc apart) for writing, at the
+// start of a tile: its epilogue then finds them in cache instead of waiting for each miss
+// (a large C is revisited per K block, and written lines are read for ownership anyway).
+inline void prefetch_c_tile(const float* c, int64_t rows, int64_t ldc) {
+  for (int64_t i = 0; i < rows; ++i) {
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + 31, 1);
+  }
+}
+
 // Stores rows of 32 accumulators (two vectors each) for a tile m x n: the layout of every
 // AVX-512 microkernel here (nr = 32).
 template <int M>
