@@ -56,44 +56,21 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
   }
 }
 
-using TileRows = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const TileEpilogue&);
-template <int AStride, int AStep>
-constexpr TileRows kTileRows[kMr] = {tile_rows<1, AStride, AStep>, tile_rows<2, AStride, AStep>,
-                                     tile_rows<3, AStride, AStep>, tile_rows<4, AStride, AStep>,
-                                     tile_rows<5, AStride, AStep>, tile_rows<6, AStride, AStep>};
-
 template <int AStride, int AStep>
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
-  kTileRows<AStride, AStep>[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  with_rows<kMr>(m, [&]<int M>() {
+    tile_rows<M, AStride, AStep>(kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  });
 }
 
 }  // namespace
 
 // Sized for a 32 KiB L1 and a 512 KiB L2 (Zen 3): an A panel of 6 x 256 (6 KiB), a B block
 // of 256 x 384 (384 KiB).
-const GemmKernels kGemmAvx2F32 = {.mr = kMr,
-                                  .nr = kNr,
-                                  .mc = kMr * 24,
-                                  .nc = 384,
-                                  .k_align = 1,
-                                  .packed_bytes = 4,
-                                  .pack_a = pack_block<kMr, 1, float, float>,
-                                  .pack_b = pack_block<kNr, 1, float, float>,
-                                  .tile = tile<1, kMr>,
-                                  .pack_a_rows = pack_rows<kMr, kKcF32, float, float>,
-                                  .tile_a_rows = tile<kKcF32, 1>};
-
-const GemmKernels kGemmAvx2Bf16 = {.mr = kMr,
-                                   .nr = kNr,
-                                   .mc = kMr * 24,
-                                   .nc = 192,
-                                   .k_align = 1,
-                                   .packed_bytes = 4,
-                                   .pack_a = pack_block<kMr, 1, float, uint16_t>,
-                                   .pack_b = pack_block<kNr, 1, float, uint16_t>,
-                                   .tile = tile<1, kMr>,
-                                   .pack_a_rows = pack_rows<kMr, kKcBf16, float, uint16_t>,
-                                   .tile_a_rows = tile<kKcBf16, 1>};
+const GemmKernels kGemmAvx2F32 =
+    widening_kernels<kMr, kNr, kKcF32, float>(kMr * 24, 384, tile<1, kMr>, tile<kKcF32, 1>);
+const GemmKernels kGemmAvx2Bf16 =
+    widening_kernels<kMr, kNr, kKcBf16, uint16_t>(kMr * 24, 192, tile<1, kMr>, tile<kKcBf16, 1>);
 
 }  // namespace dtr::cpu::internal

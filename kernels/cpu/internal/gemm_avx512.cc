@@ -36,19 +36,12 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
   store_tile32<M>(lo, hi, c, ldc, n, e);
 }
 
-using TileRows = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, const TileEpilogue&);
-template <int AStride, int AStep>
-constexpr TileRows kTileRows[kMr] = {
-    tile_rows<1, AStride, AStep>,  tile_rows<2, AStride, AStep>,  tile_rows<3, AStride, AStep>,
-    tile_rows<4, AStride, AStep>,  tile_rows<5, AStride, AStep>,  tile_rows<6, AStride, AStep>,
-    tile_rows<7, AStride, AStep>,  tile_rows<8, AStride, AStep>,  tile_rows<9, AStride, AStep>,
-    tile_rows<10, AStride, AStep>, tile_rows<11, AStride, AStep>, tile_rows<12, AStride, AStep>,
-    tile_rows<13, AStride, AStep>, tile_rows<14, AStride, AStep>};
-
 template <int AStride, int AStep>
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
-  kTileRows<AStride, AStep>[m - 1](kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  with_rows<kMr>(m, [&]<int M>() {
+    tile_rows<M, AStride, AStep>(kp, static_cast<const float*>(a), static_cast<const float*>(b), c, ldc, n, e);
+  });
 }
 
 }  // namespace
@@ -56,28 +49,9 @@ void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64
 // A block of 14 x 18 = 252 rows x 256 K (252 KiB) and a B block of 256 x 1024 (1 MiB) sit in
 // a 2 MiB L2; one A panel (14 KiB) stays in L1 while the B panels stream past it. bfloat16's
 // K block is twice as long (512), so its B block is half as wide.
-const GemmKernels kGemmAvx512F32 = {.mr = kMr,
-                                    .nr = kNr,
-                                    .mc = kMr * 18,
-                                    .nc = 1024,
-                                    .k_align = 1,
-                                    .packed_bytes = 4,
-                                    .pack_a = pack_block<kMr, 1, float, float>,
-                                    .pack_b = pack_block<kNr, 1, float, float>,
-                                    .tile = tile<1, kMr>,
-                                    .pack_a_rows = pack_rows<kMr, kKcF32, float, float>,
-                                    .tile_a_rows = tile<kKcF32, 1>};
-
-const GemmKernels kGemmAvx512Bf16 = {.mr = kMr,
-                                     .nr = kNr,
-                                     .mc = kMr * 18,
-                                     .nc = 512,
-                                     .k_align = 1,
-                                     .packed_bytes = 4,
-                                     .pack_a = pack_block<kMr, 1, float, uint16_t>,
-                                     .pack_b = pack_block<kNr, 1, float, uint16_t>,
-                                     .tile = tile<1, kMr>,
-                                     .pack_a_rows = pack_rows<kMr, kKcBf16, float, uint16_t>,
-                                     .tile_a_rows = tile<kKcBf16, 1>};
+const GemmKernels kGemmAvx512F32 =
+    widening_kernels<kMr, kNr, kKcF32, float>(kMr * 18, 1024, tile<1, kMr>, tile<kKcF32, 1>);
+const GemmKernels kGemmAvx512Bf16 =
+    widening_kernels<kMr, kNr, kKcBf16, uint16_t>(kMr * 18, 512, tile<1, kMr>, tile<kKcBf16, 1>);
 
 }  // namespace dtr::cpu::internal

@@ -40,14 +40,11 @@ void tile_rows(int64_t kp, const uint16_t* a, const uint16_t* b, float* c, int64
   store_tile32<M>(lo, hi, c, ldc, n, e);
 }
 
-using TileRows = void (*)(int64_t, const uint16_t*, const uint16_t*, float*, int64_t, int64_t, const TileEpilogue&);
-constexpr TileRows kTileRows[kMr] = {tile_rows<1>,  tile_rows<2>,  tile_rows<3>,  tile_rows<4>, tile_rows<5>,
-                                     tile_rows<6>,  tile_rows<7>,  tile_rows<8>,  tile_rows<9>, tile_rows<10>,
-                                     tile_rows<11>, tile_rows<12>, tile_rows<13>, tile_rows<14>};
-
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
-  kTileRows[m - 1](kp, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), c, ldc, n, e);
+  with_rows<kMr>(m, [&]<int M>() {
+    tile_rows<M>(kp, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), c, ldc, n, e);
+  });
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/internal/gemm_kernels.h"
+
 namespace dtr::cpu::internal {
 namespace {
 
@@ -93,6 +95,34 @@ void pack_rows(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows,
 template <int R, int G, class Out, class In>
 void pack_block(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
   pack_panels<R, G>(static_cast<Out*>(dst), static_cast<const In*>(src), rs, cs, rows, k, kp, (rows + R - 1) / R);
+}
+
+// Calls f.template operator()<M>() for the tile's row count m in [1, Mr]: microkernels are
+// compiled per row count, so a short tile wastes no rows.
+template <int Mr, int M = 1, class F>
+void with_rows(int64_t m, F&& f) {
+  if constexpr (M < Mr) {
+    if (m != M) return with_rows<Mr, M + 1>(m, f);
+  }
+  f.template operator()<M>();
+}
+
+// The table of a broadcast microkernel over float32 panels (Mr x Nr, A panels k-major or, with
+// tile_a_rows, in the "rows" format with rows Kc apart): In = float for float32 inputs,
+// uint16_t for bfloat16 ones widened while packing.
+template <int Mr, int Nr, int Kc, class In>
+constexpr GemmKernels widening_kernels(int64_t mc, int64_t nc, GemmKernels::Tile tile, GemmKernels::Tile tile_a_rows) {
+  return {.mr = Mr,
+          .nr = Nr,
+          .mc = mc,
+          .nc = nc,
+          .k_align = 1,
+          .packed_bytes = 4,
+          .pack_a = pack_block<Mr, 1, float, In>,
+          .pack_b = pack_block<Nr, 1, float, In>,
+          .tile = tile,
+          .pack_a_rows = tile_a_rows != nullptr ? pack_rows<Mr, Kc, float, In> : nullptr,
+          .tile_a_rows = tile_a_rows};
 }
 
 }  // namespace

@@ -33,24 +33,7 @@ void tile(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_
 
 }  // namespace
 
-const GemmKernels kGemmScalarF32 = {.mr = kMr,
-                                    .nr = kNr,
-                                    .mc = kMr * 32,
-                                    .nc = 256,
-                                    .k_align = 1,
-                                    .packed_bytes = 4,
-                                    .pack_a = pack_block<kMr, 1, float, float>,
-                                    .pack_b = pack_block<kNr, 1, float, float>,
-                                    .tile = tile};
-
-const GemmKernels kGemmScalarBf16 = {.mr = kMr,
-                                     .nr = kNr,
-                                     .mc = kMr * 32,
-                                     .nc = 128,
-                                     .k_align = 1,
-                                     .packed_bytes = 4,
-                                     .pack_a = pack_block<kMr, 1, float, uint16_t>,
-                                     .pack_b = pack_block<kNr, 1, float, uint16_t>,
-                                     .tile = tile};
+const GemmKernels kGemmScalarF32 = widening_kernels<kMr, kNr, kKcF32, float>(kMr * 32, 256, tile, nullptr);
+const GemmKernels kGemmScalarBf16 = widening_kernels<kMr, kNr, kKcBf16, uint16_t>(kMr * 32, 128, tile, nullptr);
 
 }  // namespace dtr::cpu::internal
