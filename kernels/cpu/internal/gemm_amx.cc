@@ -74,15 +74,19 @@ void pack_b_tile_full(uint16_t* d, const uint16_t* src, int64_t rs, int64_t cs) 
 void pack_b(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
   uint16_t* d = static_cast<uint16_t*>(dst);
   const uint16_t* s = static_cast<const uint16_t*>(src);
-  for (int64_t r0 = 0; r0 < rows; r0 += kNr) {
-    for (int64_t k0 = 0; k0 < kp; k0 += kChunk) {
-      for (int64_t half = 0; half < kNr; half += 16, d += 16 * kChunk) {
+  // Chunk by chunk, then across the columns: the source's K rows (or lines) are read in
+  // order, as the hardware prefetchers follow them.
+  for (int64_t k0 = 0; k0 < kp; k0 += kChunk) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kNr) {
+      uint16_t* chunk = d + r0 * kp + k0 * kNr;  // panel r0 / kNr, chunk k0 / kChunk
+      for (int64_t half = 0; half < kNr; half += 16) {
         const int64_t live_rows = rows - r0 - half, live_k = k - k0;
         const uint16_t* block = s + (r0 + half) * rs + k0 * cs;
+        uint16_t* tile = chunk + half * kChunk;
         if (live_rows >= 16 && live_k >= kChunk) {
-          pack_b_tile_full(d, block, rs, cs);
+          pack_b_tile_full(tile, block, rs, cs);
         } else {
-          pack_panels<16, 2>(d, block, rs, cs, live_rows < 16 ? live_rows : 16,
+          pack_panels<16, 2>(tile, block, rs, cs, live_rows < 16 ? live_rows : 16,
                              live_k < kChunk ? (live_k > 0 ? live_k : 0) : kChunk, kChunk, 1);
         }
       }
@@ -104,20 +108,22 @@ void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, in
   const __m512i ks = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                         _mm512_set1_epi32(static_cast<int32_t>(cs)));
   const __m512i even_words = _mm512_load_si512(kEvenWords), odd_words = _mm512_load_si512(kOddWords);
-  for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
-    for (int64_t k0 = 0; k0 < kp; k0 += kChunk, d += kMr * kChunk) {
+  // Chunk by chunk, then across the rows, so the source's K rows are read in order.
+  for (int64_t k0 = 0; k0 < kp; k0 += kChunk) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kMr) {
+      uint16_t* chunk = d + r0 * kp + k0 * kMr;  // panel r0 / kMr, chunk k0 / kChunk
       const int64_t live_rows = rows - r0, live_k = k - k0;
       const uint16_t* block = s + r0 + k0 * cs;
       if (live_rows < kMr || live_k < kChunk) {
-        pack_panels<kMr, kChunk>(d, block, rs, cs, live_rows < kMr ? live_rows : kMr,
+        pack_panels<kMr, kChunk>(chunk, block, rs, cs, live_rows < kMr ? live_rows : kMr,
                                  live_k < kChunk ? (live_k > 0 ? live_k : 0) : kChunk, kChunk, 1);
         continue;
       }
       for (int i = 0; i < kMr; i += 2) {
         const __m512i lo = _mm512_i32gather_epi32(ks, block + i, 2);            // K 0..15, rows i, i+1
         const __m512i hi = _mm512_i32gather_epi32(ks, block + 16 * cs + i, 2);  // K 16..31
-        _mm512_storeu_si512(d + i * kChunk, _mm512_permutex2var_epi16(lo, even_words, hi));
-        _mm512_storeu_si512(d + (i + 1) * kChunk, _mm512_permutex2var_epi16(lo, odd_words, hi));
+        _mm512_storeu_si512(chunk + i * kChunk, _mm512_permutex2var_epi16(lo, even_words, hi));
+        _mm512_storeu_si512(chunk + (i + 1) * kChunk, _mm512_permutex2var_epi16(lo, odd_words, hi));
       }
     }
   }
@@ -126,7 +132,6 @@ void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, in
 void tile(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
   configure_tiles();
-  prefetch_c_tile(c, m, ldc);
   const uint16_t* a = static_cast<const uint16_t*>(a_panel);
   const uint16_t* b = static_cast<const uint16_t*>(b_panel);
   _tile_zero(0);
