@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -175,8 +176,11 @@ int run_main(int argc, char** argv) {
   if (const std::optional<int> exit_code = dtr::parse_command_line("gemm_bench", app, argc, argv)) return *exit_code;
   enter_workspace();
   const cpu::CpuIsa isa = cpu::cpu_isa();
-  std::cout << fmt::format("gemm_bench: path {} (detected {}); GFLOP/s = 2 M K N / median time\n",
-                           cpu::cpu_isa_name(isa), cpu::cpu_isa_name(cpu::detected_cpu_isa()));
+  // Other work on the machine takes cores from the threads: print the load so a reader can judge.
+  std::string load = "?";
+  std::ifstream("/proc/loadavg") >> load;
+  std::cout << fmt::format("gemm_bench: path {} (detected {}), load average {}; GFLOP/s = 2 M K N / median time\n",
+                           cpu::cpu_isa_name(isa), cpu::cpu_isa_name(cpu::detected_cpu_isa()), load);
   // dtr and Eigen first, then the peer over every case in one process.
   struct Row {
     const Shape* shape;
