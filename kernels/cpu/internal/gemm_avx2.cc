@@ -50,6 +50,8 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
   }
   const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
   const float* bias_hi = e.bias != nullptr ? e.bias + 8 : nullptr;
+  // Unrolled like the K loop, so the accumulators stay registers (no copies kept in memory).
+#pragma GCC unroll 6
   for (int i = 0; i < M; ++i) {
     store_lanes(c + i * ldc, lo[i], m0, e, e.bias);
     if (n > 8) store_lanes(c + i * ldc + 8, hi[i], m1, e, bias_hi);

@@ -42,6 +42,8 @@ void store_tile32(const __m512 (&lo)[M], const __m512 (&hi)[M], float* c, int64_
                   const TileEpilogue& e) {
   const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
   const float* bias_hi = e.bias != nullptr ? e.bias + 16 : nullptr;
+  // Unrolled like the K loops, so the accumulators stay registers (no copies kept in memory).
+#pragma GCC unroll 16
   for (int i = 0; i < M; ++i) {
     store_lanes(c + i * ldc, lo[i], m0, e, e.bias);
     if (m1 != 0) store_lanes(c + i * ldc + 16, hi[i], m1, e, bias_hi);
