@@ -61,13 +61,12 @@ class PackBuffer {
   int64_t bytes_ = 0;
 };
 
-// One call's operands in bytes-free form: strides in elements of the source type.
+// One call, its A and B as bytes (strides still count elements of elem_bytes each), one of
+// each operand's strides 1.
 struct Problem {
   int64_t batch, m, n, k, kc;
-  const std::byte* a;
-  const std::byte* b;
-  int64_t elem_bytes;                  // of A and B
-  GemmMatrix<const std::byte> sa, sb;  // strides only (data unused)
+  GemmMatrix<const std::byte> a, b;
+  int64_t elem_bytes;
   GemmMatrix<float> c;
   GemmOptions options;
 };
@@ -80,27 +79,27 @@ void run_task(const GemmKernels& kr, const Problem& p, int64_t bi, int64_t jb, i
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(p.k, p.kc));  // k = 0: one empty block
   const int64_t kp_max = ceil_div(std::min(p.k, p.kc), kr.k_align) * kr.k_align;
   // A row-major A packs as a copy where the table has the "rows" format (gemm_kernels.h).
-  const bool a_rows = kr.pack_a_rows != nullptr && p.sa.col_stride == 1;
+  const bool a_rows = kr.pack_a_rows != nullptr && p.a.col_stride == 1;
   const GemmKernels::Pack pack_a = a_rows ? kr.pack_a_rows : kr.pack_a;
   const GemmKernels::Tile tile = a_rows ? kr.tile_a_rows : kr.tile;
   const int64_t a_panel_k = a_rows ? p.kc : kp_max;  // packed K per A panel row
   std::byte* pa = static_cast<std::byte*>(a_buffer.get(ceil_div(kr.mc, kr.mr) * kr.mr * a_panel_k * kr.packed_bytes));
   std::byte* pb = static_cast<std::byte*>(b_buffer.get(ceil_div(nb, kr.nr) * kr.nr * kp_max * kr.packed_bytes));
-  const std::byte* a = p.a + bi * p.sa.batch_stride * p.elem_bytes;
-  const std::byte* b = p.b + bi * p.sb.batch_stride * p.elem_bytes;
+  const std::byte* a = p.a.data + bi * p.a.batch_stride * p.elem_bytes;
+  const std::byte* b = p.b.data + bi * p.b.batch_stride * p.elem_bytes;
   float* c = p.c.data + bi * p.c.batch_stride;
   for (int64_t kb = 0; kb < k_blocks; ++kb) {
     const int64_t k0 = kb * p.kc, kcur = std::min(p.kc, p.k - k0);
     const int64_t kp = ceil_div(kcur, kr.k_align) * kr.k_align;
     // B's columns are the packed rows: B^T's view of the block.
-    kr.pack_b(pb, b + (k0 * p.sb.row_stride + j0 * p.sb.col_stride) * p.elem_bytes, p.sb.col_stride, p.sb.row_stride,
-              nb, kcur, kp);
+    kr.pack_b(pb, b + (k0 * p.b.row_stride + j0 * p.b.col_stride) * p.elem_bytes, p.b.col_stride, p.b.row_stride, nb,
+              kcur, kp);
     const TileEpilogue e{.alpha = p.options.alpha,
                          .beta = kb == 0 ? p.options.beta : 1.0f,
                          .bias = kb == k_blocks - 1 ? p.options.bias : nullptr};
     for (int64_t i0 = i_begin; i0 < i_end; i0 += kr.mc) {
       const int64_t mb = std::min(kr.mc, i_end - i0);
-      pack_a(pa, a + (i0 * p.sa.row_stride + k0 * p.sa.col_stride) * p.elem_bytes, p.sa.row_stride, p.sa.col_stride, mb,
+      pack_a(pa, a + (i0 * p.a.row_stride + k0 * p.a.col_stride) * p.elem_bytes, p.a.row_stride, p.a.col_stride, mb,
              kcur, kp);
       for (int64_t ir = 0; ir < mb; ir += kr.mr) {
         const std::byte* a_panel = pa + ir * (a_rows ? a_panel_k : kp) * kr.packed_bytes;
@@ -136,11 +135,11 @@ void run(const GemmKernels& kr, const Problem& p) {
   });
 }
 
-// x's strides with one of them 1: a dim of extent <= 1 has no meaningful stride, so it takes
-// 1 when the other dim's is not.
+// x as bytes, with one of its strides 1: a dim of extent <= 1 has no meaningful stride, so it
+// takes 1 when the other dim's is not.
 template <class T>
 GemmMatrix<const std::byte> normalized(GemmMatrix<const T> x, int64_t rows, int64_t cols, const char* name) {
-  GemmMatrix<const std::byte> s{nullptr, x.row_stride, x.col_stride, x.batch_stride};
+  GemmMatrix<const std::byte> s{reinterpret_cast<const std::byte*>(x.data), x.row_stride, x.col_stride, x.batch_stride};
   if (s.col_stride != 1 && s.row_stride != 1) {
     if (cols <= 1) {
       s.col_stride = 1;
@@ -166,11 +165,9 @@ void gemm_any(const GemmKernels& kr, int64_t kc, int64_t batch, int64_t m, int64
                   .n = n,
                   .k = k,
                   .kc = kc,
-                  .a = reinterpret_cast<const std::byte*>(a.data),
-                  .b = reinterpret_cast<const std::byte*>(b.data),
+                  .a = normalized(a, m, k, "A"),
+                  .b = normalized(b, k, n, "B"),
                   .elem_bytes = sizeof(T),
-                  .sa = normalized(a, m, k, "A"),
-                  .sb = normalized(b, k, n, "B"),
                   .c = c,
                   .options = options};
   run(kr, p);

@@ -41,13 +41,13 @@ struct GemmMatrix {
   int64_t batch_stride = 0;
 };
 
-// The scalars and epilogue of one call; isa picks the microkernels (a path no higher than
-// detected_cpu_isa(); tests pass each one).
+// The scalars and epilogue of one call; isa picks the microkernels: the process's path
+// unless a caller (a test, a benchmark) names another no higher than detected_cpu_isa().
 struct GemmOptions {
   float alpha = 1.0f;
   float beta = 0.0f;
   const float* bias = nullptr;  // [N], unit stride, added to every row of C; or none
-  CpuIsa isa = CpuIsa::kScalar;
+  CpuIsa isa = cpu_isa();
 };
 
 // C[b] [m, n] (float32) for b < batch from A[b] [m, k] and B[b] [k, n]; k = 0 gives

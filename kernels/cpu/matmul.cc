@@ -116,16 +116,16 @@ void gemm_into(const Tensor& out, const Tensor& a, const Tensor& b, const GemmOp
 void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
   switch (a.dtype()) {
-    case kFloat32: gemm_into<float>(out, a, b, {.isa = cpu_isa()}); return;
+    case kFloat32: gemm_into<float>(out, a, b, {}); return;
     case kBFloat16: {  // float32 accumulation, rounded once
       const Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
-      gemm_into<BFloat16>(out_f32, a, b, {.isa = cpu_isa()});
+      gemm_into<BFloat16>(out_f32, a, b, {});
       copy(out, out_f32);
       return;
     }
     case kFloat16: {  // through float32, rounded once
       const Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
-      gemm_into<float>(out_f32, to_float32(a), to_float32(b), {.isa = cpu_isa()});
+      gemm_into<float>(out_f32, to_float32(a), to_float32(b), {});
       copy(out, out_f32);
       return;
     }
@@ -145,8 +145,7 @@ void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Te
   if (a.dtype() == kFloat32) {
     // The bias as the GEMM's epilogue: the same roundings as the product, then add's pass.
     const Tensor bias_c = bias.contiguous();
-    gemm_into<float>(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0),
-                     {.bias = bias_c.data_ptr<float>(), .isa = cpu_isa()});
+    gemm_into<float>(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), {.bias = bias_c.data_ptr<float>()});
   } else {
     bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
     add(out, out, bias, 1.0);  // bias [N] broadcast over the rows
