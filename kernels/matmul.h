@@ -2,18 +2,20 @@
 //
 // matmul: [M, K] x [K, N] -> [M, N]; bmm: [B, M, K] x [B, K, N] -> [B, M, N], into a new
 // contiguous tensor, or into the caller's with the _out forms (ATen's mm_out), which run
-// at Eigen's own speed: a fresh large result costs its page faults. Row-major or transposed
-// operand views (x.t(), x.transpose(-1, -2)) map into Eigen's GEMM without a copy, with any
-// leading dimension; other strides are copied first. float32 and float64 multiply
-// natively; bfloat16 and float16 go through float32 (one rounding). Threads: num_threads().
-// (torch.mm and torch.bmm, over Eigen's `C.noalias() = A * B`.) On CUDA: one cuBLASLt call
+// at the GEMM's own speed: a fresh large result costs its page faults. Row-major or
+// transposed operand views (x.t(), x.transpose(-1, -2)) are read in place, with any leading
+// dimension; other strides are copied first. On the CPU float32 runs dtr's GEMM
+// (kernels/cpu/gemm.h, per-ISA microkernels chosen at run time), bfloat16 the same GEMM with
+// float32 accumulation (AMX tiles where the CPU has them) rounded once, float16 goes through
+// float32 (one rounding), float64 runs Eigen's. Threads: num_threads(). (torch.mm and
+// torch.bmm.) On CUDA: one cuBLASLt call
 // (kernels/cuda/matmul.h), bf16/f16 on tensor cores with float32 accumulation, float32 in
 // float32 unless set_matmul_allow_tf32(true).
 //
 // matmul_bias: the product with a bias (and optionally a GELU) applied in the same pass, the
 // forward of torch's linear / addmm_activation. On CUDA the bias and the GELU are cuBLASLt
-// epilogues of the one GEMM; on the CPU (the reference) the product, then the bias and GELU
-// passes, bit for bit as matmul, add and gelu give them.
+// epilogues of the one GEMM; on the CPU (the reference) bit for bit as matmul, add and gelu
+// give them (float32's bias in the GEMM's epilogue, which rounds as add's pass does).
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,7 @@
 #include "core/cpu/copy.h"
 #include "core/parallel.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
 
 namespace dtr::cpu {
 namespace {
@@ -47,7 +48,7 @@ void with_map(const T* p, int64_t rows, int64_t cols, MatrixLayout l, F&& f) {
   }
 }
 
-// out[i] = a[i] b[i] for every batch i; a and b are float or double in Eigen-mappable layouts.
+// out[i] = a[i] b[i] for every batch i, on Eigen (float64; float32 and bfloat16 take dtr's GEMM).
 template <class T>
 void batched_gemm(const Tensor& a, MatrixLayout la, const Tensor& b, MatrixLayout lb, const Tensor& out) {
   const int64_t batch = a.size(0), m = a.size(1), k = a.size(2), n = b.size(2);
@@ -72,9 +73,8 @@ void batched_gemm(const Tensor& a, MatrixLayout la, const Tensor& b, MatrixLayou
 }
 
 // t in float32 with t's layout kept: a transposed view (column-major) converts through its
-// contiguous transpose, so that the conversion reads and writes in order and the GEMM packs
-// the operand as it would the float32 tensor (Eigen packs the two storage orders at
-// different speeds).
+// contiguous transpose, so that the conversion reads and writes in order and the GEMM reads
+// the operand in place, as it would the float32 tensor.
 Tensor to_float32(const Tensor& t) {
   const std::optional<MatrixLayout> l = matrix_layout(t);
   if (l && l->col_major && t.size(-2) > 1) {
@@ -84,24 +84,57 @@ Tensor to_float32(const Tensor& t) {
   return t.to(kFloat32);
 }
 
+// x [B, R, C] as the GEMM reads it: x's layout l (row-major or transposed) and batch stride.
+template <class T>
+GemmMatrix<const T> gemm_matrix(const Tensor& x, MatrixLayout l) {
+  return {.data = x.data_ptr<T>(),
+          .row_stride = l.col_major ? 1 : l.ld,
+          .col_stride = l.col_major ? l.ld : 1,
+          .batch_stride = x.stride(0)};
+}
+
+// x itself where the GEMM can read it in place, else a contiguous copy; and its layout.
+std::pair<Tensor, MatrixLayout> gemm_operand(const Tensor& x) {
+  if (const std::optional<MatrixLayout> l = matrix_layout(x)) return {x, *l};
+  const Tensor c = x.contiguous();
+  return {c, *matrix_layout(c)};
+}
+
+// out [B, M, N] (contiguous float32) = options.alpha a b + options' beta and bias, for float32
+// or bfloat16 operands in any layout (dtr's GEMM, kernels/cpu/gemm.h).
+template <class T>
+void gemm_into(const Tensor& out, const Tensor& a, const Tensor& b, const GemmOptions& options) {
+  const auto [ac, la] = gemm_operand(a);
+  const auto [bc, lb] = gemm_operand(b);
+  const int64_t m = a.size(1), n = b.size(2);
+  gemm(a.size(0), m, n, a.size(2), gemm_matrix<T>(ac, la), gemm_matrix<T>(bc, lb),
+       GemmMatrix<float>{out.data_ptr<float>(), n, 1, m * n}, options);
+}
+
 }  // namespace
 
 void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
-  if (a.dtype() == kBFloat16 || a.dtype() == kFloat16) {
-    Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
-    bmm(out_f32, to_float32(a), to_float32(b));
-    copy(out, out_f32);  // rounds once
-    return;
-  }
-  std::optional<MatrixLayout> la = matrix_layout(a), lb = matrix_layout(b);
-  const Tensor ac = la ? a : a.contiguous();
-  const Tensor bc = lb ? b : b.contiguous();
-  if (!la) la = matrix_layout(ac);
-  if (!lb) lb = matrix_layout(bc);
   switch (a.dtype()) {
-    case kFloat32: batched_gemm<float>(ac, *la, bc, *lb, out); break;
-    case kFloat64: batched_gemm<double>(ac, *la, bc, *lb, out); break;
+    case kFloat32: gemm_into<float>(out, a, b, {}); return;
+    case kBFloat16: {  // float32 accumulation, rounded once
+      const Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
+      gemm_into<BFloat16>(out_f32, a, b, {});
+      copy(out, out_f32);
+      return;
+    }
+    case kFloat16: {  // through float32, rounded once
+      const Tensor out_f32 = Tensor::empty(out.shape(), kFloat32);
+      gemm_into<float>(out_f32, to_float32(a), to_float32(b), {});
+      copy(out, out_f32);
+      return;
+    }
+    case kFloat64: {
+      const auto [ac, la] = gemm_operand(a);
+      const auto [bc, lb] = gemm_operand(b);
+      batched_gemm<double>(ac, la, bc, lb, out);
+      return;
+    }
     default: DTR_INTERNAL_ASSERT(false, "bmm kernel reached with dtype {}", a.dtype());
   }
 }
@@ -109,8 +142,14 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
 void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
                  MatmulEpilogue epilogue) {
   if (out.numel() == 0) return;
-  bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
-  add(out, out, bias, 1.0);  // bias [N] broadcast over the rows
+  if (a.dtype() == kFloat32) {
+    // The bias as the GEMM's epilogue: the same roundings as the product, then add's pass.
+    const Tensor bias_c = bias.contiguous();
+    gemm_into<float>(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), {.bias = bias_c.data_ptr<float>()});
+  } else {
+    bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0));
+    add(out, out, bias, 1.0);  // bias [N] broadcast over the rows
+  }
   if (epilogue == MatmulEpilogue::kBias) return;
   if (pre.defined()) copy(pre, out);
   gelu(out, out, GeluApproximation::kTanh);

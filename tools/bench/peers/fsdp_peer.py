@@ -12,7 +12,7 @@ reduce_dtype=float32; the root's outputs float32, as dtr's train does) and print
 """
 import argparse
 import math
-import os
+import pathlib
 import statistics
 import sys
 import time
@@ -24,8 +24,8 @@ except ImportError:
     print("torch missing")
     sys.exit(0)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "nn", "testdata"))
+# The model class the golden tests check against dtr's, beside its test data.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "nn" / "testdata"))
 from make_transformer_testdata import Transformer  # noqa: E402
 
 VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8

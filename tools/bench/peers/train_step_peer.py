@@ -9,7 +9,7 @@ prints "torch missing" and exits 0, so the benchmark runs without it.
 
     python3 tools/bench/peers/train_step_peer.py VOCAB DIM LAYERS HEADS SEQ BATCH STEPS WARMUP
 """
-import os
+import pathlib
 import statistics
 import sys
 import time
@@ -20,8 +20,8 @@ except ImportError:
     print("torch missing")
     sys.exit(0)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.join(ROOT, "tests", "nn", "testdata"))
+# The model class the golden tests check against dtr's, beside its test data.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "nn" / "testdata"))
 from make_transformer_testdata import Transformer  # noqa: E402
 
 
