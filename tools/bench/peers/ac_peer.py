@@ -7,14 +7,17 @@ block and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 
 line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <activations MiB>" per policy
 (ms/step: the median, the largest of any rank).
 
-torch's CPU allocator keeps no peak, so memory is the process's resident set: the peak
-(VmHWM, reset through /proc/self/clear_refs after the model is built and malloc_trim has
-handed freed memory back) less the resident set then, plus the rank's parameter bytes; one
-untimed step before the first policy takes what the process allocates once. The
-activations are that peak less parameters, gradients and AdamW's two moments (4 x the
-parameter bytes), so they hold what else the steps allocate (gloo's buffers, the autograd
-engine's): read them against none's, not as dtr's allocator figures. Without torch it prints
-"torch missing" and exits 0.
+torch's CPU allocator keeps no peak, so memory is the process's resident set over forward
+and backward (the optimizer step left out: AdamW's foreach temporaries would be the peak of
+every policy alike): at each step's start its high-water mark (VmHWM) is reset through
+/proc/self/clear_refs, and read when backward ends; the peak is the largest such mark less
+the resident set after the model was built (freed memory handed back by malloc_trim first),
+plus the rank's parameter bytes. glibc maps every allocation of 128 KiB or more apart and
+unmaps it when freed (mallopt), so the resident set follows the live tensors. One untimed step before the first policy takes what the
+process allocates once. The activations are that peak less parameters, gradients and
+AdamW's two moments (4 x the parameter bytes), so they hold what else the steps allocate
+(gloo's buffers, the autograd engine's): read their changes against none, not their MiB
+against dtr's allocator figures. Without torch it prints "torch missing" and exits 0.
 
     python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/ac_peer.py STEPS WARMUP SEQ
 """
@@ -36,6 +39,7 @@ from fsdp_peer import BATCH_PER_RANK, DIM, HEADS, LAYERS, VOCAB, Transformer, tr
 # Which blocks each policy checkpoints.
 POLICIES = {"none": lambda i: False, "every2": lambda i: i % 2 == 0, "full": lambda i: True}
 MIB = 1024.0 * 1024.0
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 def resident_kib(field: str) -> int:
@@ -45,6 +49,20 @@ def resident_kib(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise RuntimeError(f"ac_peer: no {field} in /proc/self/status")
+
+
+class ResidentPeak:
+    """The largest resident set of the steps' forward and backward, in KiB."""
+
+    def __init__(self):
+        self.peak_kib = 0
+
+    def start(self):
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # VmHWM := VmRSS
+
+    def after_backward(self):
+        self.peak_kib = max(self.peak_kib, resident_kib("VmHWM"))
 
 
 def local_parameter_bytes(model) -> int:
@@ -78,6 +96,10 @@ def main() -> None:
     world = dist.get_world_size()
     tokens = BATCH_PER_RANK * args.seq * world
     libc = ctypes.CDLL("libc.so.6")
+    # Every allocation of 128 KiB or more its own mapping, returned when freed: glibc would
+    # otherwise raise this threshold as tensors are freed and keep them in its heap, and
+    # the resident set would stay at the first step's peak whatever the policy.
+    libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
     # One untimed step first, so that what the process allocates once (the autograd engine,
     # gloo's and the kernels' first-use state) counts in no policy's resident set.
     train(build("none", args.seq, world), 1, 0, args.seq)
@@ -87,11 +109,10 @@ def main() -> None:
         param_bytes = local_parameter_bytes(model)
         gc.collect()
         libc.malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")  # VmHWM := VmRSS
         base_kib = resident_kib("VmRSS")
-        ms = train(model, args.steps, args.warmup, args.seq)
-        peak = param_bytes + (resident_kib("VmHWM") - base_kib) * 1024.0
+        probe = ResidentPeak()
+        ms = train(model, args.steps, args.warmup, args.seq, probe)
+        peak = param_bytes + (probe.peak_kib - base_kib) * 1024.0
         figures = torch.tensor([ms, peak, peak - 4 * param_bytes], dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
         ms, peak, activations = figures.tolist()
