@@ -1,16 +1,24 @@
 #include "tools/bench/bench_util.h"
 
+#include <fmt/format.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
+#include <sstream>
 
+#include "core/error.h"
 #include "core/parallel.h"
+#include "tools/bench/peer.h"
 
 namespace dtr::bench {
 
@@ -218,6 +226,102 @@ std::string check_sampled(const Tensor& actual, const std::function<double(std::
     }
     if (flat == n - 1) return "";
   }
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kWorkspace = "dtr";
+
+bool is_executable_file(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+}  // namespace
+
+std::string last_lines(const std::string& text, int n) {
+  size_t at = text.size();
+  while (n-- > 0 && at > 0) {
+    const size_t nl = text.rfind('\n', at - 1);
+    at = nl == std::string::npos ? 0 : nl;
+  }
+  return text.substr(at);
+}
+
+std::string find_built_program(const std::string& path, const std::string& bench) {
+  std::vector<fs::path> candidates;
+  if (const char* dir = std::getenv("RUNFILES_DIR")) candidates.push_back(fs::path(dir) / kWorkspace / path);
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(fs::path(self.string() + ".runfiles") / kWorkspace / path);
+  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"))
+    candidates.push_back(fs::path(ws) / "bazel-bin" / path);
+  candidates.push_back(fs::current_path() / "bazel-bin" / path);
+  std::string tried;
+  for (const fs::path& c : candidates) {
+    if (is_executable_file(c)) return fs::absolute(c).string();
+    tried += fmt::format("{}{}", tried.empty() ? "" : ", ", c.string());
+  }
+  throw ValueError(fmt::format("no executable {} (tried {}); bazel build {}", path, tried, bench));
+}
+
+TrainRun run_train(const std::string& dtrrun, const std::string& program, int ranks, const std::string& flags,
+                   int64_t steps, int64_t warmup, const fs::path& dir, const std::string& what) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path log = dir / "output.txt";
+  const std::string command =
+      fmt::format("{} --nproc-per-node {} {} {} --steps {} --log-every {} --out {} > {} 2>&1", shell_quote(dtrrun),
+                  ranks, shell_quote(program), flags, steps, steps, shell_quote(dir / "out"), shell_quote(log));
+  const int status = std::system(command.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  DTR_CHECK(code == 0, Error, "{}: exit {}; the command was\n  {}\nand its output ends\n{}", what, code, command,
+            last_lines(read_text(log), 15));
+
+  for (const char* file : {"summary.json", "metrics.jsonl"}) {
+    DTR_CHECK(fs::is_regular_file(dir / "out" / file), Error, "{}: exit 0 but no {} in {}", what, file,
+              (dir / "out").string());
+  }
+  const nlohmann::json summary = nlohmann::json::parse(read_text(dir / "out" / "summary.json"));
+  DTR_CHECK(summary.at("steps").get<int64_t>() == steps && !summary.at("interrupted").get<bool>(), Error,
+            "{}: summary.json says {} steps (interrupted: {}), not the {} asked for", what, summary.at("steps").dump(),
+            summary.at("interrupted").dump(), steps);
+  const nlohmann::json& rank_figures = summary.at("ranks");
+  DTR_CHECK(rank_figures.size() == static_cast<size_t>(ranks), Error, "{}: summary.json has figures of {} ranks", what,
+            rank_figures.size());
+  TrainRun run;
+  for (const nlohmann::json& r : rank_figures) {
+    const double train_s = r.at("train_s").get<double>();
+    DTR_CHECK(train_s > 0, Error, "{}: a rank's train_s is {}", what, train_s);
+    run.comm_share = std::max(run.comm_share, r.at("exposed_comm_s").get<double>() / train_s);
+    run.peak_bytes = std::max(run.peak_bytes, r.at("peak_bytes").get<double>());
+    run.activation_bytes = std::max(run.activation_bytes, r.at("activation_bytes").get<double>());
+  }
+
+  std::ifstream metrics(dir / "out" / "metrics.jsonl");
+  std::vector<double> times;
+  int64_t lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const double loss = j.at("loss").get<double>(), ms = j.at("ms").get<double>();
+    DTR_CHECK(std::isfinite(loss), Error, "{}: step {}'s loss is {}", what, j.at("step").dump(), loss);
+    DTR_CHECK(ms > 0, Error, "{}: step {} took {} ms", what, j.at("step").dump(), ms);
+    if (lines >= warmup) times.push_back(ms);
+  }
+  DTR_CHECK(lines == steps, Error, "{}: metrics.jsonl has {} steps, not {}", what, lines, steps);
+  run.median_ms = median(times);
+  run.min_ms = *std::min_element(times.begin(), times.end());
+  run.max_ms = *std::max_element(times.begin(), times.end());
+  return run;
 }
 
 }  // namespace dtr::bench

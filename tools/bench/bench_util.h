@@ -7,9 +7,14 @@
 // reference doing the same work in the same run (a memcpy of the same bytes moved, a
 // library GEMM), their samples interleaved, so "% of ref" compares with the machine as it
 // is, not a datasheet. A row's inputs are built only when it runs and freed after it.
+//
+// Training benchmarks (train_bench, ac_bench) run the train program under dtrrun instead:
+// run_train launches one run, checks it (exit 0, every step on every rank, finite losses)
+// and reads its figures from summary.json and metrics.jsonl.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iosfwd>
 #include <span>
@@ -113,5 +118,39 @@ double element_at(const Tensor& t, std::span<const int64_t> coords);
 // the first and last element): "" when all are within atol + rtol * |expected|, else the first miss.
 std::string check_sampled(const Tensor& actual, const std::function<double(std::span<const int64_t>)>& expected,
                           double atol, double rtol);
+
+// The train flags of the reference configuration (fsdp_peer.py's model and optimizer:
+// vocab 4096, dim 256, 4 layers, 4 heads, learned positions, final norm, untied output with
+// bias, AdamW, float32, one thread per rank), without --seq-len, --parallel and
+// --batch-size. train takes its vocabulary from the byte tokenizer (256) unless --vocab is
+// larger; the tokens stay below 256, which changes no time. --grad-clip 0: the peer does not
+// clip (train still computes the norm it logs).
+inline constexpr const char* kReferenceTrainFlags =
+    "--vocab 4096 --dim 256 --layers 4 --heads 4 --arch gpt --tie-embeddings false --tokenizer byte --lr 3e-4 "
+    "--weight-decay 0.1 --warmup 0 --lr-schedule constant --grad-clip 0 --threads 1 --eval-every 0";
+
+// The last `n` lines of `text`, for a failure message.
+std::string last_lines(const std::string& text, int n);
+
+// The built program at `path` (workspace-relative, e.g. tools/train/train): from this
+// binary's runfiles (a data dependency), else from bazel-bin. ValueError naming the places
+// tried and `bench` (the target to build) when there is none.
+std::string find_built_program(const std::string& path, const std::string& bench);
+
+// What one checked train run measured.
+struct TrainRun {
+  double median_ms = 0, min_ms = 0, max_ms = 0;  // ms/step over the steps after the warm-up
+  double comm_share = 0;                         // the largest exposed_comm_s / train_s of any rank
+  double peak_bytes = 0;                         // the largest of any rank
+  double activation_bytes = 0;                   // the largest of any rank (summary.json's breakdown)
+};
+
+// Runs `dtrrun --nproc-per-node ranks program flags --steps steps ...` in `dir` (emptied
+// first; output in dir/output.txt, the run's files in dir/out) and checks it: exit 0,
+// summary.json and metrics.jsonl with `steps` steps of every rank, every loss finite. The
+// median and range are over the steps after the first `warmup`. Error naming `what`, the
+// command and the end of its output when a check fails.
+TrainRun run_train(const std::string& dtrrun, const std::string& program, int ranks, const std::string& flags,
+                   int64_t steps, int64_t warmup, const std::filesystem::path& dir, const std::string& what);
 
 }  // namespace dtr::bench

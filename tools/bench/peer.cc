@@ -36,4 +36,16 @@ std::string command_output(const std::string& command) {
   return out;
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string torch_version(const std::string& python) {
+  const std::string out =
+      command_output(fmt::format("{} -c 'import torch; print(\"torch\", torch.__version__)'", shell_quote(python)));
+  return out.starts_with("torch ") && out.find('\n') == std::string::npos ? out.substr(6) : "";
+}
+
 }  // namespace dtr::bench

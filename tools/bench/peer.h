@@ -18,4 +18,10 @@ void enter_workspace();
 // its trailing newlines; "" when it could not be started.
 std::string command_output(const std::string& command);
 
+// `s` as one shell word (single-quoted).
+std::string shell_quote(const std::string& s);
+
+// The version of torch that `python` imports, or "" when it cannot.
+std::string torch_version(const std::string& python);
+
 }  // namespace dtr::bench

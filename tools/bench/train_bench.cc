@@ -20,21 +20,14 @@
 // (fsdp_peer.py's model): vocab 4096, dim 256, 4 layers, 4 heads, seq 128, learned
 // positions, final LayerNorm, untied output with bias; 8 sequences per rank; AdamW, float32.
 #include <fmt/format.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,14 +45,6 @@ using namespace dtr;
 namespace fs = std::filesystem;
 
 constexpr int64_t kBatchPerRank = 8, kSeq = 128;
-// fsdp_peer.py's model and optimizer. train takes its vocabulary from the byte tokenizer
-// (256) unless --vocab is larger; the tokens stay below 256, which changes no time.
-// --grad-clip 0: the peer does not clip (train still computes the norm it logs).
-constexpr const char* kTrainFlags =
-    "--vocab 4096 --dim 256 --layers 4 --heads 4 --seq-len 128 --arch gpt --tie-embeddings false "
-    "--tokenizer byte --lr 3e-4 --weight-decay 0.1 --warmup 0 --lr-schedule constant --grad-clip 0 "
-    "--threads 1 --eval-every 0";
-constexpr const char* kWorkspace = "dtr";
 
 // float32 throughout, or --mixed-precision (bf16 parameters and compute, float32 reduction).
 enum class Precision : uint8_t { kFloat32, kMixed };
@@ -71,9 +56,8 @@ struct Run {
   Precision precision = Precision::kFloat32;
   bool tensor_parallel = false;  // --parallel none --tp ranks
   bool sequence_parallel = false;
-  double median_ms = 0, min_ms = 0, max_ms = 0, tokens_per_s = 0;
-  double comm_share = 0;  // the largest exposed_comm_s / train_s of any rank
-  double peak_bytes = 0;  // the largest of any rank
+  bench::TrainRun measured;
+  double tokens_per_s = 0;  // at the median ms/step
   std::optional<double> torch_tokens_per_s;
 
   std::string mode() const {
@@ -82,122 +66,28 @@ struct Run {
   }
 };
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-bool is_executable_file(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// The built program at `path` (workspace-relative, e.g. tools/train/train): from this
-// binary's runfiles (a data dependency), else from bazel-bin.
-std::string find_built_program(const std::string& path) {
-  std::vector<fs::path> candidates;
-  if (const char* dir = std::getenv("RUNFILES_DIR")) candidates.push_back(fs::path(dir) / kWorkspace / path);
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(fs::path(self.string() + ".runfiles") / kWorkspace / path);
-  if (const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY"))
-    candidates.push_back(fs::path(ws) / "bazel-bin" / path);
-  candidates.push_back(fs::current_path() / "bazel-bin" / path);
-  std::string tried;
-  for (const fs::path& c : candidates) {
-    if (is_executable_file(c)) return fs::absolute(c).string();
-    tried += fmt::format("{}{}", tried.empty() ? "" : ", ", c.string());
-  }
-  throw ValueError(fmt::format("no executable {} (tried {}); bazel build //tools/bench:train_bench", path, tried));
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-// The last `n` lines of `text`, for a failure message.
-std::string tail(const std::string& text, int n) {
-  size_t at = text.size();
-  while (n-- > 0 && at > 0) {
-    const size_t nl = text.rfind('\n', at - 1);
-    at = nl == std::string::npos ? 0 : nl;
-  }
-  return text.substr(at);
-}
-
 // Trains `run` for `steps` steps in `dir`, checks the result, and fills in its figures; the
 // median and range are over the steps after the first `warmup`.
 void train(Run& run, const std::string& dtrrun, const std::string& program, int64_t steps, int64_t warmup,
            const fs::path& dir) {
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const fs::path log = dir / "output.txt";
-  const std::string command = fmt::format(
-      "{} --nproc-per-node {} {} {} --parallel {}{}{} --batch-size {} --steps {} --log-every {} --out {} > {} 2>&1",
-      quote(dtrrun), run.ranks, quote(program), kTrainFlags, run.parallel,
+  const std::string flags = fmt::format(
+      "{} --seq-len {} --parallel {}{}{} --batch-size {}", bench::kReferenceTrainFlags, kSeq, run.parallel,
       run.precision == Precision::kMixed ? " --mixed-precision" : "",
       run.tensor_parallel ? fmt::format(" --tp {}{}", run.ranks, run.sequence_parallel ? " --sequence-parallel" : "")
                           : "",
-      kBatchPerRank * run.ranks, steps, steps, quote(dir / "out"), quote(log));
-  const int status = std::system(command.c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  const std::string what = fmt::format("{} ranks, {}", run.ranks, run.mode());
-  DTR_CHECK(code == 0, Error, "{}: exit {}; the command was\n  {}\nand its output ends\n{}", what, code, command,
-            tail(read_text(log), 15));
-
-  for (const char* file : {"summary.json", "metrics.jsonl"}) {
-    DTR_CHECK(fs::is_regular_file(dir / "out" / file), Error, "{}: exit 0 but no {} in {}", what, file,
-              (dir / "out").string());
-  }
-  const nlohmann::json summary = nlohmann::json::parse(read_text(dir / "out" / "summary.json"));
-  DTR_CHECK(summary.at("steps").get<int64_t>() == steps && !summary.at("interrupted").get<bool>(), Error,
-            "{}: summary.json says {} steps (interrupted: {}), not the {} asked for", what, summary.at("steps").dump(),
-            summary.at("interrupted").dump(), steps);
-  const nlohmann::json& ranks = summary.at("ranks");
-  DTR_CHECK(ranks.size() == static_cast<size_t>(run.ranks), Error, "{}: summary.json has figures of {} ranks", what,
-            ranks.size());
-  for (const nlohmann::json& r : ranks) {
-    const double train_s = r.at("train_s").get<double>();
-    DTR_CHECK(train_s > 0, Error, "{}: a rank's train_s is {}", what, train_s);
-    run.comm_share = std::max(run.comm_share, r.at("exposed_comm_s").get<double>() / train_s);
-    run.peak_bytes = std::max(run.peak_bytes, r.at("peak_bytes").get<double>());
-  }
-
-  std::ifstream metrics(dir / "out" / "metrics.jsonl");
-  std::vector<double> times;
-  int64_t lines = 0;
-  for (std::string line; std::getline(metrics, line); ++lines) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    const double loss = j.at("loss").get<double>(), ms = j.at("ms").get<double>();
-    DTR_CHECK(std::isfinite(loss), Error, "{}: step {}'s loss is {}", what, j.at("step").dump(), loss);
-    DTR_CHECK(ms > 0, Error, "{}: step {} took {} ms", what, j.at("step").dump(), ms);
-    if (lines >= warmup) times.push_back(ms);
-  }
-  DTR_CHECK(lines == steps, Error, "{}: metrics.jsonl has {} steps, not {}", what, lines, steps);
-  run.median_ms = bench::median(times);
-  run.min_ms = *std::min_element(times.begin(), times.end());
-  run.max_ms = *std::max_element(times.begin(), times.end());
-  run.tokens_per_s = static_cast<double>(kBatchPerRank * run.ranks * kSeq) / (run.median_ms / 1e3);
-}
-
-// The version of torch that `python` imports, or "" when it cannot.
-std::string torch_version(const std::string& python) {
-  const std::string out =
-      bench::command_output(fmt::format("{} -c 'import torch; print(\"torch\", torch.__version__)'", quote(python)));
-  return out.starts_with("torch ") && out.find('\n') == std::string::npos ? out.substr(6) : "";
+      kBatchPerRank * run.ranks);
+  run.measured = bench::run_train(dtrrun, program, run.ranks, flags, steps, warmup, dir,
+                                  fmt::format("{} ranks, {}", run.ranks, run.mode()));
+  run.tokens_per_s = static_cast<double>(kBatchPerRank * run.ranks * kSeq) / (run.measured.median_ms / 1e3);
 }
 
 // PyTorch's tokens/s at `ranks` ranks by mode (float32: fsdp and ddp; mixed: fsdp+mp), from
 // fsdp_peer.py; empty, with `note` saying why, when it gave no figures.
 std::map<std::string, double> torch_figures(const std::string& python, int ranks, int64_t steps, int64_t warmup,
                                             Precision precision, std::string& note) {
-  const std::string peer = bench::command_output(
-      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/fsdp_peer.py {} {}{}",
-                  quote(python), ranks, steps, warmup, precision == Precision::kMixed ? " --mixed-precision" : ""));
+  const std::string peer = bench::command_output(fmt::format(
+      "{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/fsdp_peer.py {} {}{}",
+      bench::shell_quote(python), ranks, steps, warmup, precision == Precision::kMixed ? " --mixed-precision" : ""));
   double fsdp_ms = 0, fsdp_tps = 0, ddp_ms = 0, ddp_tps = 0;
   if (precision == Precision::kMixed) {
     const size_t at = peer.find("torch fsdp_mp ");
@@ -211,7 +101,7 @@ std::map<std::string, double> torch_figures(const std::string& python, int ranks
       return {{"fsdp", fsdp_tps}, {"ddp", ddp_tps}};
     }
   }
-  note = fmt::format("the PyTorch peer gave no figures; its output ends\n{}", tail(peer, 8));
+  note = fmt::format("the PyTorch peer gave no figures; its output ends\n{}", bench::last_lines(peer, 8));
   return {};
 }
 
@@ -221,14 +111,15 @@ std::map<std::string, double> torch_tp_figures(const std::string& python, int ra
                                                bool sequence_parallel, std::string& note) {
   const std::string peer = bench::command_output(
       fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/tp_peer.py {} {}{}",
-                  quote(python), ranks, steps, warmup, sequence_parallel ? " --sequence-parallel" : ""));
+                  bench::shell_quote(python), ranks, steps, warmup, sequence_parallel ? " --sequence-parallel" : ""));
   const std::string key = sequence_parallel ? "torch tp_sp " : "torch tp ";
   double ms = 0, tps = 0;
   const size_t at = peer.find(key);
   if (at != std::string::npos && std::sscanf(peer.c_str() + at + key.size(), "%lf %lf", &ms, &tps) == 2) {
     return {{sequence_parallel ? "tp+sp" : "tp", tps}};
   }
-  note = fmt::format("the PyTorch tensor-parallel peer gave no figures; its output ends\n{}", tail(peer, 8));
+  note =
+      fmt::format("the PyTorch tensor-parallel peer gave no figures; its output ends\n{}", bench::last_lines(peer, 8));
   return {};
 }
 
@@ -236,8 +127,8 @@ void print_row(const Run& r) {
   const std::string torch = r.torch_tokens_per_s ? fmt::format("{:.0f}", *r.torch_tokens_per_s) : "-";
   const std::string ratio = r.torch_tokens_per_s ? fmt::format("{:.2f}", r.tokens_per_s / *r.torch_tokens_per_s) : "-";
   fmt::print("{:>5} | {:<7} | {:>8.1f} | {:>13} | {:>8.0f} | {:>6.1f} | {:>8.1f} | {:>12} | {:>9}\n", r.ranks, r.mode(),
-             r.median_ms, fmt::format("{:.0f}-{:.0f}", r.min_ms, r.max_ms), r.tokens_per_s, 100 * r.comm_share,
-             r.peak_bytes / (1024.0 * 1024.0), torch, ratio);
+             r.measured.median_ms, fmt::format("{:.0f}-{:.0f}", r.measured.min_ms, r.measured.max_ms), r.tokens_per_s,
+             100 * r.measured.comm_share, r.measured.peak_bytes / (1024.0 * 1024.0), torch, ratio);
   std::fflush(stdout);
 }
 
@@ -257,10 +148,10 @@ int main(int argc, char** argv) {
   if (const std::optional<int> exit_code = dtr::parse_command_line("train_bench", app, argc, argv)) return *exit_code;
   return tool_main("train_bench", [&] {
     DTR_CHECK(steps > warmup, ValueError, "--steps {} must exceed --warmup {}", steps, warmup);
-    const std::string dtrrun = find_built_program("tools/launcher/dtrrun");
-    const std::string program = find_built_program("tools/train/train");
+    const std::string dtrrun = bench::find_built_program("tools/launcher/dtrrun", "//tools/bench:train_bench");
+    const std::string program = bench::find_built_program("tools/train/train", "//tools/bench:train_bench");
     bench::enter_workspace();  // the peer script is read from the workspace
-    const std::string torch_at = torch_version(python);
+    const std::string torch_at = bench::torch_version(python);
     // Removed, with every run's output, however this ends.
     const TempPath scratch(fs::temp_directory_path() / fmt::format("train_bench.{}", ::getpid()));
 

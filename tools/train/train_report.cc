@@ -63,6 +63,10 @@ std::vector<RankFigures> gather_rank_figures(const RankFigures& mine) {
   return out;
 }
 
+double activation_bytes(const RankFigures& f) {
+  return std::max(0.0, f.peak_bytes - (f.param_bytes + f.grad_bytes + f.optim_bytes));
+}
+
 std::string monitoring_table(const std::vector<RankFigures>& ranks) {
   const bool gpu =
       std::any_of(ranks.begin(), ranks.end(), [](const RankFigures& f) { return f.device_reserved_bytes > 0; });
@@ -72,13 +76,12 @@ std::string monitoring_table(const std::vector<RankFigures>& ranks) {
   table += gpu ? fmt::format(" | {:>9} | {:>9} | {:>9}\n", "GPU alloc", "GPU resv.", "host peak") : "\n";
   for (size_t r = 0; r < ranks.size(); ++r) {
     const RankFigures& f = ranks[r];
-    const double state = f.param_bytes + f.grad_bytes + f.optim_bytes;
     const double comm = f.train_s > 0 ? 100 * f.exposed_s / f.train_s : 0;
     const double hidden = f.comm_s > 0 ? 100 * (f.comm_s - f.exposed_s) / f.comm_s : 0;
     table += fmt::format(
         "{:>4} | {:>10.2f} | {:>9.2f} | {:>9.2f} | {:>11.2f} | {:>8.2f} | {:>6.1f} | {:>9.1f} | {:>8.1f} | {:>9.0f}", r,
-        mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(std::max(0.0, f.peak_bytes - state)),
-        mib(f.peak_bytes), comm, 100 - comm, hidden, f.train_s > 0 ? f.tokens / f.train_s : 0);
+        mib(f.param_bytes), mib(f.grad_bytes), mib(f.optim_bytes), mib(activation_bytes(f)), mib(f.peak_bytes), comm,
+        100 - comm, hidden, f.train_s > 0 ? f.tokens / f.train_s : 0);
     table += gpu ? fmt::format(" | {:>9.2f} | {:>9.2f} | {:>9.2f}\n", mib(f.device_in_use_bytes),
                                mib(f.device_reserved_bytes), mib(f.host_peak_bytes))
                  : "\n";
@@ -91,6 +94,7 @@ nlohmann::json to_json(const RankFigures& f) {
           {"grad_bytes", f.grad_bytes},
           {"optim_bytes", f.optim_bytes},
           {"peak_bytes", f.peak_bytes},
+          {"activation_bytes", activation_bytes(f)},
           {"host_peak_bytes", f.host_peak_bytes},
           {"device_in_use_bytes", f.device_in_use_bytes},
           {"device_reserved_bytes", f.device_reserved_bytes},

@@ -39,11 +39,16 @@ struct RankFigures {
   double tokens = 0;                                          // this rank's tokens in the timed steps
 };
 
+// A rank's activations: its peak less its parameters, gradients and optimizer state (0 at
+// least), as the monitoring table and summary.json give them.
+double activation_bytes(const RankFigures& figures);
+
 // Every rank's figures, in rank order, on every rank (one all-reduce of the default group).
 std::vector<RankFigures> gather_rank_figures(const RankFigures& mine);
 
 // The seed's monitoring table, one row per rank; GPU columns when the ranks trained on GPUs.
 std::string monitoring_table(const std::vector<RankFigures>& ranks);
+// The figures as summary.json holds them, activation_bytes among them.
 nlohmann::json to_json(const RankFigures& figures);
 
 }  // namespace dtr::train

@@ -31,18 +31,24 @@ from make_transformer_testdata import Transformer  # noqa: E402
 VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8
 
 
-def train(model, steps: int, warmup: int) -> float:
-    """Median ms per step."""
+def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None) -> float:
+    """Median ms per step over `steps` steps after `warmup`, on sequences of `seq` tokens.
+    A `probe` (ac_peer.py's memory probe) is told when each step starts and when its
+    backward has ended."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
     g = torch.Generator().manual_seed(1 + dist.get_rank())
-    ids = torch.randint(0, VOCAB, (BATCH_PER_RANK, SEQ + 1), generator=g)
+    ids = torch.randint(0, VOCAB, (BATCH_PER_RANK, seq + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
     times = []
     for step in range(warmup + steps):
         t0 = time.perf_counter()
+        if probe:
+            probe.start()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, VOCAB), y)
         loss.backward()
+        if probe:
+            probe.after_backward()
         opt.step()
         value = loss.item()
         if not math.isfinite(value):

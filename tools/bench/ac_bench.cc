@@ -1,0 +1,283 @@
+// ac_bench: activation checkpointing in the train program (tools/train/train under dtrrun,
+// one thread per rank) on train_bench's reference configuration, against PyTorch 2.15's
+// checkpoint_wrapper on the same model in the same run. For each rank count and sequence
+// length, three policies: none, every 2nd block (--activation-checkpoint full --ac-every 2:
+// blocks 0 and 2) and full (every block); --parallel fsdp, or none on 1 rank. One row per
+// run: the median ms/step after the warm-up and its range, tokens/s at the median, peak MiB
+// per rank and activations MiB (peak less parameters, gradients and optimizer state: the
+// breakdown in summary.json), each with its change against none; then PyTorch's figures for
+// the same policy and dtr's tokens/s over PyTorch's. The goal for full: activations
+// down by at least 60% for at most 35% more step time. The selective policy is not built.
+// Last, an SVG of peak MiB per rank against tokens/s, one line per implementation, rank count
+// and sequence length through its policies (tools/train/loss_plot.h draws it).
+//
+//   bazel run //tools/bench:ac_bench [-- --ranks 1,2 --seq-lens 128,512 --steps 6 --warmup 2 --svg PATH]
+//
+// PyTorch's side is tools/bench/peers/ac_peer.py (checkpoint_wrapper on the blocks, then
+// fully_shard on more than one rank). Its CPU allocator keeps no peak, so its memory columns
+// are the process's resident set (ac_peer.py says how), marked "(RSS)": compare their changes
+// against none with dtr's, not their MiB. Its columns show '-' when torch is missing.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "core/temp_path.h"
+#include "tools/bench/bench_util.h"
+#include "tools/bench/peer.h"
+#include "tools/command_line.h"
+#include "tools/tool_main.h"
+#include "tools/train/loss_plot.h"
+
+namespace {
+
+using namespace dtr;
+namespace fs = std::filesystem;
+
+constexpr int64_t kBatchPerRank = 8;
+constexpr double kMiB = 1024.0 * 1024.0;
+// The goal for full checkpointing, against none.
+constexpr double kFullActivationCut = 60, kFullTimeCost = 35;
+
+// A checkpointing policy: its name in the table, the train flags that select it and
+// ac_peer.py's name for it.
+struct Policy {
+  const char* label;
+  const char* train_flags;
+  const char* peer_name;
+};
+constexpr std::array<Policy, 3> kPolicies = {{
+    {"none", "--activation-checkpoint none", "none"},
+    {"every 2nd", "--activation-checkpoint full --ac-every 2", "every2"},
+    {"full", "--activation-checkpoint full", "full"},
+}};
+
+// PyTorch's figures for one policy (ac_peer.py's line); memory from the resident set.
+struct TorchFigures {
+  double ms = 0, tokens_per_s = 0, peak_mib = 0, activation_mib = 0;
+};
+
+struct Row {
+  int ranks = 1;
+  int64_t seq = 0;
+  const Policy* policy = nullptr;
+  bench::TrainRun dtr;
+  double tokens_per_s = 0;  // at dtr's median ms/step
+  std::optional<TorchFigures> torch;
+};
+
+// Trains one row's run and fills in dtr's figures.
+void train_row(Row& row, const std::string& dtrrun, const std::string& program, int64_t steps, int64_t warmup,
+               const fs::path& dir) {
+  const std::string flags =
+      fmt::format("{} --seq-len {} --parallel {} {} --batch-size {}", bench::kReferenceTrainFlags, row.seq,
+                  row.ranks == 1 ? "none" : "fsdp", row.policy->train_flags, kBatchPerRank * row.ranks);
+  row.dtr = bench::run_train(dtrrun, program, row.ranks, flags, steps, warmup, dir,
+                             fmt::format("{} ranks, seq {}, {}", row.ranks, row.seq, row.policy->label));
+  row.tokens_per_s = static_cast<double>(kBatchPerRank * row.ranks * row.seq) / (row.dtr.median_ms / 1e3);
+}
+
+// PyTorch's figures by ac_peer.py's policy name at `ranks` ranks and sequence `seq`; empty,
+// with `note` saying why, when the peer gave not all of them.
+std::map<std::string, TorchFigures> torch_figures(const std::string& python, int ranks, int64_t seq, int64_t steps,
+                                                  int64_t warmup, std::string& note) {
+  const std::string peer = bench::command_output(
+      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/ac_peer.py {} {} {}",
+                  bench::shell_quote(python), ranks, steps, warmup, seq));
+  std::map<std::string, TorchFigures> figures;
+  std::istringstream lines(peer);
+  for (std::string line; std::getline(lines, line);) {
+    char name[16];
+    TorchFigures f;
+    if (std::sscanf(line.c_str(), "torch ac %15s %lf %lf %lf %lf", name, &f.ms, &f.tokens_per_s, &f.peak_mib,
+                    &f.activation_mib) == 5) {
+      figures[name] = f;
+    }
+  }
+  if (figures.size() == kPolicies.size()) return figures;
+  note = fmt::format("the PyTorch peer gave figures of {} of {} policies; its output ends\n{}", figures.size(),
+                     kPolicies.size(), bench::last_lines(peer, 8));
+  return {};
+}
+
+// "+12%" / "-71%": the change from `base` to `value`; "" for the base row itself.
+std::string change(double value, double base, bool is_base) {
+  return is_base ? "" : fmt::format("{:+.0f}%", 100 * (value / base - 1));
+}
+
+// Prints the rows of one rank count and sequence length; rows[0] is none.
+void print_rows(const std::vector<Row>& rows) {
+  const Row& none = rows.front();
+  for (const Row& r : rows) {
+    const bool base = &r == &none;
+    // PyTorch's columns: ms/step, tokens/s, peak, activations, their changes, dtr over PyTorch.
+    std::array<std::string, 7> torch;
+    torch.fill("-");
+    if (const std::optional<TorchFigures>& t = r.torch) {
+      torch = {fmt::format("{:.1f}", t->ms),
+               fmt::format("{:.0f}", t->tokens_per_s),
+               fmt::format("{:.1f}", t->peak_mib),
+               fmt::format("{:.1f}", t->activation_mib),
+               change(t->activation_mib, none.torch->activation_mib, base),
+               change(t->ms, none.torch->ms, base),
+               fmt::format("{:.2f}", r.tokens_per_s / t->tokens_per_s)};
+    }
+    fmt::print(
+        "{:>5} | {:>4} | {:<9} | {:>8.1f} | {:>9} | {:>8.0f} | {:>8.1f} | {:>10.1f} | {:>7} | {:>7} || {:>8} | {:>8} | "
+        "{:>8} | {:>10} | {:>7} | {:>7} | {:>9}\n",
+        r.ranks, r.seq, r.policy->label, r.dtr.median_ms, fmt::format("{:.0f}-{:.0f}", r.dtr.min_ms, r.dtr.max_ms),
+        r.tokens_per_s, r.dtr.peak_bytes / kMiB, r.dtr.activation_bytes / kMiB,
+        change(r.dtr.activation_bytes, none.dtr.activation_bytes, base),
+        change(r.dtr.median_ms, none.dtr.median_ms, base), torch[0], torch[1], torch[2], torch[3], torch[4], torch[5],
+        torch[6]);
+  }
+  std::fflush(stdout);
+}
+
+// The goal line of full checkpointing at one rank count and sequence length; rows[0] is none.
+std::string goal_line(const std::vector<Row>& rows) {
+  const Row& none = rows.front();
+  for (const Row& r : rows) {
+    if (std::string(r.policy->label) != "full") continue;
+    const double cut = 100 * (1 - r.dtr.activation_bytes / none.dtr.activation_bytes);
+    const double cost = 100 * (r.dtr.median_ms / none.dtr.median_ms - 1);
+    const std::string torch =
+        r.torch ? fmt::format("; PyTorch's full: {:+.0f}% step time", 100 * (r.torch->ms / none.torch->ms - 1)) : "";
+    return fmt::format("{} ranks, seq {}: full cuts activations {:.0f}% ({}) for {:+.0f}% step time ({}){}", r.ranks,
+                       r.seq, cut, cut >= kFullActivationCut ? "met" : "missed", cost,
+                       cost <= kFullTimeCost ? "met" : "missed", torch);
+  }
+  return "";
+}
+
+// The SVG: peak MiB per rank against tokens/s, one line per implementation, rank count and
+// sequence length through none, every 2nd and full. PyTorch's peak is its resident set's.
+void write_svg(const std::string& path, const std::vector<std::vector<Row>>& groups) {
+  // dtr in blues and greens, PyTorch in oranges and reds.
+  static constexpr std::array<const char*, 4> kDtrColors = {"#1f77b4", "#17becf", "#2ca02c", "#9467bd"};
+  static constexpr std::array<const char*, 4> kTorchColors = {"#ff7f0e", "#d62728", "#8c564b", "#e377c2"};
+  std::vector<train::Series> series;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Row& first = groups[g].front();
+    const std::string what = fmt::format("{} rank{}, seq {}", first.ranks, first.ranks == 1 ? "" : "s", first.seq);
+    train::Series dtr{.label = "dtr " + what, .color = kDtrColors[g % kDtrColors.size()], .points = {}};
+    train::Series torch{
+        .label = "PyTorch " + what + " (RSS)", .color = kTorchColors[g % kTorchColors.size()], .points = {}};
+    for (const Row& r : groups[g]) {
+      dtr.points.emplace_back(r.tokens_per_s, r.dtr.peak_bytes / kMiB);
+      if (r.torch) torch.points.emplace_back(r.torch->tokens_per_s, r.torch->peak_mib);
+    }
+    series.push_back(std::move(dtr));
+    if (!torch.points.empty()) series.push_back(std::move(torch));
+  }
+  train::write_loss_plot(path, series,
+                         {.title = "activation checkpointing: none, every 2nd block, full (along each line)",
+                          .x_label = "tokens/s",
+                          .y_label = "peak MiB per rank",
+                          .width = 900,
+                          .height = 560});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Activation checkpointing in the train program (none, every 2nd block, full) against PyTorch's."};
+  std::vector<int> ranks = {1, 2};
+  std::vector<int64_t> seq_lens = {128, 512};
+  std::string python = bench::default_peer_python();
+  std::string svg = "docs/ac_bench.svg";
+  int64_t steps = 6, warmup = 2;
+  app.add_option("--ranks", ranks, "rank counts, comma-separated (each run its own launch)")
+      ->delimiter(',')
+      ->check(whole_number(1, 64));
+  app.add_option("--seq-lens", seq_lens, "sequence lengths, comma-separated")
+      ->delimiter(',')
+      ->check(whole_number(1, 8192));
+  app.add_option("--steps", steps, "steps per run, warm-up included")->check(whole_number(1));
+  app.add_option("--warmup", warmup, "first steps left out of ms/step")->check(whole_number(0));
+  app.add_option("--python", python, "the Python that runs the PyTorch peer");
+  app.add_option("--svg", svg, "where the SVG goes (relative to the workspace)");
+  if (const std::optional<int> exit_code = dtr::parse_command_line("ac_bench", app, argc, argv)) return *exit_code;
+  return tool_main("ac_bench", [&] {
+    DTR_CHECK(steps > warmup, ValueError, "--steps {} must exceed --warmup {}", steps, warmup);
+    const std::string dtrrun = bench::find_built_program("tools/launcher/dtrrun", "//tools/bench:ac_bench");
+    const std::string program = bench::find_built_program("tools/train/train", "//tools/bench:ac_bench");
+    bench::enter_workspace();  // the peer script is read from the workspace, the SVG written there
+    const fs::path svg_dir = fs::absolute(svg).parent_path();
+    DTR_CHECK(fs::is_directory(svg_dir), ValueError, "--svg {}: no directory {} to write it in", svg, svg_dir.string());
+    const std::string torch_at = bench::torch_version(python);
+    // Removed, with every run's output, however this ends.
+    const TempPath scratch(fs::temp_directory_path() / fmt::format("ac_bench.{}", ::getpid()));
+
+    fmt::print("the train program under dtrrun, 1 thread per rank ({} hardware threads), against {} (ac_peer.py)\n",
+               std::thread::hardware_concurrency(), torch_at.empty() ? "PyTorch (missing)" : "PyTorch " + torch_at);
+    fmt::print(
+        "causal LM: vocab 4096, dim 256, 4 layers, 4 heads, learned positions, final norm, untied output; {} "
+        "sequences per rank, AdamW, float32; --parallel fsdp (none on 1 rank)\n",
+        kBatchPerRank);
+    fmt::print(
+        "ms/step: median of steps {}..{} (range: their min-max); peak and activations: the largest of any rank; "
+        "activ. = peak - (parameters + gradients + optimizer state); 'vs none': the change against none\n",
+        warmup + 1, steps);
+    fmt::print(
+        "PyTorch: checkpoint_wrapper (non-reentrant) on the same blocks, fully_shard on > 1 rank; its peak and "
+        "activations are resident-set figures (ac_peer.py), not an allocator's\n");
+    fmt::print(
+        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>7} | {:>7} || {:>8} | {:>8} | {:>8} | "
+        "{:>10} | {:>7} | {:>7} | {:>9}\n",
+        "ranks", "seq", "policy", "ms/step", "range ms", "tokens/s", "peak MiB", "activ. MiB", "activ.", "ms",
+        "torch ms", "tok/s", "peak*", "activ.*", "activ.", "ms", "dtr/torch");
+    fmt::print(
+        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>7} | {:>7} || {:>8} | {:>8} | {:>8} | "
+        "{:>10} | {:>7} | {:>7} | {:>9}\n",
+        "", "", "", "", "", "", "", "", "vs none", "vs none", "", "", "(RSS)", "(RSS)", "vs none", "vs none", "tok/s");
+    std::fflush(stdout);
+    std::vector<std::string> notes, goals;
+    if (torch_at.empty()) {
+      notes.push_back(
+          fmt::format("torch missing ({} cannot import it): pip install torch==2.15.0, or pass --python", python));
+    }
+    std::vector<std::vector<Row>> groups;
+    for (int n : ranks) {
+      for (int64_t seq : seq_lens) {
+        std::vector<Row> rows;
+        for (const Policy& p : kPolicies) {
+          rows.push_back(Row{.ranks = n, .seq = seq, .policy = &p, .dtr = {}, .tokens_per_s = 0, .torch = {}});
+          train_row(rows.back(), dtrrun, program, steps, warmup,
+                    scratch.path() / fmt::format("{}_{}_{}", n, seq, p.peer_name));
+        }
+        // PyTorch's figures, after dtr's, on the same machine.
+        if (!torch_at.empty()) {
+          std::string note;
+          const std::map<std::string, TorchFigures> torch = torch_figures(python, n, seq, steps - warmup, warmup, note);
+          if (!note.empty()) notes.push_back(fmt::format("{} ranks, seq {}: {}", n, seq, note));
+          for (Row& r : rows) {
+            if (auto it = torch.find(r.policy->peer_name); it != torch.end()) r.torch = it->second;
+          }
+        }
+        print_rows(rows);
+        goals.push_back(goal_line(rows));
+        groups.push_back(std::move(rows));
+      }
+    }
+    fmt::print("selective (keep matrix products' and collectives' outputs): not built yet, no row\n");
+    fmt::print("goal: full cuts activations by >= {:.0f}% for <= {:.0f}% more step time\n", kFullActivationCut,
+               kFullTimeCost);
+    for (const std::string& goal : goals) fmt::print("  {}\n", goal);
+    for (const std::string& note : notes) fmt::print("{}\n", note);
+    write_svg(svg, groups);
+    fmt::print("wrote {}\n", svg);
+    return 0;
+  });
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""PyTorch peer of ac_bench: fsdp_peer.py's causal LM at one sequence length with activation
+checkpointing, on gloo, one thread per rank, started by torch.distributed.run. Each policy
+wraps blocks in checkpoint_wrapper (non-reentrant torch.utils.checkpoint; none: no block,
+every2: blocks 0, 2, ..., full: every block), then, on more than one rank, fully_shard on each
+block and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 prints one
+line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <activations MiB>" per policy
+(ms/step: the median, the largest of any rank).
+
+torch's CPU allocator keeps no peak, so memory is the process's resident set over forward
+and backward (the optimizer step left out: AdamW's foreach temporaries would be the peak of
+every policy alike): at each step's start its high-water mark (VmHWM) is reset through
+/proc/self/clear_refs, and read when backward ends; the peak is the largest such mark less
+the resident set after the model was built (freed memory handed back by malloc_trim first),
+plus the rank's parameter bytes. glibc maps every allocation of 128 KiB or more apart and
+unmaps it when freed (mallopt), so the resident set follows the live tensors. One untimed step before the first policy takes what the
+process allocates once. The activations are that peak less parameters, gradients and
+AdamW's two moments (4 x the parameter bytes), so they hold what else the steps allocate
+(gloo's buffers, the autograd engine's): read their changes against none, not their MiB
+against dtr's allocator figures. Without torch it prints "torch missing" and exits 0.
+
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/ac_peer.py STEPS WARMUP SEQ
+"""
+import argparse
+import ctypes
+import gc
+import sys
+
+try:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+except ImportError:
+    print("torch missing")
+    sys.exit(0)
+
+from fsdp_peer import BATCH_PER_RANK, DIM, HEADS, LAYERS, VOCAB, Transformer, train  # noqa: E402
+
+# Which blocks each policy checkpoints.
+POLICIES = {"none": lambda i: False, "every2": lambda i: i % 2 == 0, "full": lambda i: True}
+MIB = 1024.0 * 1024.0
+M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
+def resident_kib(field: str) -> int:
+    """VmRSS or VmHWM of this process, in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"ac_peer: no {field} in /proc/self/status")
+
+
+class ResidentPeak:
+    """The largest resident set of the steps' forward and backward, in KiB."""
+
+    def __init__(self):
+        self.peak_kib = 0
+
+    def start(self):
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # VmHWM := VmRSS
+
+    def after_backward(self):
+        self.peak_kib = max(self.peak_kib, resident_kib("VmHWM"))
+
+
+def local_parameter_bytes(model) -> int:
+    """This rank's bytes of the parameters (a DTensor's local shard under fully_shard)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).nbytes for p in model.parameters())
+
+
+def build(policy: str, seq: int, world: int):
+    torch.manual_seed(0)
+    model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=seq, final_norm=True)
+    for i, layer in enumerate(model.layers):
+        if POLICIES[policy](i):
+            model.layers[i] = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    if world > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("steps", type=int)
+    parser.add_argument("warmup", type=int)
+    parser.add_argument("seq", type=int)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    world = dist.get_world_size()
+    tokens = BATCH_PER_RANK * args.seq * world
+    libc = ctypes.CDLL("libc.so.6")
+    # Every allocation of 128 KiB or more its own mapping, returned when freed: glibc would
+    # otherwise raise this threshold as tensors are freed and keep them in its heap, and
+    # the resident set would stay at the first step's peak whatever the policy.
+    libc.mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    # One untimed step first, so that what the process allocates once (the autograd engine,
+    # gloo's and the kernels' first-use state) counts in no policy's resident set.
+    train(build("none", args.seq, world), 1, 0, args.seq)
+    lines = []
+    for policy in POLICIES:
+        model = build(policy, args.seq, world)
+        param_bytes = local_parameter_bytes(model)
+        gc.collect()
+        libc.malloc_trim(0)
+        base_kib = resident_kib("VmRSS")
+        probe = ResidentPeak()
+        ms = train(model, args.steps, args.warmup, args.seq, probe)
+        peak = param_bytes + (probe.peak_kib - base_kib) * 1024.0
+        figures = torch.tensor([ms, peak, peak - 4 * param_bytes], dtype=torch.float64)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+        ms, peak, activations = figures.tolist()
+        lines.append(f"torch ac {policy} {ms:.1f} {tokens / (ms / 1e3):.1f} {peak / MIB:.1f} {activations / MIB:.1f}")
+        del model
+    if dist.get_rank() == 0:
+        print("\n".join(lines))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
