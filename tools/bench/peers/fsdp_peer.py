@@ -31,13 +31,15 @@ from make_transformer_testdata import Transformer  # noqa: E402
 VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8
 
 
-def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None) -> float:
-    """Median ms per step over `steps` steps after `warmup`, on sequences of `seq` tokens.
-    A `probe` (ac_peer.py's memory probe) is told when each step starts and when its
-    backward has ended."""
+def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None, shared_batch: bool = False) -> float:
+    """Median ms per step over `steps` steps after `warmup`, on sequences of `seq` tokens:
+    BATCH_PER_RANK of this rank's own, or with `shared_batch` (tensor parallelism, tp_peer.py)
+    one global batch of BATCH_PER_RANK per rank that every rank holds. A `probe` (ac_peer.py's
+    memory probe) is told when each step starts and when its backward has ended."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    g = torch.Generator().manual_seed(1 + dist.get_rank())
-    ids = torch.randint(0, VOCAB, (BATCH_PER_RANK, seq + 1), generator=g)
+    rows = BATCH_PER_RANK * dist.get_world_size() if shared_batch else BATCH_PER_RANK
+    g = torch.Generator().manual_seed(1 if shared_batch else 1 + dist.get_rank())
+    ids = torch.randint(0, VOCAB, (rows, seq + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
     times = []
     for step in range(warmup + steps):
@@ -52,7 +54,7 @@ def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None) -> float:
         opt.step()
         value = loss.item()
         if not math.isfinite(value):
-            raise RuntimeError(f"fsdp_peer: step {step}: loss {value} is not finite")
+            raise RuntimeError(f"step {step}: loss {value} is not finite")
         if step >= warmup:
             times.append(1e3 * (time.perf_counter() - t0))
     return statistics.median(times)

@@ -14,10 +14,7 @@ medians). A non-finite loss fails the run. Without torch it prints "torch missin
     python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/tp_peer.py STEPS WARMUP [--sequence-parallel]
 """
 import argparse
-import math
-import statistics
 import sys
-import time
 
 try:
     import torch
@@ -28,7 +25,7 @@ except ImportError:
     print("torch missing")
     sys.exit(0)
 
-VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8
+from fsdp_peer import BATCH_PER_RANK, DIM, HEADS, LAYERS, SEQ, VOCAB, train  # noqa: E402
 
 
 class Attention(nn.Module):
@@ -127,23 +124,7 @@ def main() -> None:
         parallelize_module(layer, mesh, block)
     parallelize_module(model, mesh, top)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    g = torch.Generator().manual_seed(1)  # one global batch, on every rank
-    ids = torch.randint(0, VOCAB, (BATCH_PER_RANK * world, SEQ + 1), generator=g)
-    x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
-    times = []
-    for step in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y)
-        loss.backward()
-        opt.step()
-        value = loss.item()
-        if not math.isfinite(value):
-            raise RuntimeError(f"tp_peer: step {step}: loss {value} is not finite")
-        if step >= args.warmup:
-            times.append(1e3 * (time.perf_counter() - t0))
-    ms = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    ms = torch.tensor([train(model, args.steps, args.warmup, shared_batch=True)], dtype=torch.float64)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     if dist.get_rank() == 0:
         tokens = BATCH_PER_RANK * world * SEQ
