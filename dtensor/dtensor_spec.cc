@@ -44,9 +44,11 @@ std::vector<DimRanges> compute_local_ranges(const DeviceMesh& mesh, const Placem
   return ranges;
 }
 
-LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
-                               std::span<const int64_t> coordinate) {
-  const std::vector<DimRanges> ranges = compute_local_ranges(mesh, placements, shape, coordinate);
+namespace {
+
+// `ranges` (the rank at `coordinate` holds them under the other arguments) as one chunk.
+LocalChunk single_chunk(const std::vector<DimRanges>& ranges, const DeviceMesh& mesh, const Placements& placements,
+                        const Shape& shape, std::span<const int64_t> coordinate) {
   LocalChunk chunk;
   for (size_t d = 0; d < ranges.size(); ++d) {
     DTR_CHECK(ranges[d].size() == 1, ValueError,
@@ -57,6 +59,13 @@ LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placeme
     chunk.shape.push_back(ranges[d][0].length);
   }
   return chunk;
+}
+
+}  // namespace
+
+LocalChunk compute_local_chunk(const DeviceMesh& mesh, const Placements& placements, const Shape& shape,
+                               std::span<const int64_t> coordinate) {
+  return single_chunk(compute_local_ranges(mesh, placements, shape, coordinate), mesh, placements, shape, coordinate);
 }
 
 std::vector<LocalPiece> local_pieces(std::span<const DimRanges> ranges) {
@@ -207,8 +216,7 @@ std::vector<DimRanges> DTensorSpec::local_ranges(std::span<const int64_t> coordi
 }
 
 LocalChunk DTensorSpec::local_chunk(std::span<const int64_t> coordinate) const {
-  local_ranges(coordinate);  // checks the coordinate
-  return compute_local_chunk(mesh_, placements_, shape_, coordinate);
+  return single_chunk(local_ranges(coordinate), mesh_, placements_, shape_, coordinate);
 }
 
 bool DTensorSpec::has_strided_pieces() const {
