@@ -308,7 +308,7 @@ ArchSwitches arch_switches(const TrainConfig& c) {
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int64_t world_size) {
   const Parallel parallel = c.parallel;
   if (c.mesh.empty()) {
-    if (c.tp > 1) return {{"tp", world_size}};
+    if (c.tp > 1) return {{std::string(kTensorParallelDim), world_size}};
     if (parallel == Parallel::kHsdp) return {{"replicate", 2}, {"shard", world_size / 2}};
     return {{"dp", world_size}};
   }
@@ -389,8 +389,9 @@ void validate(const TrainConfig& c, int64_t world_size) {
   const std::string mesh_text = c.mesh.empty() ? "(default)" : c.mesh;
   DTR_CHECK(mesh_size == world_size, ValueError, "--mesh {}: its dims hold {} ranks but the world has {}", mesh_text,
             mesh_size, world_size);
-  DTR_CHECK(c.tp == 1 || (dims.size() == 1 && dims[0].first == "tp"), ValueError,
-            "--mesh {}: with --tp {} the mesh is one dim named tp (tp={}), or leave --mesh out", mesh_text, c.tp, c.tp);
+  DTR_CHECK(c.tp == 1 || (dims.size() == 1 && dims[0].first == kTensorParallelDim), ValueError,
+            "--mesh {}: with --tp {} the mesh is one dim named {} ({}={}), or leave --mesh out", mesh_text, c.tp,
+            kTensorParallelDim, kTensorParallelDim, c.tp);
   if (parallel == Parallel::kHsdp) {
     DTR_CHECK(dims.size() == 2, ValueError,
               "--mesh {}: --parallel hsdp takes a 2-D mesh, e.g. {} (the world of {} ranks split in two dims)",

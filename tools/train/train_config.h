@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -59,7 +60,8 @@ struct TrainConfig {
   int64_t prefetch = 0;
   ReshardAfterForward reshard_after_forward = true;
   // Tensor parallelism over --tp ranks (nn::transformer_tp_plan), with its sequence- and
-  // loss-parallel variants. On its own for now: --parallel none, the whole world on "tp".
+  // loss-parallel variants. On its own for now: --parallel none, the whole world on the mesh
+  // dim kTensorParallelDim.
   int64_t tp = 1;
   bool sequence_parallel = false, loss_parallel = false;
   int64_t threads = 1;
@@ -82,6 +84,9 @@ struct TrainConfig {
   // The step (1-based) whose collectives rank 0 prints by module and phase (0: none).
   int64_t comm_debug = 0;
 };
+
+// The name of the tensor-parallel mesh dim: its ranks share their batch.
+inline constexpr std::string_view kTensorParallelDim = "tp";
 
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",
 // flag_value(ReshardAfterForward(2)) "2".

@@ -61,7 +61,7 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
   // Split over the data-parallel mesh dims; the tensor-parallel ranks share theirs.
   Placements batch;
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    const bool tensor_parallel = !mesh.dim_names().empty() && mesh.dim_names()[i] == "tp";
+    const bool tensor_parallel = !mesh.dim_names().empty() && mesh.dim_names()[i] == kTensorParallelDim;
     batch.push_back(tensor_parallel ? Replicate() : Shard(0));
   }
   const DTensorSpec spec(mesh, batch, {rows, seq_len}, kInt64);

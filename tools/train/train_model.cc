@@ -41,10 +41,13 @@ void init_from(nn::Module& net, const TrainConfig& c) {
       list.string()));
 }
 
+// --parallel none without tensor parallelism: one process, training on its one-rank mesh.
+bool one_process(const TrainConfig& c) { return c.parallel == Parallel::kNone && c.tp == 1; }
+
 }  // namespace
 
 DeviceMesh training_mesh(const TrainConfig& c, DeviceType device_type, int64_t world_size) {
-  if (c.parallel == Parallel::kNone && c.tp == 1) return DeviceMesh::row_major(device_type, {1}, {}, 0, 1);
+  if (one_process(c)) return DeviceMesh::row_major(device_type, {1}, {}, 0, 1);
   std::vector<int64_t> shape;
   std::vector<std::string> names;
   for (const auto& [name, size] : mesh_dims(c, world_size)) {
@@ -61,8 +64,7 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   const Parallel parallel = c.parallel;
   // --parallel none trains on its one-rank mesh directly; the others build on the CPU's and
   // fully_shard / replicate / parallelize_module move the parameters to the mesh.
-  const bool on_mesh = parallel == Parallel::kNone && c.tp == 1;
-  const nn::ParameterOptions where{.mesh = on_mesh ? std::optional<DeviceMesh>(mesh) : std::nullopt};
+  const nn::ParameterOptions where{.mesh = one_process(c) ? std::optional<DeviceMesh>(mesh) : std::nullopt};
   const nn::TransformerConfig config{.vocab_size = vocab,
                                      .dim = c.dim,
                                      .n_layers = c.layers,
