@@ -185,8 +185,9 @@ DeviceMesh DeviceMesh::submesh(std::span<const std::string> dim_names) const {
   std::vector<int64_t> kept;
   for (const std::string& name : dim_names) {
     const int64_t d = dim_index(name);
-    DTR_CHECK(kept.empty() || d > kept.back(), ValueError,
-              "DeviceMesh.submesh: names {} must be distinct and in the mesh's order {}", dim_names, dim_names_);
+    DTR_CHECK(std::find(kept.begin(), kept.end(), d) == kept.end(), ValueError,
+              "DeviceMesh.submesh: names {} name mesh dim '{}' twice; give each of {} at most once", dim_names, name,
+              dim_names_);
     kept.push_back(d);
   }
   Shape sub_shape;
@@ -210,15 +211,17 @@ DeviceMesh DeviceMesh::submesh(std::span<const std::string> dim_names) const {
                  this_rank_);
   if (has_groups()) {
     for (int64_t d : kept) sub.groups_.push_back(groups_[d]);
-    // A range of the sub-mesh's dims keeps its flattened group when its dims are adjacent here too.
+    // A range of the sub-mesh's dims keeps its flattened group when they are the same
+    // adjacent dims, in the same order, here.
     for (const auto& [range, group] : flattened_groups_) {
       for (size_t first = 0; first + range.second <= kept.size(); ++first) {
-        if (kept[first] == range.first && kept[first + range.second - 1] == range.first + range.second - 1) {
-          sub.flattened_groups_[{static_cast<int64_t>(first), range.second}] = group;
-        }
+        bool same = true;
+        for (int64_t k = 0; k < range.second; ++k) same = same && kept[first + k] == range.first + k;
+        if (same) sub.flattened_groups_[{static_cast<int64_t>(first), range.second}] = group;
       }
     }
   }
+  sub.root_ = root_ ? root_ : std::make_shared<const DeviceMesh>(*this);
   return sub;
 }
 

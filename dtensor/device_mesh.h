@@ -81,10 +81,17 @@ class DeviceMesh {
   // The group along mesh_dim that holds this process.
   std::vector<int64_t> local_group_ranks(int64_t mesh_dim) const;
 
-  // Sub-mesh of the named dims (in mesh order) through this process's coordinate:
+  // Sub-mesh of the named dims, in the order named, through this process's coordinate:
   // mesh["tp"] on the (2, 4) mesh above is [0, 1, 2, 3] on ranks 0..3, [4..7] on 4..7.
+  // Naming every dim in another order transposes the mesh: submesh({"tp", "dp"}) of it is
+  // [[0, 4], [1, 5], [2, 6], [3, 7]]. Placements nest in mesh-dim order (DTensorSpec), so a
+  // transposed mesh is how a sharding by "tp" comes before one by "dp" (FSDP of the
+  // tensor-parallel pieces: nn/fully_shard.h).
   DeviceMesh operator[](std::string_view dim_name) const;
   DeviceMesh submesh(std::span<const std::string> dim_names) const;
+  // The mesh this one was cut from by submesh (PyTorch's root mesh), itself if it was not:
+  // sub-meshes of one root share its process groups.
+  const DeviceMesh& root_mesh() const { return root_ ? *root_ : *this; }
 
   // The process group of this process along mesh_dim; ValueError for a topology-only mesh.
   ProcessGroup& group(int64_t mesh_dim) const;
@@ -132,6 +139,7 @@ class DeviceMesh {
   std::vector<std::shared_ptr<ProcessGroup>> groups_;  // one per mesh dim, or none
   // (first dim, number of dims) -> the group over that range flattened, for ranges of 2+ dims.
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<ProcessGroup>> flattened_groups_;
+  std::shared_ptr<const DeviceMesh> root_;  // null for a root
 };
 
 // The mesh of `shape` over every rank of the world, row-major, with one process group per

@@ -7,6 +7,7 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
+#include "kernels/elementwise.h"
 #include "kernels/fill.h"
 #include "nn/parameter.h"
 
@@ -42,7 +43,8 @@ std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const s
     std::vector<size_t> same;
     std::vector<DTensor> batch;
     for (size_t j = i; j < tensors.size(); ++j) {
-      if (!done[j] && tensors[j].placements() == tensors[i].placements() && targets[j] == targets[i]) {
+      if (!done[j] && tensors[j].mesh() == tensors[i].mesh() && tensors[j].placements() == tensors[i].placements() &&
+          targets[j] == targets[i]) {
         same.push_back(j);
         batch.push_back(tensors[j]);
         done[j] = true;
@@ -52,6 +54,32 @@ std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const s
     for (size_t k = 0; k < same.size(); ++k) out[same[k]] = std::move(moved[k]);
   }
   return out;
+}
+
+// Whether `param` was placed by tensor parallelism on a sub-mesh of the root `mesh` was cut
+// from, over other dims (mesh["tp"] beside mesh["dp"]). ValueError for one on that root
+// that overlaps `mesh` or holds a Partial.
+bool tensor_parallel(const DTensor& param, const DeviceMesh& mesh, const std::string& what) {
+  const DeviceMesh& on = param.mesh();
+  if (on == mesh || on.root_mesh() != mesh.root_mesh() || &on.root_mesh() == &on) return false;
+  const std::vector<std::string>& names = mesh.dim_names();
+  const bool disjoint = std::none_of(on.dim_names().begin(), on.dim_names().end(), [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  });
+  DTR_CHECK(disjoint && !param.spec().has_partial(), ValueError,
+            "fully_shard: {} is {}; a tensor-parallel parameter lives on a sub-mesh of {}'s root over other dims "
+            "than the FSDP mesh's, without Partial (parallelize_module on mesh[\"tp\"], then fully_shard on "
+            "mesh[\"dp\"])",
+            what, param.to_string(), mesh.to_string());
+  return true;
+}
+
+// The tp-first view of the root mesh: the dims of `tp` (a parameter's), then `fsdp`'s. Its
+// placements nest in that order, so FSDP chunks each rank's tensor-parallel piece.
+DeviceMesh tp_first_mesh(const DeviceMesh& tp, const DeviceMesh& fsdp) {
+  std::vector<std::string> names = tp.dim_names();
+  names.insert(names.end(), fsdp.dim_names().begin(), fsdp.dim_names().end());
+  return fsdp.root_mesh().submesh(names);
 }
 
 }  // namespace
@@ -65,10 +93,31 @@ struct FSDPModule::ReduceState {
 };
 
 struct FSDPModule::Param {
-  std::vector<DTensor*> slots;  // every slot holding it (tied weights: several)
-  Placements placements;        // the leaf's: Shard(d), or (Replicate, Shard(d)) for HSDP
-  DTensor sharded;              // the leaf the optimizer steps
-  DTensor gathered;             // Replicate; between forward and backward perhaps released
+  std::vector<DTensor*> slots;     // every slot holding it (tied weights: several)
+  Placements placements;           // the leaf's: Shard(d), or (Replicate, Shard(d)) for HSDP
+  Placements gathered_placements;  // Replicate on the FSDP mesh's dims
+  DTensor sharded;                 // the leaf the optimizer steps
+  DTensor gathered;                // the module's view; between forward and backward perhaps released
+  // A tensor-parallel parameter's tp mesh: its leaf lives on the tp-first mesh (tp's
+  // placements, then FSDP's) and the module reads it on this mesh. Unset: on the FSDP mesh.
+  std::optional<DeviceMesh> compute_mesh;
+
+  // The gathered tensor as the module reads it: on the tp mesh for a tensor-parallel one.
+  DTensor view(const DTensor& gathered_leaf) const {
+    if (!compute_mesh) return gathered_leaf;
+    const Placements& all = gathered_leaf.placements();
+    const Placements tp(all.begin(), all.begin() + compute_mesh->ndim());
+    return DTensor(gathered_leaf.to_local(),
+                   DTensorSpec(*compute_mesh, tp, gathered_leaf.shape(), gathered_leaf.dtype()));
+  }
+  // A gradient of the view as a gradient of the gathered leaf: one term of the sum over
+  // the FSDP mesh's ranks (each dp rank's loss is its own batch's), a local move.
+  DTensor lift(const DTensor& grad) const {
+    if (!compute_mesh) return grad;
+    Placements all = grad.placements();
+    all.resize(placements.size(), Partial());
+    return DTensor(grad.to_local(), DTensorSpec(sharded.mesh(), all, grad.shape(), grad.dtype()));
+  }
 
   // On a one-rank mesh the gather moves nothing: the gathered tensor is the shard's memory.
   bool aliases_shard() const { return gathered.to_local().storage().is_same(sharded.to_local().storage()); }
@@ -122,9 +171,11 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       (*tied)->slots.push_back(slot);
       continue;
     }
-    DTR_CHECK(slot->spec().is_replicated(), ValueError,
-              "fully_shard: {} parameter '{}' is {}, already sharded; fully_shard takes Replicate parameters "
-              "(call it bottom-up: each block first, then the root, and each module once)",
+    const bool tp = tensor_parallel(*slot, mesh, fmt::format("{} parameter '{}'", module.type_name(), name));
+    DTR_CHECK(tp || slot->spec().is_replicated(), ValueError,
+              "fully_shard: {} parameter '{}' is {}, already sharded; fully_shard takes Replicate parameters, or "
+              "tensor-parallel ones on another dim of the FSDP mesh's root (call it bottom-up: each block first, "
+              "then the root, and each module once)",
               module.type_name(), name, slot->to_string());
     DTR_CHECK(slot->dim() > 0, NotImplementedError,
               "fully_shard: {} parameter '{}' is 0-d ({}); Shard(0) needs a dim to split", module.type_name(), name,
@@ -141,17 +192,35 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     param->gathered = *slot;
     param->placements = Placements(mesh.ndim(), Replicate());
     param->placements[shard_dim] = shard;
+    param->gathered_placements = replicate_all(mesh);
+    if (tp) {
+      param->compute_mesh = slot->mesh();
+      DTR_CHECK(!compute_mesh_ || *compute_mesh_ == slot->mesh(), ValueError,
+                "fully_shard: {} parameter '{}' is on {} but others of the group on {}; a group's tensor-parallel "
+                "parameters share one tp mesh",
+                module.type_name(), name, slot->mesh().to_string(), compute_mesh_->to_string());
+      compute_mesh_ = slot->mesh();
+      const Placements& by_tp = slot->placements();
+      param->placements.insert(param->placements.begin(), by_tp.begin(), by_tp.end());
+      param->gathered_placements.insert(param->gathered_placements.begin(), by_tp.begin(), by_tp.end());
+    }
     params_.push_back(std::move(param));
     names_.push_back(name);
   }
+  DTR_CHECK(!compute_mesh_ || !post_forward_mesh_, ValueError,
+            "fully_shard: {} on {}: reshard_after_forward as a rank count takes parameters on the FSDP mesh; its "
+            "tensor-parallel parameters (on {}) take true or false",
+            module.type_name(), mesh.to_string(), compute_mesh_ ? compute_mesh_->to_string() : "");
   for (const std::shared_ptr<Param>& p : params_) {
-    p->sharded = to_shard_device(distribute_parameter(p->gathered, mesh, p->placements, shard_device()));
+    const DeviceMesh on = p->compute_mesh ? tp_first_mesh(*p->compute_mesh, mesh) : mesh;
+    p->sharded = to_shard_device(distribute_parameter(p->gathered, on, p->placements, shard_device()));
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
   use_params(State::kSharded);
   for (auto& [name, buffer] : module.named_buffers()) {
-    if (buffer->defined() && buffer->mesh() != mesh && buffer->spec().is_replicated()) {
+    const bool tp = compute_mesh_ && buffer->mesh() == *compute_mesh_;  // tensor parallelism placed it
+    if (buffer->defined() && buffer->mesh() != mesh && !tp && buffer->spec().is_replicated()) {
       *buffer = DTensor(buffer->to_local().to(mesh.device()),
                         DTensorSpec(mesh, replicate_all(mesh), buffer->shape(), buffer->dtype()));
     }
@@ -201,36 +270,47 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
   std::vector<DTensor> sharded;
   std::vector<DType> dtypes;
   std::vector<Placements> placements;
+  std::vector<std::shared_ptr<const Param>> params;
   for (const std::shared_ptr<Param>& p : params_) {
     sharded.push_back(p->sharded);
     dtypes.push_back(p->sharded.dtype());
     placements.push_back(p->placements);
+    params.push_back(p);
   }
+  const int64_t fsdp_dims = mesh_.ndim();
+  const auto fsdp_size = static_cast<double>(mesh_.size());
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
   const Device leaf_device = shard_device();
   std::shared_ptr<ReduceState> reduce = reduce_state_;
   auto link = std::make_shared<Link>();
   const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, leaf_device, reduce, link, alive, owner = trace_name_,
-          this](const std::vector<DTensor>& grads) {
+         [reduce_dtype, dtypes, placements, params, fsdp_dims, fsdp_size, leaf_device, reduce, link, alive,
+          owner = trace_name_, this](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
            // all-reduce over the replicate dim), then the leaves' dtype and device. Every gradient is made
-           // Partial over every mesh dim first (a local move for a Replicate one, such as the
-           // zeros of a parameter unused on this rank), so the group's collectives are the same
-           // on every rank, whatever this rank's loss reached.
+           // Partial over the FSDP mesh's dims first (a local move for a Replicate one, such as
+           // the zeros of a parameter unused on this rank), so the group's collectives are the
+           // same on every rank, whatever this rank's loss reached. A tensor-parallel one's
+           // gradient comes on the tp mesh, a term of its dp rank's loss: lifted to the
+           // tp-first mesh, and averaged over the dp ranks (PyTorch's default) by the scale.
            link->ran = true;
            // Groups linked after this one that the engine has not run are not reached by this
            // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
            // them do, so the order of the reductions is the same everywhere.
            if (!alive.expired() && root_ != nullptr) root_->reduce_unreached_from(link->sequence_nr);
-           const Placements partial(placements.front().size(), Partial());
-           std::vector<DTensor> g = grads;
-           for (DTensor& t : g) {
+           std::vector<DTensor> g;
+           for (size_t i = 0; i < grads.size(); ++i) {
+             DTensor t = params[i]->lift(grads[i]);
              if (reduce_dtype && is_floating(t.dtype()) && t.dtype() != *reduce_dtype) t = to(t, *reduce_dtype);
+             Placements partial = t.placements();
+             std::fill(partial.end() - fsdp_dims, partial.end(), Partial());
              if (t.placements() != partial) t = t.redistribute(partial);
-             if (reduce->scale != 1) t = mul(t, reduce->scale);  // linear: scaling the terms scales the sum
+             const double scale = params[i]->compute_mesh ? reduce->scale / fsdp_size : reduce->scale;
+             // Linear: scaling the terms scales the sum (each rank's own, whatever the placements).
+             if (scale != 1) t = DTensor(dtr::mul(t.to_local(), scale), t.spec());
+             g.push_back(std::move(t));
            }
            if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
@@ -244,7 +324,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              reduce->grads = std::move(g);
              std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
-               const DTensorSpec spec(grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
+               const DTensorSpec spec(reduce->grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
                zeros.emplace_back(dtr::zeros(spec.local_shape(), dtypes[i], leaf_device), spec);
              }
              return zeros;
@@ -280,8 +360,10 @@ void FSDPModule::unshard(Async async) {
     if (released_ && !post_forward_shards_.empty()) {  // within the k ranks holding the pieces
       gathered = redistribute_coalesced(post_forward_shards_, replicate_all(*post_forward_mesh_), async);
     } else {
-      gathered =
-          move_coalesced(shards_to_gather(), std::vector<Placements>(params_.size(), replicate_all(mesh_)), async);
+      std::vector<Placements> targets;
+      for (const std::shared_ptr<Param>& p : params_) targets.push_back(p->gathered_placements);
+      gathered = move_coalesced(shards_to_gather(), targets, async);
+      for (size_t i = 0; i < params_.size(); ++i) gathered[i] = params_[i]->view(gathered[i]);
     }
   }
   state_ = State::kUnsharded;
@@ -457,10 +539,11 @@ void FSDPModule::adopt_replaced_leaves() {
   for (const std::shared_ptr<Param>& p : params_) {
     DTensor& slot = *p->slots.front();
     if (slot.is_same(p->sharded) || (p->gathered.defined() && slot.is_same(p->gathered))) continue;
-    DTR_CHECK(slot.mesh() == mesh_ && slot.placements() == p->placements && slot.is_leaf(), ValueError,
+    const DeviceMesh& on = p->sharded.mesh();
+    DTR_CHECK(slot.mesh() == on && slot.placements() == p->placements && slot.is_leaf(), ValueError,
               "fully_shard: {}'s parameter was replaced by {}; a sharded module takes leaves placed {} on {} "
               "(load_state_dict keeps them so)",
-              module_.type_name(), slot.to_string(), placements_str(p->placements), mesh_.to_string());
+              module_.type_name(), slot.to_string(), placements_str(p->placements), on.to_string());
     // load_state_dict or to() replaced the leaf: the group follows, keeping it on its device.
     p->sharded = to_shard_device(slot);
     for (DTensor* s : p->slots) *s = p->sharded;
@@ -597,9 +680,10 @@ FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShard
   FSDPModule* s = state.get();
   module.register_forward_pre_hook([s](Module&, const Values& inputs) -> std::optional<Values> {
     for (const DTensor& x : inputs) {
-      DTR_CHECK(!x.defined() || x.mesh() == s->mesh(), ValueError,
+      const bool tp = s->compute_mesh_ && x.defined() && x.mesh() == *s->compute_mesh_;
+      DTR_CHECK(!x.defined() || x.mesh() == s->mesh() || tp, ValueError,
                 "fully_shard: {} got input {} on another mesh than its parameters' {}", s->module().type_name(),
-                x.to_string(), s->mesh().to_string());
+                x.to_string(), s->compute_mesh_.value_or(s->mesh()).to_string());
     }
     return s->pre_forward(inputs);
   });

@@ -26,6 +26,16 @@
 // At the end of backward the root reduces, with zero gradients, every group whose forward
 // ran but which this rank's loss did not reach, so ranks never issue mismatched collectives
 // (a group's forward must run on every rank, as its all-gather is collective).
+// FSDP x TP (2-D, as torchtitan): parallelize_module on mesh["tp"] first, then fully_shard
+// on mesh["dp"] (or a (replicate, shard) sub-mesh: HSDP x TP) of the same root mesh. A
+// tensor-parallel parameter's leaf lives on the tp-first view of the root
+// (root.submesh({"tp", "dp"})): placements nest in mesh-dim order, so (tp's placement,
+// Shard(0)) there is FSDP's chunk of the rank's tensor-parallel piece, uneven sizes and
+// StridedShard included (what PyTorch's _StridedShard and shard_order express). Its gather
+// goes to (tp's placement, Replicate) and the module reads the result on mesh["tp"] (same
+// memory); its gradient, one term per dp rank (each rank's loss is its own batch's), is
+// averaged over the dp ranks by the reduce-scatter, as in PyTorch (set_gradient_divide_factor
+// changes the divisor), after tensor parallelism's own reductions.
 // So every step issues, per group, one all-gather in forward, one more in backward when the
 // group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements. A
 // group is expected to run forward then backward (a second forward before its backward
@@ -135,7 +145,8 @@ class FSDPModule : public ParallelPolicy {
   // `factor`, as in PyTorch, where each rank's loss is a mean over its own batch. dtr's
   // default gradient is the global loss's, which equals that sum divided by the number of
   // ranks N; so the gradient is scaled by N / factor (factor 1: the sum, for a loss that the
-  // user scales by the global token count, as torchtitan does).
+  // user scales by the global token count, as torchtitan does). A tensor-parallel
+  // parameter's gradient is already one term per dp rank (the default divides by N too).
   void set_gradient_divide_factor(double factor);
   // (A bool replaces a rank count given to fully_shard.)
   void set_reshard_after_forward(bool reshard) {
@@ -221,6 +232,7 @@ class FSDPModule : public ParallelPolicy {
   std::vector<std::shared_ptr<Param>> params_;
   std::vector<DTensor> originals_;  // the parameters before sharding, until the first forward
   std::optional<bool> reshard_after_forward_;
+  std::optional<DeviceMesh> compute_mesh_;       // the tp mesh of its tensor-parallel parameters
   std::optional<DeviceMesh> post_forward_mesh_;  // [N / k, k] for reshard_after_forward = k
   std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward
   bool reshard_after_backward_ = true;
@@ -246,8 +258,9 @@ class FSDPModule : public ParallelPolicy {
 // Shards `module`'s parameters over `mesh` (1-D: FSDP; 2-D: HSDP; see above) and returns its FSDP handle,
 // which lives as long as the module. Typed errors: a module already sharded, a parameter
 // already sharded (fully_shard on an enclosing module came first: call it bottom-up), a
-// parameter that is not Replicate, a mesh that is not 1-D or 2-D, or a shard_placement_fn
-// choosing a placement that is not Shard(d) of the parameter.
+// parameter that is neither Replicate nor tensor-parallel on other dims of the mesh's root,
+// a mesh that is not 1-D or 2-D, or a shard_placement_fn choosing a placement that is not
+// Shard(d) of the parameter.
 FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShardOptions& options = {});
 
 // Explicit prefetch `depth` groups ahead over `blocks`, the groups under `root` that run one

@@ -1,5 +1,10 @@
 #include "nn/parameter.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
 #include "kernels/fill.h"
 
 namespace dtr::nn {
@@ -21,7 +26,25 @@ DTensor partial_grad(const DTensor& param) {
 
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
-  const Tensor chunk = ranges_of(full.to_local(), spec.local_ranges());
+  // The mesh dims that chunk full's local value: all of them, or those after full's own.
+  const int64_t lead = full.spec().is_replicated() ? 0 : full.mesh().ndim();
+  std::vector<std::string> rest_names;
+  if (lead > 0) {
+    const std::vector<std::string>& names = mesh.dim_names();
+    const bool nests = lead < mesh.ndim() && !names.empty() &&
+                       mesh.submesh(std::vector<std::string>(names.begin(), names.begin() + lead)) == full.mesh() &&
+                       std::equal(full.placements().begin(), full.placements().end(), placements.begin());
+    DTR_CHECK(nests, ValueError,
+              "distribute_parameter: {} is placed already; it can be chunked further on a mesh whose leading dims "
+              "are its mesh's and whose leading placements are its own, not {} on {}",
+              full.to_string(), placements_str(placements), mesh.to_string());
+    rest_names.assign(names.begin() + lead, names.end());
+  }
+  const DTensorSpec within =
+      lead == 0 ? spec
+                : DTensorSpec(mesh.submesh(rest_names), Placements(placements.begin() + lead, placements.end()),
+                              full.to_local().shape(), full.dtype());
+  const Tensor chunk = ranges_of(full.to_local(), within.local_ranges());
   Tensor local = Tensor::empty(chunk.shape(), chunk.dtype(), device);
   local.copy_(chunk);
   DTensor placed(std::move(local), std::move(spec));

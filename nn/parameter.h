@@ -17,10 +17,14 @@ struct ParameterOptions {
 // A Replicate DTensor of `shape` on the options' mesh, uninitialised (an init function fills it).
 DTensor empty_parameter(const Shape& shape, const ParameterOptions& options);
 
-// This rank's chunk of the Replicate parameter `full` under `placements` on `mesh`, taken
-// from its local value without communication (every rank built the same model), as a new
-// leaf that owns its memory on `device` and requires grad as `full` does (so the whole
-// tensor can be freed): how fully_shard and parallelize_module place a model as built.
+// This rank's chunk of the parameter `full` under `placements` on `mesh`, taken from its
+// local value without communication (every rank built the same model), as a new leaf that
+// owns its memory on `device` and requires grad as `full` does (so the whole tensor can be
+// freed): how fully_shard and parallelize_module place a model as built. `full` is
+// Replicate (its local value is the whole tensor), or placed on a mesh whose dims `mesh`
+// begins with, under the placements `placements` begins with (tensor parallelism's piece,
+// which the other dims chunk further: fully_shard of a tensor-parallel model); ValueError
+// otherwise.
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device);
 
 // The gradient of `param`, a parameter on a 1-D mesh whose gradients are summed over it, as

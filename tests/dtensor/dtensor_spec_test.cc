@@ -154,6 +154,42 @@ TEST_CASE("StridedShard: every rank's rows against a brute-force enumeration", "
   CHECK(several_ranges > 100);
 }
 
+TEST_CASE(
+    "FSDP of tensor-parallel pieces: on the tp-first view of a (dp, tp) mesh each rank holds its dp chunk of "
+    "its tp rows",
+    "[dtensor_spec][strided]") {
+  // What fully_shard over "dp" does to a parameter tensor parallelism placed on "tp": each
+  // rank's tp rows (Shard(0), or StridedShard(0, 3) for packed q, k, v), chunked over dp.
+  int64_t cases = 0, mesh_order_differs = 0;
+  for (int64_t dp = 1; dp <= 3; ++dp) {
+    for (int64_t tp = 1; tp <= 4; ++tp) {
+      for (const Placement& by_tp : {Shard(0), StridedShard(0, 3)}) {
+        for (int64_t n = 0; n <= 13; ++n) {
+          for (int64_t rank = 0; rank < dp * tp; ++rank) {
+            const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {dp, tp}, {"dp", "tp"}, rank, dp * tp);
+            const std::vector<std::string> tp_dp = {"tp", "dp"};
+            const DTensorSpec spec(mesh.submesh(tp_dp), {by_tp, Shard(0)}, {n}, kFloat32);
+            const int64_t d = mesh.coordinate()[0], t = mesh.coordinate()[1];
+            const DTensorSpec tp_only(testing::make_mesh({tp}), {by_tp}, {n}, kFloat32);
+            const std::vector<int64_t> tp_rows = flatten(tp_only.local_ranges(std::vector<int64_t>{t})[0]);
+            const ChunkRange mine = chunk_range(static_cast<int64_t>(tp_rows.size()), dp, d);
+            const std::vector<int64_t> expected(tp_rows.begin() + mine.offset,
+                                                tp_rows.begin() + mine.offset + mine.length);
+            INFO(spec.to_string() << ", rank " << rank);
+            REQUIRE(flatten(spec.local_ranges()[0]) == expected);
+            const DTensorSpec dp_first(mesh, {Shard(0), by_tp}, {n}, kFloat32);
+            mesh_order_differs += flatten(dp_first.local_ranges()[0]) != expected;
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == 2 * 14 * (1 + 2 + 3) * (1 + 2 + 3 + 4));
+  // Why the tp-first view: with dp first, nested shards give other rows (uneven sizes too).
+  CHECK(mesh_order_differs > 100);
+}
+
 TEST_CASE("StridedShard: packed q, k, v rows; several ranges have pieces, not a chunk", "[dtensor_spec][strided]") {
   // in_proj_weight [3e, e], e = 4, over 2 ranks: each holds its half of q, k and v.
   const DTensorSpec packed(testing::make_mesh({2}), {StridedShard(0, 3)}, {12, 4}, kFloat32);

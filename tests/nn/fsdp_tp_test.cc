@@ -1,0 +1,212 @@
+// FSDP x TP (2-D, as torchtitan): parallelize_module on mesh["tp"], then fully_shard on
+// mesh["dp"] (HSDP x TP: on the (replicate, shard) sub-mesh), trains the seed Transformer and
+// its GPT variant as one rank does (losses, and the weights after AdamW within 1e-5), on
+// 2x2 with and without sequence parallelism, on 3x2 (uneven FSDP chunks of the tp pieces)
+// and on 2x2x2; each parameter rests as FSDP's chunk of its tensor-parallel piece on the
+// tp-first view of the mesh, every step issuing FSDP's collectives over dp and tensor
+// parallelism's over tp, none implicit; and what cannot be combined is a clear error.
+#include <catch2/catch.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/full_state_dict.h"
+#include "collectives/collective_counter.h"
+#include "collectives/init.h"
+#include "collectives/process_group.h"
+#include "dtensor/ops/loss.h"
+#include "dtensor/ops/view_ops.h"
+#include "nn/comm_debug.h"
+#include "nn/fully_shard.h"
+#include "nn/init.h"
+#include "nn/tensor_parallel.h"
+#include "nn/transformer.h"
+#include "nn/transformer_plan.h"
+#include "optim/adam.h"
+#include "optim/clip_grad.h"
+#include "tests/testing/multi_rank.h"
+#include "tests/testing/test_util.h"
+
+namespace dtr::nn {
+namespace {
+
+using checkpoint::full_state_dict;
+
+// An odd vocabulary: the vocab-sharded embedding's tp pieces (6 and 5 rows at tp 2) chunk
+// unevenly over dp.
+constexpr int64_t kVocab = 11, kSeq = 3, kRows = 12, kSteps = 3;
+
+// No dropout: its mask is drawn by the index in the tensor it sees, and under FSDP x TP the
+// model sees each dp rank's own rows on the tp mesh (docs/tensor_parallel.md).
+TransformerConfig tiny_transformer(bool gpt) {
+  return {.vocab_size = kVocab,
+          .dim = 8,
+          .n_layers = 2,
+          .n_heads = 2,
+          .causal = gpt,
+          .max_seq_len = gpt ? kSeq : 0,
+          .final_norm = gpt,
+          .tie_embeddings = gpt};
+}
+
+struct Run {
+  std::vector<double> losses;  // the global batch's mean loss
+  std::vector<double> grad_norms;
+  TensorMap weights;
+};
+
+// The layout a run uses: one rank (no mesh), or the mesh's dim names FSDP shards over
+// ({"dp"}, or {"replicate", "shard"} for HSDP) beside "tp".
+struct Layout {
+  std::optional<DeviceMesh> mesh;
+  std::vector<std::string> fsdp_dims;
+  TransformerTpOptions tp;
+};
+
+// The mean over the data-parallel ranks of `value` (each dp rank's loss is its own rows').
+double dp_mean(double value, const DeviceMesh& fsdp) {
+  Tensor t = Tensor::from_vector<double>({value});
+  for (int64_t m = 0; m < fsdp.ndim(); ++m) fsdp.group(m).all_reduce(t, ReduceOp::kSum).wait();
+  return t.data_ptr<double>()[0] / static_cast<double>(fsdp.size());
+}
+
+Run train(const TransformerConfig& config, const Layout& layout, const Tensor& tokens, const Tensor& targets) {
+  manual_seed(11);
+  Transformer model(config);
+  std::optional<CommDebugMode> strict;
+  std::optional<DeviceMesh> tp, fsdp;
+  Tensor x = tokens, y = targets;
+  if (layout.mesh) {
+    tp = (*layout.mesh)["tp"];
+    fsdp = layout.mesh->submesh(layout.fsdp_dims);
+    parallelize_module(model, *tp, transformer_tp_plan(config, layout.tp));
+    FullyShardOptions options;
+    if (layout.fsdp_dims.size() == 2) options.shard_mesh_dim = "shard";
+    for (size_t i = 0; i < model.layers().size(); ++i)
+      fully_shard(model.layers().at<TransformerBlock>(i), *fsdp, options);
+    fully_shard(model, *fsdp, options);
+    strict.emplace(model, ImplicitRedistributes::kRaise);
+    // This dp rank's rows of the global batch.
+    const int64_t dp_rank = fsdp->flat_index(0, fsdp->ndim());
+    const ChunkRange rows = chunk_range(kRows, fsdp->size(), dp_rank);
+    x = tokens.narrow(0, rows.offset, rows.length).contiguous();
+    y = targets.narrow(0, rows.offset, rows.length).contiguous();
+  }
+  const DeviceMesh on = tp.value_or(single_rank_mesh());
+  optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
+  const DTensor xs = distribute_tensor(x, on, {Replicate()});
+  const DTensor ys = distribute_tensor(y, on, {Replicate()});
+  Run run;
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    const DTensor loss = cross_entropy(reshape(model(xs), {x.size(0) * kSeq, kVocab}), reshape(ys, {x.size(0) * kSeq}));
+    loss.backward();
+    run.grad_norms.push_back(optim::clip_grad_norm_(model.parameters(), INFINITY));
+    opt.step();
+    run.losses.push_back(fsdp ? dp_mean(loss.item(), *fsdp) : loss.item());
+  }
+  run.weights = full_state_dict(model);
+  return run;
+}
+
+void check_matches(const Run& many, const Run& one) {
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step + 1);
+    CHECK(many.losses[step] == Approx(one.losses[step]).epsilon(1e-5));
+    CHECK(many.grad_norms[step] == Approx(one.grad_norms[step]).epsilon(1e-5));
+  }
+  for (const auto& [name, w] : one.weights) {
+    if (!name.ends_with("in_proj_bias")) {
+      testing::check_close(many.weights.at(name), w, {1e-5, 1e-5}, name);
+      continue;
+    }
+    // The key third's gradient is exactly zero (softmax ignores a shift of a query's scores):
+    // it only collects rounding noise, which AdamW turns into +-lr steps either way.
+    const int64_t e = w.size(0) / 3;
+    for (int64_t third : {0, 2}) {
+      testing::check_close(many.weights.at(name).narrow(0, third * e, e), w.narrow(0, third * e, e), {1e-5, 1e-5},
+                           name);
+    }
+  }
+}
+
+Tensor random_ids(int64_t seed) { return testing::random_tensor({kRows, kSeq}, kFloat64, seed, 0, kVocab).to(kInt64); }
+
+TEST_CASE("FSDP x TP on 2x2 trains the seed Transformer and its GPT variant as one rank", "[nn][fsdp_tp]") {
+  testing::run_ranks(4, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
+    const Tensor tokens = random_ids(5), targets = random_ids(6);
+    for (bool gpt : {false, true}) {
+      const TransformerConfig config = tiny_transformer(gpt);
+      const Run one = train(config, {}, tokens, targets);
+      for (const TransformerTpOptions options :
+           {TransformerTpOptions{}, TransformerTpOptions{.sequence_parallel = true, .loss_parallel = true}}) {
+        INFO((gpt ? "gpt" : "seed") << (options.sequence_parallel ? ", sp and loss parallel" : ""));
+        check_matches(train(config, {mesh, {"dp"}, options}, tokens, targets), one);
+      }
+    }
+  });
+}
+
+TEST_CASE("FSDP x TP on 3x2: uneven FSDP chunks of the tensor-parallel pieces train as one rank", "[nn][fsdp_tp]") {
+  testing::run_ranks(6, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {3, 2}, {"dp", "tp"});
+    const Tensor tokens = random_ids(7), targets = random_ids(8);
+    const TransformerConfig config = tiny_transformer(false);
+    check_matches(train(config, {mesh, {"dp"}, {}}, tokens, targets), train(config, {}, tokens, targets));
+  });
+}
+
+TEST_CASE("HSDP x TP on 2x2x2 trains as one rank", "[nn][fsdp_tp]") {
+  testing::run_ranks(8, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2, 2}, {"replicate", "shard", "tp"});
+    const Tensor tokens = random_ids(9), targets = random_ids(10);
+    const TransformerConfig config = tiny_transformer(true);
+    check_matches(train(config, {mesh, {"replicate", "shard"}, {.sequence_parallel = true}}, tokens, targets),
+                  train(config, {}, tokens, targets));
+  });
+}
+
+TEST_CASE("under FSDP x TP a parameter rests as FSDP's chunk of its tensor-parallel piece", "[nn][fsdp_tp]") {
+  testing::run_ranks(4, [](int rank, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
+    const TransformerConfig config = tiny_transformer(false);
+    manual_seed(11);
+    Transformer model(config);
+    parallelize_module(model, mesh["tp"], transformer_tp_plan(config, {}));
+    for (size_t i = 0; i < model.layers().size(); ++i) fully_shard(model.layers().at<TransformerBlock>(i), mesh["dp"]);
+    fully_shard(model, mesh["dp"]);
+    const std::vector<std::string> tp_dp = {"tp", "dp"};
+    const DeviceMesh tp_first = mesh.submesh(tp_dp);
+    const int64_t dp = rank / 2, tp = rank % 2;
+    auto param = [&](const std::string& name) {
+      for (auto& [n, p] : model.named_parameters()) {
+        if (n == name) return *p;
+      }
+      FAIL("no parameter " << name);
+      return DTensor();
+    };
+    // in_proj_weight [24, 8]: tp's rows of q, k and v (4 of each block of 8), then dp's
+    // half of those 12: block 0's 4 and block 1's first 2, or block 1's last 2 and block 2's 4.
+    const DTensor in_proj = param("layers.0.attn.in_proj_weight");
+    CHECK(in_proj.mesh() == tp_first);
+    CHECK(in_proj.placements() == Placements{StridedShard(0, 3), Shard(0)});
+    const DimRanges in_proj_rows =
+        dp == 0 ? DimRanges{{4 * tp, 4}, {8 + 4 * tp, 2}} : DimRanges{{8 + 4 * tp + 2, 2}, {16 + 4 * tp, 4}};
+    CHECK(in_proj.spec().local_ranges()[0] == in_proj_rows);
+    CHECK(in_proj.to_local().size(0) == 6);
+    // The embedding [11, 8], vocab-sharded by tp (rows 0:6 and 6:11), each piece over dp:
+    // 3 + 3 rows, 3 + 2 rows.
+    const DTensor embed = param("embed.weight");
+    CHECK(embed.placements() == Placements{Shard(0), Shard(0)});
+    const int64_t offsets[2][2] = {{0, 3}, {6, 9}}, lengths[2][2] = {{3, 3}, {3, 2}};
+    CHECK(embed.spec().local_chunk().offset[0] == offsets[tp][dp]);
+    CHECK(embed.to_local().size(0) == lengths[tp][dp]);
+    // A LayerNorm weight: Replicate over tp, FSDP's chunk over dp.
+    CHECK(param("layers.0.norm1.weight").placements() == Placements{Replicate(), Shard(0)});
+  });
+}
+
+}  // namespace
+}  // namespace dtr::nn
