@@ -77,6 +77,13 @@ TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]"
   check_same_losses(
       train_losses("tp2_sp", 2, kTinyTrainFlags + " --parallel none --tp 2 --sequence-parallel --loss-parallel"), none,
       1e-4);
+  // FSDP x TP (dp 2 x tp 2) and HSDP x TP (replicate 2 x shard 1 x tp 2) with its variants.
+  check_same_losses(train_losses("fsdp_tp4", 4, kTinyTrainFlags + " --tp 2"), none, 1e-4);
+  check_same_losses(
+      train_losses("hsdp_tp4", 4,
+                   kTinyTrainFlags +
+                       " --parallel hsdp --tp 2 --mesh replicate=2,shard=1,tp=2 --sequence-parallel --loss-parallel"),
+      none, 1e-4);
   // Two micro-batches per step (sync on the second only) and explicit prefetch: the same.
   check_same_losses(train_losses("accum", 2, kTinyTrainFlags + " --grad-accum 2 --prefetch 1"), none, 1e-5);
   // Shards, gradients and AdamW state on the host (on CPU ranks: where they are anyway).
@@ -131,7 +138,8 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel tp", "--parallel", 0},
       {"--mesh dp=3", "--mesh dp=3", 2},
       {"--batch-size 5", "--batch-size 5", 2},
-      {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes a 2-D mesh", 2},
+      {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes replicate=R,shard=S (R x S = 2, e.g. replicate=2,shard=1)",
+       2},
       {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
       {"--reshard-after-forward maybe",
        "train: --reshard-after-forward: got 'maybe'; legal: true, false or a rank count N >= 1", 0},
@@ -161,11 +169,16 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--no-such-flag", "train: The following argument was not expected: --no-such-flag (train --help lists them)", 0},
       // hsdp's default mesh needs an even world: the message is about that, not a --mesh never given.
       {"--parallel hsdp",
-       "--parallel hsdp on 3 rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world", 3},
-      {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes a 2-D mesh, e.g. replicate=3,shard=1", 3},
-      {"--tp 2", "--tp 2 with --parallel fsdp on 2 ranks: tensor parallelism runs on its own for now", 2},
+       "--parallel hsdp on 3 data-parallel rank(s): its default mesh, replicate=2,shard=N/2, needs an even number", 3},
+      {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes replicate=R,shard=S (R x S = 3, e.g. replicate=3,shard=1)",
+       3},
+      {"--tp 2 --parallel ddp",
+       "--tp 2 with --parallel ddp: data parallelism over tensor-parallel ranks is fully_shard's", 2},
+      {"--tp 2 --mesh tp=2,dp=1", "--mesh tp=2,dp=1: --parallel fsdp with --tp 2 takes dp=1,tp=2", 2},
+      {"--tp 2 --parallel hsdp --mesh replicate=1,tp=2",
+       "--parallel hsdp with --tp 2 takes replicate=R,shard=S,tp=2 (R x S = 1", 2},
       {"--sequence-parallel", "--sequence-parallel: it is a variant of tensor parallelism; add --tp N", 0},
-      {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: with --tp 2 the mesh is one dim named tp (tp=2)", 2},
+      {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
   };
   for (const Case& c : cases) {
@@ -605,35 +618,48 @@ TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ran
   }
 }
 
-TEST_CASE("a tensor-parallel run's checkpoint resumes under fsdp and in one process", "[train]") {
-  // The packed attention projection is StridedShard under tp: saved as rectangles, loaded
-  // into fsdp's and one process's placements.
+TEST_CASE("tensor-parallel and FSDP x TP checkpoints resume under 1-D layouts and in one process, and the reverse",
+          "[train]") {
+  // The packed attention projection is StridedShard under tp, and under FSDP x TP each
+  // parameter is FSDP's chunk of its tp piece on the (tp, dp) mesh: saved as rectangles,
+  // loaded into any other layout's placements.
   const std::string flags = kTinyTrainFlags + " --use-dcp-checkpointing --checkpoint-every 5 --keep-last 3";
   const fs::path dir = fresh_dir("resume_tp");
-  const fs::path whole = dir / "whole";
-  const CommandResult r = run(fmt::format("{} --nproc-per-node 2 {} {} --parallel none --tp 2 --out {}", kDtrrun,
-                                          kTrain, flags, whole.string()),
-                              dir);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  const std::map<int64_t, double> expected = losses_by_step(whole / "metrics.jsonl");
-  REQUIRE(expected.size() == 10);
-  const std::string step5 = (whole / "checkpoints" / "step_00000005").string();
-  for (const auto& [ranks, parallel] : std::vector<std::pair<int, std::string>>{{2, "fsdp"}, {0, "none"}}) {
-    INFO(ranks << " ranks, " << parallel);
-    const fs::path out = dir / fmt::format("resumed_{}_{}", ranks, parallel);
-    const std::string program = ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, ranks, kTrain);
-    const CommandResult resumed =
-        run(fmt::format("{} {} --parallel {} --resume {} --checkpoint-dir {} --out {}", program, flags, parallel, step5,
-                        (out / "ckpt").string(), out.string()),
-            dir);
-    INFO(resumed.output);
-    REQUIRE(resumed.exit_code == 0);
-    const std::map<int64_t, double> got = losses_by_step(out / "metrics.jsonl");
-    REQUIRE(got.size() == 5);
-    for (const auto& [step, loss] : got) {
-      INFO("step " << step);
-      CHECK(loss == Approx(expected.at(step)).epsilon(1e-4));
+  struct Layout {
+    int ranks;
+    std::string flags;
+  };
+  const Layout tp{2, "--parallel none --tp 2"}, fsdp_tp{4, "--parallel fsdp --tp 2"}, fsdp{2, "--parallel fsdp"},
+      one{0, "--parallel none"};
+  auto program = [](int ranks) {
+    return ranks == 0 ? kTrain : fmt::format("{} --nproc-per-node {} {}", kDtrrun, ranks, kTrain);
+  };
+  for (const auto& [saved, loads] :
+       std::vector<std::pair<Layout, std::vector<Layout>>>{{tp, {fsdp, one, fsdp_tp}}, {fsdp_tp, {fsdp, one}}}) {
+    INFO("saved under " << saved.flags);
+    const fs::path whole = dir / fmt::format("whole_{}", saved.ranks);
+    const CommandResult r =
+        run(fmt::format("{} {} {} --out {}", program(saved.ranks), flags, saved.flags, whole.string()), dir);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::map<int64_t, double> expected = losses_by_step(whole / "metrics.jsonl");
+    REQUIRE(expected.size() == 10);
+    const std::string step5 = (whole / "checkpoints" / "step_00000005").string();
+    for (const Layout& load : loads) {
+      INFO("resumed under " << load.flags << " on " << load.ranks << " ranks");
+      const fs::path out = dir / fmt::format("resumed_{}_from_{}", load.ranks, saved.ranks);
+      const CommandResult resumed =
+          run(fmt::format("{} {} {} --resume {} --checkpoint-dir {} --out {}", program(load.ranks), flags, load.flags,
+                          step5, (out / "ckpt").string(), out.string()),
+              dir);
+      INFO(resumed.output);
+      REQUIRE(resumed.exit_code == 0);
+      const std::map<int64_t, double> got = losses_by_step(out / "metrics.jsonl");
+      REQUIRE(got.size() == 5);
+      for (const auto& [step, loss] : got) {
+        INFO("step " << step);
+        CHECK(loss == Approx(expected.at(step)).epsilon(1e-4));
+      }
     }
   }
 }

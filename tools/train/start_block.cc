@@ -50,7 +50,7 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
                  : "");
   fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", flag_value(c.arch),
              c.layers, c.dim, c.heads, vocab, c.seq_len, parameter_count(net));
-  fmt::print("placements {}\n", placements_summary(net));
+  fmt::print("placements {}\n", placements_summary(net, mesh));
   fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
              data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
   fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,

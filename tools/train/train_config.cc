@@ -308,9 +308,13 @@ ArchSwitches arch_switches(const TrainConfig& c) {
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int64_t world_size) {
   const Parallel parallel = c.parallel;
   if (c.mesh.empty()) {
-    if (c.tp > 1) return {{std::string(kTensorParallelDim), world_size}};
-    if (parallel == Parallel::kHsdp) return {{"replicate", 2}, {"shard", world_size / 2}};
-    return {{"dp", world_size}};
+    const std::pair<std::string, int64_t> tp{std::string(kTensorParallelDim), c.tp};
+    const int64_t data = world_size / c.tp;  // the data-parallel ranks
+    if (c.tp > 1 && parallel == Parallel::kNone) return {tp};
+    std::vector<std::pair<std::string, int64_t>> dims = {{"dp", data}};
+    if (parallel == Parallel::kHsdp) dims = {{"replicate", 2}, {"shard", data / 2}};
+    if (c.tp > 1) dims.push_back(tp);
+    return dims;
   }
   std::vector<std::pair<std::string, int64_t>> dims;
   size_t at = 0;
@@ -365,10 +369,12 @@ void validate(const TrainConfig& c, int64_t world_size) {
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
   const Parallel parallel = c.parallel;
-  DTR_CHECK(c.tp == 1 || (parallel == Parallel::kNone && world_size == c.tp), ValueError,
-            "--tp {} with --parallel {} on {} ranks: tensor parallelism runs on its own for now (2-D data x tensor "
-            "parallelism is not built yet); use --parallel none with --tp equal to the world size ({})",
-            c.tp, flag_value(parallel), world_size, world_size);
+  DTR_CHECK(c.tp == 1 || parallel != Parallel::kDdp, ValueError,
+            "--tp {} with --parallel ddp: data parallelism over tensor-parallel ranks is fully_shard's here; use "
+            "--parallel fsdp (dp x tp), or hsdp with --mesh replicate=R,shard=1,tp={} for DDP's replication",
+            c.tp, c.tp);
+  DTR_CHECK(world_size % c.tp == 0, ValueError,
+            "--tp {} on {} ranks: the tensor-parallel size must divide the world size", c.tp, world_size);
   DTR_CHECK(c.tp > 1 || (!c.sequence_parallel && !c.loss_parallel), ValueError,
             "--{}: it is a variant of tensor parallelism; add --tp N (N > 1)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
@@ -379,43 +385,43 @@ void validate(const TrainConfig& c, int64_t world_size) {
             "--parallel none runs one process (or --tp N on N ranks), but the world has {} ranks; use fsdp, hsdp or "
             "ddp, or --tp {}",
             world_size, world_size);
-  DTR_CHECK(parallel != Parallel::kHsdp || !c.mesh.empty() || (world_size >= 2 && world_size % 2 == 0), ValueError,
-            "--parallel hsdp on {} rank(s): its default mesh, replicate=2,shard=WORLD/2, needs an even world of 2 or "
-            "more; give --mesh replicate=R,shard=S with R x S = {} (e.g. replicate={},shard=1), or use --parallel fsdp",
-            world_size, world_size, world_size);
+  const int64_t data_ranks = world_size / c.tp;  // tensor-parallel ranks share their batch
+  const std::string tp_dim = c.tp > 1 ? fmt::format(",{}={}", kTensorParallelDim, c.tp) : "";
+  DTR_CHECK(parallel != Parallel::kHsdp || !c.mesh.empty() || (data_ranks >= 2 && data_ranks % 2 == 0), ValueError,
+            "--parallel hsdp on {} data-parallel rank(s): its default mesh, replicate=2,shard=N/2{}, needs an even "
+            "number of 2 or more; give --mesh replicate=R,shard=S{} with R x S = {} (e.g. replicate={},shard=1{}), or "
+            "use --parallel fsdp",
+            data_ranks, tp_dim, tp_dim, data_ranks, data_ranks, tp_dim);
   const auto dims = mesh_dims(c, world_size);
   int64_t mesh_size = 1;
   for (const auto& [name, size] : dims) mesh_size *= size;
   const std::string mesh_text = c.mesh.empty() ? "(default)" : c.mesh;
   DTR_CHECK(mesh_size == world_size, ValueError, "--mesh {}: its dims hold {} ranks but the world has {}", mesh_text,
             mesh_size, world_size);
-  DTR_CHECK(c.tp == 1 || (dims.size() == 1 && dims[0].first == kTensorParallelDim), ValueError,
-            "--mesh {}: with --tp {} the mesh is one dim named {} ({}={}), or leave --mesh out", mesh_text, c.tp,
-            kTensorParallelDim, kTensorParallelDim, c.tp);
-  if (parallel == Parallel::kHsdp) {
-    DTR_CHECK(dims.size() == 2, ValueError,
-              "--mesh {}: --parallel hsdp takes a 2-D mesh, e.g. {} (the world of {} ranks split in two dims)",
-              mesh_text,
-              world_size % 2 == 0 ? fmt::format("replicate=2,shard={}", world_size / 2)
-                                  : fmt::format("replicate={},shard=1", world_size),
-              world_size);
-  } else {
-    DTR_CHECK(dims.size() == 1, ValueError, "--mesh {}: --parallel {} takes a 1-D mesh, e.g. dp={}", mesh_text,
-              flag_value(c.parallel), world_size);
-  }
+  // The data-parallel dims, then the tensor-parallel one.
+  const size_t data_dims = parallel == Parallel::kHsdp ? 2 : parallel == Parallel::kNone && c.tp > 1 ? 0 : 1;
+  const bool tp_last = c.tp == 1 || (!dims.empty() && dims.back() == std::pair{std::string(kTensorParallelDim), c.tp});
+  DTR_CHECK(dims.size() == data_dims + (c.tp > 1 ? 1 : 0) && tp_last, ValueError, "--mesh {}: --parallel {}{} takes {}",
+            mesh_text, flag_value(parallel), c.tp > 1 ? fmt::format(" with --tp {}", c.tp) : "",
+            parallel == Parallel::kHsdp
+                ? fmt::format("replicate=R,shard=S{} (R x S = {}, e.g. {})", tp_dim, data_ranks,
+                              data_ranks % 2 == 0 ? fmt::format("replicate=2,shard={}{}", data_ranks / 2, tp_dim)
+                                                  : fmt::format("replicate={},shard=1{}", data_ranks, tp_dim))
+            : parallel == Parallel::kNone ? fmt::format("{}={} (or leave --mesh out)", kTensorParallelDim, c.tp)
+                                          : fmt::format("dp={}{} (or leave --mesh out)", data_ranks, tp_dim));
   DTR_CHECK(c.batch_size % c.grad_accum == 0, ValueError,
             "--batch-size {} (global sequences per step) does not split into --grad-accum {} micro-batches",
             c.batch_size, c.grad_accum);
   const int64_t micro = c.batch_size / c.grad_accum;
-  const int64_t data_ranks = world_size / c.tp;  // tensor-parallel ranks share their batch
   DTR_CHECK(micro % data_ranks == 0, ValueError,
             "--batch-size {} (global sequences per step): each of its {} micro-batches of {} sequences must split "
             "evenly over the {} data-parallel ranks; use a multiple of {}",
             c.batch_size, c.grad_accum, micro, data_ranks, c.grad_accum * data_ranks);
   if (const int* k = std::get_if<int>(&c.reshard_after_forward)) {
-    DTR_CHECK(parallel == Parallel::kFsdp && world_size % *k == 0, ValueError,
-              "--reshard-after-forward {}: a rank count needs --parallel fsdp and must divide the world size {}", *k,
-              world_size);
+    DTR_CHECK(parallel == Parallel::kFsdp && c.tp == 1 && world_size % *k == 0, ValueError,
+              "--reshard-after-forward {}: a rank count needs --parallel fsdp without --tp and must divide the world "
+              "size {}",
+              *k, world_size);
   }
   DTR_CHECK(!c.cpu_offload || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--cpu-offload: offloading keeps FSDP's shards on the host; use it with --parallel fsdp or hsdp (got {})",

@@ -60,8 +60,9 @@ struct TrainConfig {
   int64_t prefetch = 0;
   ReshardAfterForward reshard_after_forward = true;
   // Tensor parallelism over --tp ranks (nn::transformer_tp_plan), with its sequence- and
-  // loss-parallel variants. On its own for now: --parallel none, the whole world on the mesh
-  // dim kTensorParallelDim.
+  // loss-parallel variants, on the mesh dim kTensorParallelDim (the last): on its own
+  // (--parallel none, the whole world), or under fsdp (dp x tp) or hsdp
+  // (replicate x shard x tp), which shard each rank's tensor-parallel piece.
   int64_t tp = 1;
   bool sequence_parallel = false, loss_parallel = false;
   int64_t threads = 1;

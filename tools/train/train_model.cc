@@ -1,6 +1,7 @@
 #include "tools/train/train_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <fstream>
@@ -87,11 +88,18 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i));
     }
   }
+  // The mesh FSDP shards over: the data-parallel dims, beside "tp" under tensor parallelism.
+  DeviceMesh fsdp_mesh = mesh;
   if (c.tp > 1) {
     nn::parallelize_module(
-        *m.net, mesh,
+        *m.net, mesh[kTensorParallelDim],
         nn::transformer_tp_plan(config, {.sequence_parallel = c.sequence_parallel, .loss_parallel = c.loss_parallel}));
-  } else if (parallel == Parallel::kDdp) {
+    if (parallel != Parallel::kNone) {
+      const std::vector<std::string>& names = mesh.dim_names();
+      fsdp_mesh = mesh.submesh(std::vector<std::string>(names.begin(), names.end() - 1));
+    }
+  }
+  if (parallel == Parallel::kDdp) {
     m.ddp = &nn::replicate(*m.net, mesh);
   } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
     nn::FullyShardOptions options;
@@ -101,22 +109,27 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     }
     if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
     options.reshard_after_forward = c.reshard_after_forward;
-    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = mesh.dim_names().back();
+    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = fsdp_mesh.dim_names().back();
     for (size_t i = 0; i < m.net->layers().size(); ++i) {
-      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), mesh, options));
+      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), fsdp_mesh, options));
     }
     options.reshard_after_forward.reset();      // the root keeps its parameters for backward
     options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
-    m.root = &nn::fully_shard(*m.net, mesh, options);
+    m.root = &nn::fully_shard(*m.net, fsdp_mesh, options);
     if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
   if (!c.init_from.empty()) init_from(*m.net, c);
   return m;
 }
 
-std::string placements_summary(nn::Transformer& net) {
+std::string placements_summary(nn::Transformer& net, const DeviceMesh& mesh) {
   std::map<std::string, int64_t> counts;
-  for (auto& [name, p] : net.named_parameters()) ++counts[placements_str(p->placements())];
+  for (auto& [name, p] : net.named_parameters()) {
+    const std::vector<std::string>& dims = p->mesh().dim_names();
+    const bool other_dims = !dims.empty() && dims != mesh.dim_names();
+    ++counts[placements_str(p->placements()) +
+             (other_dims ? fmt::format(" on ({})", fmt::join(dims, ", ")) : std::string())];
+  }
   std::string out;
   for (const auto& [placements, n] : counts) out += fmt::format("{}{} x {}", out.empty() ? "" : ", ", n, placements);
   return out;

@@ -2,7 +2,8 @@
 // sizes describe, initialised from --seed (GPT-2's N(0, 0.02) embeddings for gpt) or loaded
 // from --init-from, and parallelised as --parallel says: fully_shard on each block and then
 // on the root (fsdp; hsdp shards over the mesh's last dim), replicate (ddp), or nothing
-// (none: the model lives on its own one-rank mesh). The root keeps its parameters through
+// (none: the model lives on its own one-rank mesh). With --tp, parallelize_module on
+// mesh["tp"] first, and fully_shard over the other dims (FSDP x TP). The root keeps its parameters through
 // backward and gives float32 logits for the loss; blocks reshard per
 // --reshard-after-forward.
 #pragma once
@@ -42,8 +43,10 @@ DeviceMesh training_mesh(const TrainConfig& config, DeviceType device_type, int6
 // every name in OUT/init_from_mismatch.txt). Collective.
 Model build_model(const TrainConfig& config, int64_t vocab, const DeviceMesh& mesh);
 
-// How many parameters each placement has, e.g. "2 x (R), 26 x (S(0))".
-std::string placements_summary(nn::Transformer& net);
+// How many parameters each placement has, e.g. "2 x (R), 26 x (S(0))"; with the mesh dims
+// they are on where those are not the training mesh's (FSDP x TP's tp-first view:
+// "4 x (SS(0,3), S(0)) on (tp, dp)").
+std::string placements_summary(nn::Transformer& net, const DeviceMesh& mesh);
 
 // The model's parameter count (global, not this rank's).
 int64_t parameter_count(nn::Transformer& net);
