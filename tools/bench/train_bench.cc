@@ -1,8 +1,9 @@
 // train_bench: the train program end to end (tools/train/train under dtrrun, each run its own
 // launch, one thread per rank) on the reference causal LM, against PyTorch 2.15 training the
 // same model: --parallel none (1 rank only), ddp and fsdp on each rank count, fsdp with
-// --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, and tensor parallelism
-// (--tp N, with and without --sequence-parallel) from 2 ranks up. One row per run: the
+// --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, tensor parallelism
+// (--tp N, with and without --sequence-parallel) from 2 ranks up, and FSDP x TP (--parallel
+// fsdp --tp 2: dp N/2 x tp 2) on 4 ranks and up. One row per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
 // collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
@@ -13,9 +14,10 @@
 // PyTorch's side is tools/bench/peers/fsdp_peer.py under torch.distributed.run (as fsdp_bench runs
 // it: fully_shard on each block and the root, DDP; --mixed-precision for the bf16 row) and
 // tools/bench/peers/tp_peer.py (parallelize_module with Megatron's plan on the same model
-// written with separate q, k and v projections; its sequence-parallel plan for tp+sp); its
-// columns show '-' when torch is missing. Every rank of a tensor-parallel run holds the whole
-// global batch (8 sequences per rank, as the others). Every run is checked before its figures are used:
+// written with separate q, k and v projections; its sequence-parallel plan for tp+sp; with
+// --dp, fully_shard on mesh["dp"] after it for fsdp+tp); its columns show '-' when torch is
+// missing. Every run trains on a global batch of 8 sequences per rank: the ranks of a
+// tensor-parallel group share theirs. Every run is checked before its figures are used:
 // exit 0, every step done on every rank, every loss finite. Reference configuration
 // (fsdp_peer.py's model): vocab 4096, dim 256, 4 layers, 4 heads, seq 128, learned
 // positions, final LayerNorm, untied output with bias; 8 sequences per rank; AdamW, float32.
@@ -54,14 +56,15 @@ struct Run {
   int ranks = 1;
   std::string parallel;  // fsdp | ddp | none
   Precision precision = Precision::kFloat32;
-  bool tensor_parallel = false;  // --parallel none --tp ranks
+  int tp = 1;  // --tp: all the ranks (--parallel none), or 2 under fsdp (dp x tp)
   bool sequence_parallel = false;
   bench::TrainRun measured;
   double tokens_per_s = 0;  // at the median ms/step
   std::optional<double> torch_tokens_per_s;
 
   std::string mode() const {
-    if (tensor_parallel) return sequence_parallel ? "tp+sp" : "tp";
+    if (tp > 1 && parallel != "none") return parallel + "+tp";
+    if (tp > 1) return sequence_parallel ? "tp+sp" : "tp";
     return precision == Precision::kMixed ? parallel + "+mp" : parallel;
   }
 };
@@ -73,8 +76,7 @@ void train(Run& run, const std::string& dtrrun, const std::string& program, int6
   const std::string flags = fmt::format(
       "{} --seq-len {} --parallel {}{}{} --batch-size {}", bench::kReferenceTrainFlags, kSeq, run.parallel,
       run.precision == Precision::kMixed ? " --mixed-precision" : "",
-      run.tensor_parallel ? fmt::format(" --tp {}{}", run.ranks, run.sequence_parallel ? " --sequence-parallel" : "")
-                          : "",
+      run.tp > 1 ? fmt::format(" --tp {}{}", run.tp, run.sequence_parallel ? " --sequence-parallel" : "") : "",
       kBatchPerRank * run.ranks);
   run.measured = bench::run_train(dtrrun, program, run.ranks, flags, steps, warmup, dir,
                                   fmt::format("{} ranks, {}", run.ranks, run.mode()));
@@ -105,18 +107,19 @@ std::map<std::string, double> torch_figures(const std::string& python, int ranks
   return {};
 }
 
-// PyTorch's tensor-parallel tokens/s at `ranks` ranks ("tp" or "tp+sp"), from tp_peer.py;
-// empty, with `note` saying why, when it gave none.
-std::map<std::string, double> torch_tp_figures(const std::string& python, int ranks, int64_t steps, int64_t warmup,
-                                               bool sequence_parallel, std::string& note) {
-  const std::string peer = bench::command_output(
-      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/tp_peer.py {} {}{}",
-                  bench::shell_quote(python), ranks, steps, warmup, sequence_parallel ? " --sequence-parallel" : ""));
-  const std::string key = sequence_parallel ? "torch tp_sp " : "torch tp ";
+// PyTorch's tensor-parallel tokens/s at `ranks` ranks ("tp" or "tp+sp"; with dp > 1
+// "fsdp+tp", dp x ranks/dp), from tp_peer.py; empty, with `note` saying why, when it gave none.
+std::map<std::string, double> torch_tp_figures(const std::string& python, int ranks, int dp, int64_t steps,
+                                               int64_t warmup, bool sequence_parallel, std::string& note) {
+  const std::string peer = bench::command_output(fmt::format(
+      "{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/tp_peer.py {} {}{} --dp {}",
+      bench::shell_quote(python), ranks, steps, warmup, sequence_parallel ? " --sequence-parallel" : "", dp));
+  const std::string name = fmt::format("{}{}", dp > 1 ? "fsdp_" : "", sequence_parallel ? "tp_sp" : "tp");
+  const std::string key = fmt::format("torch {} ", name);
   double ms = 0, tps = 0;
   const size_t at = peer.find(key);
   if (at != std::string::npos && std::sscanf(peer.c_str() + at + key.size(), "%lf %lf", &ms, &tps) == 2) {
-    return {{sequence_parallel ? "tp+sp" : "tp", tps}};
+    return {{dp > 1 ? "fsdp+tp" : sequence_parallel ? "tp+sp" : "tp", tps}};
   }
   note =
       fmt::format("the PyTorch tensor-parallel peer gave no figures; its output ends\n{}", bench::last_lines(peer, 8));
@@ -135,7 +138,8 @@ void print_row(const Run& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"The train program (dtrrun, fsdp / ddp / none / tp) against PyTorch on the reference causal LM."};
+  CLI::App app{
+      "The train program (dtrrun, fsdp / ddp / none / tp / fsdp+tp) against PyTorch on the reference causal LM."};
   std::vector<int> ranks = {1, 2, 4};
   std::string python = bench::default_peer_python();
   int64_t steps = 12, warmup = 2;
@@ -194,8 +198,12 @@ int main(int argc, char** argv) {
       for (bool sp : {false, true}) {
         if (n < 2) continue;
         runs.push_back(run_of("none"));
-        runs.back().tensor_parallel = true;
+        runs.back().tp = n;
         runs.back().sequence_parallel = sp;
+      }
+      if (n >= 4 && n % 2 == 0) {
+        runs.push_back(run_of("fsdp"));
+        runs.back().tp = 2;
       }
       for (Run& r : runs) {
         train(r, dtrrun, program, steps, warmup, scratch.path() / fmt::format("{}_{}", n, r.mode()));
@@ -210,11 +218,11 @@ int main(int argc, char** argv) {
           notes.push_back(fmt::format("{} ranks{}: {}", n, p == Precision::kMixed ? " (mixed precision)" : "", note));
         }
       }
-      for (bool sp : {false, true}) {
-        if (torch_at.empty() || n < 2) continue;
+      for (Run& r : runs) {
+        if (torch_at.empty() || r.tp == 1) continue;
         std::string note;
-        torch.merge(torch_tp_figures(python, n, steps - warmup, warmup, sp, note));
-        if (!note.empty()) notes.push_back(fmt::format("{} ranks ({}): {}", n, sp ? "tp+sp" : "tp", note));
+        torch.merge(torch_tp_figures(python, n, n / r.tp, steps - warmup, warmup, r.sequence_parallel, note));
+        if (!note.empty()) notes.push_back(fmt::format("{} ranks ({}): {}", n, r.mode(), note));
       }
       for (Run& r : runs) {
         if (auto it = torch.find(r.mode()); it != torch.end()) r.torch_tokens_per_s = it->second;

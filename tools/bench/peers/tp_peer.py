@@ -7,11 +7,13 @@ write it for tensor parallelism, under PyTorch 2.15's parallelize_module with Me
 the FFN's second layer RowwiseParallel, the embedding RowwiseParallel (vocabulary rows), the
 output ColwiseParallel. With --sequence-parallel the norms run under SequenceParallel, the
 blocks' inputs are prepared from Shard(1) and the row layers reduce-scatter (torchtitan's
-plan). Gloo, one thread per rank, every rank on the same global batch of 8 sequences per rank;
-started by torch.distributed.run. Rank 0 prints "torch tp <ms/step> <tokens/s>" (or tp_sp;
+plan). With --dp D (FSDP x TP, torchtitan's 2-D) the mesh is (dp D, tp N/D): the plan on
+mesh["tp"], then fully_shard on mesh["dp"] for each block and the root. Gloo, one thread per
+rank, the ranks of a tensor-parallel group on one batch of 8 sequences per member; started by
+torch.distributed.run. Rank 0 prints "torch tp <ms/step> <tokens/s>" (or tp_sp, fsdp_tp;
 medians). A non-finite loss fails the run. Without torch it prints "torch missing" and exits 0.
 
-    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/tp_peer.py STEPS WARMUP [--sequence-parallel]
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/tp_peer.py STEPS WARMUP [--sequence-parallel] [--dp D]
 """
 import argparse
 import sys
@@ -26,6 +28,8 @@ except ImportError:
     sys.exit(0)
 
 from fsdp_peer import BATCH_PER_RANK, DIM, HEADS, LAYERS, SEQ, VOCAB, train  # noqa: E402
+
+TP_RANK = 0  # this rank's index in its tensor-parallel group (main sets it)
 
 
 class Attention(nn.Module):
@@ -62,7 +66,7 @@ class LM(nn.Module):
     def forward(self, tokens):
         h = self.embed(tokens)
         # Under sequence parallelism h holds this rank's positions only.
-        first = dist.get_rank() * h.shape[1] if h.shape[1] != tokens.shape[1] else 0
+        first = TP_RANK * h.shape[1] if h.shape[1] != tokens.shape[1] else 0
         h = h + self.pos_embed(torch.arange(first, first + h.shape[1]))
         for layer in self.layers:
             h = layer(h)
@@ -109,26 +113,35 @@ def main() -> None:
     parser.add_argument("steps", type=int)
     parser.add_argument("warmup", type=int)
     parser.add_argument("--sequence-parallel", action="store_true")
+    parser.add_argument("--dp", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor.parallel import parallelize_module
 
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    tp = world // args.dp
+    mesh = init_device_mesh("cpu", (args.dp, tp), mesh_dim_names=("dp", "tp"))
+    global TP_RANK
+    TP_RANK = mesh["tp"].get_local_rank()
     torch.manual_seed(0)
     model = LM()
     top, block = plan(args.sequence_parallel)
     for layer in model.layers:
-        parallelize_module(layer, mesh, block)
-    parallelize_module(model, mesh, top)
+        parallelize_module(layer, mesh["tp"], block)
+    parallelize_module(model, mesh["tp"], top)
+    if args.dp > 1:
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"], reshard_after_forward=False)
 
-    ms = torch.tensor([train(model, args.steps, args.warmup, shared_batch=True)], dtype=torch.float64)
+    ms = torch.tensor([train(model, args.steps, args.warmup, share=tp)], dtype=torch.float64)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     if dist.get_rank() == 0:
         tokens = BATCH_PER_RANK * world * SEQ
-        name = "tp_sp" if args.sequence_parallel else "tp"
+        name = ("fsdp_" if args.dp > 1 else "") + ("tp_sp" if args.sequence_parallel else "tp")
         print(f"torch {name} {ms.item():.1f} {tokens / (ms.item() / 1e3):.1f}")
     dist.destroy_process_group()
 
