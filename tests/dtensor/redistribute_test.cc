@@ -132,8 +132,13 @@ TEST_CASE("random redistributes on 4 ranks: 1-D, 2x2, 1x4 and 4x1 meshes", "[dte
           kCPU, shape, shape.size() == 1 ? std::vector<std::string>{"dp"} : std::vector<std::string>{"dp", "tp"});
       std::mt19937_64 gen(7 + shape[0]);
       for (uint64_t c = 0; c < 70; ++c) ran += run_random_case(mesh, gen, c);
+      if (shape.size() == 1) continue;
+      // The transposed view (FSDP x TP's tp-first mesh): the same groups, the ranks in
+      // another order, placements nesting tp first.
+      const std::vector<std::string> tp_dp = {"tp", "dp"};
+      for (uint64_t c = 0; c < 30; ++c) ran += run_random_case(mesh.submesh(tp_dp), gen, 100 + c);
     }
-    CHECK(ran >= 200);  // at least 200 random cases on 4 ranks per run
+    CHECK(ran >= 250);  // at least 250 random cases on 4 ranks per run
   });
 }
 
@@ -152,10 +157,16 @@ TEST_CASE("random redistributes on a 2x2x2 mesh of 8 ranks", "[dtensor][redistri
                                   {Replicate(), Replicate()})
                     .steps()[0]
                     .num_mesh_dims > 1);
+    // HSDP x TP's tp-first view keeps (pp, dp)'s flattened group, now at mesh dims 1 and 2.
+    const std::vector<std::string> tp_pp_dp = {"tp", "pp", "dp"};
+    const DeviceMesh tp_first = mesh.submesh(tp_pp_dp);
+    CHECK(&tp_first.flattened_group(1, 2) == &mesh.flattened_group(0, 2));
+    CHECK_FALSE(tp_first.can_flatten(0, 2));
     std::mt19937_64 gen(2026);
     int ran = 0;
     for (uint64_t c = 0; c < 40; ++c) ran += run_random_case(mesh, gen, c);
-    CHECK(ran >= 25);
+    for (uint64_t c = 0; c < 20; ++c) ran += run_random_case(tp_first, gen, 100 + c);
+    CHECK(ran >= 37);
   });
 }
 
