@@ -6,6 +6,7 @@
 #include "collectives/process_group.h"
 #include "dtensor/autograd.h"
 #include "dtensor/internal/dtensor_impl.h"
+#include "dtensor/kept_outputs.h"
 #include "kernels/fill.h"
 
 namespace dtr {
@@ -184,18 +185,24 @@ std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, co
     for (const DTensor& t : tensors) out.push_back(t);
     return out;
   }
-  auto pending = std::make_shared<PendingRedistribute>(std::move(plan), std::move(locals), device);
-  if (async == Async::kNo) pending->wait();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    DTensorSpec target = specs[i].with_placements(placements);
-    if (async == Async::kNo) {
-      out.emplace_back(pending->wait()[i], std::move(target));
-    } else {
-      auto impl = std::make_shared<DTensor::Impl>();
-      impl->spec = std::move(target);
-      impl->pending = pending;
-      impl->pending_index = i;
-      out.push_back(DTensor(std::move(impl)));
+  if (KeptOutputs::in_scope()) {  // a selectively checkpointed forward keeps the results: synchronous
+    const std::vector<Tensor> moved = kept_or_computed(
+        "redistribute", [&] { return PendingRedistribute(std::move(plan), std::move(locals), device).wait(); });
+    for (size_t i = 0; i < specs.size(); ++i) out.emplace_back(moved[i], specs[i].with_placements(placements));
+  } else {
+    auto pending = std::make_shared<PendingRedistribute>(std::move(plan), std::move(locals), device);
+    if (async == Async::kNo) pending->wait();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      DTensorSpec target = specs[i].with_placements(placements);
+      if (async == Async::kNo) {
+        out.emplace_back(pending->wait()[i], std::move(target));
+      } else {
+        auto impl = std::make_shared<DTensor::Impl>();
+        impl->spec = std::move(target);
+        impl->pending = pending;
+        impl->pending_index = i;
+        out.push_back(DTensor(std::move(impl)));
+      }
     }
   }
   // Backward: each gradient goes back to the source placements, Partial ones becoming

@@ -2,12 +2,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "dtensor/autograd.h"
+#include "dtensor/kept_outputs.h"
 #include "kernels/fill.h"
 #include "nn/init.h"
 
@@ -16,7 +18,8 @@ namespace {
 
 // What one checkpointed call keeps for its backward.
 struct Saved {
-  Values inputs;  // detached
+  Values inputs;                    // detached
+  std::optional<KeptOutputs> kept;  // selective: the kept ops' results, until the recompute
   std::vector<bool> differentiable;
   SeedState seed;
   std::function<Values(const Values&)> forward;
@@ -52,8 +55,11 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
   Values outputs;
   {
     const EnableGradGuard grad_on;  // the engine runs backward functions without recording
+    std::optional<KeptOutputs::Scope> replay;
+    if (saved.kept) replay.emplace(&*saved.kept, KeptOutputs::Mode::kReplay);
     outputs = saved.forward(inputs);
   }
+  if (saved.kept) saved.kept->clear();  // all taken back
   for (size_t i = 0; i < saved.params.size(); ++i) *saved.params[i].first = std::move(current[i]);
   set_seed_state(now);
   std::vector<DTensor> roots, gradients;
@@ -71,16 +77,21 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
 
 }  // namespace
 
-void checkpoint(Module& module) {
+CheckpointOptions selective_policy() { return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}}; }
+
+void checkpoint(Module& module, const CheckpointOptions& options) {
+  if (!options.keep_ops.empty()) (void)KeptOutputs(options.keep_ops);  // checks the policy now
   // A leaf that requires grad, among the node's inputs so that the node is recorded even
   // when no input needs a gradient (only the parameters do); it never gets one.
   auto anchor = std::make_shared<DTensor>(
       DTensor(zeros({0}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {0}, kFloat32)));
   anchor->requires_grad_();
   module.set_forward_runner(
-      [anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(), name = module.type_name()](
-          const Values& inputs, const std::function<Values(const Values&)>& forward) {
-        if (!grad_mode_enabled()) return forward(inputs);
+      [anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(), name = module.type_name(),
+       keep_ops = options.keep_ops](const Values& inputs, const std::function<Values(const Values&)>& forward) {
+        // Without grad, or inside a selectively checkpointed forward (or its recompute),
+        // which covers this one.
+        if (!grad_mode_enabled() || KeptOutputs::in_scope()) return forward(inputs);
         auto saved = std::make_shared<Saved>();
         saved->seed = seed_state();
         saved->forward = forward;
@@ -95,6 +106,8 @@ void checkpoint(Module& module) {
         Values outputs;
         {
           const NoGradGuard no_grad;
+          std::optional<KeptOutputs::Scope> keep;
+          if (!keep_ops.empty()) keep.emplace(&saved->kept.emplace(keep_ops), KeptOutputs::Mode::kRecord);
           outputs = forward(inputs);
         }
         // New handles: an output that is an input (or a parameter) must not get this node.

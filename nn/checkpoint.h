@@ -1,7 +1,8 @@
 // Activation checkpointing (PyTorch's composable torch.distributed._composable.checkpoint and
-// checkpoint_wrapper's full policy): a checkpointed module's forward keeps none of its
-// intermediate activations; backward recomputes the forward from the saved inputs and runs
-// its backward then.
+// checkpoint_wrapper's full policy; torchtitan's per-op selective policy): a checkpointed
+// module's forward keeps none of its intermediate activations (full), or only the results of
+// the ops its policy names (selective); backward recomputes the forward from the saved
+// inputs and runs its backward then.
 //
 // checkpoint(module) applies in place, as fully_shard does: the module keeps its type,
 // children and parameter names, so state dicts and checkpoints are unchanged. Its forward
@@ -13,15 +14,36 @@
 // to the ops before. The module's forward hooks do not run again (fully_shard's unshard
 // happens once before backward, as it would without checkpointing); its children's do.
 //
+// Selective (CheckpointOptions::keep_ops): the forward also keeps the local results of the
+// ops named, the recompute takes them back instead of computing them (dtensor/kept_outputs.h):
+// by default the matrix products, attention and every redistribute, so the recompute runs
+// only the cheap ops (norms, activations, dropout, adds, views) and never communicates: no
+// collective in backward beyond those without checkpointing. A checkpointed module nested in
+// a selectively checkpointed one runs as part of it.
+//
 // Apply it before fully_shard or replicate and before tensor parallelism's styles, as
 // torchtitan does: those then see the module as one unit.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "nn/module.h"
 
 namespace dtr::nn {
 
-// Checkpoints `module`'s forward from now on. ValueError if it is already checkpointed.
-void checkpoint(Module& module);
+struct CheckpointOptions {
+  // Empty: full checkpointing. Otherwise the ops whose results the forward keeps, each of
+  // dtensor/kept_outputs.h's kKeepableOps: selective_policy() keeps all of them.
+  std::vector<std::string> keep_ops;
+};
+
+// Selective checkpointing's default policy: matmul, bmm, linear, scaled_dot_product_attention
+// and redistribute (torchtitan's: the products, attention and the collectives).
+CheckpointOptions selective_policy();
+
+// Checkpoints `module`'s forward from now on. ValueError if it is already checkpointed, or
+// for a policy naming an op whose results cannot be kept.
+void checkpoint(Module& module, const CheckpointOptions& options = {});
 
 }  // namespace dtr::nn

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
+#include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
@@ -357,7 +358,8 @@ void FSDPModule::unshard(Async async) {
   std::vector<DTensor> gathered;
   {
     const NoGradGuard no_grad;
-    if (released_ && !post_forward_shards_.empty()) {  // within the k ranks holding the pieces
+    const KeptOutputs::Scope not_kept(nullptr, KeptOutputs::Mode::kRecord);  // inside a checkpointed module too
+    if (released_ && !post_forward_shards_.empty()) {                        // within the k ranks holding the pieces
       gathered = redistribute_coalesced(post_forward_shards_, replicate_all(*post_forward_mesh_), async);
     } else {
       std::vector<Placements> targets;

@@ -5,6 +5,7 @@
 
 #include "core/trace.h"
 #include "dtensor/autograd.h"
+#include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/op_util.h"
@@ -60,17 +61,20 @@ namespace {
 DTensor fused_attention(const DTensor& q, const DTensor& k, const DTensor& v, Causal causal, double scale) {
   const int64_t nd = q.dim();
   const int64_t query_offset = q.spec().local_chunk().offset[nd - 2];
-  AttentionOutput fwd = attention(q.to_local(), k.to_local(), v.to_local(), causal, scale, query_offset);
+  std::vector<Tensor> fwd = kept_or_computed("scaled_dot_product_attention", [&] {
+    AttentionOutput o = attention(q.to_local(), k.to_local(), v.to_local(), causal, scale, query_offset);
+    return std::vector{std::move(o.out), std::move(o.lse)};
+  });
   Shape out_shape = q.shape();
   out_shape.back() = v.size(-1);
-  DTensor y = make_output(fwd.out, q.mesh(), q.placements(), std::move(out_shape));
+  DTensor y = make_output(fwd[0], q.mesh(), q.placements(), std::move(out_shape));
   const DTensor inputs[] = {q, k, v};
   Placements kv_grad = k.placements();
   for (size_t m = 0; m < kv_grad.size(); ++m) {
     if (q.placements()[m].is_shard() && !k.placements()[m].is_shard()) kv_grad[m] = Partial();
   }
   record("scaled_dot_product_attention", inputs, std::span(&y, 1),
-         [q = q.detach(), k = k.detach(), v = v.detach(), out = y.detach(), lse = fwd.lse, causal, scale, query_offset,
+         [q = q.detach(), k = k.detach(), v = v.detach(), out = y.detach(), lse = fwd[1], causal, scale, query_offset,
           kv_grad](const std::vector<DTensor>& g) {
            const Tensor grad_out = g[0].redistribute(out.placements()).to_local();
            AttentionGrads grads = attention_backward(grad_out, q.to_local(), k.to_local(), v.to_local(), out.to_local(),
@@ -116,6 +120,10 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
   const bool fuse = backend == AttentionBackend::kFused ||
                     (backend == AttentionBackend::kAuto && can_fuse && q.mesh().device_type() == kCUDA);
   if (fuse) return fused_attention(q, k, v, causal, factor);
+  // The composed path's products are attention's own: selective checkpointing keeps the
+  // fused kernel's result, but nothing of these (their backward needs the [Tq, Tk]
+  // probabilities, which would cost more to keep than to recompute).
+  const KeptOutputs::Scope not_kept(nullptr, KeptOutputs::Mode::kRecord);
   // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
   DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);
   if (causal == Causal::kYes) scores = causal_mask_fill(scores, -std::numeric_limits<double>::infinity());

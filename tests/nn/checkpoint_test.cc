@@ -1,7 +1,8 @@
 // Activation checkpointing: the causal model with dropout 0.1 trained with every block
-// checkpointed gives the same bits as without (losses, weights after three AdamW steps) on
-// one rank and under fsdp and ddp on 2 and 3 ranks, with exactly the same collectives;
-// checkpointing keeps fewer bytes for backward (the allocator's peak falls).
+// checkpointed, fully or selectively, gives the same bits as without (losses, weights after
+// three AdamW steps) on one rank and under fsdp and ddp on 2 and 3 ranks, with exactly the
+// same collectives; checkpointing keeps fewer bytes for backward (the allocator's peak
+// falls: full below selective below none, by bounds from the model's shapes).
 #include "nn/checkpoint.h"
 
 #include <catch2/catch.hpp>
@@ -33,7 +34,16 @@ constexpr int64_t kBatch = 4, kSeq = 8, kVocab = 32;
 constexpr int kSteps = 3;
 
 enum class Sharding : uint8_t { kNone, kFsdp, kDdp };
-enum class Checkpointed : uint8_t { kNo, kYes, kFirstBlock };
+enum class Checkpointed : uint8_t { kNo, kYes, kFirstBlock, kSelective };
+
+// Checkpoints every TransformerBlock of `model`: fully, or selectively with the default policy.
+void checkpoint_blocks(Module& model, Checkpointed how) {
+  for (auto& [name, m] : model.named_modules()) {
+    if (m->type_name() == "TransformerBlock") {
+      checkpoint(*m, how == Checkpointed::kSelective ? selective_policy() : CheckpointOptions{});
+    }
+  }
+}
 
 struct Run {
   std::vector<double> losses;
@@ -46,10 +56,8 @@ Run train(const DeviceMesh& mesh, Sharding sharding, Checkpointed checkpointed) 
   TransformerConfig config = testing::small_causal_lm(kVocab, kSeq);
   config.dropout = 0.1;
   Transformer model(config, {.mesh = sharding == Sharding::kFsdp ? single_rank_mesh() : mesh});
-  if (checkpointed == Checkpointed::kYes) {
-    for (auto& [name, m] : model.named_modules()) {
-      if (m->type_name() == "TransformerBlock") checkpoint(*m);
-    }
+  if (checkpointed == Checkpointed::kYes || checkpointed == Checkpointed::kSelective) {
+    checkpoint_blocks(model, checkpointed);
   }
   if (checkpointed == Checkpointed::kFirstBlock) checkpoint(model.layers().child("0"));
   if (sharding == Sharding::kFsdp) {
@@ -88,8 +96,9 @@ void check_same_bits(const Run& checkpointed, const Run& plain) {
 }
 
 TEST_CASE("checkpointed blocks train bit for bit as plain ones on one rank", "[nn][checkpoint]") {
-  check_same_bits(train(single_rank_mesh(), Sharding::kNone, Checkpointed::kYes),
-                  train(single_rank_mesh(), Sharding::kNone, Checkpointed::kNo));
+  const Run plain = train(single_rank_mesh(), Sharding::kNone, Checkpointed::kNo);
+  check_same_bits(train(single_rank_mesh(), Sharding::kNone, Checkpointed::kYes), plain);
+  check_same_bits(train(single_rank_mesh(), Sharding::kNone, Checkpointed::kSelective), plain);
 }
 
 // The CPU allocator's peak over one forward and backward of a 3-block model whose
@@ -97,11 +106,7 @@ TEST_CASE("checkpointed blocks train bit for bit as plain ones on one rank", "[n
 int64_t peak_of_step(Checkpointed checkpointed, int64_t batch, int64_t seq, const TransformerConfig& config) {
   manual_seed(5);
   Transformer model(config);
-  if (checkpointed == Checkpointed::kYes) {
-    for (auto& [name, m] : model.named_modules()) {
-      if (m->type_name() == "TransformerBlock") checkpoint(*m);
-    }
-  }
+  if (checkpointed != Checkpointed::kNo) checkpoint_blocks(model, checkpointed);
   const Tensor tokens = testing::random_tensor({batch, seq}, kFloat64, 1, 0, kVocab).to(kInt64);
   const DTensor x = distribute_tensor(tokens, single_rank_mesh(), {Replicate()});
   const DTensor y = distribute_tensor(tokens, single_rank_mesh(), {Replicate()});
@@ -117,12 +122,20 @@ TEST_CASE("checkpointing drops what the blocks keep for backward", "[nn][checkpo
   config.n_layers = 3;
   const int64_t plain = peak_of_step(Checkpointed::kNo, batch, seq, config);
   const int64_t checkpointed = peak_of_step(Checkpointed::kYes, batch, seq, config);
+  const int64_t selective = peak_of_step(Checkpointed::kSelective, batch, seq, config);
   // Without checkpointing every block keeps, among others, its feed-forward hidden
-  // activation ([tokens, 4 dim] float32) until its backward; with it, only the block being
-  // recomputed does: at least two blocks' worth fewer at the peak.
+  // activation ([tokens, 4 dim] float32: the first layer's output and ReLU's) and its
+  // attention probabilities ([batch, heads, seq, seq]) until its backward; with full
+  // checkpointing only the block being recomputed does: at least two blocks' worth of the
+  // hidden activation fewer at the peak. Selective keeps each block's products (the
+  // feed-forward's first layer's output among them) but neither ReLU's output nor the
+  // probabilities: between the two, by at least those.
   const int64_t hidden = batch * seq * 4 * config.dim * 4;
-  INFO("peak " << plain << " B plain, " << checkpointed << " B checkpointed");
+  const int64_t probabilities = batch * config.n_heads * seq * seq * 4;
+  INFO("peak " << plain << " B plain, " << selective << " B selective, " << checkpointed << " B full");
   CHECK(plain - checkpointed >= (config.n_layers - 1) * hidden);
+  CHECK(plain - selective >= (config.n_layers - 1) * (hidden + probabilities));
+  CHECK(selective - checkpointed >= (config.n_layers - 1) * hidden);
 }
 
 TEST_CASE("checkpointed blocks under fsdp and ddp on 2 and 3 ranks: the same bits, the same collectives",
@@ -135,6 +148,7 @@ TEST_CASE("checkpointed blocks under fsdp and ddp on 2 and 3 ranks: the same bit
         const Run plain = train(mesh, sharding, Checkpointed::kNo);
         check_same_bits(train(mesh, sharding, Checkpointed::kYes), plain);
         check_same_bits(train(mesh, sharding, Checkpointed::kFirstBlock), plain);
+        check_same_bits(train(mesh, sharding, Checkpointed::kSelective), plain);
       }
     });
   }
@@ -177,9 +191,11 @@ TensorMap train_interplay(const DeviceMesh& mesh, Sharding sharding, Checkpointe
   TwoBlocks model(how.twice);
   TransformerBlock* first = &model.first();
   TransformerBlock* second = &model.second();
-  if (checkpointed == Checkpointed::kYes) {
-    checkpoint(*first);
-    checkpoint(*second);
+  if (checkpointed != Checkpointed::kNo) {
+    const CheckpointOptions policy =
+        checkpointed == Checkpointed::kSelective ? selective_policy() : CheckpointOptions{};
+    checkpoint(*first, policy);
+    checkpoint(*second, policy);
   }
   FSDPModule* fsdp = nullptr;
   DDPModule* ddp = nullptr;
@@ -224,19 +240,24 @@ TEST_CASE("checkpointing with accumulation, no sync, a module called twice and a
           continue;
         }
         const TensorMap plain = train_interplay(mesh, sharding, Checkpointed::kNo, how);
-        const TensorMap checkpointed = train_interplay(mesh, sharding, Checkpointed::kYes, how);
-        for (const auto& [name, g] : plain) testing::check_equal(checkpointed.at(name), g, name);
+        for (Checkpointed policy : {Checkpointed::kYes, Checkpointed::kSelective}) {
+          const TensorMap checkpointed = train_interplay(mesh, sharding, policy, how);
+          for (const auto& [name, g] : plain) testing::check_equal(checkpointed.at(name), g, name);
+        }
       }
     }
   });
 }
 
-TEST_CASE("a module is checkpointed once", "[nn][checkpoint]") {
+TEST_CASE("a module is checkpointed once; a policy names ops whose results can be kept", "[nn][checkpoint]") {
   Transformer model(testing::small_causal_lm(kVocab, kSeq));
   Module& block = model.layers().child("0");
   checkpoint(block);
   CHECK_THROWS_WITH(checkpoint(block),
                     "TransformerBlock: its forward already runs through another runner (checkpointed twice?)");
+  CHECK_THROWS_WITH(checkpoint(model.layers().child("1"), {.keep_ops = {"matmul", "softmax"}}),
+                    "selective checkpointing: the policy names 'softmax', whose outputs cannot be kept; it keeps "
+                    "those of matmul, bmm, linear, scaled_dot_product_attention, redistribute");
 }
 
 }  // namespace

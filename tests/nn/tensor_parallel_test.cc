@@ -343,15 +343,17 @@ TransformerConfig tiny_transformer(bool gpt) {
           .dropout = gpt ? 0.1 : 0.0};
 }
 
-enum class Checkpointed : uint8_t { kNo, kYes };
+enum class Checkpointed : uint8_t { kNo, kFull, kSelective };
 
 Run train_transformer(const TransformerConfig& config, const std::optional<DeviceMesh>& mesh,
                       TransformerTpOptions options, const Tensor& tokens, const Tensor& targets,
                       Checkpointed checkpointed = Checkpointed::kNo) {
   manual_seed(11);
   Transformer model(config);
-  if (checkpointed == Checkpointed::kYes) {  // before the styles, as torchtitan applies it
-    for (size_t i = 0; i < model.layers().size(); ++i) checkpoint(model.layers().at<TransformerBlock>(i));
+  if (checkpointed != Checkpointed::kNo) {  // before the styles, as torchtitan applies it
+    const CheckpointOptions policy =
+        checkpointed == Checkpointed::kSelective ? selective_policy() : CheckpointOptions{};
+    for (size_t i = 0; i < model.layers().size(); ++i) checkpoint(model.layers().at<TransformerBlock>(i), policy);
   }
   std::optional<CommDebugMode> strict;
   if (mesh) {
@@ -433,8 +435,10 @@ TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism mat
   }
 }
 
-TEST_CASE("activation checkpointing under tensor parallelism trains bit for bit as without it",
-          "[nn][tensor_parallel][checkpoint]") {
+TEST_CASE(
+    "full and selective checkpointing under tensor parallelism train bit for bit as without; selective's recompute "
+    "communicates nothing",
+    "[nn][tensor_parallel][checkpoint]") {
   testing::run_ranks(2, [](int, int world) {
     const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
     const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
@@ -444,8 +448,10 @@ TEST_CASE("activation checkpointing under tensor parallelism trains bit for bit 
          {TransformerTpOptions{}, TransformerTpOptions{.sequence_parallel = true, .loss_parallel = true}}) {
       INFO((options.sequence_parallel ? "tp + sp + loss parallel" : "tp"));
       const Run plain = train_transformer(config, mesh, options, tokens, targets);
-      const Run recomputed = train_transformer(config, mesh, options, tokens, targets, Checkpointed::kYes);
-      // Each block's forward runs again in backward, its collectives with it: 2 per block.
+      const Run recomputed = train_transformer(config, mesh, options, tokens, targets, Checkpointed::kFull);
+      // Selective keeps the collectives' results: its recompute issues none.
+      const Run selective = train_transformer(config, mesh, options, tokens, targets, Checkpointed::kSelective);
+      // Full: each block's forward runs again in backward, its collectives with it: 2 per block.
       const int64_t blocks = 2 * config.n_layers;
       Issued again = plain.backward.front();
       if (options.sequence_parallel) {
@@ -459,8 +465,14 @@ TEST_CASE("activation checkpointing under tensor parallelism trains bit for bit 
         CHECK(recomputed.losses[step] == plain.losses[step]);
         CHECK(recomputed.forward[step] == plain.forward[step]);
         CHECK(recomputed.backward[step] == again);
+        CHECK(selective.losses[step] == plain.losses[step]);
+        CHECK(selective.forward[step] == plain.forward[step]);
+        CHECK(selective.backward[step] == plain.backward[step]);
       }
-      for (const auto& [name, w] : plain.weights) testing::check_equal(recomputed.weights.at(name), w, name);
+      for (const auto& [name, w] : plain.weights) {
+        testing::check_equal(recomputed.weights.at(name), w, name);
+        testing::check_equal(selective.weights.at(name), w, name + ", selective");
+      }
     }
   });
 }

@@ -45,8 +45,9 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
   fmt::print("parallel   {}{}{}{}{}\n", flag_value(c.parallel), tensor_parallel,
              c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
              c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "",
-             c.activation_checkpoint == ActivationCheckpoint::kFull
-                 ? fmt::format(", activation checkpointing of every {} block(s)", c.ac_every)
+             c.activation_checkpoint != ActivationCheckpoint::kNone
+                 ? fmt::format(", {} activation checkpointing of every {} block(s)",
+                               flag_value(c.activation_checkpoint), c.ac_every)
                  : "");
   fmt::print("model      {} ({} layers, dim {}, {} heads, vocab {}, seq {}): {} parameters\n", flag_value(c.arch),
              c.layers, c.dim, c.heads, vocab, c.seq_len, parameter_count(net));

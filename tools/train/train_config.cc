@@ -33,7 +33,8 @@ constexpr Choice<optim::LRDecay> kLrSchedules[] = {
 constexpr Choice<Parallel> kParallels[] = {
     {"fsdp", Parallel::kFsdp}, {"hsdp", Parallel::kHsdp}, {"ddp", Parallel::kDdp}, {"none", Parallel::kNone}};
 constexpr Choice<ActivationCheckpoint> kActivationCheckpoints[] = {{"none", ActivationCheckpoint::kNone},
-                                                                   {"full", ActivationCheckpoint::kFull}};
+                                                                   {"full", ActivationCheckpoint::kFull},
+                                                                   {"selective", ActivationCheckpoint::kSelective}};
 constexpr Choice<DeviceType> kDevices[] = {{"cpu", kCPU}, {"cuda", kCUDA}};
 constexpr Choice<DataOrder> kDataOrders[] = {{"sequential", DataOrder::kSequential},
                                              {"shuffled", DataOrder::kShuffled}};
@@ -179,10 +180,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Parallelism");
   add_choice(app, "--activation-checkpoint", c.activation_checkpoint, kActivationCheckpoints,
              "none (keep every block's activations for backward), full (keep only the checkpointed blocks' inputs "
-             "and recompute their forward in backward; docs/activation_checkpointing.md)")
+             "and recompute their forward in backward), selective (keep their inputs and the results of matrix "
+             "products, attention and collectives, recompute the rest; docs/activation_checkpointing.md)")
       ->group("Parallelism");
   app.add_option("--ac-every", c.ac_every,
-                 "with --activation-checkpoint full: checkpoint every K-th block (0, K, 2K, ...)")
+                 "with --activation-checkpoint full or selective: checkpoint every K-th block (0, K, 2K, ...)")
       ->check(positive)
       ->capture_default_str()
       ->group("Parallelism");

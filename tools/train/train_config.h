@@ -29,7 +29,7 @@ namespace dtr::train {
 enum class Arch : uint8_t { kSeed, kGpt };
 enum class Parallel : uint8_t { kFsdp, kHsdp, kDdp, kNone };
 // Which blocks' activations are recomputed in backward instead of kept (nn/checkpoint.h).
-enum class ActivationCheckpoint : uint8_t { kNone, kFull };
+enum class ActivationCheckpoint : uint8_t { kNone, kFull, kSelective };
 enum class TokenizerKind : uint8_t { kByte, kBpe };
 // --reshard-after-forward: true, false or a rank count N (FullyShardOptions' own type).
 using ReshardAfterForward = std::variant<bool, int>;
@@ -53,7 +53,7 @@ struct TrainConfig {
   // Parallelism.
   Parallel parallel = Parallel::kFsdp;
   ActivationCheckpoint activation_checkpoint = ActivationCheckpoint::kNone;
-  int64_t ac_every = 1;  // with kFull: blocks 0, K, 2K, ... are checkpointed
+  int64_t ac_every = 1;  // with kFull or kSelective: blocks 0, K, 2K, ... are checkpointed
   std::string mesh;
   bool mixed_precision = false;
   bool cpu_offload = false;

@@ -83,9 +83,11 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       if (name == "embed.weight" || name == "pos_embed.weight") nn::normal_(*p, 0.0, 0.02);
     }
   }
-  if (c.activation_checkpoint == ActivationCheckpoint::kFull) {  // before fully_shard and replicate
+  if (c.activation_checkpoint != ActivationCheckpoint::kNone) {  // before fully_shard and replicate
+    const nn::CheckpointOptions policy =
+        c.activation_checkpoint == ActivationCheckpoint::kSelective ? nn::selective_policy() : nn::CheckpointOptions{};
     for (size_t i = 0; i < m.net->layers().size(); i += static_cast<size_t>(c.ac_every)) {
-      nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i));
+      nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i), policy);
     }
   }
   // The mesh FSDP shards over: the data-parallel dims, beside "tp" under tensor parallelism.

@@ -2,8 +2,10 @@
 """PyTorch peer of ac_bench: fsdp_peer.py's causal LM at one sequence length with activation
 checkpointing, on gloo, one thread per rank, started by torch.distributed.run. Each policy
 wraps blocks in checkpoint_wrapper (non-reentrant torch.utils.checkpoint; none: no block,
-every2: blocks 0, 2, ..., full: every block), then, on more than one rank, fully_shard on each
-block and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 prints one
+every2: blocks 0, 2, ..., full: every block; selective: every block, saving the results of
+the matrix products and attention, torchtitan's per-op policy through
+create_selective_checkpoint_contexts), then, on more than one rank, fully_shard on each block
+and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 prints one
 line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <activations MiB>" per policy
 (ms/step: the median, the largest of any rank).
 
@@ -23,6 +25,7 @@ against dtr's allocator figures. Without torch it prints "torch missing" and exi
 """
 import argparse
 import ctypes
+import functools
 import gc
 import sys
 
@@ -37,7 +40,26 @@ except ImportError:
 from fsdp_peer import BATCH_PER_RANK, DIM, HEADS, LAYERS, VOCAB, Transformer, train  # noqa: E402
 
 # Which blocks each policy checkpoints.
-POLICIES = {"none": lambda i: False, "every2": lambda i: i % 2 == 0, "full": lambda i: True}
+POLICIES = {
+    "none": lambda i: False,
+    "every2": lambda i: i % 2 == 0,
+    "full": lambda i: True,
+    "selective": lambda i: True,
+}
+# What selective saves (torchtitan's _save_list for this model: its linears carry biases).
+SAVED_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten.addmm.default,
+    torch.ops.aten.bmm.default,
+    torch.ops.aten.baddbmm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def save_products(ctx, op, *args, **kwargs):
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 MIB = 1024.0 * 1024.0
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
@@ -73,9 +95,14 @@ def local_parameter_bytes(model) -> int:
 def build(policy: str, seq: int, world: int):
     torch.manual_seed(0)
     model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=seq, final_norm=True)
+    selective = {}
+    if policy == "selective":
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        selective = {"context_fn": functools.partial(create_selective_checkpoint_contexts, save_products)}
     for i, layer in enumerate(model.layers):
         if POLICIES[policy](i):
-            model.layers[i] = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+            model.layers[i] = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **selective)
     if world > 1:
         from torch.distributed.fsdp import fully_shard
 
