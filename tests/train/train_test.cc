@@ -209,11 +209,13 @@ std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
   return out;
 }
 
-TEST_CASE("--activation-checkpoint full trains bit for bit as none, every block or every second", "[train]") {
+TEST_CASE("--activation-checkpoint full and selective train bit for bit as none, every block or every second",
+          "[train]") {
   const std::string flags = kTinyTrainFlags + " --dropout 0.1";
   const std::vector<double> plain = train_losses("ac_none", 2, flags);
   check_same_losses(train_losses("ac_full", 2, flags + " --activation-checkpoint full"), plain, 0.0);
   check_same_losses(train_losses("ac_every2", 2, flags + " --activation-checkpoint full --ac-every 2"), plain, 0.0);
+  check_same_losses(train_losses("ac_selective", 2, flags + " --activation-checkpoint selective"), plain, 0.0);
 }
 
 TEST_CASE("--comm-debug prints one step's collectives by module and phase", "[train]") {

@@ -10,10 +10,18 @@
 // the same policy and dtr's tokens/s over PyTorch's. The goals: full cuts
 // activations by at least 60% for at most 35% more step time, selective by at least 40% for
 // at most 15%.
+// Then, per rank count and sequence length, the largest model each policy trains within
+// --budget-mib per rank: every policy also runs at 2 layers (dtr only), its peak grows
+// linearly in the layers (each block adds its parameters' share, their gradients and
+// optimizer state, and what the policy keeps of its activations; the rest, one block's
+// recompute included, is fixed), so per-layer bytes = (peak at 4 - peak at 2) / 2, fixed =
+// peak at 2 - 2 x per-layer, and the largest layer count = (budget - fixed) / per-layer: a
+// computation from measured bytes, not a search.
 // Last, an SVG of peak MiB per rank against tokens/s, one line per implementation, rank count
 // and sequence length through its policies (tools/train/loss_plot.h draws it).
 //
-//   bazel run //tools/bench:ac_bench [-- --ranks 1,2 --seq-lens 128,512 --steps 6 --warmup 2 --svg PATH]
+//   bazel run //tools/bench:ac_bench [-- --ranks 1,2 --seq-lens 128,512 --steps 6 --warmup 2 --budget-mib 1024
+//                                      --svg PATH]
 //
 // PyTorch's side is tools/bench/peers/ac_peer.py (checkpoint_wrapper on the blocks, with
 // create_selective_checkpoint_contexts saving the products and attention for selective,
@@ -24,7 +32,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -82,19 +92,47 @@ struct Row {
   int64_t seq = 0;
   const Policy* policy = nullptr;
   bench::TrainRun dtr;
-  double tokens_per_s = 0;  // at dtr's median ms/step
+  bench::TrainRun two_layers;  // the same at --layers 2, for the budget
+  double tokens_per_s = 0;     // at dtr's median ms/step
   std::optional<TorchFigures> torch;
 };
 
-// Trains one row's run and fills in dtr's figures.
+// The reference configuration's layers, and the count the budget's second point runs.
+constexpr int64_t kLayers = 4, kFewerLayers = 2;
+
+// Trains one row's runs (the reference model, and at kFewerLayers) and fills in dtr's figures.
 void train_row(Row& row, const std::string& dtrrun, const std::string& program, int64_t steps, int64_t warmup,
                const fs::path& dir) {
+  std::string reference = bench::kReferenceTrainFlags;
+  const std::string layers = fmt::format("--layers {}", kLayers);
+  const size_t at = reference.find(layers);
+  DTR_INTERNAL_ASSERT(at != std::string::npos, "the reference flags name no {}", layers);
   const std::string flags =
-      fmt::format("{} --seq-len {} --parallel {} {} --batch-size {}", bench::kReferenceTrainFlags, row.seq,
-                  row.ranks == 1 ? "none" : "fsdp", row.policy->train_flags, kBatchPerRank * row.ranks);
-  row.dtr = bench::run_train(dtrrun, program, row.ranks, flags, steps, warmup, dir,
-                             fmt::format("{} ranks, seq {}, {}", row.ranks, row.seq, row.policy->label));
+      fmt::format("--seq-len {} --parallel {} {} --batch-size {}", row.seq, row.ranks == 1 ? "none" : "fsdp",
+                  row.policy->train_flags, kBatchPerRank * row.ranks);
+  const std::string what = fmt::format("{} ranks, seq {}, {}", row.ranks, row.seq, row.policy->label);
+  row.dtr = bench::run_train(dtrrun, program, row.ranks, reference + " " + flags, steps, warmup, dir, what);
   row.tokens_per_s = static_cast<double>(kBatchPerRank * row.ranks * row.seq) / (row.dtr.median_ms / 1e3);
+  std::string fewer = reference;
+  fewer.replace(at, layers.size(), fmt::format("--layers {}", kFewerLayers));
+  row.two_layers = bench::run_train(dtrrun, program, row.ranks, fewer + " " + flags, 2, 1, dir / "two_layers",
+                                    what + fmt::format(", {} layers", kFewerLayers));
+}
+
+// The budget line of one rank count and sequence length: the largest layer count each
+// policy trains within `budget` bytes per rank (above).
+std::string budget_line(const std::vector<Row>& rows, double budget) {
+  std::string out =
+      fmt::format("{} ranks, seq {}, {:.0f} MiB per rank:", rows.front().ranks, rows.front().seq, budget / kMiB);
+  for (const Row& r : rows) {
+    const double per_layer = (r.dtr.peak_bytes - r.two_layers.peak_bytes) / (kLayers - kFewerLayers);
+    const double fixed = r.two_layers.peak_bytes - kFewerLayers * per_layer;
+    const double layers = per_layer > 0 ? std::floor((budget - fixed) / per_layer) : 0;
+    out += fmt::format(" {} {:.0f} layers ({:.1f} MiB per layer + {:.1f} fixed);", r.policy->label,
+                       std::max(0.0, layers), per_layer / kMiB, fixed / kMiB);
+  }
+  out.pop_back();
+  return out;
 }
 
 // PyTorch's figures by ac_peer.py's policy name at `ranks` ranks and sequence `seq`; empty,
@@ -215,6 +253,7 @@ int main(int argc, char** argv) {
   std::string python = bench::default_peer_python();
   std::string svg = "docs/ac_bench.svg";
   int64_t steps = 6, warmup = 2;
+  double budget_mib = 1024;
   app.add_option("--ranks", ranks, "rank counts, comma-separated (each run its own launch)")
       ->delimiter(',')
       ->check(whole_number(1, 64));
@@ -223,6 +262,9 @@ int main(int argc, char** argv) {
       ->check(whole_number(1, 8192));
   app.add_option("--steps", steps, "steps per run, warm-up included")->check(whole_number(1));
   app.add_option("--warmup", warmup, "first steps left out of ms/step")->check(whole_number(0));
+  app.add_option("--budget-mib", budget_mib, "the memory per rank the largest-model lines fill")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--python", python, "the Python that runs the PyTorch peer");
   app.add_option("--svg", svg, "where the SVG goes (relative to the workspace)");
   if (const std::optional<int> exit_code = dtr::parse_command_line("ac_bench", app, argc, argv)) return *exit_code;
@@ -261,7 +303,7 @@ int main(int argc, char** argv) {
         "{:>10} | {:>7} | {:>7} | {:>9}\n",
         "", "", "", "", "", "", "", "", "vs none", "vs none", "", "", "(RSS)", "(RSS)", "vs none", "vs none", "tok/s");
     std::fflush(stdout);
-    std::vector<std::string> notes, goals;
+    std::vector<std::string> notes, goals, budgets;
     if (torch_at.empty()) {
       notes.push_back(
           fmt::format("torch missing ({} cannot import it): pip install torch==2.15.0, or pass --python", python));
@@ -286,6 +328,7 @@ int main(int argc, char** argv) {
         }
         print_rows(rows);
         for (std::string& line : goal_lines(rows)) goals.push_back(std::move(line));
+        budgets.push_back(budget_line(rows, budget_mib * kMiB));
         groups.push_back(std::move(rows));
       }
     }
@@ -294,6 +337,9 @@ int main(int argc, char** argv) {
                  goal.activation_cut, goal.time_cost);
     }
     for (const std::string& goal : goals) fmt::print("  {}\n", goal);
+    fmt::print("the largest model each policy trains within the budget (from the peaks at {} and {} layers):\n",
+               kLayers, kFewerLayers);
+    for (const std::string& budget : budgets) fmt::print("  {}\n", budget);
     for (const std::string& note : notes) fmt::print("{}\n", note);
     write_svg(svg, groups);
     fmt::print("wrote {}\n", svg);
