@@ -7,8 +7,10 @@
 // parallelism's over tp, none implicit; and what cannot be combined is a clear error.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "checkpoint/full_state_dict.h"
@@ -205,6 +207,31 @@ TEST_CASE("under FSDP x TP a parameter rests as FSDP's chunk of its tensor-paral
     CHECK(embed.to_local().size(0) == lengths[tp][dp]);
     // A LayerNorm weight: Replicate over tp, FSDP's chunk over dp.
     CHECK(param("layers.0.norm1.weight").placements() == Placements{Replicate(), Shard(0)});
+  });
+}
+
+TEST_CASE("FSDP x TP mistakes are errors naming the parameter, the meshes and what is legal", "[nn][fsdp_tp]") {
+  testing::run_ranks(4, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
+    const TransformerConfig config = tiny_transformer(false);
+    auto parallelized = [&] {
+      manual_seed(11);
+      auto model = std::make_unique<Transformer>(config);
+      parallelize_module(*model, mesh["tp"], transformer_tp_plan(config, {}));
+      return model;
+    };
+    // FSDP over the tp dim itself: the parameters are already sharded there.
+    CHECK_THROWS_WITH(fully_shard(parallelized()->layers().at<TransformerBlock>(0), mesh["tp"]),
+                      Catch::Contains("already sharded; fully_shard takes Replicate parameters, or tensor-parallel "
+                                      "ones on another dim of the FSDP mesh's root"));
+    // A rank count for reshard_after_forward (here 2 of dp 4) cuts its mesh from a 1-D FSDP mesh only.
+    const DeviceMesh dp4 = init_device_mesh(kCPU, {4, 1}, {"dp", "tp"});
+    Transformer model(config);
+    parallelize_module(model, dp4["tp"], transformer_tp_plan(config, {}));
+    CHECK_THROWS_WITH(fully_shard(model.layers().at<TransformerBlock>(0), dp4["dp"],
+                                  {.reshard_after_forward = std::variant<bool, int>(2)}),
+                      Catch::Contains("reshard_after_forward as a rank count takes parameters on the FSDP mesh") &&
+                          Catch::Contains("take true or false"));
   });
 }
 
