@@ -77,8 +77,8 @@ TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]"
   check_same_losses(
       train_losses("tp2_sp", 2, kTinyTrainFlags + " --parallel none --tp 2 --sequence-parallel --loss-parallel"), none,
       1e-4);
-  // FSDP x TP (dp 2 x tp 2) and HSDP x TP (replicate 2 x shard 1 x tp 2) with its variants.
-  check_same_losses(train_losses("fsdp_tp4", 4, kTinyTrainFlags + " --tp 2"), none, 1e-4);
+  // FSDP x TP (dp 2 x tp 2, two micro-batches) and HSDP x TP (replicate 2 x shard 1 x tp 2) with its variants.
+  check_same_losses(train_losses("fsdp_tp4", 4, kTinyTrainFlags + " --tp 2 --grad-accum 2"), none, 1e-4);
   check_same_losses(
       train_losses("hsdp_tp4", 4,
                    kTinyTrainFlags +
