@@ -1,12 +1,15 @@
 // Helpers of the nn and optim tests: a tensor as a DTensor on the one-rank mesh, the
-// relative max-norm error the golden tests state their tolerances in, and the small causal
-// model the multi-rank training tests share.
+// relative max-norm error the golden tests state their tolerances in, the small causal
+// model the multi-rank training tests share, and the comparison of a parallel run's
+// weights with one rank's.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "nn/parameter.h"
 #include "nn/transformer.h"
@@ -41,6 +44,23 @@ inline double relative_max_error(const Tensor& a, const Tensor& b) {
     scale = std::max(scale, std::abs(y[i]));
   }
   return scale == 0 ? diff : diff / scale;
+}
+
+// Every weight of `got` within `tolerance` of `expected`'s (a run on one rank), but for the
+// key third of an attention's packed in_proj_bias: its gradient is exactly zero (softmax
+// ignores a shift of a query's scores), so it only collects rounding noise, which AdamW
+// turns into +-lr steps either way; its query and value thirds are compared.
+inline void check_weights_close(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& expected,
+                                Tolerance tolerance) {
+  for (const auto& [name, w] : expected) {
+    if (!name.ends_with("in_proj_bias")) {
+      check_close(got.at(name), w, tolerance, name);
+      continue;
+    }
+    const int64_t e = w.size(0) / 3;
+    for (int64_t third : {0, 2})
+      check_close(got.at(name).narrow(0, third * e, e), w.narrow(0, third * e, e), tolerance, name);
+  }
 }
 
 }  // namespace dtr::testing
