@@ -1,7 +1,8 @@
 // Exposed-communication accounting on hand-built traces: a collective's exposed part is
 // its overlap with wait spans, hidden the rest, so exposed + hidden = total for each one,
-// each phase and owner, and the step; inline runs are all exposed; collectives begun
-// outside every step are not counted.
+// each phase and owner, and the step; a step's exposed time counts a wait that overlapped
+// several of its collectives once; inline runs are all exposed; collectives begun outside
+// every step are not counted.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -79,6 +80,28 @@ TEST_CASE("exposed is the overlap with waits, hidden the rest, exposed + hidden 
   const Json j = trace::to_json(s);
   CHECK(j.at("exposed_ms").get<double>() == Approx(0.025));
   CHECK(j.at("by_phase").at("reduce_scatter").at("collectives").get<int64_t>() == 1);
+}
+
+TEST_CASE("collectives in flight together over one wait: the step's exposed time is their union's",
+          "[comm_accounting]") {
+  Json events = Json::array();
+  events.push_back(span("step", 0, 1, 0, 40, {{"step", 1}}));
+  // An asynchronous reduce-scatter [0, 30) and the next all-gather [5, 35) on two comm
+  // threads, both waited for over [0, 40): each is all exposed, but the step waited 35.
+  events.push_back(collective(0, 0, 0, 30, "reduce_scatter", "layers.1", 0));
+  events.push_back(collective(0, 2, 5, 30, "forward all_gather", "layers.0", 1));
+  events.push_back(span("wait", 0, 1, 0, 40));
+  const std::vector<trace::StepComm> steps = trace::account_communication({{"traceEvents", events}});
+  REQUIRE(steps.size() == 1);
+  const trace::StepComm& s = steps[0];
+  CHECK(s.collectives[0].time.exposed_us == Approx(30));
+  CHECK(s.collectives[1].time.exposed_us == Approx(30));
+  CHECK(s.by_phase.at("reduce_scatter").exposed_us == Approx(30));
+  CHECK(s.time.total_us == Approx(60));
+  CHECK(s.time.exposed_us == Approx(35));
+  CHECK(s.time.hidden_us == Approx(25));
+  CHECK(s.exposed_share() <= 1.0);
+  CHECK(s.exposed_share() == Approx(35.0 / 40.0));
 }
 
 TEST_CASE("a trace without steps accounts nothing", "[comm_accounting]") {

@@ -110,7 +110,16 @@ std::vector<StepComm> account_communication(const Json& trace) {
       if (!c.owner.empty()) step->by_owner[c.owner].add(c.time);
       step->collectives.push_back(std::move(c));
     }
-    for (StepComm& s : r.steps) out.push_back(std::move(s));
+    for (StepComm& s : r.steps) {
+      // The step's exposed time: the union of its collectives' spans, where waits cover it.
+      std::vector<Interval> spans;
+      for (const CollectiveTiming& c : s.collectives) spans.emplace_back(c.begin_us, c.begin_us + c.time.total_us);
+      double exposed = 0;
+      for (const Interval& span : merged(std::move(spans))) exposed += covered(waits, span.first, span.second);
+      s.time.exposed_us = exposed;
+      s.time.hidden_us = s.time.total_us - exposed;
+      out.push_back(std::move(s));
+    }
   }
   return out;
 }

@@ -7,7 +7,11 @@
 // part of that span during which some thread of the rank was in a wait span (blocked on a
 // collective, or running one inline): the compute thread could not go on. The rest is
 // hidden. So for every collective, and summed over any set of them, exposed + hidden =
-// total. A collective belongs to the step whose span holds its beginning; one that began
+// total. Collectives in flight together (an asynchronous reduce-scatter beside the next
+// all-gather) may overlap one wait: each phase and owner counts it for each of its
+// collectives, but a step's exposed time is the time some of its collectives and a wait
+// overlapped (the union), so it never exceeds the step; its hidden time is its total less
+// that. A collective belongs to the step whose span holds its beginning; one that began
 // outside every step is not counted. Collectives are grouped by phase (the issuer's
 // trace::CommPhase: "forward all_gather", "backward all_gather", "reduce_scatter",
 // "all_reduce"; "other <kind>" without one) and by owner (the FSDP group or DDP bucket).
