@@ -75,12 +75,19 @@ bool tensor_parallel(const DTensor& param, const DeviceMesh& mesh, const std::st
   return true;
 }
 
-// The tp-first view of the root mesh: the dims of `tp` (a parameter's), then `fsdp`'s. Its
-// placements nest in that order, so FSDP chunks each rank's tensor-parallel piece.
-DeviceMesh tp_first_mesh(const DeviceMesh& tp, const DeviceMesh& fsdp) {
-  std::vector<std::string> names = tp.dim_names();
-  names.insert(names.end(), fsdp.dim_names().begin(), fsdp.dim_names().end());
-  return fsdp.root_mesh().submesh(names);
+// The root mesh's dims `first`'s, then `then`'s: the tp-first view (tp, dp), whose
+// placements nest tp first, so FSDP chunks each rank's tensor-parallel piece; and the
+// compute mesh (dp, tp), where the batch is split over dp and the module runs.
+DeviceMesh joined_mesh(const DeviceMesh& first, const DeviceMesh& then) {
+  std::vector<std::string> names = first.dim_names();
+  names.insert(names.end(), then.dim_names().begin(), then.dim_names().end());
+  return first.root_mesh().submesh(names);
+}
+
+// `p` with its last `n` placements moved to the front, in order.
+Placements rotated(Placements p, int64_t n) {
+  std::rotate(p.begin(), p.end() - n, p.end());
+  return p;
 }
 
 }  // namespace
@@ -99,25 +106,25 @@ struct FSDPModule::Param {
   Placements gathered_placements;  // Replicate on the FSDP mesh's dims
   DTensor sharded;                 // the leaf the optimizer steps
   DTensor gathered;                // the module's view; between forward and backward perhaps released
-  // A tensor-parallel parameter's tp mesh: its leaf lives on the tp-first mesh (tp's
-  // placements, then FSDP's) and the module reads it on this mesh. Unset: on the FSDP mesh.
+  // A tensor-parallel parameter's compute mesh, (dp, tp): its leaf lives on the tp-first
+  // mesh (tp, dp) under (tp's placements, FSDP's), and the module reads it on this one,
+  // the same dims in the order the batch's are (FSDP's, then tp's). Unset: on the FSDP mesh.
   std::optional<DeviceMesh> compute_mesh;
+  int64_t fsdp_dims = 0;  // with a compute mesh: how many of its dims are FSDP's
 
-  // The gathered tensor as the module reads it: on the tp mesh for a tensor-parallel one.
+  // The gathered tensor as the module reads it: on the compute mesh for a tensor-parallel
+  // one (the same memory, its dims reordered).
   DTensor view(const DTensor& gathered_leaf) const {
     if (!compute_mesh) return gathered_leaf;
-    const Placements& all = gathered_leaf.placements();
-    const Placements tp(all.begin(), all.begin() + compute_mesh->ndim());
-    return DTensor(gathered_leaf.to_local(),
-                   DTensorSpec(*compute_mesh, tp, gathered_leaf.shape(), gathered_leaf.dtype()));
+    return DTensor(gathered_leaf.to_local(), DTensorSpec(*compute_mesh, rotated(gathered_leaf.placements(), fsdp_dims),
+                                                         gathered_leaf.shape(), gathered_leaf.dtype()));
   }
-  // A gradient of the view as a gradient of the gathered leaf: one term of the sum over
-  // the FSDP mesh's ranks (each dp rank's loss is its own batch's), a local move.
+  // A gradient of the view as a gradient of the gathered leaf (a local move).
   DTensor lift(const DTensor& grad) const {
     if (!compute_mesh) return grad;
-    Placements all = grad.placements();
-    all.resize(placements.size(), Partial());
-    return DTensor(grad.to_local(), DTensorSpec(sharded.mesh(), all, grad.shape(), grad.dtype()));
+    const int64_t tp_dims = static_cast<int64_t>(placements.size()) - fsdp_dims;
+    return DTensor(grad.to_local(),
+                   DTensorSpec(sharded.mesh(), rotated(grad.placements(), tp_dims), grad.shape(), grad.dtype()));
   }
 
   // On a one-rank mesh the gather moves nothing: the gathered tensor is the shard's memory.
@@ -195,12 +202,13 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
     param->placements[shard_dim] = shard;
     param->gathered_placements = replicate_all(mesh);
     if (tp) {
-      param->compute_mesh = slot->mesh();
-      DTR_CHECK(!compute_mesh_ || *compute_mesh_ == slot->mesh(), ValueError,
-                "fully_shard: {} parameter '{}' is on {} but others of the group on {}; a group's tensor-parallel "
-                "parameters share one tp mesh",
+      param->compute_mesh = joined_mesh(mesh, slot->mesh());
+      param->fsdp_dims = mesh.ndim();
+      DTR_CHECK(!compute_mesh_ || *compute_mesh_ == *param->compute_mesh, ValueError,
+                "fully_shard: {} parameter '{}' is on {} but others of the group on another tp mesh (they compute "
+                "on {}); a group's tensor-parallel parameters share one tp mesh",
                 module.type_name(), name, slot->mesh().to_string(), compute_mesh_->to_string());
-      compute_mesh_ = slot->mesh();
+      compute_mesh_ = param->compute_mesh;
       const Placements& by_tp = slot->placements();
       param->placements.insert(param->placements.begin(), by_tp.begin(), by_tp.end());
       param->gathered_placements.insert(param->gathered_placements.begin(), by_tp.begin(), by_tp.end());
@@ -213,17 +221,20 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
             "tensor-parallel parameters (on {}) take true or false",
             module.type_name(), mesh.to_string(), compute_mesh_ ? compute_mesh_->to_string() : "");
   for (const std::shared_ptr<Param>& p : params_) {
-    const DeviceMesh on = p->compute_mesh ? tp_first_mesh(*p->compute_mesh, mesh) : mesh;
+    const DeviceMesh on = p->compute_mesh ? joined_mesh(p->gathered.mesh(), mesh) : mesh;
     p->sharded = to_shard_device(distribute_parameter(p->gathered, on, p->placements, shard_device()));
     originals_.push_back(std::move(p->gathered));
     p->gathered = DTensor();
   }
   use_params(State::kSharded);
   for (auto& [name, buffer] : module.named_buffers()) {
-    const bool tp = compute_mesh_ && buffer->mesh() == *compute_mesh_;  // tensor parallelism placed it
-    if (buffer->defined() && buffer->mesh() != mesh && !tp && buffer->spec().is_replicated()) {
-      *buffer = DTensor(buffer->to_local().to(mesh.device()),
-                        DTensorSpec(mesh, replicate_all(mesh), buffer->shape(), buffer->dtype()));
+    if (!buffer->defined() || !buffer->spec().is_replicated()) continue;
+    // Where the module computes: on the compute mesh when tensor parallelism placed the buffer.
+    const bool tp = compute_mesh_ && buffer->mesh().root_mesh() == mesh.root_mesh() && buffer->mesh() != mesh;
+    const DeviceMesh& to = tp ? *compute_mesh_ : mesh;
+    if (buffer->mesh() != to) {
+      *buffer = DTensor(buffer->to_local().to(to.device()),
+                        DTensorSpec(to, replicate_all(to), buffer->shape(), buffer->dtype()));
     }
   }
 }
@@ -279,23 +290,22 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
     params.push_back(p);
   }
   const int64_t fsdp_dims = mesh_.ndim();
-  const auto fsdp_size = static_cast<double>(mesh_.size());
   const std::optional<DType> reduce_dtype = mp_.reduce_dtype;
   const Device leaf_device = shard_device();
   std::shared_ptr<ReduceState> reduce = reduce_state_;
   auto link = std::make_shared<Link>();
   const std::weak_ptr<ParallelPolicy> alive = module_.policy_state();
   record("redistribute", sharded, gathered,
-         [reduce_dtype, dtypes, placements, params, fsdp_dims, fsdp_size, leaf_device, reduce, link, alive,
-          owner = trace_name_, this](const std::vector<DTensor>& grads) {
+         [reduce_dtype, dtypes, placements, params, fsdp_dims, leaf_device, reduce, link, alive, owner = trace_name_,
+          this](const std::vector<DTensor>& grads) {
            // The backward of Shard(0) -> Replicate: the gradients (Partial: the batch is sharded)
            // become Shard(0), one coalesced reduce-scatter in reduce_dtype (HSDP: and one
            // all-reduce over the replicate dim), then the leaves' dtype and device. Every gradient is made
            // Partial over the FSDP mesh's dims first (a local move for a Replicate one, such as
            // the zeros of a parameter unused on this rank), so the group's collectives are the
            // same on every rank, whatever this rank's loss reached. A tensor-parallel one's
-           // gradient comes on the tp mesh, a term of its dp rank's loss: lifted to the
-           // tp-first mesh, and averaged over the dp ranks (PyTorch's default) by the scale.
+           // gradient comes on the compute mesh (dp, tp): the same placements on the tp-first
+           // mesh (tp, dp).
            link->ran = true;
            // Groups linked after this one that the engine has not run are not reached by this
            // rank's loss (it runs nodes latest first): reduced first, as the ranks that reach
@@ -308,9 +318,8 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              Placements partial = t.placements();
              std::fill(partial.end() - fsdp_dims, partial.end(), Partial());
              if (t.placements() != partial) t = t.redistribute(partial);
-             const double scale = params[i]->compute_mesh ? reduce->scale / fsdp_size : reduce->scale;
              // Linear: scaling the terms scales the sum (each rank's own, whatever the placements).
-             if (scale != 1) t = DTensor(dtr::mul(t.to_local(), scale), t.spec());
+             if (reduce->scale != 1) t = DTensor(dtr::mul(t.to_local(), reduce->scale), t.spec());
              g.push_back(std::move(t));
            }
            if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction

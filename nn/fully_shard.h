@@ -32,10 +32,12 @@
 // (root.submesh({"tp", "dp"})): placements nest in mesh-dim order, so (tp's placement,
 // Shard(0)) there is FSDP's chunk of the rank's tensor-parallel piece, uneven sizes and
 // StridedShard included (what PyTorch's _StridedShard and shard_order express). Its gather
-// goes to (tp's placement, Replicate) and the module reads the result on mesh["tp"] (same
-// memory); its gradient, one term per dp rank (each rank's loss is its own batch's), is
-// averaged over the dp ranks by the reduce-scatter, as in PyTorch (set_gradient_divide_factor
-// changes the divisor), after tensor parallelism's own reductions.
+// goes to (tp's placement, Replicate), which the module reads on the compute mesh (dp, tp)
+// (root.submesh({"dp", "tp"}); the same memory) as (Replicate, tp's placement): the module's
+// inputs come on that mesh, the batch Shard(0) over dp (tensor parallelism's styles lay out
+// its tp dim), so the loss is the whole batch's and dropout draws by global index, as on one
+// rank. Its gradient (Partial over dp: the batch is split) reduce-scatters over dp after
+// tensor parallelism's own reductions.
 // So every step issues, per group, one all-gather in forward, one more in backward when the
 // group was resharded, and one reduce-scatter: nothing bypasses DTensor's placements. A
 // group is expected to run forward then backward (a second forward before its backward
@@ -145,8 +147,7 @@ class FSDPModule : public ParallelPolicy {
   // `factor`, as in PyTorch, where each rank's loss is a mean over its own batch. dtr's
   // default gradient is the global loss's, which equals that sum divided by the number of
   // ranks N; so the gradient is scaled by N / factor (factor 1: the sum, for a loss that the
-  // user scales by the global token count, as torchtitan does). A tensor-parallel
-  // parameter's gradient is already one term per dp rank (the default divides by N too).
+  // user scales by the global token count, as torchtitan does).
   void set_gradient_divide_factor(double factor);
   // (A bool replaces a rank count given to fully_shard.)
   void set_reshard_after_forward(bool reshard) {
@@ -232,7 +233,7 @@ class FSDPModule : public ParallelPolicy {
   std::vector<std::shared_ptr<Param>> params_;
   std::vector<DTensor> originals_;  // the parameters before sharding, until the first forward
   std::optional<bool> reshard_after_forward_;
-  std::optional<DeviceMesh> compute_mesh_;       // the tp mesh of its tensor-parallel parameters
+  std::optional<DeviceMesh> compute_mesh_;       // (dp, tp): where its tensor-parallel parameters are read
   std::optional<DeviceMesh> post_forward_mesh_;  // [N / k, k] for reshard_after_forward = k
   std::vector<DTensor> post_forward_shards_;     // (Replicate, Shard(0)) on it, between forward and backward
   bool reshard_after_backward_ = true;

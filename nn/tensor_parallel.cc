@@ -73,8 +73,21 @@ DTensor gradient_boundary(const DTensor& x) {
   return y;
 }
 
-// `values` laid out by `layouts` on `mesh`: each checked against its `arrive` placement and
-// made its `desired` one (nullopt: left alone). `what` ("RowwiseParallel 'fc'") and `kind`
+// Where the tp mesh's dim is in `on`, the mesh of a value a style lays out: 0 on the tp mesh
+// itself; on a mesh of the same root that has the tp mesh's dim (FSDP x TP's (dp, tp) mesh,
+// the batch split over dp), that dim's index; -1 otherwise.
+int64_t tp_dim_in(const DeviceMesh& on, const DeviceMesh& tp) {
+  if (on == tp) return 0;
+  const std::vector<std::string>& names = on.dim_names();
+  if (tp.ndim() != 1 || tp.dim_names().empty() || on.root_mesh() != tp.root_mesh()) return -1;
+  const auto it = std::find(names.begin(), names.end(), tp.dim_names()[0]);
+  if (it == names.end() || on[*it] != tp) return -1;
+  return it - names.begin();
+}
+
+// `values` laid out by `layouts` on `mesh`'s dim: each checked against its `arrive`
+// placement and made its `desired` one (nullopt: left alone), the other mesh dims of a value
+// on a larger mesh (tp_dim_in) unchanged. `what` ("RowwiseParallel 'fc'") and `kind`
 // ("input") name them in errors.
 Values lay_out(const Values& values, const PrepareLayouts& layouts, const DeviceMesh& mesh, const std::string& what,
                std::string_view kind) {
@@ -95,19 +108,23 @@ Values lay_out(const Values& values, const PrepareLayouts& layouts, const Device
       continue;
     }
     const std::string name = values.size() == 1 ? fmt::format("its {}", kind) : fmt::format("{} {}", kind, i);
-    DTR_CHECK(v.mesh() == mesh, ValueError,
-              "{}: {} {} is not on the tp mesh {}; parallelize_module moves the model's parameters there, the "
-              "inputs are the caller's (distribute_tensor)",
+    const int64_t at = tp_dim_in(v.mesh(), mesh);
+    DTR_CHECK(at >= 0, ValueError,
+              "{}: {} {} is not on the tp mesh {} (or a mesh of its root with its dim, FSDP x TP's); "
+              "parallelize_module moves the model's parameters there, the inputs are the caller's "
+              "(distribute_tensor)",
               what, name, v.to_string(), mesh.to_string());
+    const Placement& now = v.placements()[at];
     if (layouts.arrive[i]) {
-      DTR_CHECK(v.placements()[0] == resolve(*layouts.arrive[i], v.dim()), ValueError,
+      DTR_CHECK(now == resolve(*layouts.arrive[i], v.dim()), ValueError,
                 "{}: {} arrives as {} but the plan says {} layout {} ({}); give the style the layout the previous "
                 "module leaves",
-                what, name, v.placements()[0].repr(), kind, layouts.arrive[i]->repr(), v.to_string());
+                what, name, now.repr(), kind, layouts.arrive[i]->repr(), v.to_string());
     }
     if (layouts.desired[i]) {
-      const Placement target = resolve(*layouts.desired[i], v.dim());
-      out[i] = v.placements()[0] != target ? v.redistribute({target}) : gradient_boundary(v);
+      Placements target = v.placements();
+      target[at] = resolve(*layouts.desired[i], v.dim());
+      out[i] = v.placements() != target ? v.redistribute(target) : gradient_boundary(v);
     }
   }
   return out;

@@ -1,7 +1,8 @@
 // FSDP x TP (2-D, as torchtitan): parallelize_module on mesh["tp"], then fully_shard on
-// mesh["dp"] (HSDP x TP: on the (replicate, shard) sub-mesh), trains the seed Transformer and
-// its GPT variant as one rank does (losses, and the weights after AdamW within 1e-5), on
-// 2x2 with and without sequence parallelism, on 3x2 (uneven FSDP chunks of the tp pieces)
+// mesh["dp"] (HSDP x TP: on the (replicate, shard) sub-mesh), with the batch Shard(0) over
+// the mesh's data-parallel dims, trains the seed Transformer and its GPT variant (dropout
+// 0.1) as one rank does (losses, gradient norms, and the weights after AdamW within 1e-5),
+// on 2x2 with and without sequence parallelism, on 3x2 (uneven FSDP chunks of the tp pieces)
 // and on 2x2x2; each parameter rests as FSDP's chunk of its tensor-parallel piece on the
 // tp-first view of the mesh, every step issuing FSDP's collectives over dp and tensor
 // parallelism's over tp, none implicit; and what cannot be combined is a clear error.
@@ -37,11 +38,10 @@ namespace {
 using checkpoint::full_state_dict;
 
 // An odd vocabulary: the vocab-sharded embedding's tp pieces (6 and 5 rows at tp 2) chunk
-// unevenly over dp.
+// unevenly over dp. 12 sequences: whole rows on every dp rank at dp 2, 3 and 4 (the targets'
+// reshape keeps Shard(0) only then).
 constexpr int64_t kVocab = 11, kSeq = 3, kRows = 12, kSteps = 3;
 
-// No dropout: its mask is drawn by the index in the tensor it sees, and under FSDP x TP the
-// model sees each dp rank's own rows on the tp mesh (docs/tensor_parallel.md).
 TransformerConfig tiny_transformer(bool gpt) {
   return {.vocab_size = kVocab,
           .dim = 8,
@@ -50,7 +50,8 @@ TransformerConfig tiny_transformer(bool gpt) {
           .causal = gpt,
           .max_seq_len = gpt ? kSeq : 0,
           .final_norm = gpt,
-          .tie_embeddings = gpt};
+          .tie_embeddings = gpt,
+          .dropout = gpt ? 0.1 : 0.0};
 }
 
 struct Run {
@@ -67,47 +68,36 @@ struct Layout {
   TransformerTpOptions tp;
 };
 
-// The mean over the data-parallel ranks of `value` (each dp rank's loss is its own rows').
-double dp_mean(double value, const DeviceMesh& fsdp) {
-  Tensor t = Tensor::from_vector<double>({value});
-  for (int64_t m = 0; m < fsdp.ndim(); ++m) fsdp.group(m).all_reduce(t, ReduceOp::kSum).wait();
-  return t.data_ptr<double>()[0] / static_cast<double>(fsdp.size());
-}
-
 Run train(const TransformerConfig& config, const Layout& layout, const Tensor& tokens, const Tensor& targets) {
   manual_seed(11);
   Transformer model(config);
   std::optional<CommDebugMode> strict;
-  std::optional<DeviceMesh> tp, fsdp;
-  Tensor x = tokens, y = targets;
+  Placements batch = {Replicate()};
   if (layout.mesh) {
-    tp = (*layout.mesh)["tp"];
-    fsdp = layout.mesh->submesh(layout.fsdp_dims);
-    parallelize_module(model, *tp, transformer_tp_plan(config, layout.tp));
+    parallelize_module(model, (*layout.mesh)["tp"], transformer_tp_plan(config, layout.tp));
+    const DeviceMesh fsdp = layout.mesh->submesh(layout.fsdp_dims);
     FullyShardOptions options;
     if (layout.fsdp_dims.size() == 2) options.shard_mesh_dim = "shard";
-    for (size_t i = 0; i < model.layers().size(); ++i)
-      fully_shard(model.layers().at<TransformerBlock>(i), *fsdp, options);
-    fully_shard(model, *fsdp, options);
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+      fully_shard(model.layers().at<TransformerBlock>(i), fsdp, options);
+    }
+    fully_shard(model, fsdp, options);
     strict.emplace(model, ImplicitRedistributes::kRaise);
-    // This dp rank's rows of the global batch.
-    const int64_t dp_rank = fsdp->flat_index(0, fsdp->ndim());
-    const ChunkRange rows = chunk_range(kRows, fsdp->size(), dp_rank);
-    x = tokens.narrow(0, rows.offset, rows.length).contiguous();
-    y = targets.narrow(0, rows.offset, rows.length).contiguous();
+    // The batch split over the data-parallel dims, whole on tp.
+    batch = Placements(layout.fsdp_dims.size(), Shard(0));
+    batch.push_back(Replicate());
   }
-  const DeviceMesh on = tp.value_or(single_rank_mesh());
+  const DeviceMesh on = layout.mesh.value_or(single_rank_mesh());
   optim::AdamW opt({{.params = model.parameters(), .lr = 1e-2, .weight_decay = 0.1}});
-  const DTensor xs = distribute_tensor(x, on, {Replicate()});
-  const DTensor ys = distribute_tensor(y, on, {Replicate()});
+  const DTensor x = distribute_tensor(tokens, on, batch), y = distribute_tensor(targets, on, batch);
   Run run;
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
-    const DTensor loss = cross_entropy(reshape(model(xs), {x.size(0) * kSeq, kVocab}), reshape(ys, {x.size(0) * kSeq}));
+    const DTensor loss = cross_entropy(reshape(model(x), {kRows * kSeq, kVocab}), reshape(y, {kRows * kSeq}));
     loss.backward();
     run.grad_norms.push_back(optim::clip_grad_norm_(model.parameters(), INFINITY));
     opt.step();
-    run.losses.push_back(fsdp ? dp_mean(loss.item(), *fsdp) : loss.item());
+    run.losses.push_back(loss.item());
   }
   run.weights = full_state_dict(model);
   return run;

@@ -163,7 +163,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--bpe-vocab 9", "train: --bpe-vocab: got '9'; legal: a whole number from 257 to 65535", 0},
       {"--steps 2", "train: --steps: given more than once; give it once", 0},
       {"--comm-debug 2", "--comm-debug 2: the run has 1 steps (--steps)", 0},
-      {"--activation-checkpoint selective", "train: --activation-checkpoint: selective not in {none,full}", 0},
+      {"--activation-checkpoint some", "train: --activation-checkpoint: some not in {none,full,selective}", 0},
       {"--ac-every 0", "train: --ac-every: got '0'; legal: a whole number >= 1", 0},
       {"--comm-debug 0", "train: --comm-debug: got '0'; legal: a whole number >= 1", 0},
       {"--no-such-flag", "train: The following argument was not expected: --no-such-flag (train --help lists them)", 0},
@@ -588,15 +588,17 @@ TEST_CASE("a run resumed from a checkpoint continues it: exactly on the same ran
     bool offload = false;
     std::string more = "";  // further flags
   };
-  // (--cpu-offload on CPU ranks moves nothing: bitwise too.) Tensor parallelism reads the
-  // fsdp checkpoint into its placements (the attention's packed projection StridedShard);
-  // its arithmetic differs from one rank's (tensor_parallel.md), hence 1e-4.
+  // (--cpu-offload on CPU ranks moves nothing: bitwise too.) Tensor parallelism, alone and
+  // under fsdp (2x2), reads the fsdp checkpoint into its placements (the attention's packed
+  // projection StridedShard); its arithmetic differs from one rank's (tensor_parallel.md),
+  // hence 1e-4.
   for (const Case& c : std::vector<Case>{{2, "fsdp", 0},
                                          {2, "fsdp", 0, true},
                                          {3, "fsdp", 1e-5},
                                          {2, "ddp", 1e-5},
                                          {0, "none", 1e-5},
-                                         {2, "none", 1e-4, false, " --tp 2 --sequence-parallel"}}) {
+                                         {2, "none", 1e-4, false, " --tp 2 --sequence-parallel"},
+                                         {4, "fsdp", 1e-4, false, " --tp 2"}}) {
     INFO(c.ranks << " ranks, " << c.parallel << (c.offload ? ", offloaded" : "") << c.more);
     const fs::path out = dir / fmt::format("resumed_{}_{}{}{}", c.ranks, c.parallel, c.offload ? "_offload" : "",
                                            c.more.empty() ? "" : "_tp");

@@ -23,11 +23,10 @@ double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const Win
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     const Batch batch = make_batch(data.val, val_order, b * rows, rows, c.seq_len, mesh);
-    const int64_t local_rows = batch.tokens.shape()[0];  // this dp rank's under FSDP x TP
-    total += nn::cross_entropy(reshape((*m.net)(batch.tokens), {local_rows * c.seq_len, vocab}), batch.targets).item();
+    total += nn::cross_entropy(reshape((*m.net)(batch.tokens), {rows * c.seq_len, vocab}), batch.targets).item();
   }
   m.net->train();
-  return data_parallel_mean(total / static_cast<double>(batches), mesh);
+  return total / static_cast<double>(batches);
 }
 
 }  // namespace dtr::train

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "collectives/process_group.h"
 #include "core/error.h"
 #include "dtensor/ops/view_ops.h"
 #include "tools/train/corpus.h"
@@ -57,33 +56,14 @@ TrainData load_train_data(const TrainConfig& config) {
   return data;
 }
 
-namespace {
-
-bool is_tensor_parallel_dim(const DeviceMesh& mesh, int64_t i) {
-  return !mesh.dim_names().empty() && mesh.dim_names()[i] == kTensorParallelDim;
-}
-
-// The data-parallel dims of a mesh that has "tp" beside them (FSDP x TP), else none.
-std::vector<std::string> data_parallel_dims(const DeviceMesh& mesh) {
-  std::vector<std::string> dims;
-  bool tp = false;
-  for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    if (is_tensor_parallel_dim(mesh, i)) {
-      tp = true;
-    } else if (!mesh.dim_names().empty()) {
-      dims.push_back(mesh.dim_names()[i]);
-    }
-  }
-  return tp ? dims : std::vector<std::string>{};
-}
-
-}  // namespace
-
 Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, int64_t first, int64_t rows,
                  int64_t seq_len, const DeviceMesh& mesh) {
   // Split over the data-parallel mesh dims; the tensor-parallel ranks share theirs.
   Placements batch;
-  for (int64_t i = 0; i < mesh.ndim(); ++i) batch.push_back(is_tensor_parallel_dim(mesh, i) ? Replicate() : Shard(0));
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    const bool tensor_parallel = !mesh.dim_names().empty() && mesh.dim_names()[i] == kTensorParallelDim;
+    batch.push_back(tensor_parallel ? Replicate() : Shard(0));
+  }
   const DTensorSpec spec(mesh, batch, {rows, seq_len}, kInt64);
   const LocalChunk chunk = spec.local_chunk();
   const int64_t local_rows = chunk.shape[0];
@@ -99,24 +79,8 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
     }
   }
   // Filled on the host; on a GPU mesh the copies in are queued through pinned staging.
-  if (!data_parallel_dims(mesh).empty()) {  // FSDP x TP: this dp rank's rows on mesh["tp"]
-    const DeviceMesh tp = mesh[kTensorParallelDim];
-    const DTensorSpec mine(tp, {Replicate()}, {local_rows, seq_len}, kInt64);
-    const DTensor targets_2d(targets.to(tp.device()), mine);
-    return {DTensor(tokens.to(tp.device()), mine), reshape(targets_2d, {local_rows * seq_len})};
-  }
   const DTensor targets_2d(targets.to(mesh.device()), spec);
   return {DTensor(tokens.to(mesh.device()), spec), reshape(targets_2d, {rows * seq_len})};
-}
-
-double data_parallel_mean(double value, const DeviceMesh& mesh) {
-  const std::vector<std::string> dims = data_parallel_dims(mesh);
-  if (dims.empty()) return value;
-  const DeviceMesh data = mesh.submesh(dims);
-  ProcessGroup& group = data.flattened_group(0, data.ndim());
-  Tensor t = Tensor::from_vector<double>({value}).to(group.device());  // NCCL reduces device tensors
-  group.all_reduce(t, ReduceOp::kSum).wait();
-  return t.to(kCPU).data_ptr<double>()[0] / static_cast<double>(data.size());
 }
 
 }  // namespace dtr::train

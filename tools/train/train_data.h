@@ -30,10 +30,7 @@ struct TrainData {
 TrainData load_train_data(const TrainConfig& config);
 
 // One micro-batch: tokens [rows, seq_len] and next-token targets [rows * seq_len], sharded
-// over the data-parallel mesh dims (Shard(0) of the batch), whole on "tp"; the local rows
-// are this rank's. On a mesh of both (FSDP x TP) the model runs on mesh["tp"]: the batch is
-// this data-parallel rank's rows there, Replicate, and its loss is theirs
-// (data_parallel_mean makes it the batch's).
+// over every mesh dim (Shard(0) of the batch); the local rows are this rank's.
 struct Batch {
   DTensor tokens, targets;
 };
@@ -42,11 +39,5 @@ struct Batch {
 // `order` over `stream`.
 Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, int64_t first, int64_t rows,
                  int64_t seq_len, const DeviceMesh& mesh);
-
-// The mean over the data-parallel ranks of `value`, which each computed from its own rows
-// (a loss): one all-reduce on a mesh of data-parallel dims and "tp"; `value` itself
-// elsewhere, where the batch is one DTensor and its loss already the whole batch's.
-// Collective over `mesh` in the first case.
-double data_parallel_mean(double value, const DeviceMesh& mesh);
 
 }  // namespace dtr::train

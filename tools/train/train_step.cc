@@ -29,13 +29,11 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
     }();
     window += micro_rows;
-    const int64_t rows = batch.tokens.shape()[0];  // this dp rank's under FSDP x TP
-    DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {rows * c.seq_len, vocab}), batch.targets);
+    DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
     if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
     loss.backward();
     r.loss += loss.item();
   }
-  r.loss = data_parallel_mean(r.loss, mesh);
   r.grad_norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
                                 : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
   if (!r.finite()) return r;
