@@ -693,8 +693,11 @@ FSDPModule& fully_shard(Module& module, const DeviceMesh& mesh, const FullyShard
     for (const DTensor& x : inputs) {
       const bool tp = s->compute_mesh_ && x.defined() && x.mesh() == *s->compute_mesh_;
       DTR_CHECK(!x.defined() || x.mesh() == s->mesh() || tp, ValueError,
-                "fully_shard: {} got input {} on another mesh than its parameters' {}", s->module().type_name(),
-                x.to_string(), s->compute_mesh_.value_or(s->mesh()).to_string());
+                "fully_shard: {} got input {} on another mesh than its parameters' {}{}", s->module().type_name(),
+                x.to_string(), s->compute_mesh_.value_or(s->mesh()).to_string(),
+                s->compute_mesh_ ? " (under FSDP x TP the batch is one DTensor on that mesh, Shard(0) over its data-"
+                                   "parallel dims and Replicate over tp)"
+                                 : "");
     }
     return s->pre_forward(inputs);
   });

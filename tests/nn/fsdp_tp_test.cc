@@ -203,6 +203,14 @@ TEST_CASE("FSDP x TP mistakes are errors naming the parameter, the meshes and wh
     CHECK_THROWS_WITH(fully_shard(parallelized()->layers().at<TransformerBlock>(0), mesh["tp"]),
                       Catch::Contains("already sharded; fully_shard takes Replicate parameters, or tensor-parallel "
                                       "ones on another dim of the FSDP mesh's root"));
+    // The batch on the tp mesh alone (PyTorch's local batch per dp rank): it belongs on (dp, tp).
+    std::unique_ptr<Transformer> sharded = parallelized();
+    fully_shard(*sharded, mesh["dp"]);
+    const Tensor tokens = random_ids(5);
+    CHECK_THROWS_WITH(
+        (*sharded)(distribute_tensor(tokens, mesh["tp"], {Replicate()})),
+        Catch::Contains("got input") && Catch::Contains("under FSDP x TP the batch is one DTensor on "
+                                                        "that mesh, Shard(0) over its data-parallel dims"));
     // A rank count for reshard_after_forward (here 2 of dp 4) cuts its mesh from a 1-D FSDP mesh only.
     const DeviceMesh dp4 = init_device_mesh(kCPU, {4, 1}, {"dp", "tp"});
     Transformer model(config);
