@@ -34,6 +34,13 @@ for mesh in 2x x2 2x0 100000x100000; do
   fi
   grep -q "^explain_sharding: --mesh '$mesh': give the mesh's sizes, each >= 1, joined by x" "$err"
 done
+# --view: FSDP x TP's tp-first mesh, ranks numbered as in the (dp, tp) mesh: an 11-row
+# vocabulary's tp pieces (6 + 5 rows) chunked over dp; rank 1 (dp 0, tp 1) holds rows 6:9.
+out=${TEST_TMPDIR:-/tmp}/explain_sharding_view.txt
+"$bin" --mesh 2x2 --names dp,tp --view tp,dp --shape 11,8 --from S0,S0 --to S0,R >"$out"
+grep -q "^source: float32\[11, 8\] (S(0), S(0)) on DeviceMesh('cpu', \[\[0, 2\], \[1, 3\]\], mesh_dim_names=('tp', 'dp'))" "$out"
+grep -q "^1    | (1, 0) | 6:9   | 0:8   | \[3, 8\]" "$out"
+grep -q "mesh dim 1 (dp): S(0) -> R, all_gather over groups \[\[0, 2\], \[1, 3\]\]" "$out"
 # --alternatives lists the plans weighed and the reason for the choice.
 out=${TEST_TMPDIR:-/tmp}/explain_sharding_alternatives.txt
 "$bin" --mesh 2x2 --shape 5,3 --from S0,S0 --to R,R --alternatives >"$out"

@@ -94,7 +94,8 @@ using CounterKey = std::pair<CollectiveKind, std::string>;
 }  // namespace
 
 bool execute_plan(const ExecuteRequest& request, std::ostream& out) {
-  const DeviceMesh mesh = init_device_mesh(kCPU, request.mesh_shape, request.mesh_dim_names);
+  const DeviceMesh laid_out = init_device_mesh(kCPU, request.mesh_shape, request.mesh_dim_names);
+  const DeviceMesh mesh = request.view.empty() ? laid_out : laid_out.submesh(request.view);
   const DTensorSpec source(mesh, request.from, request.shape, request.dtype);
   const RedistributePlan plan = plan_redistribute(source, request.to);
   const DTensorSpec target = source.with_placements(plan.target_placements());

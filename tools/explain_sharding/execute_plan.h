@@ -22,6 +22,7 @@ namespace dtr {
 struct ExecuteRequest {
   Shape mesh_shape;
   std::vector<std::string> mesh_dim_names;
+  std::vector<std::string> view;  // the named dims in another order (DeviceMesh::submesh); empty: as laid out
   Placements from;
   Placements to;
   Shape shape;

@@ -2,9 +2,11 @@
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
 //   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--alternatives] [--execute]
-//       [--cost-model tools/bench/cost_model_gloo.json]
+//       [--cost-model tools/bench/cost_model_gloo.json] [--names dp,tp --view tp,dp]
 //
-// The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout). Without
+// The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout); --view
+// takes its named dims in another order (DeviceMesh::submesh: FSDP x TP's tp-first mesh is
+// --names dp,tp --view tp,dp), the placements then given per view dim, the ranks the mesh's. Without
 // --execute the tables and the plan come from the specs alone; --alternatives also lists
 // every plan the planner weighed and why it chose its plan; --cost-model adds each
 // collective's predicted time from a file collective_bench --fit-cost-model wrote; with
@@ -100,6 +102,10 @@ int main(int argc, char** argv) {
   app.add_option("--from", from, "source placements, one per mesh dim, e.g. S0,R or S(0),P(sum)")->required();
   app.add_option("--to", to, "target placements, e.g. R,S1")->required();
   app.add_option("--names", names, "mesh dim names, e.g. dp,tp")->delimiter(',');
+  std::vector<std::string> view;
+  app.add_option("--view", view,
+                 "the named mesh dims in another order, e.g. tp,dp (FSDP x TP's tp-first mesh); placements follow it")
+      ->delimiter(',');
   std::map<std::string, dtr::DType> dtypes;
   for (dtr::DType d :
        {dtr::kFloat32, dtr::kFloat64, dtr::kBFloat16, dtr::kFloat16, dtr::kInt32, dtr::kInt64, dtr::kBool}) {
@@ -124,7 +130,7 @@ int main(int argc, char** argv) {
     if (execute && dtr::launcher::is_rank_process()) {
       dtr::set_default_timeout(std::chrono::seconds(60));  // a lost peer fails in a minute, not PyTorch's ten
       const bool passed = dtr::execute_plan(
-          {mesh_shape, names, dtr::parse_placements(from), dtr::parse_placements(to), shape, dtype}, std::cout);
+          {mesh_shape, names, view, dtr::parse_placements(from), dtr::parse_placements(to), shape, dtype}, std::cout);
       const bool rank0 = dtr::default_group()->rank() == 0;
       dtr::destroy_process_group();
       // Rank 0 alone carries the verdict: a failing rank makes the launcher stop the others,
@@ -132,7 +138,8 @@ int main(int argc, char** argv) {
       return passed || !rank0 ? 0 : 1;
     }
     const int64_t world = dtr::shape_numel(mesh_shape);
-    const dtr::DeviceMesh mesh = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
+    const dtr::DeviceMesh row_major = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
+    const dtr::DeviceMesh mesh = view.empty() ? row_major : row_major.submesh(view);
     const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtype);
     const dtr::RedistributePlan plan = dtr::plan_redistribute(source, dtr::parse_placements(to));
     std::optional<dtr::CostModel> cost_model;
