@@ -57,33 +57,6 @@ std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const s
   return out;
 }
 
-// Whether `param` was placed by tensor parallelism on a sub-mesh of the root `mesh` was cut
-// from, over other dims (mesh["tp"] beside mesh["dp"]). ValueError for one on that root
-// that overlaps `mesh` or holds a Partial.
-bool tensor_parallel(const DTensor& param, const DeviceMesh& mesh, const std::string& what) {
-  const DeviceMesh& on = param.mesh();
-  if (on == mesh || on.root_mesh() != mesh.root_mesh() || &on.root_mesh() == &on) return false;
-  const std::vector<std::string>& names = mesh.dim_names();
-  const bool disjoint = std::none_of(on.dim_names().begin(), on.dim_names().end(), [&](const std::string& n) {
-    return std::find(names.begin(), names.end(), n) != names.end();
-  });
-  DTR_CHECK(disjoint && !param.spec().has_partial(), ValueError,
-            "fully_shard: {} is {}; a tensor-parallel parameter lives on a sub-mesh of {}'s root over other dims "
-            "than the FSDP mesh's, without Partial (parallelize_module on mesh[\"tp\"], then fully_shard on "
-            "mesh[\"dp\"])",
-            what, param.to_string(), mesh.to_string());
-  return true;
-}
-
-// The root mesh's dims `first`'s, then `then`'s: the tp-first view (tp, dp), whose
-// placements nest tp first, so FSDP chunks each rank's tensor-parallel piece; and the
-// compute mesh (dp, tp), where the batch is split over dp and the module runs.
-DeviceMesh joined_mesh(const DeviceMesh& first, const DeviceMesh& then) {
-  std::vector<std::string> names = first.dim_names();
-  names.insert(names.end(), then.dim_names().begin(), then.dim_names().end());
-  return first.root_mesh().submesh(names);
-}
-
 // `p` with its last `n` placements moved to the front, in order.
 Placements rotated(Placements p, int64_t n) {
   std::rotate(p.begin(), p.end() - n, p.end());
@@ -179,7 +152,8 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
       (*tied)->slots.push_back(slot);
       continue;
     }
-    const bool tp = tensor_parallel(*slot, mesh, fmt::format("{} parameter '{}'", module.type_name(), name));
+    const bool tp =
+        is_tensor_parallel(*slot, mesh, fmt::format("fully_shard: {} parameter '{}'", module.type_name(), name));
     DTR_CHECK(tp || slot->spec().is_replicated(), ValueError,
               "fully_shard: {} parameter '{}' is {}, already sharded; fully_shard takes Replicate parameters, or "
               "tensor-parallel ones on another dim of the FSDP mesh's root (call it bottom-up: each block first, "

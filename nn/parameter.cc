@@ -15,13 +15,34 @@ DTensor empty_parameter(const Shape& shape, const ParameterOptions& options) {
   return DTensor(Tensor::empty(shape, options.dtype, mesh.device()), spec);
 }
 
-DTensor partial_grad(const DTensor& param) {
+DTensor partial_grad(const DTensor& param, const Placements& partial) {
   const DTensor& g = param.grad();
   if (!g.defined()) {
-    const DTensorSpec spec = param.spec().with_placements({Partial()});
+    const DTensorSpec spec = param.spec().with_placements(partial);
     return DTensor(zeros(spec.local_shape(), spec.dtype(), spec.mesh().device()), spec);
   }
-  return g.placements() == Placements{Partial()} ? g : g.redistribute({Partial()});
+  return g.placements() == partial ? g : g.redistribute(partial);
+}
+
+bool is_tensor_parallel(const DTensor& param, const DeviceMesh& data, const std::string& what) {
+  const DeviceMesh& on = param.mesh();
+  if (on == data || on.root_mesh() != data.root_mesh() || &on.root_mesh() == &on) return false;
+  const std::vector<std::string>& names = data.dim_names();
+  const bool disjoint = std::none_of(on.dim_names().begin(), on.dim_names().end(), [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  });
+  DTR_CHECK(disjoint && !param.spec().has_partial(), ValueError,
+            "{} is {}; a tensor-parallel parameter lives on a sub-mesh of {}'s root over other dims than the "
+            "data-parallel mesh's, without Partial (parallelize_module on mesh[\"tp\"], then fully_shard or "
+            "replicate on mesh[\"dp\"])",
+            what, param.to_string(), data.to_string());
+  return true;
+}
+
+DeviceMesh joined_mesh(const DeviceMesh& first, const DeviceMesh& then) {
+  std::vector<std::string> names = first.dim_names();
+  names.insert(names.end(), then.dim_names().begin(), then.dim_names().end());
+  return first.root_mesh().submesh(names);
 }
 
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device) {

@@ -27,9 +27,21 @@ DTensor empty_parameter(const Shape& shape, const ParameterOptions& options);
 // otherwise.
 DTensor distribute_parameter(const DTensor& full, const DeviceMesh& mesh, const Placements& placements, Device device);
 
-// The gradient of `param`, a parameter on a 1-D mesh whose gradients are summed over it, as
-// Partial (a local move): its grad, or zeros when this rank's backward did not reach it, so
-// that every rank reduces the same tensors (replicate's buckets, sequence parallelism's norms).
-DTensor partial_grad(const DTensor& param);
+// The gradient of `param` under `partial` (its placements with Partial on the mesh dims its
+// gradients are summed over; a local move): its grad, or zeros when this rank's backward did
+// not reach it, so that every rank reduces the same tensors (replicate's buckets, sequence
+// parallelism's norms).
+DTensor partial_grad(const DTensor& param, const Placements& partial);
+
+// Whether `param` was placed by tensor parallelism on a sub-mesh of the root that the data-
+// parallel mesh `data` was cut from, over other dims (mesh["tp"] beside mesh["dp"]): what
+// fully_shard and replicate take beside Replicate parameters. ValueError naming `what` (the
+// parameter) for one on that root that overlaps `data` or holds a Partial.
+bool is_tensor_parallel(const DTensor& param, const DeviceMesh& data, const std::string& what);
+
+// The root mesh's dims `first`'s, then `then`'s: the tp-first view (tp, dp), whose placements
+// nest tp first, so FSDP chunks each rank's tensor-parallel piece; and the compute mesh
+// (dp, tp), where the batch is split over dp and a data-parallel module runs.
+DeviceMesh joined_mesh(const DeviceMesh& first, const DeviceMesh& then);
 
 }  // namespace dtr::nn

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
+#include "dtensor/placement.h"
 #include "nn/parameter.h"
 
 namespace dtr::nn {
@@ -17,13 +18,21 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
             mesh.to_string());
   DTR_CHECK(options.bucket_cap_mb > 0, ValueError, "replicate: bucket_cap_mb is {}; it must be positive",
             options.bucket_cap_mb);
-  const Placements replicate_all{Replicate()};
   for (auto& [name, p] : module.named_parameters()) {
-    DTR_CHECK(p->spec().is_replicated(), ValueError,
-              "replicate: {} parameter '{}' is {}; replicate takes Replicate parameters", module.type_name(), name,
-              p->to_string());
-    if (p->mesh() != mesh) {
-      DTensor moved(p->to_local().to(mesh.device()), DTensorSpec(mesh, replicate_all, p->shape(), p->dtype()));
+    const bool tp = is_tensor_parallel(*p, mesh, fmt::format("replicate: {} parameter '{}'", module.type_name(), name));
+    DTR_CHECK(tp || p->spec().is_replicated(), ValueError,
+              "replicate: {} parameter '{}' is {}; replicate takes Replicate parameters, or tensor-parallel ones on "
+              "another dim of the mesh's root",
+              module.type_name(), name, p->to_string());
+    // Where the module computes: the mesh, or for a tensor-parallel parameter the (dp, tp)
+    // mesh, Replicate over dp (the same local piece).
+    const DeviceMesh on = tp ? joined_mesh(mesh, p->mesh()) : mesh;
+    Placements placements(static_cast<size_t>(mesh.ndim()), Replicate());
+    if (tp) placements.insert(placements.end(), p->placements().begin(), p->placements().end());
+    Placements partial = placements;  // the gradient's until its bucket moves: summed over dp
+    for (int64_t d = 0; d < mesh.ndim(); ++d) partial[d] = Partial();
+    if (p->mesh() != on) {
+      DTensor moved(p->to_local().to(on.device()), DTensorSpec(on, placements, p->shape(), p->dtype()));
       moved.requires_grad_(p->requires_grad());
       // Tied slots hold the same DTensor: every slot holding it gets the moved one.
       for (auto& [other, slot] : module.named_parameters(RemoveDuplicate::kNo)) {
@@ -31,7 +40,20 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
       }
       *p = moved;
     }
-    if (p->requires_grad()) params_.push_back(p);
+    if (p->requires_grad()) {
+      params_.push_back(p);
+      placements_.push_back(std::move(placements));
+      partials_.push_back(std::move(partial));
+    }
+  }
+  for (auto& [name, buffer] : module.named_buffers()) {  // tensor parallelism's go where the module computes
+    if (!buffer->defined() || !buffer->spec().is_replicated() || buffer->mesh() == mesh ||
+        buffer->mesh().root_mesh() != mesh.root_mesh() || &buffer->mesh().root_mesh() == &buffer->mesh()) {
+      continue;
+    }
+    const DeviceMesh on = joined_mesh(mesh, buffer->mesh());
+    *buffer = DTensor(buffer->to_local(), DTensorSpec(on, Placements(static_cast<size_t>(on.ndim()), Replicate()),
+                                                      buffer->shape(), buffer->dtype()));
   }
   // Buckets in reverse registration order, each closed once it holds bucket_cap_mb.
   const double cap = options.bucket_cap_mb * 1024 * 1024;
@@ -50,7 +72,7 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
   reduced_.resize(buckets_.size());
   arrived_.resize(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
-    params_[k]->set_grad_placements({Partial()});  // kept unreduced until its bucket moves
+    params_[k]->set_grad_placements(partials_[k]);  // kept unreduced until its bucket moves
   }
 }
 
@@ -64,11 +86,29 @@ void DDPModule::check_last_backward_complete() const {
 void DDPModule::issue_ready_buckets() {
   // In bucket order on every rank, whatever order this rank's gradients arrived in.
   while (next_bucket_ < buckets_.size() && waiting_[next_bucket_] == 0) {
-    std::vector<DTensor> grads;
-    for (size_t k : buckets_[next_bucket_]) grads.push_back(partial_grad(*params_[k]));
+    const std::vector<size_t>& bucket = buckets_[next_bucket_];
     const trace::CommPhase phase("all_reduce",
                                  trace::enabled(trace::Category::kIssue) ? fmt::format("bucket {}", next_bucket_) : "");
-    reduced_[next_bucket_++] = redistribute_coalesced(grads, {Replicate()}, Async::kYes);
+    // One coalesced all-reduce per distinct placement in the bucket (one, but for tensor
+    // parallelism's parameters, placed apart on tp), in the bucket's order.
+    std::vector<DTensor>& reduced = reduced_[next_bucket_++];
+    reduced.assign(bucket.size(), DTensor());
+    std::vector<bool> done(bucket.size(), false);
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      if (done[i]) continue;
+      std::vector<size_t> same;
+      std::vector<DTensor> grads;
+      for (size_t j = i; j < bucket.size(); ++j) {
+        if (done[j] || partials_[bucket[j]] != partials_[bucket[i]] ||
+            params_[bucket[j]]->mesh() != params_[bucket[i]]->mesh())
+          continue;
+        done[j] = true;
+        same.push_back(j);
+        grads.push_back(partial_grad(*params_[bucket[j]], partials_[bucket[j]]));
+      }
+      std::vector<DTensor> moved = redistribute_coalesced(grads, placements_[bucket[i]], Async::kYes);
+      for (size_t k = 0; k < same.size(); ++k) reduced[same[k]] = std::move(moved[k]);
+    }
   }
 }
 

@@ -2,7 +2,10 @@
 // fully_shard is measured against.
 //
 // replicate(module, mesh) makes every parameter of the module a DTensor leaf Replicate on
-// the 1-D mesh. Its gradients, Partial because the batch is sharded, are kept unreduced as
+// the 1-D mesh (DDP x TP: a parameter parallelize_module placed on mesh["tp"] of the same
+// root becomes a leaf on the (dp, tp) mesh, Replicate over dp, its tp placement kept, the
+// same local piece; the module then computes there, the batch Shard(0) over dp, and each
+// bucket all-reduces over dp). Its gradients, Partial because the batch is sharded, are kept unreduced as
 // they accumulate and gathered into buckets of about bucket_cap_mb, in reverse
 // registration order (roughly the order backward produces them). Buckets are issued in
 // that order, each once all its gradients have arrived and every bucket before it is
@@ -55,6 +58,8 @@ class DDPModule : public ParallelPolicy {
   std::string type_name_;
   std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks
   std::vector<DTensor*> params_;
+  std::vector<Placements> placements_;  // per parameter: Replicate over the mesh (and tp's, tensor-parallel)
+  std::vector<Placements> partials_;    // per parameter: its gradient's, Partial over the mesh, until reduced
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;  // per parameter
   bool sync_ = true;
@@ -67,7 +72,8 @@ class DDPModule : public ParallelPolicy {
 
 // Replicates `module`'s parameters over the 1-D `mesh` (see above); the handle lives as
 // long as the module. ValueError for a mesh that is not 1-D, a module already replicated
-// or sharded, or a parameter that is not Replicate.
+// or sharded, or a parameter that is neither Replicate nor tensor-parallel on another dim of
+// the mesh's root.
 DDPModule& replicate(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options = {});
 
 }  // namespace dtr::nn

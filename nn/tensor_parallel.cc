@@ -189,7 +189,7 @@ class SequenceParallelGrads : public std::enable_shared_from_this<SequenceParall
   void reduce() {
     queued_ = false;
     std::vector<DTensor> grads;
-    for (const DTensor& p : params_) grads.push_back(partial_grad(p));
+    for (const DTensor& p : params_) grads.push_back(partial_grad(p, {Partial()}));
     const trace::CommPhase phase("all_reduce", "sequence-parallel parameters");
     const std::vector<DTensor> reduced = redistribute_coalesced(grads, {Replicate()});
     for (size_t i = 0; i < params_.size(); ++i) params_[i].set_grad(reduced[i]);

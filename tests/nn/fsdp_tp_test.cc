@@ -23,6 +23,7 @@
 #include "nn/comm_debug.h"
 #include "nn/fully_shard.h"
 #include "nn/init.h"
+#include "nn/replicate.h"
 #include "nn/tensor_parallel.h"
 #include "nn/transformer.h"
 #include "nn/transformer_plan.h"
@@ -66,6 +67,7 @@ struct Layout {
   std::optional<DeviceMesh> mesh;
   std::vector<std::string> fsdp_dims;
   TransformerTpOptions tp;
+  bool ddp = false;  // replicate over fsdp_dims (one) instead of fully_shard
 };
 
 Run train(const TransformerConfig& config, const Layout& layout, const Tensor& tokens, const Tensor& targets) {
@@ -78,10 +80,14 @@ Run train(const TransformerConfig& config, const Layout& layout, const Tensor& t
     const DeviceMesh fsdp = layout.mesh->submesh(layout.fsdp_dims);
     FullyShardOptions options;
     if (layout.fsdp_dims.size() == 2) options.shard_mesh_dim = "shard";
-    for (size_t i = 0; i < model.layers().size(); ++i) {
-      fully_shard(model.layers().at<TransformerBlock>(i), fsdp, options);
+    if (layout.ddp) {
+      replicate(model, fsdp, {.bucket_cap_mb = 0.001});  // several buckets
+    } else {
+      for (size_t i = 0; i < model.layers().size(); ++i) {
+        fully_shard(model.layers().at<TransformerBlock>(i), fsdp, options);
+      }
+      fully_shard(model, fsdp, options);
     }
-    fully_shard(model, fsdp, options);
     strict.emplace(model, ImplicitRedistributes::kRaise);
     // The batch split over the data-parallel dims, whole on tp.
     batch = Placements(layout.fsdp_dims.size(), Shard(0));
@@ -126,6 +132,20 @@ TEST_CASE("FSDP x TP on 2x2 trains the seed Transformer and its GPT variant as o
         INFO((gpt ? "gpt" : "seed") << (options.sequence_parallel ? ", sp and loss parallel" : ""));
         check_matches(train(config, {mesh, {"dp"}, options}, tokens, targets), one);
       }
+    }
+  });
+}
+
+TEST_CASE("DDP x TP on 2x2 trains as one rank, with and without sequence parallelism", "[nn][fsdp_tp]") {
+  testing::run_ranks(4, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"dp", "tp"});
+    const Tensor tokens = random_ids(5), targets = random_ids(6);
+    const TransformerConfig config = tiny_transformer(true);
+    const Run one = train(config, {}, tokens, targets);
+    for (const TransformerTpOptions options :
+         {TransformerTpOptions{}, TransformerTpOptions{.sequence_parallel = true, .loss_parallel = true}}) {
+      INFO((options.sequence_parallel ? "sp and loss parallel" : "tp"));
+      check_matches(train(config, {mesh, {"dp"}, options, /*ddp=*/true}, tokens, targets), one);
     }
   });
 }

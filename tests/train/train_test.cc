@@ -77,7 +77,9 @@ TEST_CASE("train under fsdp, ddp and hsdp gives one process's losses", "[train]"
   check_same_losses(
       train_losses("tp2_sp", 2, kTinyTrainFlags + " --parallel none --tp 2 --sequence-parallel --loss-parallel"), none,
       1e-4);
-  // FSDP x TP (dp 2 x tp 2, two micro-batches) and HSDP x TP (replicate 2 x shard 1 x tp 2) with its variants.
+  // FSDP x TP (dp 2 x tp 2, two micro-batches), DDP x TP (dp 2 x tp 2) and HSDP x TP
+  // (replicate 2 x shard 1 x tp 2) with its variants.
+  check_same_losses(train_losses("ddp_tp4", 4, kTinyTrainFlags + " --parallel ddp --tp 2"), none, 1e-4);
   check_same_losses(train_losses("fsdp_tp4", 4, kTinyTrainFlags + " --tp 2 --grad-accum 2"), none, 1e-4);
   check_same_losses(
       train_losses("hsdp_tp4", 4,
@@ -172,8 +174,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
        "--parallel hsdp on 3 data-parallel rank(s): its default mesh, replicate=2,shard=N/2, needs an even number", 3},
       {"--parallel hsdp --mesh dp=3", "--parallel hsdp takes replicate=R,shard=S (R x S = 3, e.g. replicate=3,shard=1)",
        3},
-      {"--tp 2 --parallel ddp",
-       "--tp 2 with --parallel ddp: data parallelism over tensor-parallel ranks is fully_shard's", 2},
+      {"--tp 2 --parallel ddp --mesh tp=2", "--mesh tp=2: --parallel ddp with --tp 2 takes dp=1,tp=2", 2},
       {"--tp 2 --mesh tp=2,dp=1", "--mesh tp=2,dp=1: --parallel fsdp with --tp 2 takes dp=1,tp=2", 2},
       {"--tp 2 --parallel hsdp --mesh replicate=1,tp=2",
        "--parallel hsdp with --tp 2 takes replicate=R,shard=S,tp=2 (R x S = 1", 2},

@@ -371,10 +371,6 @@ void validate(const TrainConfig& c, int64_t world_size) {
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
   const Parallel parallel = c.parallel;
-  DTR_CHECK(c.tp == 1 || parallel != Parallel::kDdp, ValueError,
-            "--tp {} with --parallel ddp: data parallelism over tensor-parallel ranks is fully_shard's here; use "
-            "--parallel fsdp (dp x tp), or hsdp with --mesh replicate=R,shard=1,tp={} for DDP's replication",
-            c.tp, c.tp);
   DTR_CHECK(world_size % c.tp == 0, ValueError,
             "--tp {} on {} ranks: the tensor-parallel size must divide the world size", c.tp, world_size);
   DTR_CHECK(c.tp > 1 || (!c.sequence_parallel && !c.loss_parallel), ValueError,

@@ -62,7 +62,7 @@ struct TrainConfig {
   // Tensor parallelism over --tp ranks (nn::transformer_tp_plan), with its sequence- and
   // loss-parallel variants, on the mesh dim kTensorParallelDim (the last): on its own
   // (--parallel none, the whole world), or under fsdp (dp x tp) or hsdp
-  // (replicate x shard x tp), which shard each rank's tensor-parallel piece.
+  // (replicate x shard x tp), which shard each rank's tensor-parallel piece, or ddp (dp x tp).
   int64_t tp = 1;
   bool sequence_parallel = false, loss_parallel = false;
   int64_t threads = 1;

@@ -90,19 +90,20 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
       nn::checkpoint(m.net->layers().at<nn::TransformerBlock>(i), policy);
     }
   }
-  // The mesh FSDP shards over: the data-parallel dims, beside "tp" under tensor parallelism.
-  DeviceMesh fsdp_mesh = mesh;
+  // The mesh fully_shard or replicate works over: the data-parallel dims, beside "tp" under
+  // tensor parallelism.
+  DeviceMesh data_mesh = mesh;
   if (c.tp > 1) {
     nn::parallelize_module(
         *m.net, mesh[kTensorParallelDim],
         nn::transformer_tp_plan(config, {.sequence_parallel = c.sequence_parallel, .loss_parallel = c.loss_parallel}));
     if (parallel != Parallel::kNone) {
       const std::vector<std::string>& names = mesh.dim_names();
-      fsdp_mesh = mesh.submesh(std::vector<std::string>(names.begin(), names.end() - 1));
+      data_mesh = mesh.submesh(std::vector<std::string>(names.begin(), names.end() - 1));
     }
   }
   if (parallel == Parallel::kDdp) {
-    m.ddp = &nn::replicate(*m.net, mesh);
+    m.ddp = &nn::replicate(*m.net, data_mesh);
   } else if (parallel == Parallel::kFsdp || parallel == Parallel::kHsdp) {
     nn::FullyShardOptions options;
     if (c.mixed_precision) {
@@ -111,13 +112,13 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     }
     if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
     options.reshard_after_forward = c.reshard_after_forward;
-    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = fsdp_mesh.dim_names().back();
+    if (parallel == Parallel::kHsdp) options.shard_mesh_dim = data_mesh.dim_names().back();
     for (size_t i = 0; i < m.net->layers().size(); ++i) {
-      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), fsdp_mesh, options));
+      m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), data_mesh, options));
     }
     options.reshard_after_forward.reset();      // the root keeps its parameters for backward
     options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
-    m.root = &nn::fully_shard(*m.net, fsdp_mesh, options);
+    m.root = &nn::fully_shard(*m.net, data_mesh, options);
     if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
   if (!c.init_from.empty()) init_from(*m.net, c);

@@ -3,8 +3,8 @@
 // from --init-from, and parallelised as --parallel says: fully_shard on each block and then
 // on the root (fsdp; hsdp shards over the mesh's last dim), replicate (ddp), or nothing
 // (none: the model lives on its own one-rank mesh). With --tp, parallelize_module on
-// mesh["tp"] first, and fully_shard over the other dims (FSDP x TP). The root keeps its parameters through
-// backward and gives float32 logits for the loss; blocks reshard per
+// mesh["tp"] first, and fully_shard or replicate over the other dims (FSDP / HSDP / DDP x TP). The root keeps its
+// parameters through backward and gives float32 logits for the loss; blocks reshard per
 // --reshard-after-forward.
 #pragma once
 
