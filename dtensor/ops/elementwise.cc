@@ -17,15 +17,16 @@ enum class BinaryPartials : uint8_t {
 
 AppliedStrategy choose_binary(std::string_view op, const DTensor& a, const DTensor& b, const Shape& out,
                               BinaryPartials partials) {
+  const DTensor inputs[] = {a, b};
   std::vector<DimStrategy> per_dim = elementwise_strategies(
-      {a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{});
+      {a.shape(), b.shape()}, out, partials == BinaryPartials::kBoth ? kLinearReduceOps : std::span<const ReduceOp>{},
+      strided_split_factors(inputs));
   if (partials != BinaryPartials::kBoth) {
     for (ReduceOp r : kLinearReduceOps) {
       per_dim.push_back({{Partial(r), Replicate()}, {Partial(r)}});
       if (partials == BinaryPartials::kEither) per_dim.push_back({{Replicate(), Partial(r)}, {Partial(r)}});
     }
   }
-  const DTensor inputs[] = {a, b};
   return apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
 }
 
@@ -53,7 +54,9 @@ DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> p
               Backward backward) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy(
-      op, inputs, expand_strategies(elementwise_strategies({x.shape()}, x.shape(), partials), x.mesh().ndim()));
+      op, inputs,
+      expand_strategies(elementwise_strategies({x.shape()}, x.shape(), partials, strided_split_factors(inputs)),
+                        x.mesh().ndim()));
   DTensor y = make_output(kernel(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
   DTensor saved;
   if (saves == Saves::kInput) saved = s.inputs[0].detach();
@@ -241,11 +244,12 @@ DTensor to(const DTensor& x, DType dtype) {
   const DType from = x.dtype();
   const bool floating = is_floating(from) && is_floating(dtype);
   const DTensor inputs[] = {x};
-  AppliedStrategy s = apply_strategy(
-      "to", inputs,
-      expand_strategies(
-          elementwise_strategies({x.shape()}, x.shape(), floating ? kAllReduceOps : std::span<const ReduceOp>{}),
-          x.mesh().ndim()));
+  AppliedStrategy s =
+      apply_strategy("to", inputs,
+                     expand_strategies(elementwise_strategies({x.shape()}, x.shape(),
+                                                              floating ? kAllReduceOps : std::span<const ReduceOp>{},
+                                                              strided_split_factors(inputs)),
+                                       x.mesh().ndim()));
   DTensor y = make_output(s.inputs[0].to_local().to(dtype), x.mesh(), s.strategy.outputs[0], x.shape());
   if (floating) {
     record("to", s.inputs, std::span(&y, 1),

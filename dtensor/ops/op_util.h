@@ -28,13 +28,24 @@ inline DimStrategy replicate_all(size_t num_inputs, size_t num_outputs = 1) {
 
 // For an op applied independently to every element (or every slice) along output dim
 // `out_dim`: each input is sharded on its own matching dim, or Replicate where it is
-// broadcast (size 1 or absent), and the output is Shard(out_dim).
-DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out_shape, int64_t out_dim);
+// broadcast (size 1 or absent), and the output is Shard(out_dim); with split_factor s > 1,
+// StridedShard(dim, s) in place of Shard(dim) (rows chosen by the dim's size alone, so
+// inputs and output agree).
+DimStrategy shard_along(const std::vector<Shape>& input_shapes, const Shape& out_shape, int64_t out_dim,
+                        int64_t split_factor = 1);
 
 // The candidates of an elementwise op with broadcasting: Shard along every output dim,
-// then Replicate; `partial` adds (P(op) for every input -> P(op)) for each op given.
+// then Replicate; `partial` adds (P(op) for every input -> P(op)) for each op given;
+// `split_factors` adds StridedShard along every output dim for each factor given (an op
+// that reads global indices, as dropout does, gives none).
 std::vector<DimStrategy> elementwise_strategies(const std::vector<Shape>& input_shapes, const Shape& out_shape,
-                                                std::span<const ReduceOp> partial = {});
+                                                std::span<const ReduceOp> partial = {},
+                                                std::span<const int64_t> split_factors = {});
+
+// The distinct split factors of the StridedShard placements of `inputs`, in order of
+// appearance: what an elementwise op keeps (packed q, k, v under tensor parallelism, FSDP's
+// chunks of them) instead of moving them to a Shard.
+std::vector<int64_t> strided_split_factors(std::span<const DTensor> inputs);
 
 // For an op linear in input `linear_input` when the others are fixed: appends (that input
 // P(op), the others R -> every output P(op)) for op in kLinearReduceOps.

@@ -66,5 +66,27 @@ TEST_CASE("Partial inputs: exact rules keep Partial, others reduce first", "[dte
   });
 }
 
+TEST_CASE("StridedShard inputs: elementwise ops and casts keep the placement, moving nothing", "[dtensor][ops]") {
+  testing::run_ranks(2, [](int, int) {
+    // The packed q, k, v layout on 2 tp ranks, even (12 rows) and uneven (7).
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"tp"});
+    for (const Shape& shape : {Shape{12, 3}, Shape{7, 3}}) {
+      INFO(fmt::format("{}", shape));
+      const Tensor a = global_tensor(shape, 6), b = global_tensor(shape, 7), row = global_tensor({3}, 8);
+      const Placements packed = {StridedShard(0, 3)};
+      const DTensor x = distribute_tensor(a, mesh, packed), y = distribute_tensor(b, mesh, packed);
+      const DTensor r = distribute_tensor(row, mesh, {Replicate()});
+      collective_counter().reset();
+      const DTensor sum_xy = add(x, y), scaled = mul(x, 0.5), biased = add(x, r), cast = to(x, kFloat32);
+      CHECK(collective_counter().snapshot().empty());
+      for (const DTensor* t : {&sum_xy, &scaled, &biased, &cast}) CHECK(t->placements() == packed);
+      CHECK(testing::to_f64(sum_xy.full_tensor()) == testing::to_f64(add(a, b)));
+      CHECK(testing::to_f64(scaled.full_tensor()) == testing::to_f64(mul(a, 0.5)));
+      CHECK(testing::to_f64(biased.full_tensor()) == testing::to_f64(add(a, row)));
+      CHECK(testing::to_f64(cast.full_tensor()) == testing::to_f64(a.to(kFloat32)));
+    }
+  });
+}
+
 }  // namespace
 }  // namespace dtr
