@@ -229,6 +229,30 @@ std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, co
   return out;
 }
 
+std::vector<DTensor> redistribute_grouped(std::span<const DTensor> tensors, std::span<const Placements> targets,
+                                          Async async, std::optional<Device> device) {
+  DTR_CHECK(tensors.size() == targets.size(), ValueError, "redistribute_grouped: {} tensors but {} targets",
+            tensors.size(), targets.size());
+  std::vector<DTensor> out(tensors.size());
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (done[i]) continue;
+    std::vector<size_t> same;
+    std::vector<DTensor> batch;
+    for (size_t j = i; j < tensors.size(); ++j) {
+      if (!done[j] && tensors[j].mesh() == tensors[i].mesh() && tensors[j].placements() == tensors[i].placements() &&
+          targets[j] == targets[i]) {
+        same.push_back(j);
+        batch.push_back(tensors[j]);
+        done[j] = true;
+      }
+    }
+    std::vector<DTensor> moved = redistribute_coalesced(batch, targets[i], async, device);
+    for (size_t k = 0; k < same.size(); ++k) out[same[k]] = std::move(moved[k]);
+  }
+  return out;
+}
+
 DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
   DTensorSpec replicated(mesh, Placements(mesh.ndim(), Replicate()), full.shape(), full.dtype());
   DTensorSpec target = replicated.with_placements(placements);  // validates before any communication

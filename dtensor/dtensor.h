@@ -131,4 +131,11 @@ DTensor from_local(const Tensor& local, const DeviceMesh& mesh, const Placements
 std::vector<DTensor> redistribute_coalesced(std::span<const DTensor> tensors, const Placements& placements,
                                             Async async = Async::kNo, std::optional<Device> device = std::nullopt);
 
+// tensors[i] moved to targets[i]: one redistribute_coalesced per distinct (mesh, source
+// placements, target) in order of first appearance (the same on every rank, given the same
+// lists), the results in the tensors' order (FSDP's groups and DDP's buckets, whose
+// parameters tensor parallelism may place apart).
+std::vector<DTensor> redistribute_grouped(std::span<const DTensor> tensors, std::span<const Placements> targets,
+                                          Async async = Async::kNo, std::optional<Device> device = std::nullopt);
+
 }  // namespace dtr

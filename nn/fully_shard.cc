@@ -32,31 +32,6 @@ void wait_for_reduction() {
 
 Placements replicate_all(const DeviceMesh& mesh) { return Placements(mesh.ndim(), Replicate()); }
 
-// tensors[i] moved to targets[i] (their locals to `device` when given), one coalesced
-// redistribute per distinct (source, target) pair of placements, in order of first
-// appearance (the same on every rank).
-std::vector<DTensor> move_coalesced(const std::vector<DTensor>& tensors, const std::vector<Placements>& targets,
-                                    Async async = Async::kNo, std::optional<Device> device = std::nullopt) {
-  std::vector<DTensor> out(tensors.size());
-  std::vector<bool> done(tensors.size(), false);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (done[i]) continue;
-    std::vector<size_t> same;
-    std::vector<DTensor> batch;
-    for (size_t j = i; j < tensors.size(); ++j) {
-      if (!done[j] && tensors[j].mesh() == tensors[i].mesh() && tensors[j].placements() == tensors[i].placements() &&
-          targets[j] == targets[i]) {
-        same.push_back(j);
-        batch.push_back(tensors[j]);
-        done[j] = true;
-      }
-    }
-    std::vector<DTensor> moved = redistribute_coalesced(batch, targets[i], async, device);
-    for (size_t k = 0; k < same.size(); ++k) out[same[k]] = std::move(moved[k]);
-  }
-  return out;
-}
-
 // `p` with its last `n` placements moved to the front, in order.
 Placements rotated(Placements p, int64_t n) {
   std::rotate(p.begin(), p.end() - n, p.end());
@@ -315,7 +290,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            }
            reduce->grads.clear();
            wait_for_reduction();
-           std::vector<DTensor> out = move_coalesced(g, placements, Async::kYes, leaf_device);
+           std::vector<DTensor> out = redistribute_grouped(g, placements, Async::kYes, leaf_device);
            bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
              if (out[i].dtype() != dtypes[i]) {
@@ -347,7 +322,7 @@ void FSDPModule::unshard(Async async) {
     } else {
       std::vector<Placements> targets;
       for (const std::shared_ptr<Param>& p : params_) targets.push_back(p->gathered_placements);
-      gathered = move_coalesced(shards_to_gather(), targets, async);
+      gathered = redistribute_grouped(shards_to_gather(), targets, async);
       for (size_t i = 0; i < params_.size(); ++i) gathered[i] = params_[i]->view(gathered[i]);
     }
   }

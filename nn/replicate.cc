@@ -91,24 +91,13 @@ void DDPModule::issue_ready_buckets() {
                                  trace::enabled(trace::Category::kIssue) ? fmt::format("bucket {}", next_bucket_) : "");
     // One coalesced all-reduce per distinct placement in the bucket (one, but for tensor
     // parallelism's parameters, placed apart on tp), in the bucket's order.
-    std::vector<DTensor>& reduced = reduced_[next_bucket_++];
-    reduced.assign(bucket.size(), DTensor());
-    std::vector<bool> done(bucket.size(), false);
-    for (size_t i = 0; i < bucket.size(); ++i) {
-      if (done[i]) continue;
-      std::vector<size_t> same;
-      std::vector<DTensor> grads;
-      for (size_t j = i; j < bucket.size(); ++j) {
-        if (done[j] || partials_[bucket[j]] != partials_[bucket[i]] ||
-            params_[bucket[j]]->mesh() != params_[bucket[i]]->mesh())
-          continue;
-        done[j] = true;
-        same.push_back(j);
-        grads.push_back(partial_grad(*params_[bucket[j]], partials_[bucket[j]]));
-      }
-      std::vector<DTensor> moved = redistribute_coalesced(grads, placements_[bucket[i]], Async::kYes);
-      for (size_t k = 0; k < same.size(); ++k) reduced[same[k]] = std::move(moved[k]);
+    std::vector<DTensor> grads;
+    std::vector<Placements> targets;
+    for (size_t k : bucket) {
+      grads.push_back(partial_grad(*params_[k], partials_[k]));
+      targets.push_back(placements_[k]);
     }
+    reduced_[next_bucket_++] = redistribute_grouped(grads, targets, Async::kYes);
   }
 }
 

@@ -43,17 +43,7 @@ using checkpoint::full_state_dict;
 // reshape keeps Shard(0) only then).
 constexpr int64_t kVocab = 11, kSeq = 3, kRows = 12, kSteps = 3;
 
-TransformerConfig tiny_transformer(bool gpt) {
-  return {.vocab_size = kVocab,
-          .dim = 8,
-          .n_layers = 2,
-          .n_heads = 2,
-          .causal = gpt,
-          .max_seq_len = gpt ? kSeq : 0,
-          .final_norm = gpt,
-          .tie_embeddings = gpt,
-          .dropout = gpt ? 0.1 : 0.0};
-}
+TransformerConfig tiny_transformer(bool gpt) { return testing::tiny_transformer(kVocab, kSeq, 2, gpt); }
 
 struct Run {
   std::vector<double> losses;  // the global batch's mean loss

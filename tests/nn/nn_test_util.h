@@ -34,6 +34,20 @@ inline nn::TransformerConfig small_causal_lm(int64_t vocab, int64_t seq) {
           .tie_embeddings = true};
 }
 
+// The tensor-parallel tests' tiny Transformer (dim 8, 2 blocks): the seed's, or with `gpt`
+// its GPT variant (causal, position embedding, final norm, tied output, dropout 0.1).
+inline nn::TransformerConfig tiny_transformer(int64_t vocab, int64_t seq, int64_t heads, bool gpt) {
+  return {.vocab_size = vocab,
+          .dim = 8,
+          .n_layers = 2,
+          .n_heads = heads,
+          .causal = gpt,
+          .max_seq_len = gpt ? seq : 0,
+          .final_norm = gpt,
+          .tie_embeddings = gpt,
+          .dropout = gpt ? 0.1 : 0.0};
+}
+
 // max |a - b| / max |b|, with b the reference (PyTorch's values); max |a - b| when b is 0.
 inline double relative_max_error(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = to_f64(a), y = to_f64(b);

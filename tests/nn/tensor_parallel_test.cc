@@ -332,17 +332,7 @@ TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as 
 
 // The seed Transformer (and its GPT variant: causal, position embedding, final norm, tied
 // output, dropout) under transformer_tp_plan, against one rank.
-TransformerConfig tiny_transformer(bool gpt) {
-  return {.vocab_size = kVocab,
-          .dim = 8,
-          .n_layers = 2,
-          .n_heads = 4,
-          .causal = gpt,
-          .max_seq_len = gpt ? kSeq : 0,
-          .final_norm = gpt,
-          .tie_embeddings = gpt,
-          .dropout = gpt ? 0.1 : 0.0};
-}
+TransformerConfig tiny_transformer(bool gpt) { return testing::tiny_transformer(kVocab, kSeq, 4, gpt); }
 
 enum class Checkpointed : uint8_t { kNo, kFull, kSelective };
 
