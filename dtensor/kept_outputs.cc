@@ -27,14 +27,6 @@ KeptOutputs::Scope::~Scope() { t_store = previous_; }
 
 bool KeptOutputs::in_scope() { return t_store.first != nullptr; }
 
-int64_t KeptOutputs::bytes() const {
-  int64_t n = 0;
-  for (const auto& [op, tensors] : kept_) {
-    for (const Tensor& t : tensors) n += static_cast<int64_t>(t.nbytes());
-  }
-  return n;
-}
-
 bool KeptOutputs::keeps(std::string_view op) const { return std::find(ops_.begin(), ops_.end(), op) != ops_.end(); }
 
 std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute) {

@@ -54,10 +54,7 @@ class KeptOutputs {
 
   // Whether a store is in scope on this thread (a checkpointed forward or recompute runs).
   static bool in_scope();
-  // Bytes kept now (what the module holds between its forward and its backward, beyond its inputs).
-  int64_t bytes() const;
-  bool empty() const { return kept_.empty(); }
-  // Drops what is kept (a forward whose backward will not come).
+  // Drops what is still kept (after the recompute: whatever it did not take back).
   void clear() { kept_.clear(); }
 
  private:

@@ -177,14 +177,17 @@ FSDPModule::FSDPModule(Module& module, const DeviceMesh& mesh, const FullyShardO
   }
   use_params(State::kSharded);
   for (auto& [name, buffer] : module.named_buffers()) {
-    if (!buffer->defined() || !buffer->spec().is_replicated()) continue;
-    // Where the module computes: on the compute mesh when tensor parallelism placed the buffer.
-    const bool tp = compute_mesh_ && buffer->mesh().root_mesh() == mesh.root_mesh() && buffer->mesh() != mesh;
-    const DeviceMesh& to = tp ? *compute_mesh_ : mesh;
-    if (buffer->mesh() != to) {
-      *buffer = DTensor(buffer->to_local().to(to.device()),
-                        DTensorSpec(to, replicate_all(to), buffer->shape(), buffer->dtype()));
+    if (!buffer->defined() || !buffer->spec().is_replicated() || buffer->mesh() == mesh ||
+        (compute_mesh_ && buffer->mesh() == *compute_mesh_)) {
+      continue;
     }
+    // Where the module computes: on the compute mesh when tensor parallelism placed the buffer.
+    const bool tp =
+        compute_mesh_ &&
+        is_tensor_parallel(*buffer, mesh, fmt::format("fully_shard: {} buffer '{}'", module.type_name(), name));
+    const DeviceMesh& to = tp ? *compute_mesh_ : mesh;
+    *buffer = DTensor(buffer->to_local().to(to.device()),
+                      DTensorSpec(to, replicate_all(to), buffer->shape(), buffer->dtype()));
   }
 }
 

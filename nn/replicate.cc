@@ -11,6 +11,17 @@
 #include "nn/parameter.h"
 
 namespace dtr::nn {
+namespace {
+
+// A parameter's gradient until its bucket moves: its placements with Partial over the
+// (1-D) data-parallel mesh, dim 0 (the batch is split there).
+Placements summed_over_data(const DTensor& param) {
+  Placements p = param.placements();
+  p.front() = Partial();
+  return p;
+}
+
+}  // namespace
 
 DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOptions& options)
     : type_name_(module.type_name()) {
@@ -29,8 +40,6 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
     const DeviceMesh on = tp ? joined_mesh(mesh, p->mesh()) : mesh;
     Placements placements(static_cast<size_t>(mesh.ndim()), Replicate());
     if (tp) placements.insert(placements.end(), p->placements().begin(), p->placements().end());
-    Placements partial = placements;  // the gradient's until its bucket moves: summed over dp
-    for (int64_t d = 0; d < mesh.ndim(); ++d) partial[d] = Partial();
     if (p->mesh() != on) {
       DTensor moved(p->to_local().to(on.device()), DTensorSpec(on, placements, p->shape(), p->dtype()));
       moved.requires_grad_(p->requires_grad());
@@ -40,15 +49,11 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
       }
       *p = moved;
     }
-    if (p->requires_grad()) {
-      params_.push_back(p);
-      placements_.push_back(std::move(placements));
-      partials_.push_back(std::move(partial));
-    }
+    if (p->requires_grad()) params_.push_back(p);
   }
   for (auto& [name, buffer] : module.named_buffers()) {  // tensor parallelism's go where the module computes
-    if (!buffer->defined() || !buffer->spec().is_replicated() || buffer->mesh() == mesh ||
-        buffer->mesh().root_mesh() != mesh.root_mesh() || &buffer->mesh().root_mesh() == &buffer->mesh()) {
+    if (!buffer->defined() || !buffer->spec().is_replicated() ||
+        !is_tensor_parallel(*buffer, mesh, fmt::format("replicate: {} buffer '{}'", module.type_name(), name))) {
       continue;
     }
     const DeviceMesh on = joined_mesh(mesh, buffer->mesh());
@@ -72,7 +77,7 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
   reduced_.resize(buckets_.size());
   arrived_.resize(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
-    params_[k]->set_grad_placements(partials_[k]);  // kept unreduced until its bucket moves
+    params_[k]->set_grad_placements(summed_over_data(*params_[k]));  // kept unreduced until its bucket moves
   }
 }
 
@@ -94,8 +99,8 @@ void DDPModule::issue_ready_buckets() {
     std::vector<DTensor> grads;
     std::vector<Placements> targets;
     for (size_t k : bucket) {
-      grads.push_back(partial_grad(*params_[k], partials_[k]));
-      targets.push_back(placements_[k]);
+      grads.push_back(partial_grad(*params_[k], summed_over_data(*params_[k])));
+      targets.push_back(params_[k]->placements());
     }
     reduced_[next_bucket_++] = redistribute_grouped(grads, targets, Async::kYes);
   }

@@ -58,8 +58,6 @@ class DDPModule : public ParallelPolicy {
   std::string type_name_;
   std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks
   std::vector<DTensor*> params_;
-  std::vector<Placements> placements_;  // per parameter: Replicate over the mesh (and tp's, tensor-parallel)
-  std::vector<Placements> partials_;    // per parameter: its gradient's, Partial over the mesh, until reduced
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;  // per parameter
   bool sync_ = true;

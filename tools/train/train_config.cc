@@ -175,8 +175,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
              "(replicate), none (one process)")
       ->group("Parallelism");
   app.add_option("--mesh", c.mesh,
-                 "mesh dims as name=size, comma-separated: dp=4 (fsdp, ddp) or replicate=2,shard=2 (hsdp); the sizes' "
-                 "product must be the world size (default: dp=WORLD; hsdp: replicate=2,shard=WORLD/2)")
+                 "mesh dims as name=size, comma-separated: dp=4 (fsdp, ddp) or replicate=2,shard=2 (hsdp), with --tp N "
+                 "a last dim tp=N; the sizes' product must be the world size (default: dp=WORLD; hsdp: "
+                 "replicate=2,shard=WORLD/2)")
       ->group("Parallelism");
   add_choice(app, "--activation-checkpoint", c.activation_checkpoint, kActivationCheckpoints,
              "none (keep every block's activations for backward), full (keep only the checkpointed blocks' inputs "
@@ -272,7 +273,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Data and output");
   app.add_option("--tp", c.tp,
                  "N: tensor parallelism over N ranks (attention heads, FFN features and the vocabulary split, "
-                 "Megatron's layout; with --parallel none on N ranks)")
+                 "Megatron's layout): alone with --parallel none on N ranks, or under fsdp, hsdp or ddp over the "
+                 "other WORLD/N (mesh dp=WORLD/N,tp=N)")
       ->check(positive)
       ->group("Parallelism");
   app.add_flag("--sequence-parallel", c.sequence_parallel,
