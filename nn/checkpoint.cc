@@ -59,7 +59,7 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
     if (saved.kept) replay.emplace(&*saved.kept, KeptOutputs::Mode::kReplay);
     outputs = saved.forward(inputs);
   }
-  if (saved.kept) saved.kept->clear();  // all taken back
+  if (saved.kept) saved.kept->clear();  // what the recompute did not take back, if anything
   for (size_t i = 0; i < saved.params.size(); ++i) *saved.params[i].first = std::move(current[i]);
   set_seed_state(now);
   std::vector<DTensor> roots, gradients;
