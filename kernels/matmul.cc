@@ -5,6 +5,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/trace.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/matmul.h"
 #include "kernels/elementwise.h"
@@ -209,6 +210,31 @@ const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b) {
   dispatch_bmm(out.unsqueeze(0), a.unsqueeze(0), b.unsqueeze(0), "matmul_out");
   return out;
 }
+
+void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b) {
+  check_matmul(a, b);
+  const DType acc_dtype = a.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  DTR_CHECK(acc.shape() == Shape({a.size(0), b.size(1)}) && acc.is_contiguous(), ValueError,
+            "matmul_accumulate: acc {} must be a contiguous {} tensor for {} x {}", describe(acc),
+            Shape({a.size(0), b.size(1)}), describe(a), describe(b));
+  DTR_CHECK(acc.dtype() == acc_dtype && acc.device() == a.device(), TypeError,
+            "matmul_accumulate: acc {} must be {} on {}, the accumulator of {} operands", describe(acc), acc_dtype,
+            a.device(), a.dtype());
+  DTR_CHECK(!acc.storage().is_same(a.storage()) && !acc.storage().is_same(b.storage()), ValueError,
+            "matmul_accumulate: acc {} shares storage with an operand", describe(acc));
+  const trace::Span span("matmul_accumulate", trace::Category::kKernel);
+  switch (a.device().type) {
+    case kCPU: cpu::matmul_accumulate(acc, a, b); return;
+    case kCUDA: {
+      Tensor sum = acc;
+      add_(sum, matmul(a, b).to(acc_dtype));
+      return;
+    }
+  }
+  DTR_INTERNAL_ASSERT(false, "unknown device type");
+}
+
+int64_t matmul_k_block(DType dtype) { return dtype == kBFloat16 ? cpu::kGemmKcBf16 : cpu::kGemmKc; }
 
 void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow, std::memory_order_relaxed); }
 bool matmul_allow_tf32() { return g_allow_tf32.load(std::memory_order_relaxed); }

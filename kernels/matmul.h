@@ -36,6 +36,20 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b);
 const Tensor& bmm_out(const Tensor& out, const Tensor& a, const Tensor& b);
 
+// acc [M, N] += a [M, K] b [K, N] (operands as matmul takes them), with acc the product's
+// accumulator: float32 for float32, bfloat16 and float16 operands, float64 for float64;
+// contiguous, on the operands' device (ValueError/TypeError otherwise). For a product summed
+// in K blocks across calls (a weight gradient over row chunks): on the CPU acc is the GEMM's
+// C with beta 1, so calls over consecutive K ranges of multiples of matmul_k_block(dtype)
+// elements, from acc = 0, leave acc with the bits of one product's accumulator over their
+// union, and acc.to(dtype) is matmul's result. float64 (Eigen's) and CUDA (the product, then
+// an add) make no such promise.
+void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b);
+
+// The K block that fixes the CPU GEMM's summation order for operands of `dtype`
+// (kernels/cpu/gemm.h): what matmul_accumulate's K ranges are multiples of.
+int64_t matmul_k_block(DType dtype);
+
 // a [*, M, K] (leading dims folded into M) times b [K, N], plus bias [N] on every row, then
 // the epilogue: [*, M, N], contiguous. a and b as matmul takes them; bias 1-D of b's columns,
 // of the operands' dtype and device (ValueError/TypeError naming the three otherwise).

@@ -27,6 +27,14 @@ Tensor max(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepd
 Tensor min(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
 // sum(x * x) without the intermediate tensor (gradient norms). Floating dtypes.
 Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// acc [C] += x [R, C] summed over its rows, with acc sum's accumulator for x (float64 for
+// float32 and float64, float32 for bfloat16 and float16; contiguous, on x's device). For a
+// sum over row chunks (a bias gradient of a chunked loss): on the CPU the rows of a
+// contiguous x fold four at a time from each call's first row, as sum folds them, so calls
+// over consecutive chunks of multiples of 4 rows, from acc = 0, leave acc with the bits of
+// sum's own accumulator, and acc.to(x.dtype()) is sum(x, {0}). On CUDA: acc and x's rows
+// summed in one reduction. Floating dtypes.
+void sum_rows_accumulate(const Tensor& acc, const Tensor& x);
 // int64 index along dim of the first maximum; a NaN counts as the maximum. Numeric dtypes.
 Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim = KeepDim::kNo);
 

@@ -82,21 +82,25 @@ CommDebugMode::CommDebugMode(Module& root, ImplicitRedistributes implicit) : sta
       }
       return std::nullopt;
     });
-    module->register_backward_pre_hook([weak, fqn = fqn](Module&) {
-      const std::shared_ptr<State> s = weak.lock();
-      if (!s) return;
-      s->flush();
-      if (!s->in_backward) {
-        s->in_backward = true;
-        queue_callback([weak] {
-          if (const std::shared_ptr<State> alive = weak.lock()) {
-            alive->flush();
-            alive->in_backward = false;
+    // First among the backward pre-hooks too: what the others issue (fully_shard's gathers)
+    // is the module's backward.
+    module->register_backward_pre_hook(
+        [weak, fqn = fqn](Module&) {
+          const std::shared_ptr<State> s = weak.lock();
+          if (!s) return;
+          s->flush();
+          if (!s->in_backward) {
+            s->in_backward = true;
+            queue_callback([weak] {
+              if (const std::shared_ptr<State> alive = weak.lock()) {
+                alive->flush();
+                alive->in_backward = false;
+              }
+            });
           }
-        });
-      }
-      s->backward = fqn;
-    });
+          s->backward = fqn;
+        },
+        Prepend::kYes);
   }
   watch_.emplace([weak](const ImplicitRedistribute& move) {
     if (const std::shared_ptr<State> s = weak.lock()) s->on_implicit(move);

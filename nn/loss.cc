@@ -1,5 +1,7 @@
 #include "nn/loss.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
@@ -10,6 +12,19 @@
 #include "kernels/fill.h"
 
 namespace dtr::nn {
+
+DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const DTensor& bias, const DTensor& target,
+                             const CrossEntropyOptions& options) {
+  DTR_CHECK(x.dim() >= 2 && target.dim() == x.dim() - 1 &&
+                std::equal(target.shape().begin(), target.shape().end(), x.shape().begin()),
+            ValueError,
+            "linear_cross_entropy: input must be [*, in] and target [*] (the input's leading dims), got {} and {}",
+            x.shape(), target.shape());
+  const int64_t rows = x.numel() / x.size(-1);
+  return dtr::linear_cross_entropy(
+      reshape(x, {rows, x.size(-1)}), weight, bias.defined() ? std::optional<DTensor>(bias) : std::nullopt,
+      reshape(target, {rows}), options.ignore_index, options.reduction, options.label_smoothing);
+}
 
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossEntropyOptions& options) {
   DTR_CHECK(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0, ValueError,

@@ -20,6 +20,13 @@ struct CrossEntropyOptions {
 // op of dtensor/ops/loss.h (sharding rule included); none composes log_softmax.
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, const CrossEntropyOptions& options = {});
 
+// cross_entropy(linear(x, weight, bias), target, options) without holding the logits: x
+// [*, in], weight [classes, in], bias [classes] or undefined, target [*] (x's leading dims).
+// dtensor/ops/loss.h's linear_cross_entropy (chunked rows, gradients computed in forward; a
+// class-sharded weight composes the two ops). reduction mean or sum.
+DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const DTensor& bias, const DTensor& target,
+                             const CrossEntropyOptions& options = {});
+
 // (input - target)^2, reduced (mean over every element, sum, or none).
 DTensor mse_loss(const DTensor& input, const DTensor& target, LossReduction reduction = LossReduction::kMean);
 

@@ -329,7 +329,10 @@ void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend) {
 void Module::register_forward_hook(ForwardHook hook, Prepend prepend) {
   forward_hooks_.insert(prepend == Prepend::kYes ? forward_hooks_.begin() : forward_hooks_.end(), std::move(hook));
 }
-void Module::register_backward_pre_hook(BackwardHook hook) { backward_pre_hooks_.push_back(std::move(hook)); }
+void Module::register_backward_pre_hook(BackwardHook hook, Prepend prepend) {
+  backward_pre_hooks_.insert(prepend == Prepend::kYes ? backward_pre_hooks_.begin() : backward_pre_hooks_.end(),
+                             std::move(hook));
+}
 void Module::register_post_backward_hook(BackwardHook hook) { post_backward_hooks_.push_back(std::move(hook)); }
 
 Values UnaryModule::forward(const Values& inputs) {

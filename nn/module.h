@@ -127,11 +127,18 @@ class Module {
   using ForwardRunner =
       std::function<Values(const Values& inputs, const std::function<Values(const Values&)>& forward)>;
   void set_forward_runner(ForwardRunner runner);
+  // Whether calling the module does more than run forward: a hook of any kind or a runner is
+  // set (a parallel policy, a tensor-parallel style, checkpointing). A caller that reads the
+  // module's parameters itself instead of calling it (Transformer's fused loss) checks this.
+  bool has_hooks() const {
+    return !forward_pre_hooks_.empty() || !forward_hooks_.empty() || !backward_pre_hooks_.empty() ||
+           !post_backward_hooks_.empty() || forward_runner_;
+  }
 
-  // Hooks, run in registration order (a forward hook with Prepend::kYes before the others).
+  // Hooks, run in registration order (one with Prepend::kYes before the others).
   void register_forward_pre_hook(ForwardPreHook hook, Prepend prepend = Prepend::kNo);
   void register_forward_hook(ForwardHook hook, Prepend prepend = Prepend::kNo);
-  void register_backward_pre_hook(BackwardHook hook);
+  void register_backward_pre_hook(BackwardHook hook, Prepend prepend = Prepend::kNo);
   void register_post_backward_hook(BackwardHook hook);
 
  protected:

@@ -2,8 +2,10 @@
 
 #include "core/error.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/view_ops.h"
 #include "kernels/fill.h"
 #include "nn/activation.h"
+#include "nn/loss.h"
 
 namespace dtr::nn {
 
@@ -32,7 +34,7 @@ DTensor TransformerBlock::forward(const DTensor& x) {
 }
 
 Transformer::Transformer(const TransformerConfig& config, const ParameterOptions& options)
-    : UnaryModule("Transformer"), config_(config) {
+    : Module("Transformer"), config_(config) {
   DTR_CHECK(config.vocab_size > 0 && config.dim > 0 && config.n_layers >= 0 && config.n_heads > 0, ValueError,
             "Transformer: vocab_size {}, dim {}, n_layers {} and n_heads {} must be positive", config.vocab_size,
             config.dim, config.n_layers, config.n_heads);
@@ -54,7 +56,7 @@ Transformer::Transformer(const TransformerConfig& config, const ParameterOptions
   if (config.tie_embeddings) output_->weight() = embed_->weight();
 }
 
-DTensor Transformer::forward(const DTensor& tokens) {
+DTensor Transformer::hidden(const DTensor& tokens) {
   DTR_CHECK(tokens.dim() == 2, ValueError, "Transformer: tokens must be [batch, seq], got {}", tokens.shape());
   DTensor x = (*embed_)(tokens);
   if (pos_embed_) {
@@ -67,7 +69,23 @@ DTensor Transformer::forward(const DTensor& tokens) {
   }
   for (size_t i = 0; i < layers_->size(); ++i) x = layers_->at<TransformerBlock>(i)(x);
   if (norm_) x = (*norm_)(x);
-  return (*output_)(x);
+  return x;
+}
+
+Values Transformer::forward(const Values& inputs) {
+  DTR_CHECK(inputs.size() == 1 || inputs.size() == 2, ValueError,
+            "Transformer: takes tokens [batch, seq] (-> logits) or tokens and targets (-> the loss), got {} tensors",
+            inputs.size());
+  const DTensor x = hidden(inputs[0]);
+  if (inputs.size() == 1) return {(*output_)(x)};
+  const DTensor& targets = inputs[1];
+  DTR_CHECK(targets.shape() == inputs[0].shape(), ValueError, "Transformer: targets {} must have the tokens' shape {}",
+            targets.shape(), inputs[0].shape());
+  if (output_->has_hooks()) {
+    const int64_t rows = targets.numel();
+    return {cross_entropy(reshape((*output_)(x), {rows, config_.vocab_size}), reshape(targets, {rows}))};
+  }
+  return {linear_cross_entropy(x, output_->weight(), output_->bias(), targets)};
 }
 
 }  // namespace dtr::nn

@@ -8,6 +8,11 @@
 // learned position embedding (pos_embed), a final LayerNorm (norm) and the output weight
 // tied to embed.weight. State-dict names are those of the same module in PyTorch
 // (embed.weight, layers.0.attn.in_proj_weight, layers.0.ffn.0.weight, output.weight, ...).
+// Called with tokens it gives the logits; with tokens and targets, the mean cross-entropy
+// (a language model's loss with labels), which never holds the [B x T, vocab] logits
+// (linear_cross_entropy) where the output projection runs as a plain forward; where calling
+// it does more (a tensor-parallel style, its own fully_shard) the output module runs and
+// cross_entropy follows.
 #pragma once
 
 #include <memory>
@@ -51,17 +56,28 @@ class TransformerBlock : public UnaryModule {
   std::shared_ptr<Dropout> dropout_;  // null without dropout
 };
 
-class Transformer : public UnaryModule {
+class Transformer : public Module {
  public:
   explicit Transformer(const TransformerConfig& config, const ParameterOptions& options = {});
   const TransformerConfig& config() const { return config_; }
   ModuleList& layers() { return *layers_; }
 
+  using Module::operator();
+  // int [B, T] -> logits [B, T, vocab]
+  DTensor operator()(const DTensor& tokens) { return Module::operator()(Values{tokens}).at(0); }
+  // int [B, T] and int64 targets [B, T] -> the loss (0-d): the mean cross-entropy over the
+  // targets not equal to -100 (cross_entropy's defaults).
+  DTensor operator()(const DTensor& tokens, const DTensor& targets) {
+    return Module::operator()(Values{tokens, targets}).at(0);
+  }
+
  protected:
-  using UnaryModule::forward;
-  DTensor forward(const DTensor& tokens) override;  // int [B, T] -> logits [B, T, vocab]
+  Values forward(const Values& inputs) override;
 
  private:
+  // [B, T] -> the last hidden states [B, T, dim], before the output projection.
+  DTensor hidden(const DTensor& tokens);
+
   TransformerConfig config_;
   std::shared_ptr<Embedding> embed_;
   std::shared_ptr<Embedding> pos_embed_;

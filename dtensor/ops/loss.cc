@@ -1,14 +1,19 @@
 #include "dtensor/ops/loss.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/matmul.h"
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
 #include "kernels/elementwise.h"
+#include "kernels/fill.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
 
 namespace dtr {
 namespace {
@@ -105,7 +110,125 @@ DTensor cross_entropy_class_sharded(const DTensor& logits, const DTensor& target
   return div(loss, static_cast<double>(count_targets(t, ignore_index)));
 }
 
+// label_smoothing in [0, 1] and a reduction the fused ops make (mean or sum); `x` (named
+// `what`) is named in the error.
+void check_loss_options(std::string_view op, std::string_view what, const DTensor& x, LossReduction reduction,
+                        double label_smoothing) {
+  DTR_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
+            "{}: label_smoothing {} is not in [0, 1] ({} {})", op, label_smoothing, what, describe(x));
+  DTR_CHECK(reduction != LossReduction::kNone, ValueError,
+            "{}: reduction none is not fused; legal: LossReduction::kMean or kSum (nn::cross_entropy composes none "
+            "from log_softmax; {} {})",
+            op, what, describe(x));
+}
+
+// linear_cross_entropy's logits per chunk: about this many bytes, in whole K blocks.
+constexpr int64_t kChunkBytes = int64_t{4} << 20;
+
+// What linear_cross_entropy's forward computes locally: the loss and, where asked for, the
+// gradients of x, weight and bias for a unit loss gradient.
+struct LinearCrossEntropyLocal {
+  Tensor loss;
+  Tensor grad_x, grad_weight, grad_bias;
+};
+
+LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                   const Tensor& target, int64_t ignore_index, double scale,
+                                                   double label_smoothing, const std::array<bool, 3>& need) {
+  const DType dtype = x.dtype();
+  const DType product_acc = dtype == kFloat64 ? kFloat64 : kFloat32;
+  const DType sum_acc = dtype == kFloat32 || dtype == kFloat64 ? kFloat64 : kFloat32;
+  const Device device = x.device();
+  const int64_t rows = x.size(0), classes = weight.size(0), dim = weight.size(1);
+  // Whole K blocks of the weight gradient's product, and fours of the bias gradient's fold.
+  const int64_t block = std::lcm(matmul_k_block(dtype), int64_t{4});
+  const int64_t block_bytes = block * std::max<int64_t>(classes, 1) * static_cast<int64_t>(itemsize(dtype));
+  const int64_t chunk = block * std::max<int64_t>(1, kChunkBytes / block_bytes);
+  const Tensor weight_t = weight.t();
+  // cross_entropy's backward scales a unit loss gradient so (kMean: by 1 / count).
+  const Tensor grad_loss = mul(ones({}, dtype, device), scale);
+  Tensor loss_sum = zeros({}, kFloat64, device);
+  LinearCrossEntropyLocal r;
+  Tensor grad_weight_t;  // [dim, classes]: the product x^T g, accumulated over the chunks
+  if (need[0]) r.grad_x = Tensor::empty({rows, dim}, dtype, device);
+  if (need[1]) grad_weight_t = zeros({dim, classes}, product_acc, device);
+  if (need[2]) r.grad_bias = zeros({classes}, sum_acc, device);
+  for (int64_t begin = 0; begin < rows; begin += chunk) {
+    const int64_t n = std::min(chunk, rows - begin);
+    const Tensor xc = x.narrow(0, begin, n);
+    const Tensor tc = target.narrow(0, begin, n);
+    const Tensor logits = bias.defined() ? matmul_bias(xc, weight_t, bias) : matmul(xc, weight_t);
+    CrossEntropyOutput out = cross_entropy(logits, tc, ignore_index, LossReduction::kSum, label_smoothing);
+    add_(loss_sum, out.loss.to(kFloat64));
+    if (!need[0] && !need[1] && !need[2]) continue;
+    const Tensor g = cross_entropy_backward(grad_loss, logits, tc, out.logsumexp, ignore_index, LossReduction::kSum,
+                                            label_smoothing);
+    if (need[0]) matmul_out(r.grad_x.narrow(0, begin, n), g, weight);
+    if (need[1]) matmul_accumulate(grad_weight_t, xc.t(), g);
+    if (need[2]) sum_rows_accumulate(r.grad_bias, g);
+  }
+  r.loss = loss_sum.to(dtype);
+  if (need[1]) r.grad_weight = grad_weight_t.to(dtype).t();
+  if (need[2]) r.grad_bias = r.grad_bias.to(dtype);
+  return r;
+}
+
 }  // namespace
+
+DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias,
+                             const DTensor& target, int64_t ignore_index, LossReduction reduction,
+                             double label_smoothing) {
+  DTR_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1) &&
+                (!bias || (bias->dim() == 1 && bias->size(0) == weight.size(0))),
+            ValueError,
+            "linear_cross_entropy: input {}, weight {} and bias {} do not fit; legal: input [N, in], weight [classes, "
+            "in], bias [classes]",
+            describe(x), describe(weight), bias ? describe(*bias) : "none");
+  DTR_CHECK(is_floating(x.dtype()) && weight.dtype() == x.dtype() && (!bias || bias->dtype() == x.dtype()), TypeError,
+            "linear_cross_entropy: input {}, weight {} and bias {} must share one floating dtype", describe(x),
+            describe(weight), bias ? describe(*bias) : "none");
+  DTR_CHECK(target.dtype() == kInt64 && target.dim() == 1 && target.size(0) == x.size(0), ValueError,
+            "linear_cross_entropy: target {} must be int64 class indices [N] for input {}", describe(target),
+            describe(x));
+  check_loss_options("linear_cross_entropy", "input", x, reduction, label_smoothing);
+  if (!weight.spec().is_replicated() || (bias && !bias->spec().is_replicated())) {
+    return cross_entropy(linear(x, weight, bias), target, ignore_index, reduction, label_smoothing);
+  }
+  std::vector<DTensor> inputs{x, weight, target};
+  if (bias) inputs.push_back(*bias);
+  // Outputs: the loss, then the gradients of x, weight and bias.
+  DimStrategy rows{{Shard(0), Replicate(), Shard(0)}, {Partial(), Shard(0), Partial(), Partial()}};
+  if (bias) rows.inputs.push_back(Replicate());
+  const std::vector<DimStrategy> per_dim{rows, replicate_all(inputs.size(), 4)};
+  AppliedStrategy s = apply_strategy("linear_cross_entropy", inputs, expand_strategies(per_dim, x.mesh().ndim()));
+  const bool mean = reduction == LossReduction::kMean;
+  const double count = mean ? static_cast<double>(count_targets(s.inputs[2], ignore_index)) : 1.0;
+  const bool grads = needs_grad(s.inputs);
+  const std::array<bool, 3> need{grads && s.inputs[0].requires_grad(), grads && s.inputs[1].requires_grad(),
+                                 grads && bias && s.inputs[3].requires_grad()};
+  LinearCrossEntropyLocal local = linear_cross_entropy_local(
+      s.inputs[0].to_local(), s.inputs[1].to_local(), bias ? s.inputs[3].to_local() : Tensor(), s.inputs[2].to_local(),
+      ignore_index, 1.0 / count, label_smoothing, need);
+  const DeviceMesh& mesh = x.mesh();
+  const std::vector<Placements>& out = s.strategy.outputs;
+  DTensor loss = make_output(mean ? div(local.loss, count) : local.loss, mesh, out[0], {});
+  if (!grads) return loss;
+  auto wrap = [&](Tensor& t, const Placements& placements, const Shape& shape) {
+    return t.defined() ? make_output(std::move(t), mesh, placements, shape) : DTensor();
+  };
+  // One per input (the target's stays undefined).
+  std::vector<DTensor> computed{wrap(local.grad_x, out[1], x.shape()), wrap(local.grad_weight, out[2], weight.shape()),
+                                DTensor()};
+  if (bias) computed.push_back(wrap(local.grad_bias, out[3], bias->shape()));
+  record("linear_cross_entropy", s.inputs, std::span(&loss, 1), [computed](const std::vector<DTensor>& g) {
+    std::vector<DTensor> grads(computed.size());
+    for (size_t i = 0; i < computed.size(); ++i) {
+      if (computed[i].defined()) grads[i] = mul(computed[i], g[0]);
+    }
+    return grads;
+  });
+  return loss;
+}
 
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index, LossReduction reduction,
                       double label_smoothing) {
@@ -115,12 +238,7 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
             describe(target));
   DTR_CHECK(target.dim() == 1 && target.size(0) == logits.size(0), ValueError,
             "cross_entropy: target {} must be [N] for logits {}", describe(target), describe(logits));
-  DTR_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, ValueError,
-            "cross_entropy: label_smoothing {} is not in [0, 1] (logits {})", label_smoothing, describe(logits));
-  DTR_CHECK(reduction != LossReduction::kNone, ValueError,
-            "cross_entropy: reduction none is not fused; legal: LossReduction::kMean or kSum (nn::cross_entropy "
-            "composes none from log_softmax; logits {})",
-            describe(logits));
+  check_loss_options("cross_entropy", "logits", logits, reduction, label_smoothing);
   const Placements& placed = logits.placements();
   if (std::any_of(placed.begin(), placed.end(), [](const Placement& p) { return p.is_shard(1); })) {
     return cross_entropy_class_sharded(logits, target, ignore_index, reduction, label_smoothing);

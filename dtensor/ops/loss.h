@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "dtensor/dtensor.h"
 #include "kernels/cross_entropy.h"
@@ -29,5 +30,23 @@ namespace dtr {
 // class-index targets.
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t ignore_index = -100,
                       LossReduction reduction = LossReduction::kMean, double label_smoothing = 0.0);
+
+// cross_entropy(linear(x, weight, bias), target, ...) without ever holding the [N, C]
+// logits: x [N, D], weight [C, D], bias [C] (or none), target [N]. The rows go through in
+// chunks (each chunk's logits made, scored, turned into their gradient and dropped), and
+// since the loss is the graph's end, forward also computes the gradients of x, weight and
+// bias (when grad mode is on and they require it) and keeps them; backward scales them by
+// the loss's gradient. What stays between forward and backward: those gradients (x's size,
+// weight's and bias's, in the product's accumulator dtype), not the logits and their
+// gradient. Chunks are whole multiples of the CPU GEMM's K block (matmul_k_block), so on the
+// CPU the gradients are bit for bit the composed ops' and the loss within a rounding of
+// each chunk's sum (the chunk sums add in float64). Rules per mesh dim: x S(0), weight and
+// bias R, target S(0) -> loss P(sum) (kMean over the global count of targets, as
+// cross_entropy) and R everywhere -> R. A weight or bias that is not Replicate on every mesh
+// dim (a class-sharded, column-parallel projection: loss parallel) runs the composed ops,
+// which keep the classes sharded.
+DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias,
+                             const DTensor& target, int64_t ignore_index = -100,
+                             LossReduction reduction = LossReduction::kMean, double label_smoothing = 0.0);
 
 }  // namespace dtr

@@ -139,6 +139,25 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b) {
   }
 }
 
+void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b) {
+  if (acc.numel() == 0) return;
+  const Tensor acc3 = acc.unsqueeze(0);
+  switch (a.dtype()) {
+    case kFloat32: gemm_into<float>(acc3, a.unsqueeze(0), b.unsqueeze(0), {.beta = 1.0f}); return;
+    case kBFloat16: gemm_into<BFloat16>(acc3, a.unsqueeze(0), b.unsqueeze(0), {.beta = 1.0f}); return;
+    case kFloat16:
+      gemm_into<float>(acc3, to_float32(a).unsqueeze(0), to_float32(b).unsqueeze(0), {.beta = 1.0f});
+      return;
+    case kFloat64: {
+      const Tensor product = Tensor::empty(acc3.shape(), kFloat64);
+      bmm(product, a.unsqueeze(0), b.unsqueeze(0));
+      add(acc3, acc3, product, 1.0);
+      return;
+    }
+    default: DTR_INTERNAL_ASSERT(false, "matmul_accumulate kernel reached with dtype {}", a.dtype());
+  }
+}
+
 void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
                  MatmulEpilogue epilogue) {
   if (out.numel() == 0) return;

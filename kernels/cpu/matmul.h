@@ -17,6 +17,10 @@ void bmm(const Tensor& out, const Tensor& a, const Tensor& b);
 // and gelu do (the reference of the CUDA epilogues): float32 adds the bias in the GEMM's
 // epilogue (one rounding, as add's pass), other dtypes in a pass; the GELU is a pass. pre, if
 // defined ([M, N], any strides), receives a b + bias.
+// acc [M, N] (contiguous float32; float64 for float64 operands) += a [M, K] b [K, N]: the
+// GEMM with beta 1 (float16 through float32, float64 a product and an add).
+void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b);
+
 void matmul_bias(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& b, const Tensor& bias,
                  MatmulEpilogue epilogue);
 

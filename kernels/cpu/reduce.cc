@@ -295,6 +295,15 @@ void reduce(const Tensor& out, const Tensor& x, ReduceKind op) {
   DTR_INTERNAL_ASSERT(false, "unknown ReduceKind {}", static_cast<int>(op));
 }
 
+void sum_rows_accumulate(const Tensor& acc, const Tensor& x) {
+  dispatch_floating(x.dtype(), "sum_rows_accumulate", [&]<class T>(TypeTag<T>) {
+    using A = reduce_acc_t<T>;
+    accumulate<T>(
+        acc.view({1, acc.numel()}), x, A(0), [](T v) { return static_cast<A>(v); },
+        [](auto a, auto b) { return a + b; });
+  });
+}
+
 void argmax(const Tensor& out, const Tensor& x, int64_t dim) {
   const int64_t n = x.size(dim);
   DTR_INTERNAL_ASSERT(n > 0 || out.numel() == 0, "argmax over an empty dim {} of {}", dim, describe(x));

@@ -19,6 +19,8 @@ namespace dtr::cpu {
 
 // out = op over the dims where out has size 1 and x does not.
 void reduce(const Tensor& out, const Tensor& x, ReduceKind op);
+// acc [C] (sum's accumulator dtype) += x [R, C] summed over its rows, folded as reduce's sum.
+void sum_rows_accumulate(const Tensor& acc, const Tensor& x);
 // out (int64, keepdim shape) = index along dim of the first maximum of x.
 void argmax(const Tensor& out, const Tensor& x, int64_t dim);
 

@@ -3,7 +3,8 @@
 // operand, 1 and 2 threads; a bit-exact case of small integers; no copies of transposed
 // operands (counted by the allocator); typed errors naming both shapes. matmul_bias and
 // matmul_bias_gelu bit for bit against matmul, add and gelu (tanh) in every dtype, layout
-// and folded batch, and their errors.
+// and folded batch, and their errors. matmul_accumulate over K chunks of whole blocks bit
+// for bit as one matmul's accumulator (float32, bfloat16, float16), and its errors.
 #include "kernels/matmul.h"
 
 #include <cmath>
@@ -12,6 +13,8 @@
 #include "core/allocator.h"
 #include "core/parallel.h"
 #include "kernels/elementwise.h"
+#include "kernels/fill.h"
+#include "tests/kernels/check_bitwise.h"
 #include "tests/kernels/thread_count_guard.h"
 #include "tests/testing/test_util.h"
 
@@ -183,6 +186,46 @@ TEST_CASE("matmul_out and bmm_out overwrite the caller's tensor", "[matmul][out]
                     Catch::Contains("matmul_out") && Catch::Contains("float32[4, 5]") && Catch::Contains("[4, 4]"));
   CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 8}).narrow(1, 0, 4), a, Tensor::empty({4, 4})), ValueError);
   CHECK_THROWS_AS(matmul_out(Tensor::empty({4, 4}, kFloat64), a, Tensor::empty({4, 4})), TypeError);
+}
+
+TEST_CASE("matmul_accumulate over K chunks of whole blocks is one matmul bit for bit", "[matmul][accumulate]") {
+  // A weight gradient x^T g summed over row chunks: a = x^T (a transposed view), b = g.
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    const int64_t block = matmul_k_block(dtype);
+    const int64_t rows = 3 * block + 37, m = 33, n = 65;  // a partial last chunk
+    const Tensor x = testing::random_tensor({rows, m}, dtype, 41);
+    const Tensor g = testing::random_tensor({rows, n}, dtype, 42);
+    const Tensor whole = matmul(x.t(), g);
+    for (int64_t chunk : {block, 2 * block}) {
+      INFO("dtype " << dtype_name(dtype) << ", chunks of " << chunk << " rows");
+      const Tensor acc = zeros({m, n}, kFloat32);
+      for (int64_t begin = 0; begin < rows; begin += chunk) {
+        const int64_t len = std::min(chunk, rows - begin);
+        matmul_accumulate(acc, x.narrow(0, begin, len).t(), g.narrow(0, begin, len));
+      }
+      testing::check_bitwise(acc.to(dtype), whole, "chunked accumulation");
+    }
+  }
+  // float64 accumulates too (no bitwise promise): within rounding.
+  const Tensor a = testing::random_tensor({5, 300}, kFloat64, 43), b = testing::random_tensor({300, 6}, kFloat64, 44);
+  const Tensor acc = full({5, 6}, 1.0, kFloat64);
+  matmul_accumulate(acc, a.narrow(1, 0, 100), b.narrow(0, 0, 100));
+  matmul_accumulate(acc, a.narrow(1, 100, 200), b.narrow(0, 100, 200));
+  std::vector<double> expected = reference_mm(to_f64(a), to_f64(b), 5, 300, 6);
+  for (double& v : expected) v += 1.0;
+  testing::check_close(acc, Shape{5, 6}, expected, matmul_tolerance(kFloat64, 300), "float64 accumulation");
+}
+
+TEST_CASE("matmul_accumulate rejects an accumulator of the wrong dtype, shape or layout",
+          "[matmul][accumulate][errors]") {
+  const Tensor a = Tensor::empty({4, 3}, kBFloat16), b = Tensor::empty({3, 5}, kBFloat16);
+  CHECK_THROWS_AS(matmul_accumulate(Tensor::empty({4, 5}, kBFloat16), a, b), TypeError);
+  CHECK_THROWS_WITH(matmul_accumulate(Tensor::empty({4, 5}, kBFloat16), a, b),
+                    Catch::Contains("bfloat16[4, 5]") && Catch::Contains("float32"));
+  CHECK_THROWS_WITH(matmul_accumulate(Tensor::empty({5, 4}), a, b), Catch::Contains("[4, 5]"));
+  CHECK_THROWS_AS(matmul_accumulate(Tensor::empty({4, 10}).narrow(1, 0, 5), a, b), ValueError);
+  const Tensor f = Tensor::empty({4, 4});
+  CHECK_THROWS_WITH(matmul_accumulate(f, f, Tensor::empty({4, 4})), Catch::Contains("shares storage"));
 }
 
 // The composition matmul_bias fuses: matmul, add, then (kBiasGeluTanh) gelu's tanh form.

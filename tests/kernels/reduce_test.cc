@@ -2,6 +2,7 @@
 // 1023, 4097, contiguous, strided and transposed inputs, any set of dims with and without
 // keepdim, float32 accuracy at [2048, 1024] (column and row sums) and 4097 elements,
 // bit-exact cases, empty dims (sum 0, mean NaN, max an error) and typed errors.
+// sum_rows_accumulate over row chunks of multiples of 4 bit for bit as one sum.
 #include "kernels/reduce.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/fill.h"
+#include "tests/kernels/check_bitwise.h"
 #include "tests/testing/test_util.h"
 
 namespace dtr {
@@ -279,6 +281,24 @@ TEST_CASE("reducing an empty dim: sum 0, mean NaN, max, min and argmax raise", "
                                      Catch::Contains("dim 1") && Catch::Contains("size 0"));
   CHECK_THROWS_WITH(min(e), Catch::Contains("min") && Catch::Contains("float32[3, 0]"));
   CHECK_THROWS_WITH(argmax(e, 1), Catch::Contains("argmax") && Catch::Contains("float32[3, 0]"));
+}
+
+TEST_CASE("sum_rows_accumulate over row chunks of multiples of 4 is one sum bit for bit", "[reduce][accumulate]") {
+  for (DType dtype : testing::kFloatDTypes) {
+    const DType acc_dtype = dtype == kFloat32 || dtype == kFloat64 ? kFloat64 : kFloat32;
+    const Tensor x = random_tensor({1031, 67}, dtype, 51);  // a partial last chunk
+    for (int64_t chunk : {4, 256, 512}) {
+      INFO("dtype " << dtype_name(dtype) << ", chunks of " << chunk << " rows");
+      const Tensor acc = zeros({67}, acc_dtype);
+      for (int64_t begin = 0; begin < x.size(0); begin += chunk) {
+        sum_rows_accumulate(acc, x.narrow(0, begin, std::min(chunk, x.size(0) - begin)));
+      }
+      testing::check_bitwise(acc.to(dtype), sum(x, {0}), "chunked row sums");
+    }
+  }
+  CHECK_THROWS_WITH(sum_rows_accumulate(zeros({67}, kFloat32), random_tensor({8, 67}, kFloat32, 1)),
+                    Catch::Contains("sum_rows_accumulate") && Catch::Contains("float64") && Catch::Contains("[67]"));
+  CHECK_THROWS_AS(sum_rows_accumulate(zeros({66}, kFloat64), random_tensor({8, 67}, kFloat32, 1)), ValueError);
 }
 
 TEST_CASE("bad dims and dtypes raise typed errors naming the op, shape and dtype", "[reduce][errors]") {

@@ -1,7 +1,9 @@
 // MultiheadAttention (every mask kind, both layouts) and the seed's Transformer and its
 // causal variant against PyTorch 2.15: the same weights give the outputs, attention
 // weights, loss and every gradient within 1e-5 relative (max norm) in float32, and the
-// state-dict names are PyTorch's. The data: tests/nn/testdata/make_transformer_testdata.py.
+// state-dict names are PyTorch's; the loss and gradients also when the model is called with
+// the targets (the fused output projection and cross-entropy). The data:
+// tests/nn/testdata/make_transformer_testdata.py.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -69,23 +71,31 @@ TEST_CASE("MultiheadAttention matches PyTorch with every kind of mask", "[nn][go
 
 TEST_CASE("the seed's Transformer and its causal variant match PyTorch", "[nn][golden][transformer]") {
   for (const bool causal : {false, true}) {
-    INFO((causal ? "causal_lm" : "seed"));
-    const TransformerConfig config{.vocab_size = 32,
-                                   .dim = 16,
-                                   .n_layers = 2,
-                                   .n_heads = 2,
-                                   .causal = causal,
-                                   .max_seq_len = causal ? 8 : 0,
-                                   .final_norm = causal,
-                                   .tie_embeddings = causal};
-    Transformer model(config);
-    const TensorMap data = load_case(causal ? "causal_lm" : "seed", model);
-    const DTensor logits = model(on_one_rank(data.at("tokens")));
-    CHECK(relative_max_error(logits.to_local(), data.at("logits")) <= 1e-5);
-    const DTensor loss = cross_entropy(reshape(logits, {16, 32}), on_one_rank(data.at("targets").reshape({16})));
-    CHECK(relative_max_error(loss.to_local(), data.at("loss")) <= 1e-5);
-    loss.backward();
-    check_gradients(model, data);
+    for (const bool with_targets : {false, true}) {
+      INFO((causal ? "causal_lm" : "seed") << (with_targets ? ", called with the targets" : ""));
+      const TransformerConfig config{.vocab_size = 32,
+                                     .dim = 16,
+                                     .n_layers = 2,
+                                     .n_heads = 2,
+                                     .causal = causal,
+                                     .max_seq_len = causal ? 8 : 0,
+                                     .final_norm = causal,
+                                     .tie_embeddings = causal};
+      Transformer model(config);
+      const TensorMap data = load_case(causal ? "causal_lm" : "seed", model);
+      const DTensor tokens = on_one_rank(data.at("tokens"));
+      DTensor loss;
+      if (with_targets) {
+        loss = model(tokens, on_one_rank(data.at("targets")));
+      } else {
+        const DTensor logits = model(tokens);
+        CHECK(relative_max_error(logits.to_local(), data.at("logits")) <= 1e-5);
+        loss = cross_entropy(reshape(logits, {16, 32}), on_one_rank(data.at("targets").reshape({16})));
+      }
+      CHECK(relative_max_error(loss.to_local(), data.at("loss")) <= 1e-5);
+      loss.backward();
+      check_gradients(model, data);
+    }
   }
   // PyTorch's names, in PyTorch's order.
   Transformer seed({.vocab_size = 32, .dim = 16, .n_layers = 1, .n_heads = 2});

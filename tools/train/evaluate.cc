@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "dtensor/autograd.h"
-#include "dtensor/ops/view_ops.h"
-#include "nn/loss.h"
 
 namespace dtr::train {
 
@@ -15,7 +13,7 @@ int64_t eval_windows(const TrainConfig& c, const WindowOrder& val_order) {
 }
 
 double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const WindowOrder& val_order,
-                const DeviceMesh& mesh, int64_t vocab) {
+                const DeviceMesh& mesh) {
   const NoGradGuard no_grad;
   m.net->eval();
   const int64_t rows = c.batch_size / c.grad_accum;
@@ -23,7 +21,7 @@ double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const Win
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     const Batch batch = make_batch(data.val, val_order, b * rows, rows, c.seq_len, mesh);
-    total += nn::cross_entropy(reshape((*m.net)(batch.tokens), {rows * c.seq_len, vocab}), batch.targets).item();
+    total += (*m.net)(batch.tokens, batch.targets).item();
   }
   m.net->train();
   return total / static_cast<double>(batches);

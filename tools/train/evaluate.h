@@ -21,6 +21,6 @@ int64_t eval_windows(const TrainConfig& config, const WindowOrder& val_order);
 
 // The mean loss over those windows (collective: every rank reads its rows).
 double evaluate(Model& model, const TrainConfig& config, const TrainData& data, const WindowOrder& val_order,
-                const DeviceMesh& mesh, int64_t vocab);
+                const DeviceMesh& mesh);
 
 }  // namespace dtr::train

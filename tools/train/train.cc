@@ -181,7 +181,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     tracer.begin(step + 1);
     std::optional<nn::CommDebugMode> comm_debug;
     if (step + 1 == c.comm_debug) comm_debug.emplace(*m.net);
-    const StepResult result = train_step(m, opt, schedule, c, data.train, train_order, mesh, vocab, window);
+    const StepResult result = train_step(m, opt, schedule, c, data.train, train_order, mesh, window);
     if (comm_debug && rank0) fmt::print("comm-debug: step {}\n{}", step + 1, comm_debug->table());
     if (!result.finite()) {
       tracer.end();
@@ -202,7 +202,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                  .ms = seconds_since(t0) * 1e3,
                  .val_loss = {}};
     if (c.eval_every > 0 && ((step + 1) % c.eval_every == 0 || step + 1 == c.steps)) {
-      r.val_loss = evaluate(m, c, data, val_order, mesh, vocab);
+      r.val_loss = evaluate(m, c, data, val_order, mesh);
     }
     records.push_back(r);
     if (log) log->write(r, agreed.peak_bytes, comm);

@@ -79,8 +79,7 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
     }
   }
   // Filled on the host; on a GPU mesh the copies in are queued through pinned staging.
-  const DTensor targets_2d(targets.to(mesh.device()), spec);
-  return {DTensor(tokens.to(mesh.device()), spec), reshape(targets_2d, {rows * seq_len})};
+  return {DTensor(tokens.to(mesh.device()), spec), DTensor(targets.to(mesh.device()), spec)};
 }
 
 }  // namespace dtr::train

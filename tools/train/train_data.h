@@ -29,7 +29,7 @@ struct TrainData {
 // Loads and tokenises what --data (or its absence) names.
 TrainData load_train_data(const TrainConfig& config);
 
-// One micro-batch: tokens [rows, seq_len] and next-token targets [rows * seq_len], sharded
+// One micro-batch: tokens [rows, seq_len] and next-token targets [rows, seq_len], sharded
 // over every mesh dim (Shard(0) of the batch); the local rows are this rank's.
 struct Batch {
   DTensor tokens, targets;

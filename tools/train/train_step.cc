@@ -3,8 +3,6 @@
 #include "core/allocator.h"
 #include "core/trace.h"
 #include "dtensor/ops/elementwise.h"
-#include "dtensor/ops/view_ops.h"
-#include "nn/loss.h"
 #include "optim/clip_grad.h"
 #include "tools/train/train_data.h"
 #include "tools/train/train_report.h"
@@ -19,7 +17,7 @@ const trace::Category kDataCategory = trace::define_category("data");
 
 StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
                       const std::vector<uint16_t>& tokens, const WindowOrder& order, const DeviceMesh& mesh,
-                      int64_t vocab, int64_t& window) {
+                      int64_t& window) {
   const int64_t micro_rows = c.batch_size / c.grad_accum;
   StepResult r;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
@@ -29,7 +27,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
     }();
     window += micro_rows;
-    DTensor loss = nn::cross_entropy(reshape((*m.net)(batch.tokens), {micro_rows * c.seq_len, vocab}), batch.targets);
+    DTensor loss = (*m.net)(batch.tokens, batch.targets);
     if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
     loss.backward();
     r.loss += loss.item();

@@ -37,7 +37,7 @@ struct StepResult {
 // position), which it advances past them. Collective.
 StepResult train_step(Model& model, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& config,
                       const std::vector<uint16_t>& tokens, const WindowOrder& order, const DeviceMesh& mesh,
-                      int64_t vocab, int64_t& window);
+                      int64_t& window);
 
 // This rank's part of the agreement after a step.
 struct RankStatus {
