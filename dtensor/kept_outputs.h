@@ -8,9 +8,12 @@
 // in call order; while that forward's recompute runs in kReplay mode they are taken back, in
 // the same order, instead of computed (the op then records its autograd node as it would
 // have, from the same inputs: the recompute is bitwise the forward, so its calls and values
-// are the same). Elsewhere kept_or_computed computes. So between forward and backward a
-// selectively checkpointed module holds its inputs and the kept results, and its recompute
-// neither multiplies matrices again nor communicates.
+// are the same). Elsewhere kept_or_computed computes. Of the matrix products (matmul, bmm,
+// linear) a store may keep only every k-th call in order, the first, the (k+1)-th, ...
+// (torchtitan's policy recomputes every second mm); the replay counts the same calls, so it
+// computes exactly the ones not kept. So between forward and backward a selectively
+// checkpointed module holds its inputs and the kept results, and its recompute multiplies
+// only the products not kept and never communicates.
 #pragma once
 
 #include <array>
@@ -34,8 +37,9 @@ inline constexpr std::array<std::string_view, 5> kKeepableOps = {"matmul", "bmm"
 
 class KeptOutputs {
  public:
-  // Keeps the outputs of `ops` (each one of kKeepableOps: ValueError naming the others).
-  explicit KeptOutputs(std::vector<std::string> ops);
+  // Keeps the outputs of `ops` (each one of kKeepableOps: ValueError naming the others), of
+  // the products among them every `products_every`-th call (>= 1: ValueError otherwise).
+  explicit KeptOutputs(std::vector<std::string> ops, int64_t products_every = 1);
 
   enum class Mode : uint8_t { kRecord, kReplay };
   // Makes `store` this thread's for its scope (the previous one comes back after); a null
@@ -59,9 +63,12 @@ class KeptOutputs {
 
  private:
   friend std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute);
-  bool keeps(std::string_view op) const;
+  // Whether this call of `op` is kept (record) or taken back (replay); counts the products.
+  bool keeps(std::string_view op, Mode mode);
 
   std::vector<std::string> ops_;
+  int64_t products_every_;
+  std::array<int64_t, 2> products_seen_{};  // per mode: the recompute counts from the first again
   std::deque<std::pair<std::string, std::vector<Tensor>>> kept_;
 };
 

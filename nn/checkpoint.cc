@@ -77,54 +77,59 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
 
 }  // namespace
 
-CheckpointOptions selective_policy() { return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}}; }
+CheckpointOptions selective_policy() {
+  return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}, .products_every = 2};
+}
 
 void checkpoint(Module& module, const CheckpointOptions& options) {
-  if (!options.keep_ops.empty()) (void)KeptOutputs(options.keep_ops);  // checks the policy now
+  if (!options.keep_ops.empty()) (void)KeptOutputs(options.keep_ops, options.products_every);  // checks it now
   // A leaf that requires grad, among the node's inputs so that the node is recorded even
   // when no input needs a gradient (only the parameters do); it never gets one.
   auto anchor = std::make_shared<DTensor>(
       DTensor(zeros({0}, kFloat32), DTensorSpec(single_rank_mesh(), {Replicate()}, {0}, kFloat32)));
   anchor->requires_grad_();
-  module.set_forward_runner(
-      [anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(), name = module.type_name(),
-       keep_ops = options.keep_ops](const Values& inputs, const std::function<Values(const Values&)>& forward) {
-        // Without grad, or inside a selectively checkpointed forward (or its recompute),
-        // which covers this one.
-        if (!grad_mode_enabled() || KeptOutputs::in_scope()) return forward(inputs);
-        auto saved = std::make_shared<Saved>();
-        saved->seed = seed_state();
-        saved->forward = forward;
-        for (auto& [_, slot] : module.named_parameters(RemoveDuplicate::kNo)) saved->params.emplace_back(slot, *slot);
-        const std::shared_ptr<Saved> previous = last->lock();
-        DTR_CHECK(!previous || previous->recomputed, NotImplementedError,
-                  "checkpoint: {} runs a second time before the backward of its first call; a checkpointed module "
-                  "is called once per forward (each call's recompute would hand its parameters' gradients to "
-                  "fully_shard and replicate apart, which expect one per backward): checkpoint the caller instead",
-                  name);
-        *last = saved;
-        Values outputs;
-        {
-          const NoGradGuard no_grad;
-          std::optional<KeptOutputs::Scope> keep;
-          if (!keep_ops.empty()) keep.emplace(&saved->kept.emplace(keep_ops), KeptOutputs::Mode::kRecord);
-          outputs = forward(inputs);
-        }
-        // New handles: an output that is an input (or a parameter) must not get this node.
-        for (DTensor& y : outputs) {
-          if (y.defined()) y = y.detach();
-        }
-        std::vector<DTensor> recorded;
-        for (const DTensor& x : inputs) {
-          saved->inputs.push_back(x.detach());
-          saved->differentiable.push_back(x.defined() && x.requires_grad());
-          recorded.push_back(x);
-        }
-        recorded.push_back(*anchor);
-        record("checkpoint(" + name + ")", recorded, outputs,
-               [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
-        return outputs;
-      });
+  module.set_forward_runner([anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(),
+                             name = module.type_name(), keep_ops = options.keep_ops,
+                             products_every = options.products_every](
+                                const Values& inputs, const std::function<Values(const Values&)>& forward) {
+    // Without grad, or inside a selectively checkpointed forward (or its recompute),
+    // which covers this one.
+    if (!grad_mode_enabled() || KeptOutputs::in_scope()) return forward(inputs);
+    auto saved = std::make_shared<Saved>();
+    saved->seed = seed_state();
+    saved->forward = forward;
+    for (auto& [_, slot] : module.named_parameters(RemoveDuplicate::kNo)) saved->params.emplace_back(slot, *slot);
+    const std::shared_ptr<Saved> previous = last->lock();
+    DTR_CHECK(!previous || previous->recomputed, NotImplementedError,
+              "checkpoint: {} runs a second time before the backward of its first call; a checkpointed module "
+              "is called once per forward (each call's recompute would hand its parameters' gradients to "
+              "fully_shard and replicate apart, which expect one per backward): checkpoint the caller instead",
+              name);
+    *last = saved;
+    Values outputs;
+    {
+      const NoGradGuard no_grad;
+      std::optional<KeptOutputs::Scope> keep;
+      if (!keep_ops.empty()) {
+        keep.emplace(&saved->kept.emplace(keep_ops, products_every), KeptOutputs::Mode::kRecord);
+      }
+      outputs = forward(inputs);
+    }
+    // New handles: an output that is an input (or a parameter) must not get this node.
+    for (DTensor& y : outputs) {
+      if (y.defined()) y = y.detach();
+    }
+    std::vector<DTensor> recorded;
+    for (const DTensor& x : inputs) {
+      saved->inputs.push_back(x.detach());
+      saved->differentiable.push_back(x.defined() && x.requires_grad());
+      recorded.push_back(x);
+    }
+    recorded.push_back(*anchor);
+    record("checkpoint(" + name + ")", recorded, outputs,
+           [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
+    return outputs;
+  });
 }
 
 }  // namespace dtr::nn

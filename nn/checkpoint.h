@@ -16,8 +16,9 @@
 //
 // Selective (CheckpointOptions::keep_ops): the forward also keeps the local results of the
 // ops named, the recompute takes them back instead of computing them (dtensor/kept_outputs.h):
-// by default the matrix products, attention and every redistribute, so the recompute runs
-// only the cheap ops (norms, activations, dropout, adds, views) and never communicates: no
+// by default, as torchtitan's per-op policy, attention, every redistribute and every second
+// matrix product (the first, third, ...), so the recompute runs the cheap ops (norms,
+// activations, dropout, adds, views) and half the products, and never communicates: no
 // collective in backward beyond those without checkpointing. A checkpointed module nested in
 // a selectively checkpointed one runs as part of it.
 //
@@ -36,10 +37,14 @@ struct CheckpointOptions {
   // Empty: full checkpointing. Otherwise the ops whose results the forward keeps, each of
   // dtensor/kept_outputs.h's kKeepableOps: selective_policy() keeps all of them.
   std::vector<std::string> keep_ops;
+  // Of the matrix products among keep_ops (matmul, bmm, linear), the forward keeps every this
+  // many in call order (the first, the (k+1)-th, ...); the recompute computes the others.
+  int64_t products_every = 1;
 };
 
-// Selective checkpointing's default policy: matmul, bmm, linear, scaled_dot_product_attention
-// and redistribute (torchtitan's: the products, attention and the collectives).
+// Selective checkpointing's default policy, torchtitan's: scaled_dot_product_attention and
+// redistribute (every collective) kept, and every second of the products (matmul, bmm,
+// linear).
 CheckpointOptions selective_policy();
 
 // Checkpoints `module`'s forward from now on. ValueError if it is already checkpointed, or

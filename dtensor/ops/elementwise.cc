@@ -199,10 +199,13 @@ DTensor sigmoid(const DTensor& x) {
       [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
 }
 
+// Saves its output, as torch's threshold_backward reads: relu(x) > 0 exactly where x > 0, so
+// the gradient is the same, and the input (a linear layer's result, which the next layer
+// does not read) is freed after forward.
 DTensor relu(const DTensor& x) {
   return unary(
-      "relu", x, {}, Saves::kInput, [](const Tensor& t) { return relu(t); },
-      [](const DTensor& g, const DTensor& in) { return relu_backward(g, in); });
+      "relu", x, {}, Saves::kOutput, [](const Tensor& t) { return relu(t); },
+      [](const DTensor& g, const DTensor& y) { return relu_backward(g, y); });
 }
 
 DTensor gelu(const DTensor& x, GeluApproximation approximate) {

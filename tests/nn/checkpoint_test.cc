@@ -11,6 +11,7 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "core/allocator.h"
+#include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/reduce.h"
@@ -124,12 +125,13 @@ TEST_CASE("checkpointing drops what the blocks keep for backward", "[nn][checkpo
   const int64_t checkpointed = peak_of_step(Checkpointed::kYes, batch, seq, config);
   const int64_t selective = peak_of_step(Checkpointed::kSelective, batch, seq, config);
   // Without checkpointing every block keeps, among others, its feed-forward hidden
-  // activation ([tokens, 4 dim] float32: the first layer's output and ReLU's) and its
-  // attention probabilities ([batch, heads, seq, seq]) until its backward; with full
+  // activation ([tokens, 4 dim] float32: ReLU's output, which the second layer reads too)
+  // and its attention probabilities ([batch, heads, seq, seq]) until its backward; with full
   // checkpointing only the block being recomputed does: at least two blocks' worth of the
-  // hidden activation fewer at the peak. Selective keeps each block's products (the
-  // feed-forward's first layer's output among them) but neither ReLU's output nor the
-  // probabilities: between the two, by at least those.
+  // hidden activation fewer at the peak. Selective keeps every second product of each block
+  // (the attention's input projection and the feed-forward's first layer, a hidden
+  // activation) but neither ReLU's output nor the probabilities: between the two, by at
+  // least those.
   const int64_t hidden = batch * seq * 4 * config.dim * 4;
   const int64_t probabilities = batch * config.n_heads * seq * seq * 4;
   INFO("peak " << plain << " B plain, " << selective << " B selective, " << checkpointed << " B full");
@@ -247,6 +249,33 @@ TEST_CASE("checkpointing with accumulation, no sync, a module called twice and a
       }
     }
   });
+}
+
+TEST_CASE("a store keeps every k-th product, and its replay computes exactly the others", "[nn][checkpoint]") {
+  // Three products and a redistribute, every second product kept: the first and third, and
+  // the redistribute's result; the replay takes those back and computes the second.
+  KeptOutputs store({"linear", "redistribute"}, 2);
+  const char* calls[] = {"linear", "redistribute", "linear", "linear"};
+  int computed = 0;
+  std::vector<double> values;
+  for (KeptOutputs::Mode mode : {KeptOutputs::Mode::kRecord, KeptOutputs::Mode::kReplay}) {
+    const KeptOutputs::Scope scope(&store, mode);
+    computed = 0;
+    values.clear();
+    for (const char* op : calls) {
+      const double value = 10.0 * static_cast<int>(mode) + static_cast<double>(values.size());
+      values.push_back(kept_or_computed(op,
+                                        [&] {
+                                          ++computed;
+                                          return std::vector{full({}, value)};
+                                        })[0]
+                           .item());
+    }
+    if (mode == KeptOutputs::Mode::kRecord) CHECK(computed == 4);
+  }
+  CHECK(computed == 1);
+  CHECK(values == std::vector<double>{0, 1, 12, 3});  // the second product computed in the replay
+  CHECK_THROWS_WITH(KeptOutputs({"linear"}, 0), Catch::Contains("products_every 0 must be at least 1"));
 }
 
 TEST_CASE("a module is checkpointed once; a policy names ops whose results can be kept", "[nn][checkpoint]") {

@@ -5,11 +5,14 @@
 // blocks 0 and 2), selective (every block, keeping the products', attention's and
 // collectives' results) and full (every block); --parallel fsdp, or none on 1 rank. One row per
 // run: the median ms/step after the warm-up and its range, tokens/s at the median, peak MiB
-// per rank and activations MiB (peak less parameters, gradients and optimizer state: the
-// breakdown in summary.json), each with its change against none; then PyTorch's figures for
-// the same policy and dtr's tokens/s over PyTorch's. The goals: full cuts
-// activations by at least 60% for at most 35% more step time, selective by at least 40% for
-// at most 15%.
+// per rank, activations MiB and the rest of the peak, with the changes against none; then
+// PyTorch's figures for the same policy and dtr's tokens/s over PyTorch's. Activations are
+// the memory that grows with the batch: every policy also runs with 2 sequences per rank
+// instead of 8 (as many steps; PyTorch's too), its peak is linear in the sequences (the rest:
+// parameters, gradients, optimizer state, and fully_shard's gathered parameters, unsharded
+// gradients and buffers, which do not depend on the batch), so activations = (peak at 8 -
+// peak at 2) x 8 / 6. The goals: full cuts activations by at least 60% for at most
+// 35% more step time, selective by at least 40% for at most 15%.
 // Then, per rank count and sequence length, the largest model each policy trains within
 // --budget-mib per rank: every policy also runs at 2 layers (dtr only), its peak grows
 // linearly in the layers (each block adds its parameters' share, their gradients and
@@ -58,7 +61,8 @@ namespace {
 using namespace dtr;
 namespace fs = std::filesystem;
 
-constexpr int64_t kBatchPerRank = 8;
+// Sequences per rank, and the count the activations' second point runs.
+constexpr int64_t kBatchPerRank = 8, kFewerSequences = 2;
 constexpr double kMiB = 1024.0 * 1024.0;
 // The goals, against none: activations cut by at least this many percent for at
 // most that much more step time.
@@ -82,9 +86,17 @@ constexpr std::array<Policy, 4> kPolicies = {{
     {"full", "--activation-checkpoint full", "full"},
 }};
 
+// The activations within `peak`: what grows with the batch, from the peak at
+// kFewerSequences per rank (above).
+double activations(double peak, double peak_at_fewer) {
+  return (peak - peak_at_fewer) * static_cast<double>(kBatchPerRank) /
+         static_cast<double>(kBatchPerRank - kFewerSequences);
+}
+
 // PyTorch's figures for one policy (ac_peer.py's line); memory from the resident set.
 struct TorchFigures {
-  double ms = 0, tokens_per_s = 0, peak_mib = 0, activation_mib = 0;
+  double ms = 0, tokens_per_s = 0, peak_mib = 0, peak_at_fewer_mib = 0;
+  double activation_mib() const { return activations(peak_mib, peak_at_fewer_mib); }
 };
 
 struct Row {
@@ -92,9 +104,12 @@ struct Row {
   int64_t seq = 0;
   const Policy* policy = nullptr;
   bench::TrainRun dtr;
-  bench::TrainRun two_layers;  // the same at --layers 2, for the budget
-  double tokens_per_s = 0;     // at dtr's median ms/step
+  bench::TrainRun two_layers;       // the same at --layers 2, for the budget
+  bench::TrainRun fewer_sequences;  // the same at kFewerSequences per rank, for the activations
+  double tokens_per_s = 0;          // at dtr's median ms/step
   std::optional<TorchFigures> torch;
+
+  double activation_bytes() const { return activations(dtr.peak_bytes, fewer_sequences.peak_bytes); }
 };
 
 // The reference configuration's layers, and the count the budget's second point runs.
@@ -107,16 +122,21 @@ void train_row(Row& row, const std::string& dtrrun, const std::string& program, 
   const std::string layers = fmt::format("--layers {}", kLayers);
   const size_t at = reference.find(layers);
   DTR_INTERNAL_ASSERT(at != std::string::npos, "the reference flags name no {}", layers);
-  const std::string flags =
-      fmt::format("--seq-len {} --parallel {} {} --batch-size {}", row.seq, row.ranks == 1 ? "none" : "fsdp",
-                  row.policy->train_flags, kBatchPerRank * row.ranks);
+  auto flags = [&](int64_t batch_per_rank) {
+    return fmt::format("--seq-len {} --parallel {} {} --batch-size {}", row.seq, row.ranks == 1 ? "none" : "fsdp",
+                       row.policy->train_flags, batch_per_rank * row.ranks);
+  };
   const std::string what = fmt::format("{} ranks, seq {}, {}", row.ranks, row.seq, row.policy->label);
-  row.dtr = bench::run_train(dtrrun, program, row.ranks, reference + " " + flags, steps, warmup, dir, what);
+  row.dtr =
+      bench::run_train(dtrrun, program, row.ranks, reference + " " + flags(kBatchPerRank), steps, warmup, dir, what);
   row.tokens_per_s = static_cast<double>(kBatchPerRank * row.ranks * row.seq) / (row.dtr.median_ms / 1e3);
   std::string fewer = reference;
   fewer.replace(at, layers.size(), fmt::format("--layers {}", kFewerLayers));
-  row.two_layers = bench::run_train(dtrrun, program, row.ranks, fewer + " " + flags, 2, 1, dir / "two_layers",
-                                    what + fmt::format(", {} layers", kFewerLayers));
+  row.two_layers = bench::run_train(dtrrun, program, row.ranks, fewer + " " + flags(kBatchPerRank), 2, 1,
+                                    dir / "two_layers", what + fmt::format(", {} layers", kFewerLayers));
+  row.fewer_sequences =
+      bench::run_train(dtrrun, program, row.ranks, reference + " " + flags(kFewerSequences), steps, warmup,
+                       dir / "fewer_sequences", what + fmt::format(", {} sequences per rank", kFewerSequences));
 }
 
 // The budget line of one rank count and sequence length: the largest layer count each
@@ -139,16 +159,16 @@ std::string budget_line(const std::vector<Row>& rows, double budget) {
 // with `note` saying why, when the peer gave not all of them.
 std::map<std::string, TorchFigures> torch_figures(const std::string& python, int ranks, int64_t seq, int64_t steps,
                                                   int64_t warmup, std::string& note) {
-  const std::string peer = bench::command_output(
-      fmt::format("{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/ac_peer.py {} {} {}",
-                  bench::shell_quote(python), ranks, steps, warmup, seq));
+  const std::string peer = bench::command_output(fmt::format(
+      "{} -m torch.distributed.run --standalone --nproc_per_node {} tools/bench/peers/ac_peer.py {} {} {} {}",
+      bench::shell_quote(python), ranks, steps, warmup, seq, kFewerSequences));
   std::map<std::string, TorchFigures> figures;
   std::istringstream lines(peer);
   for (std::string line; std::getline(lines, line);) {
     char name[16];
     TorchFigures f;
     if (std::sscanf(line.c_str(), "torch ac %15s %lf %lf %lf %lf", name, &f.ms, &f.tokens_per_s, &f.peak_mib,
-                    &f.activation_mib) == 5) {
+                    &f.peak_at_fewer_mib) == 5) {
       figures[name] = f;
     }
   }
@@ -175,17 +195,17 @@ void print_rows(const std::vector<Row>& rows) {
       torch = {fmt::format("{:.1f}", t->ms),
                fmt::format("{:.0f}", t->tokens_per_s),
                fmt::format("{:.1f}", t->peak_mib),
-               fmt::format("{:.1f}", t->activation_mib),
-               change(t->activation_mib, none.torch->activation_mib, base),
+               fmt::format("{:.1f}", t->activation_mib()),
+               change(t->activation_mib(), none.torch->activation_mib(), base),
                change(t->ms, none.torch->ms, base),
                fmt::format("{:.2f}", r.tokens_per_s / t->tokens_per_s)};
     }
     fmt::print(
-        "{:>5} | {:>4} | {:<9} | {:>8.1f} | {:>9} | {:>8.0f} | {:>8.1f} | {:>10.1f} | {:>7} | {:>7} || {:>8} | {:>8} | "
-        "{:>8} | {:>10} | {:>7} | {:>7} | {:>9}\n",
+        "{:>5} | {:>4} | {:<9} | {:>8.1f} | {:>9} | {:>8.0f} | {:>8.1f} | {:>10.1f} | {:>8.1f} | {:>7} | {:>7} || "
+        "{:>8} | {:>8} | {:>8} | {:>10} | {:>7} | {:>7} | {:>9}\n",
         r.ranks, r.seq, r.policy->label, r.dtr.median_ms, fmt::format("{:.0f}-{:.0f}", r.dtr.min_ms, r.dtr.max_ms),
-        r.tokens_per_s, r.dtr.peak_bytes / kMiB, r.dtr.activation_bytes / kMiB,
-        change(r.dtr.activation_bytes, none.dtr.activation_bytes, base),
+        r.tokens_per_s, r.dtr.peak_bytes / kMiB, r.activation_bytes() / kMiB,
+        (r.dtr.peak_bytes - r.activation_bytes()) / kMiB, change(r.activation_bytes(), none.activation_bytes(), base),
         change(r.dtr.median_ms, none.dtr.median_ms, base), torch[0], torch[1], torch[2], torch[3], torch[4], torch[5],
         torch[6]);
   }
@@ -200,11 +220,11 @@ std::vector<std::string> goal_lines(const std::vector<Row>& rows) {
   for (const Goal& goal : kGoals) {
     for (const Row& r : rows) {
       if (std::string(r.policy->label) != goal.policy) continue;
-      const double cut = 100 * (1 - r.dtr.activation_bytes / none.dtr.activation_bytes);
+      const double cut = 100 * (1 - r.activation_bytes() / none.activation_bytes());
       const double cost = 100 * (r.dtr.median_ms / none.dtr.median_ms - 1);
       const std::string torch =
           r.torch ? fmt::format("; PyTorch's {}: {:+.0f}% activations (RSS), {:+.0f}% step time", goal.policy,
-                                100 * (r.torch->activation_mib / none.torch->activation_mib - 1),
+                                100 * (r.torch->activation_mib() / none.torch->activation_mib() - 1),
                                 100 * (r.torch->ms / none.torch->ms - 1))
                   : "";
       lines.push_back(fmt::format("{} ranks, seq {}: {} cuts activations {:.0f}% ({}) for {:+.0f}% step time ({}){}",
@@ -286,22 +306,25 @@ int main(int argc, char** argv) {
         "sequences per rank, AdamW, float32; --parallel fsdp (none on 1 rank)\n",
         kBatchPerRank);
     fmt::print(
-        "ms/step: median of steps {}..{} (range: their min-max); peak and activations: the largest of any rank; "
-        "activ. = peak - (parameters + gradients + optimizer state); 'vs none': the change against none\n",
-        warmup + 1, steps);
+        "ms/step: median of steps {}..{} (range: their min-max); peak: the largest of any rank; activ. = what "
+        "grows with the batch, (peak - peak at {} sequences per rank) x {} / {}; rest = peak - activ. (parameters, "
+        "gradients, optimizer state, fully_shard's gathered parameters and unsharded gradients); 'vs none': the "
+        "change against none\n",
+        warmup + 1, steps, kFewerSequences, kBatchPerRank, kBatchPerRank - kFewerSequences);
     fmt::print(
         "PyTorch: checkpoint_wrapper (non-reentrant; selective: create_selective_checkpoint_contexts saving mm, "
         "addmm, bmm, baddbmm and attention) on the same blocks, fully_shard on > 1 rank; its peak and activations "
         "are resident-set figures (ac_peer.py), not an allocator's\n");
     fmt::print(
-        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>7} | {:>7} || {:>8} | {:>8} | {:>8} | "
-        "{:>10} | {:>7} | {:>7} | {:>9}\n",
-        "ranks", "seq", "policy", "ms/step", "range ms", "tokens/s", "peak MiB", "activ. MiB", "activ.", "ms",
-        "torch ms", "tok/s", "peak*", "activ.*", "activ.", "ms", "dtr/torch");
+        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>8} | {:>7} | {:>7} || {:>8} | {:>8} | "
+        "{:>8} | {:>10} | {:>7} | {:>7} | {:>9}\n",
+        "ranks", "seq", "policy", "ms/step", "range ms", "tokens/s", "peak MiB", "activ. MiB", "rest MiB", "activ.",
+        "ms", "torch ms", "tok/s", "peak*", "activ.*", "activ.", "ms", "dtr/torch");
     fmt::print(
-        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>7} | {:>7} || {:>8} | {:>8} | {:>8} | "
-        "{:>10} | {:>7} | {:>7} | {:>9}\n",
-        "", "", "", "", "", "", "", "", "vs none", "vs none", "", "", "(RSS)", "(RSS)", "vs none", "vs none", "tok/s");
+        "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>8} | {:>7} | {:>7} || {:>8} | {:>8} | "
+        "{:>8} | {:>10} | {:>7} | {:>7} | {:>9}\n",
+        "", "", "", "", "", "", "", "", "", "vs none", "vs none", "", "", "(RSS)", "(RSS)", "vs none", "vs none",
+        "tok/s");
     std::fflush(stdout);
     std::vector<std::string> notes, goals, budgets;
     if (torch_at.empty()) {

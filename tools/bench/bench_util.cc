@@ -304,7 +304,6 @@ TrainRun run_train(const std::string& dtrrun, const std::string& program, int ra
     DTR_CHECK(train_s > 0, Error, "{}: a rank's train_s is {}", what, train_s);
     run.comm_share = std::max(run.comm_share, r.at("exposed_comm_s").get<double>() / train_s);
     run.peak_bytes = std::max(run.peak_bytes, r.at("peak_bytes").get<double>());
-    run.activation_bytes = std::max(run.activation_bytes, r.at("activation_bytes").get<double>());
   }
 
   std::ifstream metrics(dir / "out" / "metrics.jsonl");

@@ -6,8 +6,9 @@ every2: blocks 0, 2, ..., full: every block; selective: every block, saving the 
 the matrix products and attention, torchtitan's per-op policy through
 create_selective_checkpoint_contexts), then, on more than one rank, fully_shard on each block
 and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 prints one
-line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <activations MiB>" per policy
-(ms/step: the median, the largest of any rank).
+line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <peak MiB at FEW sequences>" per
+policy (ms/step: the median, the largest of any rank; the second peak from as many steps
+with FEW sequences per rank, whence ac_bench computes the memory that grows with the batch).
 
 torch's CPU allocator keeps no peak, so memory is the process's resident set over forward
 and backward (the optimizer step left out: AdamW's foreach temporaries would be the peak of
@@ -15,13 +16,11 @@ every policy alike): at each step's start its high-water mark (VmHWM) is reset t
 /proc/self/clear_refs, and read when backward ends; the peak is the largest such mark less
 the resident set after the model was built (freed memory handed back by malloc_trim first),
 plus the rank's parameter bytes. glibc maps every allocation of 128 KiB or more apart and
-unmaps it when freed (mallopt), so the resident set follows the live tensors. One untimed step before the first policy takes what the
-process allocates once. The activations are that peak less parameters, gradients and
-AdamW's two moments (4 x the parameter bytes), so they hold what else the steps allocate
-(gloo's buffers, the autograd engine's): read their changes against none, not their MiB
-against dtr's allocator figures. Without torch it prints "torch missing" and exits 0.
+unmaps it when freed (mallopt), so the resident set follows the live tensors. One untimed
+step before the first policy takes what the process allocates once. Without torch it
+prints "torch missing" and exits 0.
 
-    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/ac_peer.py STEPS WARMUP SEQ
+    python3 -m torch.distributed.run --nproc_per_node N tools/bench/peers/ac_peer.py STEPS WARMUP SEQ FEW
 """
 import argparse
 import ctypes
@@ -117,6 +116,7 @@ def main() -> None:
     parser.add_argument("steps", type=int)
     parser.add_argument("warmup", type=int)
     parser.add_argument("seq", type=int)
+    parser.add_argument("few", type=int)
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -132,19 +132,21 @@ def main() -> None:
     train(build("none", args.seq, world), 1, 0, args.seq)
     lines = []
     for policy in POLICIES:
-        model = build(policy, args.seq, world)
-        param_bytes = local_parameter_bytes(model)
-        gc.collect()
-        libc.malloc_trim(0)
-        base_kib = resident_kib("VmRSS")
-        probe = ResidentPeak()
-        ms = train(model, args.steps, args.warmup, args.seq, probe)
-        peak = param_bytes + (probe.peak_kib - base_kib) * 1024.0
-        figures = torch.tensor([ms, peak, peak - 4 * param_bytes], dtype=torch.float64)
+        figures = []
+        for batch in (BATCH_PER_RANK, args.few):
+            model = build(policy, args.seq, world)
+            param_bytes = local_parameter_bytes(model)
+            gc.collect()
+            libc.malloc_trim(0)
+            base_kib = resident_kib("VmRSS")
+            probe = ResidentPeak()
+            ms = train(model, args.steps, args.warmup, args.seq, probe, batch=batch)
+            figures += [ms, param_bytes + (probe.peak_kib - base_kib) * 1024.0]
+            del model
+        figures = torch.tensor(figures, dtype=torch.float64)
         dist.all_reduce(figures, op=dist.ReduceOp.MAX)
-        ms, peak, activations = figures.tolist()
-        lines.append(f"torch ac {policy} {ms:.1f} {tokens / (ms / 1e3):.1f} {peak / MIB:.1f} {activations / MIB:.1f}")
-        del model
+        ms, peak, _, peak_few = figures.tolist()
+        lines.append(f"torch ac {policy} {ms:.1f} {tokens / (ms / 1e3):.1f} {peak / MIB:.1f} {peak_few / MIB:.1f}")
     if dist.get_rank() == 0:
         print("\n".join(lines))
     dist.destroy_process_group()

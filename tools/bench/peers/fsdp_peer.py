@@ -31,14 +31,15 @@ from make_transformer_testdata import Transformer  # noqa: E402
 VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH_PER_RANK = 4096, 256, 4, 4, 128, 8
 
 
-def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None, share: int = 1) -> float:
+def train(model, steps: int, warmup: int, seq: int = SEQ, probe=None, share: int = 1,
+          batch: int = BATCH_PER_RANK) -> float:
     """Median ms per step over `steps` steps after `warmup`, on sequences of `seq` tokens:
-    BATCH_PER_RANK of this rank's own, or, for groups of `share` consecutive ranks (a
-    tensor-parallel group, tp_peer.py), one batch of BATCH_PER_RANK per member that every
-    member holds. A `probe` (ac_peer.py's memory probe) is told when each step starts and
-    when its backward has ended."""
+    `batch` of this rank's own, or, for groups of `share` consecutive ranks (a
+    tensor-parallel group, tp_peer.py), one batch of `batch` per member that every member
+    holds. A `probe` (ac_peer.py's memory probe) is told when each step starts and when its
+    backward has ended."""
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    rows = BATCH_PER_RANK * share
+    rows = batch * share
     g = torch.Generator().manual_seed(1 + dist.get_rank() // share)
     ids = torch.randint(0, VOCAB, (rows, seq + 1), generator=g)
     x, y = ids[:, :-1], ids[:, 1:].reshape(-1)
