@@ -124,8 +124,9 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
   // fused kernel's result, but nothing of these (their backward needs the [Tq, Tk]
   // probabilities, which would cost more to keep than to recompute).
   const KeptOutputs::Scope not_kept(nullptr, KeptOutputs::Mode::kRecord);
-  // scores [*, Tq, Tk] = q [*, Tq, E] @ k^T [*, E, Tk] * scale
-  DTensor scores = mul(matmul(q, transpose(k, -2, -1)), factor);
+  // scores [*, Tq, Tk] = (q [*, Tq, E] * scale) @ k^T [*, E, Tk]: q scaled, a pass over
+  // Tq x E elements instead of Tq x Tk (at Tk 512 and E 64, 8 times fewer).
+  DTensor scores = matmul(mul(q, factor), transpose(k, -2, -1));
   if (causal == Causal::kYes) scores = causal_mask_fill(scores, -std::numeric_limits<double>::infinity());
   // out [*, Tq, Ev] = softmax(scores) [*, Tq, Tk] @ v [*, Tk, Ev]
   return matmul(softmax(scores, -1), v);

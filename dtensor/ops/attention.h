@@ -1,5 +1,5 @@
 // Scaled dot-product attention on DTensors, composed of differentiable ops (matmul, a scalar
-// multiply, causal_mask_fill, softmax), so its sharding and gradient follow their rules.
+// multiply of q, causal_mask_fill, softmax), so its sharding and gradient follow their rules.
 //
 // With q [*, Tq, E], k [*, Tk, E], v [*, Tk, Ev] sharing leading dims * (e.g. [B, H]):
 //   q, k, v S(i) on a leading dim  -> out S(i)    batch or head parallel, no communication

@@ -181,8 +181,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Parallelism");
   add_choice(app, "--activation-checkpoint", c.activation_checkpoint, kActivationCheckpoints,
              "none (keep every block's activations for backward), full (keep only the checkpointed blocks' inputs "
-             "and recompute their forward in backward), selective (keep their inputs and the results of matrix "
-             "products, attention and collectives, recompute the rest; docs/activation_checkpointing.md)")
+             "and recompute their forward in backward), selective (keep their inputs and the results of "
+             "attention, collectives and every second matrix product, recompute the rest; "
+             "docs/activation_checkpointing.md)")
       ->group("Parallelism");
   app.add_option("--ac-every", c.ac_every,
                  "with --activation-checkpoint full or selective: checkpoint every K-th block (0, K, 2K, ...)")
