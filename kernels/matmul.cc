@@ -226,8 +226,8 @@ void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b) {
   switch (a.device().type) {
     case kCPU: cpu::matmul_accumulate(acc, a, b); return;
     case kCUDA: {
-      Tensor sum = acc;
-      add_(sum, matmul(a, b).to(acc_dtype));
+      Tensor c = acc;
+      add_(c, matmul(a, b).to(acc_dtype));
       return;
     }
   }

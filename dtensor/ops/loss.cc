@@ -1,6 +1,7 @@
 #include "dtensor/ops/loss.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "dtensor/autograd.h"
