@@ -212,7 +212,7 @@ void ProcessGroupGloo::Impl::execute(std::pair<Collective, Work>& item) {
     }
   }
   if (!error) {
-    item.second.finish();
+    item.second.finish(nullptr, std::make_shared<Collective>(std::move(c)));
     return;
   }
   // Closing every connection (the ring's abandon) makes the peers' collectives fail now

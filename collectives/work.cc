@@ -73,7 +73,11 @@ void Work::wait(std::chrono::milliseconds timeout) const {
                                        "running a different collective)",
                                        state_->description, timeout.count()));
   }
-  if (state_->error) std::rethrow_exception(state_->error);
+  std::shared_ptr<void> held = std::move(state_->held);
+  const std::exception_ptr error = state_->error;
+  lock.unlock();
+  held.reset();  // on this thread, outside the lock
+  if (error) std::rethrow_exception(error);
 }
 
 bool Work::is_completed() const {
@@ -86,13 +90,14 @@ std::exception_ptr Work::exception() const {
   return state_->error;
 }
 
-bool Work::finish(std::exception_ptr error) const {
+bool Work::finish(std::exception_ptr error, std::shared_ptr<void> held) const {
   bool consumed = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
     DTR_INTERNAL_ASSERT(!state_->done, "{} finished twice", state_->description);
     state_->done = true;
     state_->error = std::move(error);
+    state_->held = std::move(held);
     consumed = state_->waited_on_device;
   }
   state_->done_cv.notify_all();

@@ -59,7 +59,11 @@ class Work {
   // For backends: marks the collective finished (with its error, if any) and wakes waiters.
   // Returns waited_on_device() as it stood at that moment (one step with wait()'s check, so
   // a failed collective is either rethrown by wait() or reported consumed here).
-  bool finish(std::exception_ptr error = nullptr) const;
+  // `held` (the collective's tensors and staging buffers) is let go by the first host wait
+  // that sees the collective done, on the waiter's thread, or with the last copy of the
+  // Work: so memory is freed at a point of the caller's program, the same in every run,
+  // not when the backend's thread happens to finish.
+  bool finish(std::exception_ptr error = nullptr, std::shared_ptr<void> held = nullptr) const;
 
  private:
   struct State {
@@ -74,6 +78,7 @@ class Work {
     bool done = false;
     bool waited_on_device = false;
     std::exception_ptr error;
+    std::shared_ptr<void> held;
   };
   std::shared_ptr<State> state_;
 };

@@ -1,7 +1,8 @@
 // Work's two kinds of wait on one thread and another, without a process group: a host
 // collective's wait() blocks until finish() (or its timeout); a device collective's wait()
 // (a Work with a device_wait hook, as ProcessGroupNCCL makes them) calls the hook instead
-// of blocking, rethrows an error already known, and leaves blocking to synchronize().
+// of blocking, rethrows an error already known, and leaves blocking to synchronize(). What a
+// finished collective held is freed by the first wait, on the waiter's thread.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -30,6 +31,25 @@ TEST_CASE("A host Work's wait blocks until the collective finishes, then rethrow
   CHECK(std::chrono::steady_clock::now() - start >= 40ms);
   CHECK_FALSE(w.waited_on_device());
   finisher.join();
+}
+
+TEST_CASE("What a finished collective held is freed by the wait, on the waiter's thread", "[collectives]") {
+  Work w("reduce_scatter #0 on group 'g'", "g", 0, 10s);
+  std::atomic<bool> freed{false};
+  std::thread::id freed_on;
+  std::thread finisher([&, w] {
+    w.finish(nullptr, std::shared_ptr<void>(new int(0), [&](void* p) {
+               delete static_cast<int*>(p);
+               freed_on = std::this_thread::get_id();
+               freed = true;
+             }));
+  });
+  finisher.join();
+  CHECK(w.is_completed());
+  CHECK_FALSE(freed);  // finished, not yet waited for: still held
+  w.wait();
+  CHECK(freed);
+  CHECK(freed_on == std::this_thread::get_id());
 }
 
 TEST_CASE("A host Work's timed wait gives up with a DistributedError naming the collective", "[collectives]") {
