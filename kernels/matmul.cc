@@ -213,12 +213,12 @@ const Tensor& matmul_out(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b) {
   check_matmul(a, b);
-  const DType acc_dtype = a.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  const DType want = acc_dtype(a.dtype());  // the product's accumulator
   DTR_CHECK(acc.shape() == Shape({a.size(0), b.size(1)}) && acc.is_contiguous(), ValueError,
             "matmul_accumulate: acc {} must be a contiguous {} tensor for {} x {}", describe(acc),
             Shape({a.size(0), b.size(1)}), describe(a), describe(b));
-  DTR_CHECK(acc.dtype() == acc_dtype && acc.device() == a.device(), TypeError,
-            "matmul_accumulate: acc {} must be {} on {}, the accumulator of {} operands", describe(acc), acc_dtype,
+  DTR_CHECK(acc.dtype() == want && acc.device() == a.device(), TypeError,
+            "matmul_accumulate: acc {} must be {} on {}, the accumulator of {} operands", describe(acc), want,
             a.device(), a.dtype());
   DTR_CHECK(!acc.storage().is_same(a.storage()) && !acc.storage().is_same(b.storage()), ValueError,
             "matmul_accumulate: acc {} shares storage with an operand", describe(acc));
@@ -227,7 +227,7 @@ void matmul_accumulate(const Tensor& acc, const Tensor& a, const Tensor& b) {
     case kCPU: cpu::matmul_accumulate(acc, a, b); return;
     case kCUDA: {
       Tensor c = acc;
-      add_(c, matmul(a, b).to(acc_dtype));
+      add_(c, matmul(a, b).to(want));
       return;
     }
   }

@@ -91,20 +91,21 @@ Tensor reduction(ReduceKind op, const Tensor& x, const std::vector<int64_t>& dim
 
 }  // namespace
 
+DType sum_acc_dtype(DType x) { return x == kFloat32 || x == kFloat64 ? kFloat64 : kFloat32; }
+
 void sum_rows_accumulate(const Tensor& acc, const Tensor& x) {
   constexpr std::string_view op = "sum_rows_accumulate";
   check_defined(op, x);
   DTR_CHECK(x.dim() == 2 && is_floating(x.dtype()), ValueError, "{}: x {} must be floating [R, C]", op, describe(x));
-  const DType acc_dtype = x.dtype() == kFloat32 || x.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  DTR_CHECK(
-      acc.shape() == Shape{x.size(1)} && acc.is_contiguous() && acc.dtype() == acc_dtype && acc.device() == x.device(),
-      ValueError, "{}: acc {} must be a contiguous {} [{}] on {}, sum's accumulator for x {}", op, describe(acc),
-      acc_dtype, x.size(1), x.device(), describe(x));
+  const DType want = sum_acc_dtype(x.dtype());
+  DTR_CHECK(acc.shape() == Shape{x.size(1)} && acc.is_contiguous() && acc.dtype() == want && acc.device() == x.device(),
+            ValueError, "{}: acc {} must be a contiguous {} [{}] on {}, sum's accumulator for x {}", op, describe(acc),
+            want, x.size(1), x.device(), describe(x));
   const trace::Span span(op, trace::Category::kKernel);
   switch (x.device().type) {
     case kCPU: cpu::sum_rows_accumulate(acc, x); return;
     case kCUDA: {  // acc and x's rows summed in one reduction
-      Tensor rows = Tensor::empty({x.size(0) + 1, x.size(1)}, acc_dtype, x.device());
+      Tensor rows = Tensor::empty({x.size(0) + 1, x.size(1)}, want, x.device());
       rows.narrow(0, 0, 1).copy_(acc.view({1, x.size(1)}));
       rows.narrow(0, 1, x.size(0)).copy_(x);
       Tensor(acc).copy_(sum(rows, {0}));

@@ -35,6 +35,9 @@ Tensor sum_of_squares(const Tensor& x, const std::vector<int64_t>& dims = {}, Ke
 // sum's own accumulator, and acc.to(x.dtype()) is sum(x, {0}). On CUDA: acc and x's rows
 // summed in one reduction. Floating dtypes.
 void sum_rows_accumulate(const Tensor& acc, const Tensor& x);
+// sum's accumulator dtype for floating x: float64 for float32 and float64, float32 for
+// bfloat16 and float16.
+DType sum_acc_dtype(DType x);
 // int64 index along dim of the first maximum; a NaN counts as the maximum. Numeric dtypes.
 Tensor argmax(const Tensor& x, int64_t dim, KeepDim keepdim = KeepDim::kNo);
 

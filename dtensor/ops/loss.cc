@@ -137,8 +137,6 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
                                                    const Tensor& target, int64_t ignore_index, double scale,
                                                    double label_smoothing, const std::array<bool, 3>& need) {
   const DType dtype = x.dtype();
-  const DType product_acc = dtype == kFloat64 ? kFloat64 : kFloat32;
-  const DType sum_acc = dtype == kFloat32 || dtype == kFloat64 ? kFloat64 : kFloat32;
   const Device device = x.device();
   const int64_t rows = x.size(0), classes = weight.size(0), dim = weight.size(1);
   // Whole K blocks of the weight gradient's product, and fours of the bias gradient's fold.
@@ -152,8 +150,8 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
   LinearCrossEntropyLocal r;
   Tensor grad_weight_t;  // [dim, classes]: the product x^T g, accumulated over the chunks
   if (need[0]) r.grad_x = Tensor::empty({rows, dim}, dtype, device);
-  if (need[1]) grad_weight_t = zeros({dim, classes}, product_acc, device);
-  if (need[2]) r.grad_bias = zeros({classes}, sum_acc, device);
+  if (need[1]) grad_weight_t = zeros({dim, classes}, acc_dtype(dtype), device);
+  if (need[2]) r.grad_bias = zeros({classes}, sum_acc_dtype(dtype), device);
   for (int64_t begin = 0; begin < rows; begin += chunk) {
     const int64_t n = std::min(chunk, rows - begin);
     const Tensor xc = x.narrow(0, begin, n);

@@ -8,7 +8,6 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dtensor/ops/view_ops.h"
 #include "tools/train/corpus.h"
 
 namespace dtr::train {
