@@ -117,8 +117,7 @@ DTensor scaled_dot_product_attention(const DTensor& q, const DTensor& k, const D
             "every mesh dim q, k, v Replicate or Shard of one leading dim, or q Shard(-2) with k, v Replicate); "
             "got {} on {}",
             placements_of(q, k, v), q.mesh());
-  const bool fuse = backend == AttentionBackend::kFused ||
-                    (backend == AttentionBackend::kAuto && can_fuse && q.mesh().device_type() == kCUDA);
+  const bool fuse = backend == AttentionBackend::kFused || (backend == AttentionBackend::kAuto && can_fuse);
   if (fuse) return fused_attention(q, k, v, causal, factor);
   // The composed path's products are attention's own: selective checkpointing keeps the
   // fused kernel's result, but nothing of these (their backward needs the [Tq, Tk]

@@ -23,8 +23,7 @@ DTensor causal_mask_fill(const DTensor& x, double value);
 
 // How attention is computed (torch's sdpa backends): composed of the ops above (math), or
 // the fused kernel of kernels/attention.h (flash) on each rank's local chunks, which never
-// holds the [Tq, Tk] scores. kAuto: fused on CUDA meshes where the placements allow it,
-// composed otherwise (on the CPU the composed path's GEMMs are the faster ones).
+// holds the [Tq, Tk] scores. kAuto: fused where the placements allow it, composed otherwise.
 enum class AttentionBackend : uint8_t { kAuto, kComposed, kFused };
 
 // softmax(q k^T * scale, masked if causal) v -> [*, Tq, Ev]; scale defaults to 1/sqrt(E)

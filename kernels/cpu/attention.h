@@ -2,12 +2,16 @@
 // [B, T, E] views of one floating dtype on the CPU, any strides, already checked; outputs are
 // contiguous, of the right shapes and dtypes, and are overwritten (lse is acc_dtype).
 //
-// Forward: a thread takes blocks of 16 query rows and walks the visible keys in tiles of 64,
-// each row keeping a running max, sum of exponentials and output accumulator (online
-// softmax). Backward: D = rowsum(grad_out * out) per row; grad_q by query blocks over key
-// tiles; grad_k and grad_v by key blocks over query tiles, each recomputing P and dS from lse.
-// Math in float (double for float64), rounded once on store. Each output element is summed by
-// one thread in an order fixed by the sizes alone: bitwise the same on any thread count.
+// Built on dtr's GEMM (cpu/gemm.h), in blocks of 64 query rows that each see keys [0, keys)
+// (causal: up to the block's last row, so about half the products of a full [Tq, Tk] pass):
+// forward, S = scale q_block k^T, each row's exact softmax over the keys it sees (exp_sum.h),
+// out_block = P v and lse = max + log(sum). Backward, per batch entry with its blocks in
+// order: S again (the same call, the same bits), P = exp(S - lse), dP = dO_block v^T,
+// dS = P (dP - rowsum(dO out)), grad_v += P^T dO_block, grad_k += scale dS^T q_block,
+// grad_q_block = scale dS k. A thread holds two [64, Tk] buffers; nothing [Tq, Tk] is kept.
+// Math in float (double for float64, whose products are plain loops), rounded once on store.
+// Each output element is computed by one thread in an order fixed by the sizes alone (the
+// GEMM's K blocks, the query blocks in order): bitwise the same on any thread count.
 #pragma once
 
 #include "core/tensor.h"

@@ -1,8 +1,8 @@
 // Fused attention on the CPU (kernels/attention.h), forward and backward, against the composed
 // path in float64 (bmm, scale, causal masked_fill, softmax, bmm; backward softmax_backward and
 // three more bmm): every floating dtype, causal or not, a shard of query rows (query_offset >
-// 0, Tq < Tk), Tq != Tk, E != Ev, leading dims [2, 3] and none, tiles' tails (Tk past 64, Tq
-// past 16), non-contiguous inputs, large logits, empty Tq and batch; a central finite
+// 0, Tq < Tk), Tq != Tk, E != Ev, leading dims [2, 3] and none, query blocks' tails (Tq
+// past 64), non-contiguous inputs, large logits, empty Tq and batch; a central finite
 // difference of the float64 forward; an exact case compared bit for bit; thread-count
 // independence; typed errors.
 #include "kernels/attention.h"
