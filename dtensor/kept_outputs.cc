@@ -11,13 +11,16 @@ namespace {
 
 thread_local std::pair<KeptOutputs*, KeptOutputs::Mode> t_store{nullptr, KeptOutputs::Mode::kRecord};
 
+bool is_product(std::string_view op) { return op == "matmul" || op == "bmm" || op == "linear"; }
+
 }  // namespace
 
-KeptOutputs::KeptOutputs(std::vector<std::string> ops, int64_t products_every)
-    : ops_(std::move(ops)), products_every_(products_every) {
-  DTR_CHECK(products_every >= 1, ValueError,
-            "selective checkpointing: products_every {} must be at least 1 (1 keeps every product, 2 every second)",
-            products_every);
+KeptOutputs::KeptOutputs(std::vector<std::string> ops, double product_flops)
+    : ops_(std::move(ops)), product_flops_(product_flops) {
+  DTR_CHECK(product_flops >= 0.0 && product_flops <= 1.0, ValueError,
+            "selective checkpointing: product_flops {} must be in [0, 1] (the share of the products' recompute "
+            "FLOPs whose results are kept: 1 keeps every product, 0 none)",
+            product_flops);
   for (const std::string& op : ops_) {
     DTR_CHECK(std::find(kKeepableOps.begin(), kKeepableOps.end(), op) != kKeepableOps.end(), ValueError,
               "selective checkpointing: the policy names '{}', whose outputs cannot be kept; it keeps those of {}", op,
@@ -31,26 +34,52 @@ KeptOutputs::Scope::~Scope() { t_store = previous_; }
 
 bool KeptOutputs::in_scope() { return t_store.first != nullptr; }
 
-bool KeptOutputs::keeps(std::string_view op, Mode mode) {
-  if (std::find(ops_.begin(), ops_.end(), op) == ops_.end()) return false;
-  if (op != "matmul" && op != "bmm" && op != "linear") return true;
-  return products_seen_[static_cast<size_t>(mode)]++ % products_every_ == 0;
+void KeptOutputs::select() {
+  std::vector<size_t> products;
+  int64_t total = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (!is_product(entries_[i].op)) continue;
+    products.push_back(i);
+    total += entries_[i].flops;
+  }
+  // FLOPs per byte, compared as cross products (exact in integers).
+  std::stable_sort(products.begin(), products.end(), [&](size_t a, size_t b) {
+    const Entry &x = entries_[a], &y = entries_[b];
+    const __int128 lhs = static_cast<__int128>(x.flops) * y.bytes, rhs = static_cast<__int128>(y.flops) * x.bytes;
+    return lhs != rhs ? lhs > rhs : x.bytes < y.bytes;
+  });
+  const double target = product_flops_ * static_cast<double>(total);
+  int64_t kept = 0;
+  for (size_t i : products) {
+    Entry& e = entries_[i];
+    if (static_cast<double>(kept) < target) {
+      kept += e.flops;
+    } else {
+      e.kept = false;
+      e.outputs.clear();
+    }
+  }
 }
 
-std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute) {
+std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute,
+                                     int64_t contraction) {
   auto [store, mode] = t_store;
-  if (store == nullptr || !store->keeps(op, mode)) return compute();
+  if (store == nullptr || std::find(store->ops_.begin(), store->ops_.end(), op) == store->ops_.end()) return compute();
   if (mode == KeptOutputs::Mode::kRecord) {
     std::vector<Tensor> out = compute();
-    store->kept_.emplace_back(std::string(op), out);
+    int64_t bytes = 0;
+    for (const Tensor& t : out) bytes += static_cast<int64_t>(t.nbytes());
+    const int64_t flops = is_product(op) ? 2 * contraction * out.at(0).numel() : 0;
+    store->entries_.push_back({.op = std::string(op), .outputs = out, .flops = flops, .bytes = bytes});
     return out;
   }
-  DTR_INTERNAL_ASSERT(!store->kept_.empty() && store->kept_.front().first == op,
+  auto& entries = store->entries_;
+  const size_t next = store->replayed_;
+  DTR_INTERNAL_ASSERT(next < entries.size() && entries[next].op == op,
                       "selective checkpointing: the recompute calls {} where the forward called {}", op,
-                      store->kept_.empty() ? std::string("nothing more") : store->kept_.front().first);
-  std::vector<Tensor> out = std::move(store->kept_.front().second);
-  store->kept_.pop_front();
-  return out;
+                      next < entries.size() ? entries[next].op : std::string("nothing more"));
+  ++store->replayed_;
+  return entries[next].kept ? std::move(entries[next].outputs) : compute();
 }
 
 }  // namespace dtr

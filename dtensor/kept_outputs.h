@@ -5,20 +5,19 @@
 // every redistribute, the ops that are expensive or communicate) compute their local
 // results through kept_or_computed(op, compute). While a checkpointed forward runs under a
 // KeptOutputs::Scope in kRecord mode whose policy names the op, they are computed and kept,
-// in call order; while that forward's recompute runs in kReplay mode they are taken back, in
-// the same order, instead of computed (the op then records its autograd node as it would
-// have, from the same inputs: the recompute is bitwise the forward, so its calls and values
-// are the same). Elsewhere kept_or_computed computes. Of the matrix products (matmul, bmm,
-// linear) a store may keep only every k-th call in order, the first, the (k+1)-th, ...
-// (torchtitan's policy recomputes every second mm); the replay counts the same calls, so it
-// computes exactly the ones not kept. So between forward and backward a selectively
-// checkpointed module holds its inputs and the kept results, and its recompute multiplies
-// only the products not kept and never communicates.
+// in call order; when that forward returns, select() keeps of the matrix products (matmul,
+// bmm, linear) only those that buy the most recompute per kept byte, up to a share of the
+// products' FLOPs, and releases the others. While the forward's recompute runs in kReplay
+// mode, the kept results are taken back, in the same order, instead of computed, and the
+// released products computed (the op then records its autograd node as it would have, from
+// the same inputs: the recompute is bitwise the forward, so its calls and values are the
+// same). Elsewhere kept_or_computed computes. So between forward and backward a
+// selectively checkpointed module holds its inputs and the kept results, and its recompute
+// multiplies only the products not kept and never communicates.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -37,9 +36,10 @@ inline constexpr std::array<std::string_view, 5> kKeepableOps = {"matmul", "bmm"
 
 class KeptOutputs {
  public:
-  // Keeps the outputs of `ops` (each one of kKeepableOps: ValueError naming the others), of
-  // the products among them every `products_every`-th call (>= 1: ValueError otherwise).
-  explicit KeptOutputs(std::vector<std::string> ops, int64_t products_every = 1);
+  // Keeps the outputs of `ops` (each one of kKeepableOps: ValueError naming the others); of
+  // the products among them, after select(), those holding `product_flops` (in [0, 1]:
+  // ValueError otherwise) of the products' recompute FLOPs.
+  explicit KeptOutputs(std::vector<std::string> ops, double product_flops = 1.0);
 
   enum class Mode : uint8_t { kRecord, kReplay };
   // Makes `store` this thread's for its scope (the previous one comes back after); a null
@@ -58,23 +58,37 @@ class KeptOutputs {
 
   // Whether a store is in scope on this thread (a checkpointed forward or recompute runs).
   static bool in_scope();
+  // After the recorded forward: of the recorded products, keeps those with the most recompute
+  // FLOPs per kept byte first (ties: the smaller result, then call order) while the ones kept
+  // hold less than product_flops of all the products' FLOPs, and releases the rest. Greedy,
+  // so the FLOPs the replay saves cost the fewest bytes (a down-projection, whose result is
+  // a quarter of its FLOPs' width, before the up-projection that feeds it).
+  void select();
   // Drops what is still kept (after the recompute: whatever it did not take back).
-  void clear() { kept_.clear(); }
+  void clear() { entries_.clear(); }
 
  private:
-  friend std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute);
-  // Whether this call of `op` is kept (record) or taken back (replay); counts the products.
-  bool keeps(std::string_view op, Mode mode);
+  friend std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute,
+                                              int64_t contraction);
+  struct Entry {
+    std::string op;
+    std::vector<Tensor> outputs;  // empty once released by select() or taken back
+    int64_t flops = 0;            // a product's recompute cost: 2 x contraction x result elements
+    int64_t bytes = 0;
+    bool kept = true;
+  };
 
   std::vector<std::string> ops_;
-  int64_t products_every_;
-  std::array<int64_t, 2> products_seen_{};  // per mode: the recompute counts from the first again
-  std::deque<std::pair<std::string, std::vector<Tensor>>> kept_;
+  double product_flops_;
+  std::vector<Entry> entries_;  // in call order
+  size_t replayed_ = 0;         // the replay's next entry
 };
 
 // `compute()`'s results, kept or taken back as the store in scope says (above), for an op
-// of kKeepableOps. InternalError when a replay finds another op's results next (the
-// recompute took another path than the forward).
-std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute);
+// of kKeepableOps; a product passes its contraction length (each result element costs
+// 2 x contraction FLOPs to compute again). InternalError when a replay finds another op's
+// results next (the recompute took another path than the forward).
+std::vector<Tensor> kept_or_computed(std::string_view op, const std::function<std::vector<Tensor>()>& compute,
+                                     int64_t contraction = 0);
 
 }  // namespace dtr

@@ -78,11 +78,11 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
 }  // namespace
 
 CheckpointOptions selective_policy() {
-  return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}, .products_every = 2};
+  return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}, .product_flops = 0.5};
 }
 
 void checkpoint(Module& module, const CheckpointOptions& options) {
-  if (!options.keep_ops.empty()) (void)KeptOutputs(options.keep_ops, options.products_every);  // checks it now
+  if (!options.keep_ops.empty()) (void)KeptOutputs(options.keep_ops, options.product_flops);  // checks it now
   // A leaf that requires grad, among the node's inputs so that the node is recorded even
   // when no input needs a gradient (only the parameters do); it never gets one.
   auto anchor = std::make_shared<DTensor>(
@@ -90,7 +90,7 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
   anchor->requires_grad_();
   module.set_forward_runner([anchor, &module, last = std::make_shared<std::weak_ptr<Saved>>(),
                              name = module.type_name(), keep_ops = options.keep_ops,
-                             products_every = options.products_every](
+                             product_flops = options.product_flops](
                                 const Values& inputs, const std::function<Values(const Values&)>& forward) {
     // Without grad, or inside a selectively checkpointed forward (or its recompute),
     // which covers this one.
@@ -111,9 +111,10 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
       const NoGradGuard no_grad;
       std::optional<KeptOutputs::Scope> keep;
       if (!keep_ops.empty()) {
-        keep.emplace(&saved->kept.emplace(keep_ops, products_every), KeptOutputs::Mode::kRecord);
+        keep.emplace(&saved->kept.emplace(keep_ops, product_flops), KeptOutputs::Mode::kRecord);
       }
       outputs = forward(inputs);
+      if (saved->kept) saved->kept->select();
     }
     // New handles: an output that is an input (or a parameter) must not get this node.
     for (DTensor& y : outputs) {

@@ -16,10 +16,11 @@
 //
 // Selective (CheckpointOptions::keep_ops): the forward also keeps the local results of the
 // ops named, the recompute takes them back instead of computing them (dtensor/kept_outputs.h):
-// by default, as torchtitan's per-op policy, attention, every redistribute and every second
-// matrix product (the first, third, ...), so the recompute runs the cheap ops (norms,
-// activations, dropout, adds, views) and half the products, and never communicates: no
-// collective in backward beyond those without checkpointing. A checkpointed module nested in
+// by default attention, every redistribute and the matrix products that hold half the
+// products' FLOPs at the fewest bytes, so the recompute runs the cheap ops (norms,
+// activations, dropout, adds, views) and half the products' FLOPs (as torchtitan's per-op
+// policy, which recomputes every second mm), and never communicates: no collective in
+// backward beyond those without checkpointing. A checkpointed module nested in
 // a selectively checkpointed one runs as part of it.
 //
 // Apply it before fully_shard or replicate and before tensor parallelism's styles, as
@@ -37,14 +38,16 @@ struct CheckpointOptions {
   // Empty: full checkpointing. Otherwise the ops whose results the forward keeps, each of
   // dtensor/kept_outputs.h's kKeepableOps: selective_policy() keeps all of them.
   std::vector<std::string> keep_ops;
-  // Of the matrix products among keep_ops (matmul, bmm, linear), the forward keeps every this
-  // many in call order (the first, the (k+1)-th, ...); the recompute computes the others.
-  int64_t products_every = 1;
+  // Of the matrix products among keep_ops (matmul, bmm, linear), the forward keeps those
+  // holding this share of their recompute FLOPs, the most FLOPs per kept byte first
+  // (dtensor/kept_outputs.h); the recompute computes the others. 1 keeps every product.
+  double product_flops = 1.0;
 };
 
-// Selective checkpointing's default policy, torchtitan's: scaled_dot_product_attention and
-// redistribute (every collective) kept, and every second of the products (matmul, bmm,
-// linear).
+// Selective checkpointing's default policy: scaled_dot_product_attention and redistribute
+// (every collective) kept, and the products holding half the products' FLOPs: the recompute
+// multiplies half as much as the forward did, as torchtitan's policy (every second mm
+// recomputed) has it, but keeps the products that cost the fewest bytes for it.
 CheckpointOptions selective_policy();
 
 // Checkpoints `module`'s forward from now on. ValueError if it is already checkpointed, or

@@ -83,8 +83,9 @@ bool fuses_bias(const Placements& out, const Placements& bias, int64_t nd) {
 DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTensor& bias, const Shape& out_shape) {
   const DTensor& a = s.inputs[0];
   const DTensor& b = s.inputs[1];
-  Tensor local =
-      kept_or_computed(op, [&] { return std::vector{matmul_bias(a.to_local(), b.to_local(), bias.to_local())}; })[0];
+  Tensor local = kept_or_computed(
+      op, [&] { return std::vector{matmul_bias(a.to_local(), b.to_local(), bias.to_local())}; },
+      a.to_local().size(-1))[0];
   DTensor y = make_output(std::move(local), a.mesh(), s.strategy.outputs[0], out_shape);
   const DTensor inputs[] = {a, b, bias};
   record(std::string(op), inputs, std::span(&y, 1),
@@ -126,7 +127,8 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
     return linear_fused(op, s, *bias, out_shape);
   }
   Tensor local = kept_or_computed(
-      op, [&] { return std::vector{local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local())}; })[0];
+      op, [&] { return std::vector{local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local())}; },
+      s.inputs[0].to_local().size(-1))[0];
   DTensor y = make_output(std::move(local), a.mesh(), s.strategy.outputs[0], out_shape);
   record(std::string(op), s.inputs, std::span(&y, 1),
          [xa = s.inputs[0].detach(), xb = s.inputs[1].detach(), need_a = s.inputs[0].requires_grad(),

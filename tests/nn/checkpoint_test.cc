@@ -126,18 +126,17 @@ TEST_CASE("checkpointing drops what the blocks keep for backward", "[nn][checkpo
   const int64_t selective = peak_of_step(Checkpointed::kSelective, batch, seq, config);
   // Without checkpointing every block keeps, among others, its feed-forward hidden
   // activation ([tokens, 4 dim] float32: ReLU's output, which the second layer reads too)
-  // and its attention probabilities ([batch, heads, seq, seq]) until its backward; with full
-  // checkpointing only the block being recomputed does: at least two blocks' worth of the
-  // hidden activation fewer at the peak. Selective keeps every second product of each block
-  // (the attention's input projection and the feed-forward's first layer, a hidden
-  // activation) but neither ReLU's output nor the probabilities: between the two, by at
-  // least those.
+  // until its backward; with full checkpointing only the block being recomputed does: at
+  // least two blocks' worth of the hidden activation fewer at the peak. Selective keeps
+  // neither ReLU's output nor the first feed-forward layer's (it recomputes that product),
+  // but it does keep the attention's result and its q and k ([tokens, dim] each): between
+  // the two, by at least those.
   const int64_t hidden = batch * seq * 4 * config.dim * 4;
-  const int64_t probabilities = batch * config.n_heads * seq * seq * 4;
+  const int64_t width = batch * seq * config.dim * 4;
   INFO("peak " << plain << " B plain, " << selective << " B selective, " << checkpointed << " B full");
   CHECK(plain - checkpointed >= (config.n_layers - 1) * hidden);
-  CHECK(plain - selective >= (config.n_layers - 1) * (hidden + probabilities));
-  CHECK(selective - checkpointed >= (config.n_layers - 1) * hidden);
+  CHECK(plain - selective >= (config.n_layers - 1) * hidden);
+  CHECK(selective - checkpointed >= (config.n_layers - 1) * 3 * width);
 }
 
 TEST_CASE("checkpointed blocks under fsdp and ddp on 2 and 3 ranks: the same bits, the same collectives",
@@ -251,31 +250,50 @@ TEST_CASE("checkpointing with accumulation, no sync, a module called twice and a
   });
 }
 
-TEST_CASE("a store keeps every k-th product, and its replay computes exactly the others", "[nn][checkpoint]") {
-  // Three products and a redistribute, every second product kept: the first and third, and
-  // the redistribute's result; the replay takes those back and computes the second.
-  KeptOutputs store({"linear", "redistribute"}, 2);
-  const char* calls[] = {"linear", "redistribute", "linear", "linear"};
-  int computed = 0;
-  std::vector<double> values;
-  for (KeptOutputs::Mode mode : {KeptOutputs::Mode::kRecord, KeptOutputs::Mode::kReplay}) {
-    const KeptOutputs::Scope scope(&store, mode);
-    computed = 0;
-    values.clear();
-    for (const char* op : calls) {
-      const double value = 10.0 * static_cast<int>(mode) + static_cast<double>(values.size());
-      values.push_back(kept_or_computed(op,
-                                        [&] {
-                                          ++computed;
-                                          return std::vector{full({}, value)};
-                                        })[0]
-                           .item());
+TEST_CASE("a store keeps the products with the most FLOPs per byte, and its replay computes the others",
+          "[nn][checkpoint]") {
+  // A block's products as (contraction, result elements): q, k, v and the output projection
+  // (64, 8 each), the feed-forward's up-projection (64, 32) and down-projection (256, 8);
+  // FLOPs 1024 each, 4096 and 4096 (total 12288), and a redistribute between. Keeping half
+  // the FLOPs: the down-projection first (128 FLOPs per byte), then of the ties at 32 per byte
+  // the smaller results in call order: q and k reach 6144. The up-projection, as costly per
+  // byte but four times the bytes, and v and the output projection are recomputed.
+  struct Call {
+    const char* op;
+    int64_t contraction, elements;
+  };
+  const Call calls[] = {{"linear", 64, 8}, {"linear", 64, 8},  {"redistribute", 0, 3}, {"linear", 64, 8},
+                        {"linear", 64, 8}, {"linear", 64, 32}, {"linear", 256, 8}};
+  for (const auto& [share, recomputed] :
+       {std::pair{0.5, std::vector<size_t>{3, 4, 5}}, {1.0, {}}, {0.0, {0, 1, 3, 4, 5, 6}}}) {
+    INFO("product_flops " << share);
+    KeptOutputs store({"linear", "redistribute"}, share);
+    std::vector<size_t> computed;
+    for (KeptOutputs::Mode mode : {KeptOutputs::Mode::kRecord, KeptOutputs::Mode::kReplay}) {
+      const KeptOutputs::Scope scope(&store, mode);
+      computed.clear();
+      for (size_t i = 0; i < std::size(calls); ++i) {
+        const double value = 100.0 * static_cast<int>(mode) + static_cast<double>(i);
+        const Tensor out = kept_or_computed(
+            calls[i].op,
+            [&] {
+              computed.push_back(i);
+              return std::vector{full({calls[i].elements}, value)};
+            },
+            calls[i].contraction)[0];
+        // A kept result is the forward's (value i), a recomputed one the replay's (100 + i).
+        const bool replayed = mode == KeptOutputs::Mode::kReplay &&
+                              std::find(recomputed.begin(), recomputed.end(), i) != recomputed.end();
+        CHECK(out.to(kFloat64).select(0, 0).item() == (replayed ? 100.0 + static_cast<double>(i) : i));
+      }
+      if (mode == KeptOutputs::Mode::kRecord) {
+        CHECK(computed.size() == std::size(calls));
+        store.select();
+      }
     }
-    if (mode == KeptOutputs::Mode::kRecord) CHECK(computed == 4);
+    CHECK(computed == recomputed);
   }
-  CHECK(computed == 1);
-  CHECK(values == std::vector<double>{0, 1, 12, 3});  // the second product computed in the replay
-  CHECK_THROWS_WITH(KeptOutputs({"linear"}, 0), Catch::Contains("products_every 0 must be at least 1"));
+  CHECK_THROWS_WITH(KeptOutputs({"linear"}, 1.5), Catch::Contains("product_flops 1.5 must be in [0, 1]"));
 }
 
 TEST_CASE("a module is checkpointed once; a policy names ops whose results can be kept", "[nn][checkpoint]") {
