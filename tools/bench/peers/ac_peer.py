@@ -2,9 +2,9 @@
 """PyTorch peer of ac_bench: fsdp_peer.py's causal LM at one sequence length with activation
 checkpointing, on gloo, one thread per rank, started by torch.distributed.run. Each policy
 wraps blocks in checkpoint_wrapper (non-reentrant torch.utils.checkpoint; none: no block,
-every2: blocks 0, 2, ..., full: every block; selective: every block, saving the results of
-the matrix products and attention, torchtitan's per-op policy through
-create_selective_checkpoint_contexts), then, on more than one rank, fully_shard on each block
+every2: blocks 0, 2, ..., full: every block; selective: every block, torchtitan's per-op
+policy through create_selective_checkpoint_contexts: attention's results saved, and of the
+matrix products the first, third, ... of each block, the others recomputed), then, on more than one rank, fully_shard on each block
 and the root, as torchtitan orders them; fsdp_peer.train times it. Rank 0 prints one
 line: "torch ac <policy> <ms/step> <tokens/s> <peak MiB> <peak MiB at FEW sequences>" per
 policy (ms/step: the median, the largest of any rank; the second peak from as many steps
@@ -55,10 +55,26 @@ SAVED_OPS = {
 }
 
 
-def save_products(ctx, op, *args, **kwargs):
+PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+
+def save_products(counts, ctx, op, *args, **kwargs):
+    """torchtitan's _get_custom_policy: every second mm of a block (counted apart in its forward
+    and its recompute) recomputed, the rest of SAVED_OPS saved."""
     from torch.utils.checkpoint import CheckpointPolicy
 
-    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+    mode = "recompute" if ctx.is_recompute else "forward"
+    if op in PRODUCTS:
+        counts[mode] += 1
+    keep = op in SAVED_OPS and not (op in PRODUCTS and counts[mode] % 2 == 0)
+    return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_contexts():
+    """One block's contexts, with its own product counts (torchtitan's context_fn)."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(functools.partial(save_products, {"forward": 0, "recompute": 0}))
 MIB = 1024.0 * 1024.0
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
@@ -96,9 +112,7 @@ def build(policy: str, seq: int, world: int):
     model = Transformer(VOCAB, DIM, LAYERS, HEADS, causal=True, max_seq_len=seq, final_norm=True)
     selective = {}
     if policy == "selective":
-        from torch.utils.checkpoint import create_selective_checkpoint_contexts
-
-        selective = {"context_fn": functools.partial(create_selective_checkpoint_contexts, save_products)}
+        selective = {"context_fn": selective_contexts}
     for i, layer in enumerate(model.layers):
         if POLICIES[policy](i):
             model.layers[i] = checkpoint_wrapper(layer, checkpoint_impl=CheckpointImpl.NO_REENTRANT, **selective)
