@@ -2,8 +2,8 @@
 // one thread per rank) on train_bench's reference configuration, against PyTorch 2.15's
 // checkpoint_wrapper on the same model in the same run. For each rank count and sequence
 // length, four policies: none, every 2nd block (--activation-checkpoint full --ac-every 2:
-// blocks 0 and 2), selective (every block, keeping the products', attention's and
-// collectives' results) and full (every block); --parallel fsdp, or none on 1 rank. One row per
+// blocks 0 and 2), selective (every block, keeping attention's and collectives' results and
+// the products holding half their FLOPs) and full (every block); --parallel fsdp, or none on 1 rank. One row per
 // run: the median ms/step after the warm-up and its range, tokens/s at the median, peak MiB
 // per rank, activations MiB and the rest of the peak, with the changes against none; then
 // PyTorch's figures for the same policy and dtr's tokens/s over PyTorch's. Activations are
@@ -27,10 +27,9 @@
 //                                      --svg PATH]
 //
 // PyTorch's side is tools/bench/peers/ac_peer.py (checkpoint_wrapper on the blocks, with
-// create_selective_checkpoint_contexts saving the products and attention for selective,
-// then fully_shard on more than one rank). Its CPU allocator keeps no peak, so its memory columns
-// are the process's resident set (ac_peer.py says how), marked "(RSS)": compare their changes
-// against none with dtr's, not their MiB. Its columns show '-' when torch is missing.
+// torchtitan's selective policy through create_selective_checkpoint_contexts, then fully_shard on more than one rank).
+// Its CPU allocator keeps no peak, so its memory columns are the process's resident set (ac_peer.py says how), marked
+// "(RSS)": compare their changes against none with dtr's, not their MiB. Its columns show '-' when torch is missing.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -312,8 +311,9 @@ int main(int argc, char** argv) {
         "change against none\n",
         warmup + 1, steps, kFewerSequences, kBatchPerRank, kBatchPerRank - kFewerSequences);
     fmt::print(
-        "PyTorch: checkpoint_wrapper (non-reentrant; selective: create_selective_checkpoint_contexts saving mm, "
-        "addmm, bmm, baddbmm and attention) on the same blocks, fully_shard on > 1 rank; its peak and activations "
+        "PyTorch: checkpoint_wrapper (non-reentrant; selective: torchtitan's policy through "
+        "create_selective_checkpoint_contexts, attention saved and every second product of a block recomputed) on "
+        "the same blocks, fully_shard on > 1 rank; its peak and activations "
         "are resident-set figures (ac_peer.py), not an allocator's\n");
     fmt::print(
         "{:>5} | {:>4} | {:<9} | {:>8} | {:>9} | {:>8} | {:>8} | {:>10} | {:>8} | {:>7} | {:>7} || {:>8} | {:>8} | "
