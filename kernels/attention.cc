@@ -86,8 +86,8 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, Cau
   const trace::Span span("attention", trace::Category::kKernel);
   switch (q.device().type) {
     case kCPU:
-      cpu::attention(r.out.view({d.batch, d.tq, d.ev}), r.lse.view({d.batch, d.tq}), q.reshape({d.batch, d.tq, d.e}),
-                     k.reshape({d.batch, d.tk, d.e}), v.reshape({d.batch, d.tk, d.ev}), causal, scale, query_offset);
+      cpu::attention(r.out.view({d.batch, d.tq, d.ev}), r.lse.view({d.batch, d.tq}), q, k, v, causal, scale,
+                     query_offset);
       return r;
     case kCUDA: {
       const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
@@ -132,9 +132,7 @@ AttentionGrads attention_backward(const Tensor& grad_out, const Tensor& q, const
   switch (q.device().type) {
     case kCPU:
       cpu::attention_backward(g.grad_q.view({d.batch, d.tq, d.e}), g.grad_k.view({d.batch, d.tk, d.e}),
-                              g.grad_v.view({d.batch, d.tk, d.ev}), grad_out.reshape({d.batch, d.tq, d.ev}),
-                              q.reshape({d.batch, d.tq, d.e}), k.reshape({d.batch, d.tk, d.e}),
-                              v.reshape({d.batch, d.tk, d.ev}), out.reshape({d.batch, d.tq, d.ev}),
+                              g.grad_v.view({d.batch, d.tk, d.ev}), grad_out, q, k, v, out,
                               lse.reshape({d.batch, d.tq}), causal, scale, query_offset);
       return g;
     case kCUDA: {

@@ -15,7 +15,7 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;  // query rows per block
 
-// The sizes of one call and its causal rule.
+// The sizes of one call (batch: the leading dims' product) and its causal rule.
 struct Problem {
   int64_t batch, tq, tk, e, ev, offset;
   bool causal;
@@ -25,11 +25,57 @@ struct Problem {
 };
 
 Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, Causal causal, int64_t query_offset) {
-  return {q.size(0), q.size(1), k.size(1), q.size(2), v.size(2), query_offset, causal == Causal::kYes};
+  return {q.numel() / std::max<int64_t>(1, q.size(-2) * q.size(-1)),
+          q.size(-2),
+          k.size(-2),
+          q.size(-1),
+          v.size(-1),
+          query_offset,
+          causal == Causal::kYes};
 }
 
-// t in the compute type (float, double for float64), contiguous: this tensor when it already is.
-Tensor as_acc(const Tensor& t) { return t.to(acc_dtype(t.dtype())).contiguous(); }
+// The [T, E] matrices of a [*, T, E] input, read in the compute type (float, double for
+// float64): batch entry b's row t starts at at(b) + t * rs, its elements adjacent. The
+// tensor itself where it already is such (float32 q, k and v as the heads' strided views of
+// a projection: no copy), else a converted contiguous copy.
+template <class Acc>
+struct Rows {
+  Tensor held;
+  int64_t rs = 0;
+  std::vector<int64_t> offsets;  // per batch entry, in elements
+  const Acc* at(int64_t b) const { return held.data_ptr<Acc>() + offsets[static_cast<size_t>(b)]; }
+};
+
+template <class Acc>
+Rows<Acc> rows_of(const Tensor& t) {
+  const bool usable = t.dtype() == dtype_of<Acc>() && (t.size(-1) <= 1 || t.stride(-1) == 1);
+  Rows<Acc> r{.held = usable ? t : t.to(dtype_of<Acc>()).contiguous()};
+  const Tensor& x = r.held;
+  r.rs = x.stride(-2);
+  const int64_t lead = x.dim() - 2;
+  int64_t batch = 1;
+  for (int64_t d = 0; d < lead; ++d) batch *= x.size(d);
+  r.offsets.resize(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t offset = 0;
+    for (int64_t d = lead - 1, rest = b; d >= 0; --d) {
+      offset += rest % x.size(d) * x.stride(d);
+      rest /= x.size(d);
+    }
+    r.offsets[static_cast<size_t>(b)] = offset;
+  }
+  return r;
+}
+
+// A thread's scratch of n values, kept between calls (grow-only): the score blocks would
+// otherwise be fresh pages, zeroed by the kernel, on every call.
+template <class Acc>
+Acc* scratch(int slot, int64_t n) {
+  thread_local std::vector<Acc> buffers[3];
+  std::vector<Acc>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
 
 // An operand of product(): element (r, c) at data[r * rs + c * cs].
 template <class Acc>
@@ -59,15 +105,15 @@ void product(int64_t m, int64_t n, int64_t k, Operand<Acc> a, Operand<Acc> b, Ac
   }
 }
 
-// d[r] = a_r . b_r for r < rows (rows of n values, n apart), summed in the order product()
-// sums an element of C in: a batch of 1 x 1 products.
+// d[r] = a_r . b_r for r < rows (rows of n values, as and bs apart), summed in the order
+// product() sums an element of C in: a batch of 1 x 1 products.
 template <class Acc>
-void row_dots(int64_t rows, int64_t n, const Acc* a, const Acc* b, Acc* d) {
+void row_dots(int64_t rows, int64_t n, const Acc* a, int64_t as, const Acc* b, int64_t bs, Acc* d) {
   if constexpr (std::is_same_v<Acc, float>) {
-    gemm(rows, 1, 1, n, GemmMatrix<const float>{a, n, 1, n}, GemmMatrix<const float>{b, 1, 1, n},
+    gemm(rows, 1, 1, n, GemmMatrix<const float>{a, n, 1, as}, GemmMatrix<const float>{b, 1, 1, bs},
          GemmMatrix<float>{d, 1, 1, 1}, {});
   } else {
-    for (int64_t r = 0; r < rows; ++r) product<Acc>(1, 1, n, {a + r * n, n, 1}, {b + r * n, 1, 1}, d + r, 1, 1, 0);
+    for (int64_t r = 0; r < rows; ++r) product<Acc>(1, 1, n, {a + r * as, n, 1}, {b + r * bs, 1, 1}, d + r, 1, 1, 0);
   }
 }
 
@@ -84,33 +130,31 @@ Block block_of(const Problem& p, int64_t b, int64_t block) {
 // s [rows, keys] = scale * q_block k^T: the same call in forward and backward, so the
 // backward's scores are the forward's bit for bit.
 template <class Acc>
-void scores(const Problem& p, const Block& blk, const Acc* q, const Acc* k, Acc scale, Acc* s) {
-  product<Acc>(blk.rows, blk.keys, p.e, {q + (blk.b * p.tq + blk.i0) * p.e, p.e, 1}, {k + blk.b * p.tk * p.e, 1, p.e},
-               s, blk.keys, scale, 0);
+void scores(const Block& blk, const Rows<Acc>& q, const Rows<Acc>& k, int64_t e, Acc scale, Acc* s) {
+  product<Acc>(blk.rows, blk.keys, e, {q.at(blk.b) + blk.i0 * q.rs, q.rs, 1}, {k.at(blk.b), 1, k.rs}, s, blk.keys,
+               scale, 0);
 }
 
 template <class T>
 void forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v, const Problem& p,
              double scale) {
   using Acc = acc_t<T>;
-  const Tensor qa = as_acc(q), ka = as_acc(k), va = as_acc(v);
+  const Rows<Acc> qa = rows_of<Acc>(q), ka = rows_of<Acc>(k), va = rows_of<Acc>(v);
   // float32 writes its output in place; other dtypes through an Acc buffer, rounded once.
   const Tensor oa = std::is_same_v<T, Acc> ? out : Tensor::empty(out.shape(), acc_dtype(out.dtype()));
-  const Acc* pq = qa.data_ptr<Acc>();
-  const Acc* pk = ka.data_ptr<Acc>();
-  const Acc* pv = va.data_ptr<Acc>();
   Acc* po = oa.data_ptr<Acc>();
   Acc* pl = lse.data_ptr<Acc>();
   const int64_t blocks = p.blocks();
   parallel_for(p.batch * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<Acc> s(static_cast<size_t>(kQueryBlock * p.tk)), sums(static_cast<size_t>(kQueryBlock));
+    Acc* s = scratch<Acc>(0, kQueryBlock * p.tk);
+    Acc* sums = scratch<Acc>(1, kQueryBlock);
     for (int64_t w = begin; w < end; ++w) {
       const Block blk = block_of(p, w / blocks, w % blocks);
-      scores<Acc>(p, blk, pq, pk, static_cast<Acc>(scale), s.data());
+      scores<Acc>(blk, qa, ka, p.e, static_cast<Acc>(scale), s);
       // Each row becomes exp(s - max) over the keys it sees, summed in an order fixed by
       // their count (exp_sum.h), and 0 past them.
       for (int64_t r = 0; r < blk.rows; ++r) {
-        Acc* sr = s.data() + r * blk.keys;
+        Acc* sr = s + r * blk.keys;
         const int64_t n = p.key_end(blk.i0 + r);
         const ExpSum<Acc> es = exp_sum<Acc>(sr, n, 1, sr);
         std::fill(sr + n, sr + blk.keys, Acc(0));
@@ -120,8 +164,7 @@ void forward(const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor
       // out_block [rows, Ev] = exp(s - max) v, each row divided by its sum (the division
       // last, as softmax's: equal scores average exactly).
       Acc* ob = po + (blk.b * p.tq + blk.i0) * p.ev;
-      product<Acc>(blk.rows, p.ev, blk.keys, {s.data(), blk.keys, 1}, {pv + blk.b * p.tk * p.ev, p.ev, 1}, ob, p.ev, 1,
-                   0);
+      product<Acc>(blk.rows, p.ev, blk.keys, {s, blk.keys, 1}, {va.at(blk.b), va.rs, 1}, ob, p.ev, 1, 0);
       for (int64_t r = 0; r < blk.rows; ++r) {
         Acc* orow = ob + r * p.ev;
         const Acc sum = sums[r];
@@ -137,18 +180,14 @@ template <class T>
 void backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, const Tensor& grad_out, const Tensor& q,
               const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, const Problem& p, double scale) {
   using Acc = acc_t<T>;
-  const Tensor qa = as_acc(q), ka = as_acc(k), va = as_acc(v), ga = as_acc(grad_out), oa = as_acc(out);
+  const Rows<Acc> qa = rows_of<Acc>(q), ka = rows_of<Acc>(k), va = rows_of<Acc>(v), ga = rows_of<Acc>(grad_out),
+                  oa = rows_of<Acc>(out);
   const Tensor la = lse.contiguous();
   // The gradients accumulate in Acc: in place for float32, else in buffers rounded once.
   auto acc_of = [](const Tensor& g) {
     return std::is_same_v<T, Acc> ? g : Tensor::empty(g.shape(), acc_dtype(g.dtype()));
   };
   const Tensor gq = acc_of(grad_q), gk = acc_of(grad_k), gv = acc_of(grad_v);
-  const Acc* pq = qa.data_ptr<Acc>();
-  const Acc* pk = ka.data_ptr<Acc>();
-  const Acc* pv = va.data_ptr<Acc>();
-  const Acc* pg = ga.data_ptr<Acc>();
-  const Acc* po = oa.data_ptr<Acc>();
   const Acc* pl = la.data_ptr<Acc>();
   Acc* pgq = gq.data_ptr<Acc>();
   Acc* pgk = gk.data_ptr<Acc>();
@@ -160,18 +199,21 @@ void backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, 
   // grad_k[j] = sum over blocks of scale * dS_block^T q_block, from zero (keys no row sees
   // stay 0), and grad_v the same with P and dO.
   parallel_for(p.batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<Acc> prob(static_cast<size_t>(kQueryBlock * p.tk)), ds(prob.size());
-    std::vector<Acc> delta(static_cast<size_t>(kQueryBlock));
+    Acc* prob = scratch<Acc>(0, kQueryBlock * p.tk);
+    Acc* ds = scratch<Acc>(1, kQueryBlock * p.tk);
+    Acc* delta = scratch<Acc>(2, kQueryBlock);
     for (int64_t b = begin; b < end; ++b) {
       std::fill(pgk + b * p.tk * p.e, pgk + (b + 1) * p.tk * p.e, Acc(0));
       std::fill(pgv + b * p.tk * p.ev, pgv + (b + 1) * p.tk * p.ev, Acc(0));
       for (int64_t block = 0; block < blocks; ++block) {
         const Block blk = block_of(p, b, block);
         const int64_t row0 = b * p.tq + blk.i0;
+        const Acc* q_blk = qa.at(b) + blk.i0 * qa.rs;
+        const Acc* g_blk = ga.at(b) + blk.i0 * ga.rs;
         // P = exp(s - lse), 0 past a row's keys; s - lse <= 0 as in forward (lse >= max).
-        scores<Acc>(p, blk, pq, pk, s_factor, prob.data());
+        scores<Acc>(blk, qa, ka, p.e, s_factor, prob);
         for (int64_t r = 0; r < blk.rows; ++r) {
-          Acc* pr = prob.data() + r * blk.keys;
+          Acc* pr = prob + r * blk.keys;
           const int64_t n = p.key_end(blk.i0 + r);
           const Acc l = pl[row0 + r];
 #pragma omp simd
@@ -180,24 +222,23 @@ void backward(const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v, 
         }
         // delta = rowsum(dO out), summed as dP's elements are: where a row's P is one-hot,
         // out is that key's v and dS is exactly 0.
-        row_dots<Acc>(blk.rows, p.ev, pg + row0 * p.ev, po + row0 * p.ev, delta.data());
+        row_dots<Acc>(blk.rows, p.ev, g_blk, ga.rs, oa.at(b) + blk.i0 * oa.rs, oa.rs, delta);
         // dP [rows, keys] = dO_block v^T, then dS = P (dP - delta) in place.
-        product<Acc>(blk.rows, blk.keys, p.ev, {pg + row0 * p.ev, p.ev, 1}, {pv + b * p.tk * p.ev, 1, p.ev}, ds.data(),
-                     blk.keys, 1, 0);
+        product<Acc>(blk.rows, blk.keys, p.ev, {g_blk, ga.rs, 1}, {va.at(b), 1, va.rs}, ds, blk.keys, 1, 0);
         for (int64_t r = 0; r < blk.rows; ++r) {
-          Acc* dr = ds.data() + r * blk.keys;
-          const Acc* pr = prob.data() + r * blk.keys;
+          Acc* dr = ds + r * blk.keys;
+          const Acc* pr = prob + r * blk.keys;
           const Acc dl = delta[r];
 #pragma omp simd
           for (int64_t c = 0; c < blk.keys; ++c) dr[c] = pr[c] * (dr[c] - dl);
         }
         // grad_v[:keys] += P^T dO_block; grad_k[:keys] += scale dS^T q_block; grad_q_block = scale dS k.
-        product<Acc>(blk.keys, p.ev, blk.rows, {prob.data(), 1, blk.keys}, {pg + row0 * p.ev, p.ev, 1},
-                     pgv + b * p.tk * p.ev, p.ev, 1, 1);
-        product<Acc>(blk.keys, p.e, blk.rows, {ds.data(), 1, blk.keys}, {pq + row0 * p.e, p.e, 1}, pgk + b * p.tk * p.e,
-                     p.e, s_factor, 1);
-        product<Acc>(blk.rows, p.e, blk.keys, {ds.data(), blk.keys, 1}, {pk + b * p.tk * p.e, p.e, 1}, pgq + row0 * p.e,
-                     p.e, s_factor, 0);
+        product<Acc>(blk.keys, p.ev, blk.rows, {prob, 1, blk.keys}, {g_blk, ga.rs, 1}, pgv + b * p.tk * p.ev, p.ev, 1,
+                     1);
+        product<Acc>(blk.keys, p.e, blk.rows, {ds, 1, blk.keys}, {q_blk, qa.rs, 1}, pgk + b * p.tk * p.e, p.e, s_factor,
+                     1);
+        product<Acc>(blk.rows, p.e, blk.keys, {ds, blk.keys, 1}, {ka.at(b), ka.rs, 1}, pgq + row0 * p.e, p.e, s_factor,
+                     0);
       }
     }
   });

@@ -1,6 +1,8 @@
-// CPU kernels of fused attention and its backward (kernels/attention.h). Inputs are 3-D
-// [B, T, E] views of one floating dtype on the CPU, any strides, already checked; outputs are
-// contiguous, of the right shapes and dtypes, and are overwritten (lse is acc_dtype).
+// CPU kernels of fused attention and its backward (kernels/attention.h). Inputs are [*, T, E]
+// of one floating dtype on the CPU with the same leading dims *, any strides, already
+// checked (float32 rows with adjacent elements are read in place, others converted);
+// outputs are contiguous [B, T, E] (B the leading dims' product) of the right dtypes, and
+// are overwritten (lse [B, T], acc_dtype).
 //
 // Built on dtr's GEMM (cpu/gemm.h), in blocks of 64 query rows that each see keys [0, keys)
 // (causal: up to the block's last row, so about half the products of a full [Tq, Tk] pass):
