@@ -42,11 +42,13 @@ void KeptOutputs::select() {
     products.push_back(i);
     total += entries_[i].flops;
   }
-  // FLOPs per byte, compared as cross products (exact in integers).
+  // FLOPs per byte: a correctly rounded quotient of integers, so equal ratios compare equal.
+  auto per_byte = [](const Entry& e) {
+    return static_cast<double>(e.flops) / static_cast<double>(std::max<int64_t>(e.bytes, 1));
+  };
   std::stable_sort(products.begin(), products.end(), [&](size_t a, size_t b) {
     const Entry &x = entries_[a], &y = entries_[b];
-    const __int128 lhs = static_cast<__int128>(x.flops) * y.bytes, rhs = static_cast<__int128>(y.flops) * x.bytes;
-    return lhs != rhs ? lhs > rhs : x.bytes < y.bytes;
+    return per_byte(x) != per_byte(y) ? per_byte(x) > per_byte(y) : x.bytes < y.bytes;
   });
   const double target = product_flops_ * static_cast<double>(total);
   int64_t kept = 0;
