@@ -2,7 +2,8 @@
 // path in float64 (bmm, scale, causal masked_fill, softmax, bmm; backward softmax_backward and
 // three more bmm): every floating dtype, causal or not, a shard of query rows (query_offset >
 // 0, Tq < Tk), Tq != Tk, E != Ev, leading dims [2, 3] and none, query blocks' tails (Tq
-// past 64), non-contiguous inputs, large logits, empty Tq and batch; a central finite
+// past 64), non-contiguous inputs (the heads' strided view of a projection among them),
+// large logits, empty Tq and batch; a central finite
 // difference of the float64 forward; an exact case compared bit for bit; thread-count
 // independence; typed errors.
 #include "kernels/attention.h"
@@ -195,6 +196,25 @@ TEST_CASE("attention takes non-contiguous inputs", "[attention]") {
     check_equal(gr.grad_k, gc.grad_k, "non-contiguous grad_k");
     check_equal(gr.grad_v, gc.grad_v, "non-contiguous grad_v");
     check_close(gr.grad_q, ref.grad_q, grad_tolerance(d), "transposed q grad_q");
+
+    // The heads' view of a projection, as MultiheadAttention passes them: [B, T, H, E]
+    // transposed to [B, H, T, E], rows H x E apart and the leading dims not mergeable (float32
+    // reads them in place): the same bits as contiguous copies.
+    auto heads = [&](int64_t t, int64_t e, uint64_t seed) {
+      return random_normal({2, t, 3, e}, d, seed).transpose(1, 2);
+    };
+    const Tensor hq = heads(11, 8, 21), hk = heads(19, 8, 22), hv = heads(19, 5, 23), hg = heads(11, 5, 24);
+    const AttentionOutput hr = attention(hq, hk, hv, Causal::kYes, scale, 8);
+    const AttentionOutput hc = attention(hq.contiguous(), hk.contiguous(), hv.contiguous(), Causal::kYes, scale, 8);
+    check_equal(hr.out, hc.out, "heads' view out");
+    check_equal(hr.lse, hc.lse, "heads' view lse");
+    const AttentionGrads hgr = attention_backward(hg, hq, hk, hv, hr.out.transpose(1, 2).contiguous().transpose(1, 2),
+                                                  hr.lse, Causal::kYes, scale, 8);
+    const AttentionGrads hgc = attention_backward(hg.contiguous(), hq.contiguous(), hk.contiguous(), hv.contiguous(),
+                                                  hc.out, hc.lse, Causal::kYes, scale, 8);
+    check_equal(hgr.grad_q, hgc.grad_q, "heads' view grad_q");
+    check_equal(hgr.grad_k, hgc.grad_k, "heads' view grad_k");
+    check_equal(hgr.grad_v, hgc.grad_v, "heads' view grad_v");
   }
 }
 
