@@ -34,6 +34,8 @@ class Storage {
   bool is_released() const { return impl_ && impl_->released; }
   // The same underlying storage (not merely equal bytes).
   bool is_same(const Storage& other) const { return impl_ == other.impl_; }
+  // Whether another handle (a tensor or view on the same storage) holds it too.
+  bool is_shared() const { return impl_.use_count() > 1; }
 
   // Frees the bytes; every tensor on this storage stays valid but unreadable until allocate().
   void release();

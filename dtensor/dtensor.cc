@@ -55,6 +55,10 @@ const DTensorSpec& DTensor::spec() const { return *impl().spec; }
 
 bool DTensor::is_pending() const { return impl().pending != nullptr; }
 
+bool DTensor::is_sole_owner() const {
+  return impl_.use_count() == 1 && !is_pending() && !impl().local.storage().is_shared();
+}
+
 const Tensor& DTensor::to_local() const {
   Impl& i = impl();
   if (i.pending) {

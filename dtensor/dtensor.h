@@ -45,6 +45,11 @@ class DTensor {
   bool is_pending() const;
   // The same DTensor object (not merely equal values).
   bool is_same(const DTensor& other) const { return impl_ == other.impl_; }
+  // Whether nothing but this handle can read its data: no other handle to this DTensor, no
+  // other tensor or view on its local storage, no redistribute in flight. An op may then
+  // overwrite it in place (the autograd engine hands a gradient to one backward function,
+  // which may reuse it: relu's does).
+  bool is_sole_owner() const;
 
   // This rank's part (waits for a pending redistribute first).
   const Tensor& to_local() const;

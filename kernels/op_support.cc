@@ -44,6 +44,7 @@ constexpr std::array kOps = {
     OpSupport{"silu", kFloating, kFloating},
     OpSupport{"clamp", kNumeric, kNumeric},
     OpSupport{"relu_backward", kFloating, kFloating},
+    OpSupport{"relu_backward_", kFloating, kFloating},
     OpSupport{"gelu_backward", kFloating, kFloating},
     OpSupport{"silu_backward", kFloating, kFloating},
     OpSupport{"sigmoid_backward", kFloating, kFloating},

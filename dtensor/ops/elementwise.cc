@@ -1,5 +1,7 @@
 #include "dtensor/ops/elementwise.h"
 
+#include <array>
+
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/reduce.h"
@@ -201,11 +203,22 @@ DTensor sigmoid(const DTensor& x) {
 
 // Saves its output, as torch's threshold_backward reads: relu(x) > 0 exactly where x > 0, so
 // the gradient is the same, and the input (a linear layer's result, which the next layer
-// does not read) is freed after forward.
+// does not read) is freed after forward. Its backward masks the gradient in place where
+// nothing else holds it and it is a plain buffer (the engine's gradient, placed as the
+// output, contiguous: not a broadcast view): no second buffer of the activation's size at
+// the feed-forward's backward, where a block's peak falls.
 DTensor relu(const DTensor& x) {
   return unary(
       "relu", x, {}, Saves::kOutput, [](const Tensor& t) { return relu(t); },
-      [](const DTensor& g, const DTensor& y) { return relu_backward(g, y); });
+      [](const DTensor& g, const DTensor& y) {
+        if (g.is_sole_owner() && g.spec() == y.spec() && g.to_local().is_contiguous() &&
+            !needs_grad(std::array{g, y})) {
+          Tensor local = g.to_local();
+          relu_backward_(local, y.to_local());
+          return g;
+        }
+        return relu_backward(g, y);
+      });
 }
 
 DTensor gelu(const DTensor& x, GeluApproximation approximate) {

@@ -1,12 +1,17 @@
 // Unary elementwise ops on DTensors (activations, exp/log/sqrt/rsqrt/pow, scalar division,
 // dtype casts) and the fused backward kernels as DTensor ops: gradcheck on one rank, every
 // placement combination on 1-D and 2x2 meshes against the one-rank result, forward values
-// against float64 loops written here, and the strategy a Partial input gets.
+// against float64 loops written here, the strategy a Partial input gets, and relu's backward
+// in place on a gradient nothing else holds.
 #include <cmath>
 
+#include "core/allocator.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/matmul.h"
 #include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
+#include "kernels/fill.h"
+#include "kernels/matmul.h"
 #include "tests/dtensor/op_test_util.h"
 
 namespace dtr {
@@ -193,6 +198,52 @@ TEST_CASE("unary ops: errors name the op and the inputs", "[dtensor][ops]") {
     CHECK_NOTHROW(relu_backward(g, x));
   }
   CHECK_THROWS_AS(relu_backward(x, on_one_rank(global_tensor({4, 3}, 1))), ValueError);
+}
+
+TEST_CASE("relu's backward masks a gradient nothing else holds in place, and not a shared one", "[dtensor][ops]") {
+  // h = x w [1024, 256] (1 MiB of float32) with both signs; loss = sum(relu(h) * 3): mul's
+  // backward makes relu's gradient (one buffer of h's size), relu masks it in place, and
+  // the product's backward makes x's gradient (1/64 of it): one buffer of h's size at the
+  // peak, not two.
+  constexpr int64_t rows = 1024, width = 256;
+  DTensor x = on_one_rank(global_tensor({rows, 4}, 3).to(kFloat32));
+  x.requires_grad_();
+  const DTensor w = on_one_rank(global_tensor({4, width}, 4).to(kFloat32));
+  const DTensor h = matmul(x, w);
+  const DTensor loss = sum(mul(relu(h), 3.0));
+  reset_peak_memory_stats(kCPU);
+  const int64_t before = memory_stats(kCPU).bytes_in_use;
+  loss.backward();
+  const int64_t bytes = rows * width * 4;
+  INFO("backward's peak above the start: " << memory_stats(kCPU).peak_bytes - before << " B, h " << bytes << " B");
+  CHECK(memory_stats(kCPU).peak_bytes - before < bytes + bytes / 4);
+  const Tensor hl = h.to_local();
+  testing::check_equal(x.grad().to_local(), matmul(relu_backward(full({rows, width}, 3.0), hl), w.to_local().t()),
+                       "x's gradient through the mask applied in place");
+  const Tensor signs = sub(global_tensor({1 << 16}, 3), 0.5).to(kFloat32);
+  const Tensor expected = relu_backward(full({1 << 16}, 3.0), signs);
+
+  // add's backward hands one gradient to both relus: the first must not mask it for the
+  // second (x and -x: opposite masks, so a shared mask would zero both gradients).
+  DTensor a = on_one_rank(signs), b = on_one_rank(neg(signs));
+  a.requires_grad_();
+  b.requires_grad_();
+  const DTensor three_n = on_one_rank(full({1 << 16}, 3.0));
+  sum(mul(add(relu(a), relu(b)), three_n)).backward();
+  testing::check_equal(a.grad().to_local(), expected, "a's gradient");
+  testing::check_equal(b.grad().to_local(), relu_backward(full({1 << 16}, 3.0), neg(signs)), "b's gradient");
+}
+
+TEST_CASE("is_sole_owner: no other handle, view or tensor on the storage", "[dtensor]") {
+  const DTensor x = on_one_rank(global_tensor({4, 3}, 5));
+  CHECK(x.is_sole_owner());
+  {
+    const DTensor copy = x;
+    CHECK_FALSE(x.is_sole_owner());
+  }
+  CHECK(x.is_sole_owner());
+  const Tensor view = x.to_local().narrow(0, 0, 1);
+  CHECK_FALSE(x.is_sole_owner());
 }
 
 }  // namespace

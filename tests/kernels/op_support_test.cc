@@ -96,6 +96,11 @@ std::map<std::string_view, Runner> runners() {
          Tensor y = x_of(d);
          mul_(y, 1.0);
        }},
+      {"relu_backward_",
+       [](DType d) {
+         Tensor g = x_of(d);
+         relu_backward_(g, x_of(d));
+       }},
       {"neg", unary(neg)},
       {"abs", unary(abs)},
       {"relu", unary(relu)},
