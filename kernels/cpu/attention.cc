@@ -77,27 +77,22 @@ Acc* scratch(int slot, int64_t n) {
   return b.data();
 }
 
-// An operand of product(): element (r, c) at data[r * rs + c * cs].
+// c [m, n] (rows ldc apart) = alpha * a [m, k] b [k, n] + beta * c (c not read when beta is 0),
+// a and b as gemm.h's operands (one matrix: no batch stride). Float runs dtr's GEMM (its
+// summation order; inline when called on a kernel thread, threaded otherwise); double, the
+// test dtype, a loop summing k in order.
 template <class Acc>
-struct Operand {
-  const Acc* data;
-  int64_t rs, cs;
-};
-
-// c [m, n] (rows ldc apart) = alpha * a [m, k] b [k, n] + beta * c (c not read when beta is 0).
-// Float runs dtr's GEMM (its summation order, gemm.h; inline when called on a kernel thread,
-// threaded otherwise); double, the test dtype, a loop summing k in order.
-template <class Acc>
-void product(int64_t m, int64_t n, int64_t k, Operand<Acc> a, Operand<Acc> b, Acc* c, int64_t ldc, Acc alpha,
-             Acc beta) {
+void product(int64_t m, int64_t n, int64_t k, GemmMatrix<const Acc> a, GemmMatrix<const Acc> b, Acc* c, int64_t ldc,
+             Acc alpha, Acc beta) {
   if constexpr (std::is_same_v<Acc, float>) {
-    gemm(1, m, n, k, GemmMatrix<const float>{a.data, a.rs, a.cs, 0}, GemmMatrix<const float>{b.data, b.rs, b.cs, 0},
-         GemmMatrix<float>{c, ldc, 1, 0}, {.alpha = alpha, .beta = beta});
+    gemm(1, m, n, k, a, b, GemmMatrix<float>{c, ldc}, {.alpha = alpha, .beta = beta});
   } else {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) {
         Acc sum = 0;
-        for (int64_t l = 0; l < k; ++l) sum += a.data[i * a.rs + l * a.cs] * b.data[l * b.rs + j * b.cs];
+        for (int64_t l = 0; l < k; ++l) {
+          sum += a.data[i * a.row_stride + l * a.col_stride] * b.data[l * b.row_stride + j * b.col_stride];
+        }
         Acc& out = c[i * ldc + j];
         out = beta == 0 ? alpha * sum : alpha * sum + beta * out;
       }

@@ -3,16 +3,16 @@
 // checkpoint_wrapper on the same model in the same run. For each rank count and sequence
 // length, four policies: none, every 2nd block (--activation-checkpoint full --ac-every 2:
 // blocks 0 and 2), selective (every block, keeping attention's and collectives' results and
-// the products holding half their FLOPs) and full (every block); --parallel fsdp, or none on 1 rank. One row per
-// run: the median ms/step after the warm-up and its range, tokens/s at the median, peak MiB
-// per rank, activations MiB and the rest of the peak, with the changes against none; then
-// PyTorch's figures for the same policy and dtr's tokens/s over PyTorch's. Activations are
-// the memory that grows with the batch: every policy also runs with 2 sequences per rank
-// instead of 8 (as many steps; PyTorch's too), its peak is linear in the sequences (the rest:
-// parameters, gradients, optimizer state, and fully_shard's gathered parameters, unsharded
-// gradients and buffers, which do not depend on the batch), so activations = (peak at 8 -
-// peak at 2) x 8 / 6. The goals: full cuts activations by at least 60% for at most
-// 35% more step time, selective by at least 40% for at most 15%.
+// the products holding half their FLOPs) and full (every block); --parallel fsdp, or none on 1
+// rank. One row per run: the median ms/step after the warm-up and its range, tokens/s at the
+// median, peak MiB per rank, activations MiB and the rest of the peak, with the changes
+// against none; then PyTorch's figures for the same policy and dtr's tokens/s over PyTorch's.
+// Activations are the memory that grows with the batch: every policy also runs with 2
+// sequences per rank instead of 8 (as many steps; PyTorch's too), its peak is linear in the
+// sequences (the rest: parameters, gradients, optimizer state, and fully_shard's gathered
+// parameters, unsharded gradients and buffers, which do not depend on the batch), so
+// activations = (peak at 8 - peak at 2) x 8 / 6. The goals: full cuts activations by
+// at least 60% for at most 35% more step time, selective by at least 40% for at most 15%.
 // Then, per rank count and sequence length, the largest model each policy trains within
 // --budget-mib per rank: every policy also runs at 2 layers (dtr only), its peak grows
 // linearly in the layers (each block adds its parameters' share, their gradients and
@@ -27,9 +27,10 @@
 //                                      --svg PATH]
 //
 // PyTorch's side is tools/bench/peers/ac_peer.py (checkpoint_wrapper on the blocks, with
-// torchtitan's selective policy through create_selective_checkpoint_contexts, then fully_shard on more than one rank).
-// Its CPU allocator keeps no peak, so its memory columns are the process's resident set (ac_peer.py says how), marked
-// "(RSS)": compare their changes against none with dtr's, not their MiB. Its columns show '-' when torch is missing.
+// torchtitan's selective policy through create_selective_checkpoint_contexts, then
+// fully_shard on more than one rank). Its CPU allocator keeps no peak, so its memory columns
+// are the process's resident set (ac_peer.py says how), marked "(RSS)": compare their
+// changes against none with dtr's, not their MiB. Its columns show '-' when torch is missing.
 #include <fmt/format.h>
 #include <unistd.h>
 
