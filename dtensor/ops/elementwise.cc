@@ -32,17 +32,34 @@ AppliedStrategy choose_binary(std::string_view op, const DTensor& a, const DTens
   return apply_strategy(op, inputs, expand_strategies(per_dim, a.mesh().ndim()));
 }
 
+// The tensors a binary op's backward reads besides the output gradient and the inputs'
+// shapes. Only these are saved: a residual add that held its inputs would keep the branch's
+// output alive until backward.
+struct BinarySaves {
+  bool a = false, b = false, out = false;
+};
+
+// What a binary op's backward gets: the inputs' shapes, and the tensors its BinarySaves
+// named (as moved, detached; undefined where not named).
+struct BinarySaved {
+  Shape a_shape, b_shape;
+  DTensor a, b, out;
+};
+
 // Runs a binary op: chooses placements, applies `kernel` to the locals, records `backward`
-// (which receives the op's inputs as moved, detached, and its output, detached).
+// (which receives the BinarySaved that `saves` asks for).
 template <class Kernel, class Backward>
-DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPartials partials, Kernel kernel,
-               Backward backward) {
+DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPartials partials, BinarySaves saves,
+               Kernel kernel, Backward backward) {
   const Shape out = broadcast_shapes(a.shape(), b.shape(), op);
   AppliedStrategy s = choose_binary(op, a, b, out, partials);
   DTensor y = make_output(kernel(s.inputs[0].to_local(), s.inputs[1].to_local()), a.mesh(), s.strategy.outputs[0], out);
+  BinarySaved saved{.a_shape = a.shape(), .b_shape = b.shape()};
+  if (saves.a) saved.a = s.inputs[0].detach();
+  if (saves.b) saved.b = s.inputs[1].detach();
+  if (saves.out) saved.out = y.detach();
   record(std::string(op), s.inputs, std::span(&y, 1),
-         [x0 = s.inputs[0].detach(), x1 = s.inputs[1].detach(), yd = y.detach(),
-          backward](const std::vector<DTensor>& g) { return backward(g[0], x0, x1, yd); });
+         [saved = std::move(saved), backward](const std::vector<DTensor>& g) { return backward(g[0], saved); });
   return y;
 }
 
@@ -102,36 +119,38 @@ DTensor sum_to_shape(const DTensor& g, const Shape& shape) {
 
 DTensor add(const DTensor& a, const DTensor& b) {
   return binary(
-      "add", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return add(x, y); },
-      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
-        return std::vector<DTensor>{sum_to_shape(g, x.shape()), sum_to_shape(g, y.shape())};
+      "add", a, b, BinaryPartials::kBoth, {}, [](const Tensor& x, const Tensor& y) { return add(x, y); },
+      [](const DTensor& g, const BinarySaved& s) {
+        return std::vector<DTensor>{sum_to_shape(g, s.a_shape), sum_to_shape(g, s.b_shape)};
       });
 }
 
 DTensor sub(const DTensor& a, const DTensor& b) {
   return binary(
-      "sub", a, b, BinaryPartials::kBoth, [](const Tensor& x, const Tensor& y) { return sub(x, y); },
-      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
-        return std::vector<DTensor>{sum_to_shape(g, x.shape()), neg(sum_to_shape(g, y.shape()))};
+      "sub", a, b, BinaryPartials::kBoth, {}, [](const Tensor& x, const Tensor& y) { return sub(x, y); },
+      [](const DTensor& g, const BinarySaved& s) {
+        return std::vector<DTensor>{sum_to_shape(g, s.a_shape), neg(sum_to_shape(g, s.b_shape))};
       });
 }
 
 DTensor mul(const DTensor& a, const DTensor& b) {
   return binary(
-      "mul", a, b, BinaryPartials::kEither, [](const Tensor& x, const Tensor& y) { return mul(x, y); },
-      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor&) {
+      "mul", a, b, BinaryPartials::kEither, {.a = true, .b = true},
+      [](const Tensor& x, const Tensor& y) { return mul(x, y); },
+      [](const DTensor& g, const BinarySaved& s) {
         // d(x*y)/dx = y, d(x*y)/dy = x; each summed over what it was broadcast along.
-        return std::vector<DTensor>{sum_to_shape(mul(g, y), x.shape()), sum_to_shape(mul(g, x), y.shape())};
+        return std::vector<DTensor>{sum_to_shape(mul(g, s.b), s.a_shape), sum_to_shape(mul(g, s.a), s.b_shape)};
       });
 }
 
 DTensor div(const DTensor& a, const DTensor& b) {
   return binary(
-      "div", a, b, BinaryPartials::kLeft, [](const Tensor& x, const Tensor& y) { return div(x, y); },
-      [](const DTensor& g, const DTensor& x, const DTensor& y, const DTensor& out) {
+      "div", a, b, BinaryPartials::kLeft, {.b = true, .out = true},
+      [](const Tensor& x, const Tensor& y) { return div(x, y); },
+      [](const DTensor& g, const BinarySaved& s) {
         // d(x/y)/dx = 1/y; d(x/y)/dy = -x/y^2 = -out/y.
-        return std::vector<DTensor>{sum_to_shape(div(g, y), x.shape()),
-                                    neg(sum_to_shape(div(mul(g, out), y), y.shape()))};
+        return std::vector<DTensor>{sum_to_shape(div(g, s.b), s.a_shape),
+                                    neg(sum_to_shape(div(mul(g, s.out), s.b), s.b_shape))};
       });
 }
 

@@ -1,5 +1,6 @@
 // Elementwise arithmetic, sum and the view ops they need, on DTensors: gradcheck on one rank,
 // then every placement combination on 1-D and 2x2 meshes against the one-rank result.
+#include "core/allocator.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
@@ -86,6 +87,29 @@ TEST_CASE("StridedShard inputs: elementwise ops and casts keep the placement, mo
       CHECK(testing::to_f64(cast.full_tensor()) == testing::to_f64(a.to(kFloat32)));
     }
   });
+}
+
+TEST_CASE("a binary op keeps for backward only what its derivative reads", "[dtensor][ops]") {
+  // Two branches of 1 MiB made from x and dropped after the op: what stays in use is the
+  // output and what the op saved. add and sub read only the shapes (a residual add must not
+  // keep its branch alive), mul both inputs, div the divisor and its output.
+  constexpr int64_t rows = 1024, width = 256, bytes = rows * width * 4;
+  DTensor x = distribute_tensor(global_tensor({rows, width}, 9).to(kFloat32), single_rank_mesh(), {Replicate()});
+  x.requires_grad_();
+  using Op = DTensor (*)(const DTensor&, const DTensor&);
+  const std::pair<Op, int64_t> ops[] = {{&add, 1}, {&sub, 1}, {&mul, 3}, {&div, 2}};
+  const char* names[] = {"add", "sub", "mul", "div"};
+  for (size_t i = 0; i < std::size(ops); ++i) {
+    INFO(names[i]);
+    const int64_t before = memory_stats(kCPU).bytes_in_use;
+    const DTensor y = ops[i].first(mul(x, 2.0), add(mul(x, x), 1.0));
+    const int64_t held = memory_stats(kCPU).bytes_in_use - before;
+    CHECK(held >= ops[i].second * bytes);
+    CHECK(held < ops[i].second * bytes + bytes / 4);
+    sum(y).backward();  // the saved tensors suffice: the gradient is gradcheck's (above)
+    CHECK(x.grad().defined());
+    x.set_grad(DTensor());
+  }
 }
 
 }  // namespace
