@@ -96,7 +96,7 @@ std::vector<DTensor> Node::apply(std::vector<DTensor> grad_outputs) {
     DTensor replaced = hook.second(grad_outputs[hook.first]);
     if (replaced.defined()) grad_outputs[hook.first] = replaced;
   }
-  return backward_(grad_outputs);
+  return backward_(std::move(grad_outputs));
 }
 
 void Node::add_pre_hook(int id, size_t output_nr, std::function<DTensor(const DTensor&)> hook) {
@@ -154,7 +154,7 @@ void queue_callback(std::function<void()> callback) {
 namespace {
 
 // Runs the nodes reachable from the roots (run_backward without its callbacks).
-void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
+void run_graph(std::vector<DTensor> roots, std::vector<DTensor> gradients, RetainGraph retain_graph) {
   // Seed the roots' gradients.
   struct Pending {
     std::vector<DTensor> grads;
@@ -192,6 +192,8 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
     }
     seeds.emplace_back(edge_of(root), g);
   }
+  roots.clear();
+  gradients.clear();
   // Count, for every node reachable from the roots, the edges that lead into it.
   std::vector<Node*> stack;
   std::unordered_map<Node*, bool> seen;
@@ -227,6 +229,7 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
   for (auto& [edge, g] : seeds) {
     if (!edge.node) continue;
     deliver(edge, g);
+    g = DTensor();  // the node's pending gradients hold it now, until the node runs
   }
   for (auto& [edge, g] : seeds) {
     if (edge.node && pending[edge.node.get()].dependencies == 0) {
@@ -266,7 +269,7 @@ void run_graph(std::span<const DTensor> roots, std::span<const DTensor> gradient
 
 }  // namespace
 
-void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph) {
+void run_backward(std::vector<DTensor> roots, std::vector<DTensor> gradients, RetainGraph retain_graph) {
   DTR_CHECK(gradients.empty() || gradients.size() == roots.size(), ValueError, "backward: {} gradients for {} roots",
             gradients.size(), roots.size());
   struct Frame {  // the callbacks of this backward, dropped if it throws
@@ -276,7 +279,7 @@ void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradi
   std::vector<std::function<void()>> callbacks;
   {
     const Frame frame;
-    run_graph(roots, gradients, retain_graph);
+    run_graph(std::move(roots), std::move(gradients), retain_graph);
     callbacks = std::move(t_callbacks.back());
   }
   for (const std::function<void()>& callback : callbacks) callback();

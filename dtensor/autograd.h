@@ -22,8 +22,11 @@
 namespace dtr {
 
 // Maps the gradients of a node's outputs (all defined: missing ones are zeros) to those
-// of its inputs (one per input; undefined where an input gets none).
-using BackwardFn = std::function<std::vector<DTensor>(const std::vector<DTensor>& grad_outputs)>;
+// of its inputs (one per input; undefined where an input gets none). The gradients are
+// the function's own (an op's lambda may still take them by const reference): one that
+// seeds a backward of its own with them (activation checkpointing's recompute) hands them
+// on and they are freed as that backward runs.
+using BackwardFn = std::function<std::vector<DTensor>(std::vector<DTensor> grad_outputs)>;
 
 // Where a gradient goes: input `input_nr` of `node`.
 struct Edge {
@@ -112,8 +115,10 @@ void record(std::string name, std::span<const DTensor> inputs, std::span<DTensor
 // Backpropagates from roots with the given gradients (empty: each root holds one element
 // and gets a gradient of one; a Partial(avg) root's terms each get 1/n). Each node's saved
 // tensors are released once it has run (memory falls during backward) unless
-// RetainGraph::kYes.
-void run_backward(std::span<const DTensor> roots, std::span<const DTensor> gradients, RetainGraph retain_graph);
+// RetainGraph::kYes. The engine lets go of the roots and gradients once it has seeded the
+// roots' nodes: a caller that moves its only handles in frees them as the backward runs
+// (a root's node needs its gradient, not the root's values).
+void run_backward(std::vector<DTensor> roots, std::vector<DTensor> gradients, RetainGraph retain_graph);
 
 // Runs `callback` once the backward running on this thread has run its last node
 // (PyTorch's Variable._execution_engine.queue_callback): for work that must happen once per

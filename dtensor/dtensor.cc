@@ -113,7 +113,7 @@ const std::shared_ptr<Node>& DTensor::grad_fn() const { return impl().grad_fn; }
 void DTensor::backward(DTensor gradient, RetainGraph retain_graph) const {
   std::vector<DTensor> gradients;
   if (gradient.defined()) gradients.push_back(std::move(gradient));
-  run_backward(std::span(this, 1), gradients, retain_graph);
+  run_backward({*this}, std::move(gradients), retain_graph);
 }
 
 DTensor DTensor::detach() const {

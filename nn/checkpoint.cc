@@ -32,8 +32,10 @@ struct Saved {
 // The recompute: forward again from the saved inputs with grad on and the seed state of the
 // first run, then backward from the outputs that carry gradients. The inputs' gradients,
 // as they arrived (no move to the inputs' placements: the ops before take them as any
-// gradient).
-std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_outputs) {
+// gradient). The outputs and their gradients are handed to the backward, which frees them
+// as it runs: the recomputed outputs' values are the first call's, which the graph above
+// already used, and the gradients are the engine's, given to this node alone.
+std::vector<DTensor> recompute(Saved& saved, std::vector<DTensor> grad_outputs) {
   saved.recomputed = true;
   Values inputs;
   inputs.reserve(saved.inputs.size());  // the hooks below point into it
@@ -65,10 +67,12 @@ std::vector<DTensor> recompute(Saved& saved, const std::vector<DTensor>& grad_ou
   std::vector<DTensor> roots, gradients;
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!outputs[k].defined() || !outputs[k].requires_grad()) continue;
-    roots.push_back(outputs[k]);
-    gradients.push_back(grad_outputs[k]);
+    roots.push_back(std::move(outputs[k]));
+    gradients.push_back(std::move(grad_outputs[k]));
   }
-  if (!roots.empty()) run_backward(roots, gradients, RetainGraph::kNo);
+  outputs.clear();
+  grad_outputs.clear();
+  if (!roots.empty()) run_backward(std::move(roots), std::move(gradients), RetainGraph::kNo);
   std::vector<DTensor> out;
   for (size_t i = 0; i < inputs.size(); ++i) out.push_back(saved.differentiable[i] ? inputs[i].grad() : DTensor());
   out.push_back(DTensor());  // the anchor's
@@ -128,7 +132,7 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
     }
     recorded.push_back(*anchor);
     record("checkpoint(" + name + ")", recorded, outputs,
-           [saved](const std::vector<DTensor>& grad_outputs) { return recompute(*saved, grad_outputs); });
+           [saved](std::vector<DTensor> grad_outputs) { return recompute(*saved, std::move(grad_outputs)); });
     return outputs;
   });
 }

@@ -617,7 +617,7 @@ void FSDPModule::reduce_unreached_from(uint64_t sequence_nr) {
       roots.push_back(p->gathered);
       zero_grads.emplace_back(dtr::zeros(spec.local_shape(), spec.dtype(), spec.mesh().device()), spec);
     }
-    run_backward(roots, zero_grads, RetainGraph::kNo);
+    run_backward(std::move(roots), std::move(zero_grads), RetainGraph::kNo);
   }
 }
 

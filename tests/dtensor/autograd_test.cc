@@ -191,6 +191,27 @@ TEST_CASE("saved tensors are released as backward runs: memory falls", "[autogra
   CHECK(at_first_node < after_forward - 4 * n * 8);
 }
 
+TEST_CASE("run_backward lets go of the roots and gradients moved into it", "[autograd][memory]") {
+  // A nested backward (activation checkpointing's recompute) seeds its roots with the only
+  // handles to a block's output and incoming gradient: neither is held once the seeds are
+  // delivered. When x's hook runs, what is in use beyond x is its gradient alone.
+  const int64_t n = 1 << 18, bytes = n * 8;
+  DTensor x = leaf(full({n}, 1.5, kFloat64));
+  int64_t at_leaf = -1;
+  x.register_hook([&](const DTensor& g) {
+    at_leaf = memory_stats(kCPU).bytes_in_use;
+    return g;
+  });
+  const int64_t before = memory_stats(kCPU).bytes_in_use;
+  std::vector<DTensor> roots{mul(x, 2.0)};  // saves nothing
+  std::vector<DTensor> gradients{DTensor(full({n}, 1.0, kFloat64), roots[0].spec())};
+  run_backward(std::move(roots), std::move(gradients), RetainGraph::kNo);
+  INFO("bytes in use above x's when its hook ran: " << at_leaf - before);
+  CHECK(at_leaf >= before + bytes);
+  CHECK(at_leaf < before + bytes + bytes / 4);
+  CHECK(to_f64(x.grad().to_local()) == std::vector<double>(n, 2.0));
+}
+
 TEST_CASE("autograd errors name what went wrong", "[autograd][errors]") {
   DTensor x = leaf(Tensor::from_vector<double>({1, 2}));
   CHECK_THROWS_WITH(mul(x, 2.0).backward(), Catch::Contains("2 elements") && Catch::Contains("loss"));
