@@ -82,7 +82,7 @@ std::vector<DTensor> recompute(Saved& saved, std::vector<DTensor> grad_outputs) 
 }  // namespace
 
 CheckpointOptions selective_policy() {
-  return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}, .product_flops = 0.5};
+  return {.keep_ops = {kKeepableOps.begin(), kKeepableOps.end()}, .product_flops = 0.25};
 }
 
 void checkpoint(Module& module, const CheckpointOptions& options) {

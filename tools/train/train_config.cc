@@ -182,7 +182,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   add_choice(app, "--activation-checkpoint", c.activation_checkpoint, kActivationCheckpoints,
              "none (keep every block's activations for backward), full (keep only the checkpointed blocks' inputs "
              "and recompute their forward in backward), selective (keep their inputs and the results of "
-             "attention, collectives and the matrix products holding half their FLOPs at the fewest bytes, "
+             "attention, collectives and the matrix products holding a quarter of their FLOPs at the fewest bytes, "
              "recompute the rest; "
              "docs/activation_checkpointing.md)")
       ->group("Parallelism");
