@@ -1,0 +1,101 @@
+// kernels/block_reduce.h: the canonical tree against a recursive definition written here, on
+// numbers whose sum depends on the order; the tensor tree adds position by position; the
+// row blocks of each shape; the mode's switch.
+#include "kernels/block_reduce.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/fill.h"
+
+namespace dtr {
+namespace {
+
+// The tree by its definition: node (j, k) covers [k 2^j, (k + 1) 2^j) of the n leaves, the
+// sum of its children, or its one non-empty child.
+double node(const std::vector<double>& x, int64_t first, int64_t width) {
+  const auto n = static_cast<int64_t>(x.size());
+  if (width == 1) return x[static_cast<size_t>(first)];
+  const int64_t half = width / 2;
+  if (first + half >= n) return node(x, first, half);
+  return node(x, first, half) + node(x, first + half, half);
+}
+
+double by_definition(const std::vector<double>& x) {
+  int64_t width = 1;
+  while (width < static_cast<int64_t>(x.size())) width *= 2;
+  return node(x, 0, width);
+}
+
+// One, then numbers about half of one's last bit (some negative): added to one alone each
+// rounds away, added to each other first they count, so the order decides the result.
+std::vector<double> awkward(int64_t n) {
+  std::vector<double> x{1.0};
+  for (int64_t i = 1; i < n; ++i) {
+    x.push_back(std::ldexp(1.0 + static_cast<double>(i % 4) / 8.0, -53) * (i % 5 == 4 ? -1.0 : 1.0));
+  }
+  return x;
+}
+
+TEST_CASE("tree_sum combines leaves in the canonical tree, for every count", "[kernels][block_reduce]") {
+  for (int64_t n = 1; n <= 40; ++n) {
+    INFO("leaves " << n);
+    const std::vector<double> x = awkward(n);
+    CHECK(tree_sum(std::span<const double>(x)) == by_definition(x));
+    // Tensors: each leaf [value, -value] as float64; undefined positions stay undefined.
+    const std::vector<Tensor> sums = tree_sum(n, [&](int64_t i) {
+      const double v = x[static_cast<size_t>(i)];
+      return std::vector<Tensor>{Tensor::from_vector<double>({v, -v}), Tensor()};
+    });
+    CHECK(sums[0].data_ptr<double>()[0] == by_definition(x));
+    CHECK(sums[0].data_ptr<double>()[1] == -by_definition(x));
+    CHECK_FALSE(sums[1].defined());
+  }
+  // The canonical tree is not the left-to-right sum (so a test that finds it cannot pass by
+  // accident): on these leaves they differ.
+  const std::vector<double> x = awkward(7);
+  double left_to_right = 0.0;
+  for (double v : x) left_to_right += v;
+  CHECK(left_to_right != by_definition(x));
+  CHECK(tree_sum(std::span<const double>()) == 0.0);
+  CHECK_THROWS_WITH(tree_sum(0, [](int64_t) { return std::vector<Tensor>{}; }), Catch::Contains("tree_sum: 0 leaves"));
+}
+
+TEST_CASE("a node of the tree is the tree over its own leaves: a rank's half sums as one rank does",
+          "[kernels][block_reduce]") {
+  // 8 leaves on one rank, or 4 and 4 on two: the same bits.
+  const std::vector<double> x = awkward(8);
+  const std::vector<double> left(x.begin(), x.begin() + 4), right(x.begin() + 4, x.end());
+  CHECK(tree_sum(std::span<const double>(left)) + tree_sum(std::span<const double>(right)) ==
+        tree_sum(std::span<const double>(x)));
+}
+
+TEST_CASE("block_rows: a sequence per block, off by default", "[kernels][block_reduce]") {
+  CHECK(deterministic_block_tokens() == 0);
+  CHECK(block_rows({4, 16, 32}, 2, "op") == 0);
+  set_deterministic_block_tokens(16);
+  CHECK(block_rows({4, 16, 32}, 2, "op") == 16);  // [sequences, tokens, features]: a sequence's rows
+  CHECK(block_rows({4, 16, 32}, 1, "op") == 1);   // over sequences only: one entry each
+  CHECK(block_rows({64, 32}, 1, "op") == 16);     // [tokens, features]: 16 rows
+  CHECK_THROWS_WITH(block_rows({40, 32}, 1, "my_op"),
+                    Catch::Contains("my_op: --deterministic sums blocks of one sequence (16 tokens)"));
+  // reduce_rows: one call per block, or one call when off.
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  auto count = [&](int64_t first, int64_t n) {
+    calls.emplace_back(first, n);
+    return std::vector<Tensor>{full({1}, static_cast<double>(n), kFloat64)};
+  };
+  CHECK(reduce_rows(64, 16, count)[0].data_ptr<double>()[0] == 64.0);
+  CHECK(calls == std::vector<std::pair<int64_t, int64_t>>{{0, 16}, {16, 16}, {32, 16}, {48, 16}});
+  set_deterministic_block_tokens(0);
+  CHECK(block_rows({64, 32}, 1, "op") == 0);
+  calls.clear();
+  CHECK(reduce_rows(64, 0, count)[0].data_ptr<double>()[0] == 64.0);
+  CHECK(calls == std::vector<std::pair<int64_t, int64_t>>{{0, 64}});
+  CHECK_THROWS_WITH(set_deterministic_block_tokens(-1), Catch::Contains("legal: 0 (off) or more"));
+}
+
+}  // namespace
+}  // namespace dtr
