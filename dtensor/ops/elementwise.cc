@@ -104,12 +104,7 @@ DTensor fused_backward(std::string_view op, const DTensor& grad, const DTensor& 
 DTensor sum_to_shape(const DTensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
-  DTensor r = g;
-  if (lead > 0) {
-    std::vector<int64_t> dims(lead);
-    for (int64_t d = 0; d < lead; ++d) dims[d] = d;
-    r = sum(r, dims, KeepDim::kNo);
-  }
+  DTensor r = lead > 0 ? sum_leading(g, lead) : g;
   std::vector<int64_t> ones;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
     if (shape[d] == 1 && r.shape()[d] != 1) ones.push_back(d);

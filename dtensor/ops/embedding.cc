@@ -2,6 +2,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
+#include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/fill.h"
@@ -30,7 +31,9 @@ Tensor masked_lookup(const Tensor& weight, const Tensor& indices, int64_t row0, 
   return masked_fill(embedding(weight, clamped), ne(shifted, clamped).unsqueeze(-1), 0.0);
 }
 
-// grad_weight [V, D] from grad [*, D] (rules: docs/sharding_rules.md). Not differentiable.
+// grad_weight [V, D] from grad [*, D] (rules: docs/sharding_rules.md); under --deterministic
+// one scatter per sequence into its own [V, D], summed in kernels/block_reduce.h's tree. Not
+// differentiable.
 DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t num_weights) {
   const int64_t nd = indices.dim();
   std::vector<DimStrategy> per_dim;
@@ -40,8 +43,20 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
   add_linear_partials(per_dim, 2, 0);
   const DTensor inputs[] = {grad, indices};
   AppliedStrategy s = apply_strategy("embedding backward", inputs, expand_strategies(per_dim, grad.mesh().ndim()));
-  return make_output(embedding_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), num_weights), grad.mesh(),
-                     s.strategy.outputs[0], {num_weights, grad.size(-1)});
+  const Tensor& g = s.inputs[0].to_local();
+  const Tensor& idx = s.inputs[1].to_local();
+  const int64_t block = block_rows(g.shape(), nd, "embedding backward");
+  Tensor local;
+  if (block == 0) {
+    local = embedding_backward(g, idx, num_weights);
+  } else {
+    const int64_t tokens = idx.numel();
+    const Tensor g_rows = g.reshape({tokens, g.size(-1)}), idx_rows = idx.reshape({tokens});
+    local = reduce_rows(tokens, block, [&](int64_t first, int64_t n) {
+      return std::vector{embedding_backward(g_rows.narrow(0, first, n), idx_rows.narrow(0, first, n), num_weights)};
+    })[0];
+  }
+  return make_output(std::move(local), grad.mesh(), s.strategy.outputs[0], {num_weights, grad.size(-1)});
 }
 
 }  // namespace

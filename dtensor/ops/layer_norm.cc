@@ -4,10 +4,35 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
+#include "kernels/block_reduce.h"
 #include "kernels/layer_norm.h"
 
 namespace dtr {
 namespace {
+
+// The local backward; under --deterministic one call per sequence, the weight and bias
+// gradients summed in kernels/block_reduce.h's tree.
+LayerNormGrads local_backward(const Tensor& grad_y, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                              const std::optional<Tensor>& weight) {
+  const int64_t block = block_rows(x.shape(), mean.dim(), "layer_norm backward");
+  if (block == 0) return layer_norm_backward(grad_y, x, mean, rstd, weight);
+  const int64_t rows = mean.numel();
+  Shape flat(x.shape().begin() + mean.dim(), x.shape().end());
+  flat.insert(flat.begin(), rows);
+  const Tensor gy = grad_y.reshape(flat), xs = x.reshape(flat), means = mean.reshape({rows}),
+               rstds = rstd.reshape({rows});
+  LayerNormGrads g{.grad_x = Tensor::empty(flat, x.dtype(), x.device())};
+  std::vector<Tensor> params = reduce_rows(rows, block, [&](int64_t first, int64_t n) {
+    LayerNormGrads b = layer_norm_backward(gy.narrow(0, first, n), xs.narrow(0, first, n), means.narrow(0, first, n),
+                                           rstds.narrow(0, first, n), weight);
+    g.grad_x.narrow(0, first, n).copy_(b.grad_x);
+    return std::vector{std::move(b.grad_weight), std::move(b.grad_bias)};
+  });
+  g.grad_x = g.grad_x.view(x.shape());
+  g.grad_weight = std::move(params[0]);
+  g.grad_bias = std::move(params[1]);
+  return g;
+}
 
 // {grad_x, grad_weight, grad_bias} from the saved x, mean, rstd and weight (rules:
 // docs/sharding_rules.md, "layer_norm"). Not differentiable.
@@ -27,8 +52,8 @@ std::array<DTensor, 3> layer_norm_backward(const DTensor& grad_y, const DTensor&
   AppliedStrategy s = apply_strategy("layer_norm backward", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   std::optional<Tensor> w;
   if (weight) w = s.inputs[4].to_local();
-  LayerNormGrads g = layer_norm_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), s.inputs[2].to_local(),
-                                         s.inputs[3].to_local(), w);
+  const LayerNormGrads g =
+      local_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), s.inputs[2].to_local(), s.inputs[3].to_local(), w);
   const Shape normalized(x.shape().begin() + mean.dim(), x.shape().end());
   const std::vector<Placements>& out = s.strategy.outputs;
   return {make_output(std::move(g.grad_x), x.mesh(), out[0], x.shape()),

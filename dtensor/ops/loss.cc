@@ -11,6 +11,7 @@
 #include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
+#include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
 #include "kernels/matmul.h"
@@ -172,6 +173,29 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
   return r;
 }
 
+// linear_cross_entropy_local; under --deterministic one call per sequence, the loss and the
+// weight and bias gradients summed in kernels/block_reduce.h's tree.
+LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                     const Tensor& target, int64_t ignore_index, double scale,
+                                                     double label_smoothing, const std::array<bool, 3>& need) {
+  const int64_t block = block_rows(x.shape(), 1, "linear_cross_entropy");
+  if (block == 0) {
+    return linear_cross_entropy_local(x, weight, bias, target, ignore_index, scale, label_smoothing, need);
+  }
+  LinearCrossEntropyLocal r;
+  if (need[0]) r.grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
+  std::vector<Tensor> sums = reduce_rows(x.size(0), block, [&](int64_t first, int64_t n) {
+    LinearCrossEntropyLocal b = linear_cross_entropy_local(
+        x.narrow(0, first, n), weight, bias, target.narrow(0, first, n), ignore_index, scale, label_smoothing, need);
+    if (need[0]) r.grad_x.narrow(0, first, n).copy_(b.grad_x);
+    return std::vector{std::move(b.loss), std::move(b.grad_weight), std::move(b.grad_bias)};
+  });
+  r.loss = std::move(sums[0]);
+  r.grad_weight = std::move(sums[1]);
+  r.grad_bias = std::move(sums[2]);
+  return r;
+}
+
 }  // namespace
 
 DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const std::optional<DTensor>& bias,
@@ -205,7 +229,7 @@ DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const std:
   const bool grads = needs_grad(s.inputs);
   const std::array<bool, 3> need{grads && s.inputs[0].requires_grad(), grads && s.inputs[1].requires_grad(),
                                  grads && bias && s.inputs[3].requires_grad()};
-  LinearCrossEntropyLocal local = linear_cross_entropy_local(
+  LinearCrossEntropyLocal local = linear_cross_entropy_blocked(
       s.inputs[0].to_local(), s.inputs[1].to_local(), bias ? s.inputs[3].to_local() : Tensor(), s.inputs[2].to_local(),
       ignore_index, 1.0 / count, label_smoothing, need);
   const DeviceMesh& mesh = x.mesh();

@@ -5,6 +5,7 @@
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/view_ops.h"
+#include "kernels/block_reduce.h"
 #include "kernels/matmul.h"
 
 namespace dtr {
@@ -42,7 +43,8 @@ Tensor local_matmul(const Tensor& a, const Tensor& b) {
 }
 
 // a [*, K]^T g [*, N] summed over every leading index -> [K, N]: the weight gradient of a
-// product with a 2-D right operand (rules: docs/sharding_rules.md, "matmul"). Not
+// product with a 2-D right operand (rules: docs/sharding_rules.md, "matmul"); under
+// --deterministic a product per sequence, summed in kernels/block_reduce.h's tree. Not
 // differentiable (backward only).
 DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   const int64_t nd = a.dim();
@@ -57,7 +59,12 @@ DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   const Tensor& al = s.inputs[0].to_local();
   const Tensor& gl = s.inputs[1].to_local();
   const int64_t rows = leading_numel(al, 1);
-  Tensor local = matmul(al.reshape({rows, al.size(-1)}).t(), gl.reshape({rows, gl.size(-1)}));
+  const Tensor a_rows = al.reshape({rows, al.size(-1)});
+  const Tensor g_rows = gl.reshape({rows, gl.size(-1)});
+  Tensor local = reduce_rows(rows, block_rows(al.shape(), al.dim() - 1, "matmul backward (weight)"),
+                             [&](int64_t first, int64_t n) {
+                               return std::vector{matmul(a_rows.narrow(0, first, n).t(), g_rows.narrow(0, first, n))};
+                             })[0];
   return make_output(std::move(local), a.mesh(), s.strategy.outputs[0], {a.size(-1), g.size(-1)});
 }
 

@@ -19,6 +19,10 @@ namespace dtr {
 
 // Sum over `dims` (empty: every dim).
 DTensor sum(const DTensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
+// sum over the first `lead` dims, a batch's (a broadcast's gradient: a bias's, a position
+// embedding's): under --deterministic a sum per sequence, combined in
+// kernels/block_reduce.h's tree.
+DTensor sum_leading(const DTensor& x, int64_t lead);
 // Mean over `dims` (empty: every dim); floating dtypes. NaN over an empty dim.
 DTensor mean(const DTensor& x, const std::vector<int64_t>& dims = {}, KeepDim keepdim = KeepDim::kNo);
 // Largest / smallest value over `dims` (torch.amax / amin); floating dtypes. ValueError

@@ -1,0 +1,79 @@
+// --deterministic's batch reductions (kernels/block_reduce.h) on real ranks: the gradients of
+// a small model's embedding, position embedding, LayerNorm, linear layer and fused output
+// loss, and the loss itself, have one rank's bits when two ranks split its batch. The same
+// model without the mode rounds differently on two ranks (so the data can tell the orders
+// apart).
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/embedding.h"
+#include "dtensor/ops/layer_norm.h"
+#include "dtensor/ops/loss.h"
+#include "dtensor/ops/matmul.h"
+#include "dtensor/ops/view_ops.h"
+#include "kernels/block_reduce.h"
+#include "kernels/fill.h"
+#include "tests/dtensor/op_test_util.h"
+#include "tests/testing/multi_rank.h"
+
+namespace dtr {
+namespace {
+
+using testing::random_tensor;
+using testing::to_f64;
+
+constexpr int64_t kSequences = 8, kSeq = 16, kDim = 8, kVocab = 32;
+
+// The loss and every parameter's gradient (whole, as float64) of one step on `mesh`, the
+// batch placed by `batch`.
+std::vector<std::vector<double>> step(const DeviceMesh& mesh, const Placements& batch) {
+  const Placements replicate(mesh.ndim(), Replicate());
+  auto param = [&](Shape shape, uint64_t seed) {
+    DTensor p = distribute_tensor(random_tensor(std::move(shape), kFloat32, seed), mesh, replicate);
+    p.requires_grad_();
+    return p;
+  };
+  DTensor embed = param({kVocab, kDim}, 1), pos = param({kSeq, kDim}, 2), norm_w = param({kDim}, 3),
+          norm_b = param({kDim}, 4), w = param({kDim, kDim}, 5), b = param({kDim}, 6), head = param({kVocab, kDim}, 7),
+          head_b = param({kVocab}, 8);
+  auto ids = [&](uint64_t seed) {
+    return distribute_tensor(random_tensor({kSequences, kSeq}, kFloat64, seed, 0, kVocab).to(kInt64), mesh, batch);
+  };
+  const DTensor tokens = ids(9), targets = ids(10);
+  const DTensor positions = distribute_tensor(arange(0, kSeq, 1, kInt64), mesh, replicate);
+  const DTensor x = add(embedding(embed, tokens), embedding(pos, positions));
+  const DTensor y = linear(layer_norm(x, {kDim}, norm_w, norm_b), w, b);
+  const DTensor loss =
+      linear_cross_entropy(reshape(y, {kSequences * kSeq, kDim}), head, head_b, reshape(targets, {kSequences * kSeq}));
+  loss.backward();
+  std::vector<std::vector<double>> out{to_f64(loss.full_tensor())};
+  for (const DTensor* p : {&embed, &pos, &norm_w, &norm_b, &w, &b, &head, &head_b}) {
+    out.push_back(to_f64(p->grad().full_tensor()));
+  }
+  return out;
+}
+
+TEST_CASE("--deterministic: a batch's gradients and loss have one rank's bits on two", "[dtensor][deterministic]") {
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh dp = init_device_mesh(kCPU, {2}, {"dp"});
+    const char* names[] = {"loss",          "embedding",   "position embedding", "norm weight", "norm bias",
+                           "linear weight", "linear bias", "output weight",      "output bias"};
+    set_deterministic_block_tokens(kSeq);
+    const auto one = step(single_rank_mesh(), {Replicate()});
+    const auto two = step(dp, {Shard(0)});
+    set_deterministic_block_tokens(0);
+    for (size_t i = 0; i < one.size(); ++i) {
+      INFO(names[i]);
+      CHECK(two[i] == one[i]);
+    }
+    // Without the mode, one GEMM over the batch's 128 rows against two over 64 and a sum.
+    const auto plain_one = step(single_rank_mesh(), {Replicate()});
+    const auto plain_two = step(dp, {Shard(0)});
+    CHECK(plain_two[5] != plain_one[5]);
+  });
+}
+
+}  // namespace
+}  // namespace dtr
