@@ -16,6 +16,10 @@ enum class ErrorIfNonfinite : uint8_t { kNo, kYes };
 // them (Replicate dims are not counted twice); Partial gradients are reduced first. If the
 // norm exceeds max_norm, every gradient is scaled by max_norm / (norm + 1e-6). A non-finite
 // norm is a ValueError with ErrorIfNonfinite::kYes. Parameters without a gradient are skipped.
+// Under --deterministic (kernels/block_reduce.h) the 2-norm has the same bits for any
+// sharding: each gradient's rows are summed in order, gathered (one float64 per row) and
+// summed in block_reduce's tree, the gradients' sums in their order; a gradient split along
+// a dim other than 0 is a NotImplementedError there.
 double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm, double norm_type = 2.0,
                        ErrorIfNonfinite error_if_nonfinite = ErrorIfNonfinite::kNo);
 
