@@ -3,27 +3,22 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
+#include <span>
 
 #include "collectives/process_group.h"
 #include "core/error.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/reduce.h"
+#include "kernels/shape_ops.h"
 
 namespace dtr::optim {
 namespace {
 
-// Under --deterministic (kernels/block_reduce.h): a gradient's sum of squares with the same
-// bits for any sharding. Each row (dim 0, which fully_shard and replicate never split) is
-// summed in order in float64, the rows are gathered in global order and summed in
-// block_reduce's tree.
-double canonical_sum_of_squares(const DTensor& g) {
-  for (const Placement& p : g.placements()) {
-    DTR_CHECK(!p.splits_a_dim() || p.is_shard(0), NotImplementedError,
-              "clip_grad_norm_ under --deterministic: the gradient {} is split along a dim other than 0 (tensor "
-              "parallelism); the canonical norm sums whole rows",
-              g.to_string());
-  }
+// A gradient's local rows' sums of squares (dim 0's rows, each summed in order in float64;
+// a 0-d gradient is one row), on the CPU.
+Tensor row_sums(const DTensor& g) {
   const Tensor local = g.to_local().to(kCPU).to(kFloat64).contiguous();
   const int64_t rows = g.dim() == 0 ? 1 : local.size(0);
   const int64_t width = rows == 0 ? 0 : local.numel() / rows;
@@ -35,10 +30,78 @@ double canonical_sum_of_squares(const DTensor& g) {
     for (int64_t c = 0; c < width; ++c) acc += x[r * width + c] * x[r * width + c];
     s[r] = acc;
   }
-  const DTensor row_sums(sums.to(g.to_local().device()),
-                         DTensorSpec(g.mesh(), g.placements(), {g.dim() == 0 ? 1 : g.size(0)}, kFloat64));
-  const Tensor all = row_sums.full_tensor().to(kCPU);
-  return tree_sum(std::span(all.data_ptr<double>(), static_cast<size_t>(all.numel())));
+  return sums;
+}
+
+// The rows of `g` that the rank at `coordinate` holds.
+int64_t rows_at(const DTensor& g, std::span<const int64_t> coordinate) {
+  return g.dim() == 0 ? 1 : g.spec().local_shape(coordinate)[0];
+}
+
+// Under --deterministic (kernels/block_reduce.h): the gradients' sum of squares with the
+// same bits for any sharding. Each gradient's rows (dim 0, which fully_shard and replicate
+// never split) are summed in order, the rows' sums gathered in global order (the gradients
+// split on one mesh dim, fully_shard's, all in one all_gather_v over it; others through
+// full_tensor) and summed in block_reduce's tree; the gradients' sums add in their order.
+double canonical_sum_of_squares(const std::vector<DTensor>& grads) {
+  const DeviceMesh& mesh = grads.front().mesh();
+  std::vector<Tensor> rows(grads.size());
+  std::map<int64_t, std::vector<size_t>> split_on;  // mesh dim -> the gradients split on it alone
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const DTensor& g = grads[i];
+    std::vector<int64_t> splitting;
+    for (int64_t m = 0; m < mesh.ndim(); ++m) {
+      const Placement& p = g.placements()[m];
+      DTR_CHECK(!p.splits_a_dim() || p.is_shard(0), NotImplementedError,
+                "clip_grad_norm_ under --deterministic: the gradient {} is split along a dim other than 0 (tensor "
+                "parallelism); the canonical norm sums whole rows",
+                g.to_string());
+      if (p.splits_a_dim() && mesh.size(m) > 1) splitting.push_back(m);
+    }
+    rows[i] = row_sums(g);
+    if (splitting.size() == 1) {
+      split_on[splitting[0]].push_back(i);
+    } else if (splitting.size() > 1) {
+      rows[i] = DTensor(rows[i].to(g.to_local().device()),
+                        DTensorSpec(mesh, g.placements(), {g.dim() == 0 ? 1 : g.size(0)}, kFloat64))
+                    .full_tensor()
+                    .to(kCPU);
+    }
+  }
+  for (const auto& [m, members] : split_on) {
+    ProcessGroup& group = mesh.group(m);
+    std::vector<int64_t> coordinate = mesh.coordinate();
+    // held[r][k]: the rows member k's gradient has on the rank at coordinate r of dim m.
+    std::vector<std::vector<int64_t>> held(static_cast<size_t>(group.size()));
+    std::vector<int64_t> counts;
+    for (int64_t r = 0; r < group.size(); ++r) {
+      coordinate[static_cast<size_t>(m)] = r;
+      int64_t total = 0;
+      for (size_t k : members) total += held[static_cast<size_t>(r)].emplace_back(rows_at(grads[k], coordinate));
+      counts.push_back(total);
+    }
+    std::vector<Tensor> mine;
+    for (size_t k : members) mine.push_back(rows[k]);
+    const Tensor local = cat(mine).to(group.device());
+    Tensor all = Tensor::empty({std::accumulate(counts.begin(), counts.end(), int64_t{0})}, kFloat64, group.device());
+    group.all_gather_v(all, local, counts).wait();
+    all = all.to(kCPU);
+    int64_t offset = 0;
+    std::vector<std::vector<Tensor>> pieces(members.size());
+    for (int64_t r = 0; r < group.size(); ++r) {
+      for (size_t k = 0; k < members.size(); ++k) {
+        const int64_t n = held[static_cast<size_t>(r)][k];
+        pieces[k].push_back(all.narrow(0, offset, n));
+        offset += n;
+      }
+    }
+    for (size_t k = 0; k < members.size(); ++k) rows[members[k]] = cat(pieces[k]).contiguous();
+  }
+  double total = 0.0;
+  for (const Tensor& r : rows) {
+    total += tree_sum(std::span(r.data_ptr<double>(), static_cast<size_t>(r.numel())));
+  }
+  return total;
 }
 
 // Checks the norm (ValueError when non-finite, unless kNo) and scales every gradient by
@@ -82,10 +145,8 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
     grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
-  double total = 0.0;
   if (deterministic_block_tokens() > 0 && !inf) {
-    for (const DTensor& g : grads) total += canonical_sum_of_squares(g);
-    return scale_to_norm(grads, std::sqrt(total), max_norm, error_if_nonfinite);
+    return scale_to_norm(grads, std::sqrt(canonical_sum_of_squares(grads)), max_norm, error_if_nonfinite);
   }
   const DeviceMesh& mesh = grads.front().mesh();
   // Local sums of squares (or maxima), one bucket per set of mesh dims that shard a gradient.
@@ -120,6 +181,7 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
     t = on_group.to(kCPU);
     for (size_t i = 0; i < values.size(); ++i) *values[i] = t.data_ptr<double>()[i];
   }
+  double total = 0.0;
   for (const auto& [sharded, v] : buckets) total = inf ? std::max(total, v) : total + v;
   if (!inf) total = std::sqrt(total);
   return scale_to_norm(grads, total, max_norm, error_if_nonfinite);
