@@ -19,16 +19,26 @@ namespace {
 // A gradient's local rows' sums of squares (dim 0's rows, each summed in order in float64;
 // a 0-d gradient is one row), on the CPU.
 Tensor row_sums(const DTensor& g) {
-  const Tensor local = g.to_local().to(kCPU).to(kFloat64).contiguous();
+  Tensor local = g.to_local().to(kCPU).contiguous();
+  if (local.dtype() != kFloat32) local = local.to(kFloat64);  // float32 is read as it is
   const int64_t rows = g.dim() == 0 ? 1 : local.size(0);
   const int64_t width = rows == 0 ? 0 : local.numel() / rows;
   Tensor sums = Tensor::empty({rows}, kFloat64);
-  const double* x = local.data_ptr<double>();
   double* s = sums.data_ptr<double>();
-  for (int64_t r = 0; r < rows; ++r) {
-    double acc = 0.0;
-    for (int64_t c = 0; c < width; ++c) acc += x[r * width + c] * x[r * width + c];
-    s[r] = acc;
+  auto sum_rows = [&](const auto* x) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < width; ++c) {
+        const double v = x[r * width + c];
+        acc += v * v;
+      }
+      s[r] = acc;
+    }
+  };
+  if (local.dtype() == kFloat32) {
+    sum_rows(local.data_ptr<float>());
+  } else {
+    sum_rows(local.data_ptr<double>());
   }
   return sums;
 }

@@ -188,10 +188,12 @@ LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tens
     LinearCrossEntropyLocal b = linear_cross_entropy_local(
         x.narrow(0, first, n), weight, bias, target.narrow(0, first, n), ignore_index, scale, label_smoothing, need);
     if (need[0]) r.grad_x.narrow(0, first, n).copy_(b.grad_x);
-    return std::vector{std::move(b.loss), std::move(b.grad_weight), std::move(b.grad_bias)};
+    // The weight gradient is the transpose of a [dim, classes] accumulator: the tree adds
+    // that, contiguous.
+    return std::vector{std::move(b.loss), need[1] ? b.grad_weight.t() : Tensor(), std::move(b.grad_bias)};
   });
   r.loss = std::move(sums[0]);
-  r.grad_weight = std::move(sums[1]);
+  if (need[1]) r.grad_weight = sums[1].t();
   r.grad_bias = std::move(sums[2]);
   return r;
 }
