@@ -7,6 +7,8 @@
 #include "core/trace.h"
 #include "dtensor/chunking.h"
 #include "dtensor/internal/reduce_identity.h"
+#include "kernels/block_reduce.h"
+#include "kernels/elementwise.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
 
@@ -178,6 +180,48 @@ Exchange all_to_all_exchange(const Tensor& local, const Shape& piece, int64_t a,
   return e;
 }
 
+// Under --deterministic (kernels/block_reduce.h) on more than two ranks, a sum over the
+// group in the canonical tree of its members (member k holding node k, in group order)
+// rather than the ring's order: an all_to_all gives each member every member's block of its
+// part, which it sums in the tree. The same bytes as a ring reduce-scatter. `e` is the
+// reduce-scatter's exchange (its send the members' blocks, its recv this member's); the
+// returned Work is the all_to_all's, and e.unpack now sums before it unpacks.
+Work tree_reduce_scatter(ProcessGroup& group, Exchange& e, ReduceOp op) {
+  const int64_t n = group.size(), c = e.recv.size(0);
+  Tensor blocks = Tensor::empty(e.send.shape(), e.send.dtype(), e.send.device());
+  Work work = group.all_to_all_single(blocks, e.send);
+  e.unpack = [blocks, recv = e.recv, n, c, op, unpack = std::move(e.unpack)] {
+    Tensor sum = tree_sum(n, [&](int64_t k) { return std::vector{blocks.narrow(0, k * c, c).clone()}; })[0];
+    if (op == ReduceOp::kAvg) sum = mul(sum, 1.0 / static_cast<double>(n));
+    Tensor out = recv;
+    out.copy_(sum);
+    return unpack();
+  };
+  return work;
+}
+
+// The all-reduce of `t` (every member's whole tensor) in the canonical tree: the flat
+// elements in n parts, tree_reduce_scatter, then an all_gather of the parts (blocking, when
+// the exchange unpacks). The same bytes as a ring all-reduce.
+Work tree_all_reduce(ProcessGroup& group, Exchange& e, ReduceOp op) {
+  const Tensor t = e.recv;
+  const int64_t n = group.size(), numel = t.numel(), c = (numel + n - 1) / n;
+  Exchange part;
+  part.send = zeros({n * c}, t.dtype(), t.device());
+  part.send.narrow(0, 0, numel).copy_(t.dim() == 0 ? t.unsqueeze(0) : t.reshape({numel}));
+  part.recv = Tensor::empty({c}, t.dtype(), t.device());
+  part.unpack = [&group, t, n, c, numel, mine = part.recv] {
+    Tensor all = Tensor::empty({n * c}, t.dtype(), t.device());
+    group.all_gather_into_tensor(all, mine).wait();
+    Tensor out = t;
+    out.copy_(t.dim() == 0 ? all.select(0, 0) : all.narrow(0, 0, numel).view(t.shape()));
+    return t;
+  };
+  Work work = tree_reduce_scatter(group, part, op);
+  e.unpack = std::move(part.unpack);
+  return work;
+}
+
 // The local result of a step that does not communicate, for a tensor whose elements are of
 // dtype `values`; `piece` is the shape the step's group holds together.
 Tensor local_step(const RedistributeStep& step, const Tensor& local, const Shape& piece, DType values, int64_t n,
@@ -306,6 +350,17 @@ void PendingRedistribute::advance() {
       recvs.push_back(e.recv);
     }
     const bool single = sends.size() == 1;
+    const bool tree = deterministic_block_tokens() > 0 && group.size() > 2 &&
+                      (step.op == StepOp::kReduceScatter || step.op == StepOp::kAllReduce) &&
+                      is_linear(step.from.reduce_op());
+    if (tree) {
+      for (Exchange& e : flight->exchanges) {
+        flight->works.push_back(step.op == StepOp::kReduceScatter ? tree_reduce_scatter(group, e, step.from.reduce_op())
+                                                                  : tree_all_reduce(group, e, step.from.reduce_op()));
+      }
+      in_flight_ = std::move(flight);
+      return;
+    }
     switch (step.op) {
       case StepOp::kAllGather:
         flight->works.push_back(single ? group.all_gather_into_tensor(recvs[0], sends[0])
