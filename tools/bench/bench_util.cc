@@ -315,6 +315,10 @@ TrainRun run_train(const std::string& dtrrun, const std::string& program, int ra
     DTR_CHECK(std::isfinite(loss), Error, "{}: step {}'s loss is {}", what, j.at("step").dump(), loss);
     DTR_CHECK(ms > 0, Error, "{}: step {} took {} ms", what, j.at("step").dump(), ms);
     if (lines >= warmup) times.push_back(ms);
+    run.comm_bytes = 0;
+    for (const auto& [phase, figures] : j.at("comm").at("by_phase").items()) {
+      run.comm_bytes += figures.at("bytes").get<double>();
+    }
   }
   DTR_CHECK(lines == steps, Error, "{}: metrics.jsonl has {} steps, not {}", what, lines, steps);
   run.median_ms = median(times);

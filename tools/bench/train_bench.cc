@@ -2,8 +2,10 @@
 // launch, one thread per rank) on the reference causal LM, against PyTorch 2.15 training the
 // same model: --parallel none (1 rank only), ddp and fsdp on each rank count, fsdp with
 // --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, tensor parallelism
-// (--tp N, with and without --sequence-parallel) from 2 ranks up, and FSDP x TP (--parallel
-// fsdp --tp 2: dp N/2 x tp 2) on 4 ranks and up. One row per run: the
+// (--tp N, with and without --sequence-parallel) from 2 ranks up, FSDP x TP (--parallel
+// fsdp --tp 2: dp N/2 x tp 2) on 4 ranks and up, and each of none (1 rank), ddp and fsdp
+// again with --deterministic on a power of two of ranks (a note each: its step time and
+// bytes moved against the default's in the same run). One row per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
 // collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
@@ -58,6 +60,7 @@ struct Run {
   Precision precision = Precision::kFloat32;
   int tp = 1;  // --tp: all the ranks (--parallel none), or 2 under fsdp (dp x tp)
   bool sequence_parallel = false;
+  bool deterministic = false;  // --deterministic (layout-invariant reductions)
   bench::TrainRun measured;
   double tokens_per_s = 0;  // at the median ms/step
   std::optional<double> torch_tokens_per_s;
@@ -65,6 +68,7 @@ struct Run {
   std::string mode() const {
     if (tp > 1 && parallel != "none") return parallel + "+tp";
     if (tp > 1) return sequence_parallel ? "tp+sp" : "tp";
+    if (deterministic) return parallel + "+det";
     return precision == Precision::kMixed ? parallel + "+mp" : parallel;
   }
 };
@@ -74,8 +78,8 @@ struct Run {
 void train(Run& run, const std::string& dtrrun, const std::string& program, int64_t steps, int64_t warmup,
            const fs::path& dir) {
   const std::string flags = fmt::format(
-      "{} --seq-len {} --parallel {}{}{} --batch-size {}", bench::kReferenceTrainFlags, kSeq, run.parallel,
-      run.precision == Precision::kMixed ? " --mixed-precision" : "",
+      "{} --seq-len {} --parallel {}{}{}{} --batch-size {}", bench::kReferenceTrainFlags, kSeq, run.parallel,
+      run.precision == Precision::kMixed ? " --mixed-precision" : "", run.deterministic ? " --deterministic" : "",
       run.tp > 1 ? fmt::format(" --tp {}{}", run.tp, run.sequence_parallel ? " --sequence-parallel" : "") : "",
       kBatchPerRank * run.ranks);
   run.measured = bench::run_train(dtrrun, program, run.ranks, flags, steps, warmup, dir,
@@ -191,6 +195,14 @@ int main(int argc, char** argv) {
       if (n == 1) runs.push_back(run_of("none"));
       runs.push_back(run_of("ddp"));
       runs.push_back(run_of("fsdp"));
+      if ((n & (n - 1)) == 0) {  // --deterministic covers a power of two of ranks
+        for (const char* parallel : {"none", "ddp", "fsdp"}) {
+          if (n == 1 || std::string(parallel) != "none") {
+            runs.push_back(run_of(parallel));
+            runs.back().deterministic = true;
+          }
+        }
+      }
       if (n == 2) {
         runs.push_back(run_of("fsdp"));
         runs.back().precision = Precision::kMixed;
@@ -227,6 +239,22 @@ int main(int argc, char** argv) {
       for (Run& r : runs) {
         if (auto it = torch.find(r.mode()); it != torch.end()) r.torch_tokens_per_s = it->second;
         print_row(r);
+      }
+      for (const Run& det : runs) {  // each --deterministic row against its default one, same run
+        if (!det.deterministic) continue;
+        for (const Run& base : runs) {
+          if (base.deterministic || base.parallel != det.parallel || base.tp != 1 ||
+              base.precision != Precision::kFloat32) {
+            continue;
+          }
+          notes.push_back(fmt::format(
+              "{} ranks, {}: --deterministic costs {:+.1f}% step time ({:.1f} against {:.1f} ms), moves {:.3f}x the "
+              "bytes per step ({:.2f} against {:.2f} MiB)",
+              n, det.parallel, 100 * (det.measured.median_ms / base.measured.median_ms - 1), det.measured.median_ms,
+              base.measured.median_ms,
+              base.measured.comm_bytes > 0 ? det.measured.comm_bytes / base.measured.comm_bytes : 1.0,
+              det.measured.comm_bytes / (1024.0 * 1024.0), base.measured.comm_bytes / (1024.0 * 1024.0)));
+        }
       }
     }
     for (const std::string& note : notes) fmt::print("{}\n", note);

@@ -37,6 +37,10 @@ void write_summary(const TrainConfig& c, const Throughput& t, const std::vector<
         diverged->step, std::isfinite(diverged->loss) ? "gradient norm" : "loss", diverged->loss, diverged->grad_norm);
   }
   fmt::print("\n{}", monitoring_table(ranks));
+  const std::string digest = outcome.state_digest ? fmt::format("{:016x}", *outcome.state_digest) : "";
+  if (outcome.state_digest) {
+    fmt::print("\nstate digest (parameters and AdamW state, --deterministic): {}\n", digest);
+  }
   std::vector<std::pair<double, double>> train_curve, val_curve;
   for (const StepRecord& r : records) {
     train_curve.emplace_back(static_cast<double>(r.step), r.loss);
@@ -63,6 +67,7 @@ void write_summary(const TrainConfig& c, const Throughput& t, const std::vector<
                                                                        t.flops_per_token, *t.peak_tflops))
                                                   : nlohmann::json(nullptr)},
                             {"resumed_from", outcome.resumed_from},
+                            {"state_digest", outcome.state_digest ? nlohmann::json(digest) : nlohmann::json(nullptr)},
                             {"first_loss", records.empty() ? 0.0 : records.front().loss},
                             {"final_loss", records.empty() ? 0.0 : records.back().loss},
                             {"ranks", nlohmann::json::array()}};

@@ -19,13 +19,14 @@ namespace dtr::train {
 
 // How the run ended.
 struct RunOutcome {
-  int64_t steps = 0;                   // the steps done, those before a resume included
-  int64_t steps_run = 0;               // this run's steps
-  double train_s = 0;                  // their time
-  bool interrupted = false;            // stopped by SIGINT or SIGTERM (on some rank)
-  std::optional<StepRecord> diverged;  // the step whose loss or gradient norm was not finite
-  std::string resumed_from;            // the checkpoint the run resumed from, or ""
-  std::string merged_trace;            // the merged trace's path, or "" (no --trace)
+  int64_t steps = 0;                     // the steps done, those before a resume included
+  int64_t steps_run = 0;                 // this run's steps
+  double train_s = 0;                    // their time
+  bool interrupted = false;              // stopped by SIGINT or SIGTERM (on some rank)
+  std::optional<StepRecord> diverged;    // the step whose loss or gradient norm was not finite
+  std::string resumed_from;              // the checkpoint the run resumed from, or ""
+  std::string merged_trace;              // the merged trace's path, or "" (no --trace)
+  std::optional<uint64_t> state_digest;  // --deterministic: state_digest.h's, after the last step
 };
 
 // Prints and writes the summary of a run that took `records` steps (rank 0).

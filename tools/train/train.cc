@@ -37,6 +37,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/block_reduce.h"
 #include "nn/comm_debug.h"
 #include "optim/adam.h"
 #include "optim/lr_scheduler.h"
@@ -48,6 +49,7 @@
 #include "tools/train/lr_schedule.h"
 #include "tools/train/run_summary.h"
 #include "tools/train/start_block.h"
+#include "tools/train/state_digest.h"
 #include "tools/train/step_log.h"
 #include "tools/train/train_checkpoint.h"
 #include "tools/train/train_config.h"
@@ -129,6 +131,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   health_check();
   validate(c, world);
   prepare_output_dirs(c);
+  if (c.deterministic) set_deterministic_block_tokens(c.seq_len);  // a block is one sequence
 
   const bool rank0 = is_rank0();
   if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);
@@ -240,6 +243,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   const std::vector<RankFigures> ranks = gather_rank_figures(mine);
   const std::string merged_trace =
       tracer.write(fmt::format("dtr train: {} on {} ranks", flag_value(c.parallel), world));
+  std::optional<uint64_t> digest;
+  if (c.deterministic) digest = state_digest(*m.net, opt);
   if (rank0) {
     write_summary(c, throughput, records,
                   {.steps = step,
@@ -248,7 +253,8 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
                    .interrupted = stopped,
                    .diverged = diverged,
                    .resumed_from = resumed_from,
-                   .merged_trace = merged_trace},
+                   .merged_trace = merged_trace,
+                   .state_digest = digest},
                   ranks);
   }
   destroy_process_group();

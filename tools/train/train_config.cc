@@ -193,6 +193,12 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Parallelism");
   app.add_flag("--mixed-precision", c.mixed_precision, "bf16 parameters and compute, float32 reduction and state")
       ->group("Parallelism");
+  app.add_flag("--deterministic", c.deterministic,
+               "layout-invariant training: the same losses, gradient norms, weights and AdamW state, bit for bit, "
+               "for the same global batch and seed on any power of two of ranks under none, ddp, fsdp and hsdp; "
+               "prints a digest "
+               "of the whole state at the end (docs/deterministic.md)")
+      ->group("Parallelism");
   app.add_flag("--cpu-offload", c.cpu_offload,
                "fsdp/hsdp: keep the sharded parameters, gradients and AdamW state in host memory (pinned under "
                "--device cuda) and step the optimizer on the CPU; the device holds parameters only while gathered")
@@ -363,6 +369,42 @@ void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
             tokenizer_vocab, tokenizer_vocab);
 }
 
+namespace {
+
+// What --deterministic covers so far (docs/deterministic.md): the canonical tree needs each
+// rank's sequences to be one aligned node (a power of two of them, on a power of two of
+// ranks) and the loss's mean a division by a power of two (exact on any rank); an uneven
+// split would need the ranks' nodes exchanged, a tied weight two reductions, micro-batches a
+// tree across them.
+void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t sequences_per_rank) {
+  auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
+  DTR_CHECK(c.device == kCPU, ValueError,
+            "--deterministic: CPU ranks only (--device {}); the GPU kernels keep their "
+            "own summation orders",
+            flag_value(c.device));
+  DTR_CHECK(power_of_two(world_size), ValueError,
+            "--deterministic: {} ranks; it covers a power of two of them so far (each rank's sequences one node of "
+            "the canonical tree; an uneven split would need its nodes exchanged)",
+            world_size);
+  DTR_CHECK(c.tp == 1, ValueError, "--deterministic with --tp {}: tensor parallelism is not covered yet", c.tp);
+  DTR_CHECK(c.grad_accum == 1, ValueError,
+            "--deterministic with --grad-accum {}: micro-batches are not summed in the canonical tree yet; pass the "
+            "global batch in one step",
+            c.grad_accum);
+  DTR_CHECK(!arch_switches(c).tie_embeddings, ValueError,
+            "--deterministic: the output weight is tied to the embedding (--arch {}'s default); its two gradients "
+            "would need reductions of their own: pass --tie-embeddings false",
+            flag_value(c.arch));
+  DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
+  DTR_CHECK(power_of_two(c.seq_len) && power_of_two(sequences_per_rank), ValueError,
+            "--deterministic: --seq-len {} and {} sequences per rank (--batch-size {} over the data-parallel ranks) "
+            "must be powers of two (each rank's sequences one node of the canonical tree, the loss's mean an exact "
+            "division)",
+            c.seq_len, sequences_per_rank, c.batch_size);
+}
+
+}  // namespace
+
 void validate(const TrainConfig& c, int64_t world_size) {
   if (const auto steps = trace_steps(c)) {
     DTR_CHECK(steps->second <= c.steps, ValueError, "--trace {}: the run has {} steps (--steps)", c.trace, c.steps);
@@ -430,6 +472,7 @@ void validate(const TrainConfig& c, int64_t world_size) {
             flag_value(c.parallel));
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
+  if (c.deterministic) validate_deterministic(c, world_size, micro / data_ranks);
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
@@ -448,6 +491,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"steps", c.steps},
           {"batch_size", c.batch_size},
           {"grad_accum", c.grad_accum},
+          {"deterministic", c.deterministic},
           {"lr", c.lr},
           {"warmup", c.warmup},
           {"lr_schedule", flag_value(c.lr_schedule)},

@@ -56,6 +56,7 @@ struct TrainConfig {
   int64_t ac_every = 1;  // with kFull or kSelective: blocks 0, K, 2K, ... are checkpointed
   std::string mesh;
   bool mixed_precision = false;
+  bool deterministic = false;  // layout-invariant reductions (kernels/block_reduce.h)
   bool cpu_offload = false;
   int64_t prefetch = 0;
   ReshardAfterForward reshard_after_forward = true;
