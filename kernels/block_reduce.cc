@@ -1,6 +1,7 @@
 #include "kernels/block_reduce.h"
 
 #include <atomic>
+#include <mutex>
 
 #include "core/error.h"
 #include "kernels/elementwise.h"
@@ -10,35 +11,8 @@ namespace dtr {
 namespace {
 
 std::atomic<int64_t> g_block_tokens{0};
-
-// The canonical tree over leaves 0..n-1 (n >= 1) of values that `add(left, right)` sums into
-// left. A binary counter: the stack holds complete nodes of strictly falling levels, and a
-// new leaf merges with the top while their levels match. What is left at the end are the
-// last, incomplete nodes of each level: the tree pads the leaves to a power of two, so each
-// is its right neighbour's left child, combined from the top down.
-template <class Value, class Leaf, class Add>
-Value tree_fold(int64_t n, const Leaf& leaf, const Add& add) {
-  std::vector<std::pair<int, Value>> stack;
-  for (int64_t i = 0; i < n; ++i) {
-    std::pair<int, Value> node{0, leaf(i)};
-    while (!stack.empty() && stack.back().first == node.first) {
-      std::pair<int, Value> left = std::move(stack.back());
-      stack.pop_back();
-      add(left.second, node.second);
-      node = {left.first + 1, std::move(left.second)};
-    }
-    stack.push_back(std::move(node));
-  }
-  Value right = std::move(stack.back().second);
-  stack.pop_back();
-  while (!stack.empty()) {
-    Value left = std::move(stack.back().second);
-    stack.pop_back();
-    add(left, right);
-    right = std::move(left);
-  }
-  return right;
-}
+std::mutex g_window_mutex;
+BatchWindow g_window;
 
 }  // namespace
 
@@ -50,20 +24,37 @@ void set_deterministic_block_tokens(int64_t tokens) {
 
 int64_t deterministic_block_tokens() { return g_block_tokens.load(std::memory_order_relaxed); }
 
+void set_batch_window(const BatchWindow& window) {
+  DTR_CHECK(window.total == 0 || (window.first >= 0 && window.count > 0 && window.first + window.count <= window.total),
+            ValueError, "set_batch_window: sequences [{}, {}) of {}; legal: a non-empty range inside the batch",
+            window.first, window.first + window.count, window.total);
+  const std::lock_guard<std::mutex> lock(g_window_mutex);
+  g_window = window;
+}
+
+BatchWindow batch_window() {
+  const std::lock_guard<std::mutex> lock(g_window_mutex);
+  return g_window;
+}
+
+void add_tensors(std::vector<Tensor>& left, const std::vector<Tensor>& right) {
+  for (size_t i = 0; i < left.size(); ++i) {
+    if (left[i].defined()) add_(left[i], right[i]);
+  }
+}
+
 std::vector<Tensor> tree_sum(int64_t leaves, const std::function<std::vector<Tensor>(int64_t)>& leaf) {
   DTR_CHECK(leaves > 0, ValueError, "tree_sum: {} leaves; it needs at least one", leaves);
-  return tree_fold<std::vector<Tensor>>(leaves, leaf, [](std::vector<Tensor>& left, const std::vector<Tensor>& right) {
-    for (size_t i = 0; i < left.size(); ++i) {
-      if (left[i].defined()) add_(left[i], right[i]);
-    }
-  });
+  TreeSum<std::vector<Tensor>> sum(add_tensors);
+  for (int64_t i = 0; i < leaves; ++i) sum.push(leaf(i));
+  return sum.finish();
 }
 
 double tree_sum(std::span<const double> leaves) {
   if (leaves.empty()) return 0.0;
-  return tree_fold<double>(
-      static_cast<int64_t>(leaves.size()), [&](int64_t i) { return leaves[static_cast<size_t>(i)]; },
-      [](double& left, double right) { left += right; });
+  TreeSum<double> sum([](double& left, const double& right) { left += right; });
+  for (double v : leaves) sum.push(v);
+  return sum.finish();
 }
 
 int64_t block_rows(const Shape& shape, int64_t lead, std::string_view op) {

@@ -26,6 +26,60 @@ void set_deterministic_block_tokens(int64_t tokens);
 // 0 when the mode is off.
 int64_t deterministic_block_tokens();
 
+// Where the running micro-batch sits in its step's global batch (--deterministic with
+// --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
+// (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into
+// micro-batches draws the masks it draws whole. total 0: no window (the default).
+struct BatchWindow {
+  int64_t first = 0, count = 0, total = 0;
+};
+void set_batch_window(const BatchWindow& window);
+BatchWindow batch_window();
+
+// The canonical tree built leaf by leaf, for leaves that arrive one at a time (micro-batches'
+// gradients). A binary counter: the stack holds complete nodes of strictly falling levels,
+// and a new leaf merges with the top while their levels match; finish() combines what is
+// left from the top down (the tree pads the leaves to a power of two, so each is the left
+// child of a node whose right child is the rest). `add(left, right)` sums right into left.
+template <class Value>
+class TreeSum {
+ public:
+  explicit TreeSum(std::function<void(Value&, const Value&)> add) : add_(std::move(add)) {}
+  // Leaf 0, 1, ... in order.
+  void push(Value leaf) {
+    int level = 0;
+    while (!stack_.empty() && stack_.back().first == level) {
+      Value left = std::move(stack_.back().second);
+      stack_.pop_back();
+      add_(left, leaf);
+      leaf = std::move(left);
+      ++level;
+    }
+    stack_.emplace_back(level, std::move(leaf));
+  }
+  bool empty() const { return stack_.empty(); }
+  // The root (at least one leaf pushed); the sum is empty after.
+  Value finish() {
+    Value right = std::move(stack_.back().second);
+    stack_.pop_back();
+    while (!stack_.empty()) {
+      Value left = std::move(stack_.back().second);
+      stack_.pop_back();
+      add_(left, right);
+      right = std::move(left);
+    }
+    return right;
+  }
+
+ private:
+  std::function<void(Value&, const Value&)> add_;
+  std::vector<std::pair<int, Value>> stack_;
+};
+
+// TreeSum's addition of lists of tensors: position by position, in place; a position
+// undefined on the left stays undefined.
+void add_tensors(std::vector<Tensor>& left, const std::vector<Tensor>& right);
+
 // The canonical tree over `leaves` leaves (at least one), each leaf(i) a list of tensors of
 // its own (the tree adds into them, position by position; every leaf has the same shapes,
 // and a position undefined in one leaf is undefined in all and in the result).

@@ -2,6 +2,7 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
+#include "kernels/block_reduce.h"
 #include "kernels/dropout.h"
 
 namespace dtr {
@@ -15,7 +16,12 @@ DTensor dropout(const DTensor& x, double p, uint64_t seed) {
   const std::vector<DimStrategy> per_dim = elementwise_strategies({x.shape()}, x.shape(), kLinearReduceOps);
   AppliedStrategy s = apply_strategy("dropout", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   const DTensor& moved = s.inputs[0];
-  const ShardLayout layout{x.shape(), moved.spec().local_chunk().offset};
+  ShardLayout layout{x.shape(), moved.spec().local_chunk().offset};
+  // A micro-batch's tensor is drawn at its place in the step's batch (kernels/block_reduce.h).
+  if (const BatchWindow w = batch_window(); w.total > 0 && x.dim() >= 2 && x.size(0) == w.count) {
+    layout.global_shape[0] = w.total;
+    layout.offset[0] += w.first;
+  }
   DTensor y = make_output(dropout(moved.to_local(), p, seed, layout).y, x.mesh(), s.strategy.outputs[0], x.shape());
   record("dropout", s.inputs, std::span(&y, 1),
          [p, seed](const std::vector<DTensor>& g) { return std::vector<DTensor>{dropout(g[0], p, seed)}; });

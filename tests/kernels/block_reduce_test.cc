@@ -1,6 +1,6 @@
 // kernels/block_reduce.h: the canonical tree against a recursive definition written here, on
-// numbers whose sum depends on the order; the tensor tree adds position by position; the
-// row blocks of each shape; the mode's switch.
+// numbers whose sum depends on the order, whole and leaf by leaf; the tensor tree adds
+// position by position; the row blocks of each shape; the mode's switch; the batch window.
 #include "kernels/block_reduce.h"
 
 #include <catch2/catch.hpp>
@@ -70,6 +70,27 @@ TEST_CASE("a node of the tree is the tree over its own leaves: a rank's half sum
   const std::vector<double> left(x.begin(), x.begin() + 4), right(x.begin() + 4, x.end());
   CHECK(tree_sum(std::span<const double>(left)) + tree_sum(std::span<const double>(right)) ==
         tree_sum(std::span<const double>(x)));
+}
+
+TEST_CASE("TreeSum builds the same tree leaf by leaf (micro-batches' gradients)", "[kernels][block_reduce]") {
+  for (int64_t n = 1; n <= 17; ++n) {
+    INFO("leaves " << n);
+    const std::vector<double> x = awkward(n);
+    TreeSum<double> sum([](double& left, const double& right) { left += right; });
+    for (double v : x) sum.push(v);
+    CHECK(sum.finish() == by_definition(x));
+    CHECK(sum.empty());
+  }
+}
+
+TEST_CASE("the batch window: none by default, a range inside the batch", "[kernels][block_reduce]") {
+  CHECK(batch_window().total == 0);
+  set_batch_window({.first = 4, .count = 4, .total = 8});
+  CHECK(batch_window().first == 4);
+  set_batch_window({});
+  CHECK(batch_window().total == 0);
+  CHECK_THROWS_WITH(set_batch_window({.first = 6, .count = 4, .total = 8}),
+                    Catch::Contains("sequences [6, 10) of 8; legal: a non-empty range inside the batch"));
 }
 
 TEST_CASE("block_rows: a sequence per block, off by default", "[kernels][block_reduce]") {

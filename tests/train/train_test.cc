@@ -183,7 +183,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
       {"--deterministic --arch gpt", "--deterministic: the output weight is tied to the embedding", 0},
-      {"--deterministic --grad-accum 2 --batch-size 4", "--deterministic with --grad-accum 2", 0},
+      {"--deterministic --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3", 0},
       {"--deterministic --tie-embeddings false --seq-len 12", "--deterministic: --seq-len 12 and 16 sequences per rank",
        0},
       {"--deterministic --tie-embeddings false --batch-size 12",
@@ -213,7 +213,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
   // the same schedule): the losses, gradient norms and the digest of every parameter and
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
-  // activation checkpointing on 4, and 2 ranks resumed on 4.
+  // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4.
   const std::string flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --tie-embeddings false --deterministic";
@@ -244,10 +244,16 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
     std::string flags;
   };
   const std::vector<Layout> layouts = {
-      {"fsdp2", 2, "--parallel fsdp"}, {"ddp2", 2, "--parallel ddp"},
-      {"hsdp2", 2, "--parallel hsdp"}, {"fsdp4", 4, "--parallel fsdp"},
-      {"ddp4", 4, "--parallel ddp"},   {"hsdp4", 4, "--parallel hsdp --mesh replicate=2,shard=2"},
-      {"fsdp8", 8, "--parallel fsdp"}, {"fsdp4_full_ac", 4, "--parallel fsdp --activation-checkpoint full"},
+      {"fsdp2", 2, "--parallel fsdp"},
+      {"ddp2", 2, "--parallel ddp"},
+      {"hsdp2", 2, "--parallel hsdp"},
+      {"fsdp4", 4, "--parallel fsdp"},
+      {"ddp4", 4, "--parallel ddp"},
+      {"hsdp4", 4, "--parallel hsdp --mesh replicate=2,shard=2"},
+      {"fsdp8", 8, "--parallel fsdp"},
+      {"fsdp4_full_ac", 4, "--parallel fsdp --activation-checkpoint full"},
+      {"fsdp2_accum4", 2, "--parallel fsdp --grad-accum 4"},
+      {"ddp4_accum2", 4, "--parallel ddp --grad-accum 2"},
   };
   for (const Layout& l : layouts) {
     INFO(l.name);

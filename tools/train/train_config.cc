@@ -373,9 +373,9 @@ namespace {
 
 // What --deterministic covers so far (docs/deterministic.md): the canonical tree needs each
 // rank's sequences to be one aligned node (a power of two of them, on a power of two of
-// ranks) and the loss's mean a division by a power of two (exact on any rank); an uneven
-// split would need the ranks' nodes exchanged, a tied weight two reductions, micro-batches a
-// tree across them.
+// ranks and micro-batches) and the loss's mean a division by a power of two (exact on any
+// rank); an uneven split would need the ranks' nodes exchanged, a tied weight two
+// reductions.
 void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t sequences_per_rank) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
   DTR_CHECK(c.device == kCPU, ValueError,
@@ -387,9 +387,9 @@ void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t se
             "the canonical tree; an uneven split would need its nodes exchanged)",
             world_size);
   DTR_CHECK(c.tp == 1, ValueError, "--deterministic with --tp {}: tensor parallelism is not covered yet", c.tp);
-  DTR_CHECK(c.grad_accum == 1, ValueError,
-            "--deterministic with --grad-accum {}: micro-batches are not summed in the canonical tree yet; pass the "
-            "global batch in one step",
+  DTR_CHECK(power_of_two(c.grad_accum), ValueError,
+            "--deterministic with --grad-accum {}: the micro-batches must be a power of two of them (each one node of "
+            "the canonical tree)",
             c.grad_accum);
   DTR_CHECK(!arch_switches(c).tie_embeddings, ValueError,
             "--deterministic: the output weight is tied to the embedding (--arch {}'s default); its two gradients "

@@ -3,6 +3,8 @@
 #include "core/allocator.h"
 #include "core/trace.h"
 #include "dtensor/ops/elementwise.h"
+#include "kernels/block_reduce.h"
+#include "nn/init.h"
 #include "optim/clip_grad.h"
 #include "tools/train/train_data.h"
 #include "tools/train/train_report.h"
@@ -20,8 +22,21 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
                       int64_t& window) {
   const int64_t micro_rows = c.batch_size / c.grad_accum;
   StepResult r;
+  // Under --deterministic the micro-batches are nodes of the canonical tree (each a range of
+  // the global batch's sequences, split over the ranks): each is reduced over the ranks at
+  // once, and their gradients and losses are summed in the tree, not one after the other.
+  const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
+  const std::vector<DTensor*> params = m.net->parameters();
+  TreeSum<std::vector<Tensor>> grads(add_tensors);
+  TreeSum<float> losses([](float& left, const float& right) { left += right; });
+  std::vector<DTensorSpec> grad_specs;
+  const nn::SeedState step_seeds = nn::seed_state();
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
-    m.set_gradient_sync(micro + 1 == c.grad_accum);
+    m.set_gradient_sync(tree || micro + 1 == c.grad_accum);
+    if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
+      nn::set_seed_state(step_seeds);
+      set_batch_window({.first = micro * micro_rows, .count = micro_rows, .total = c.batch_size});
+    }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
       return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
@@ -30,7 +45,27 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     DTensor loss = (*m.net)(batch.tokens, batch.targets);
     if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
     loss.backward();
-    r.loss += loss.item();
+    if (!tree) {
+      r.loss += loss.item();
+      continue;
+    }
+    losses.push(static_cast<float>(loss.item()));  // the loss is float32: its sums are too
+    std::vector<Tensor> leaf;
+    grad_specs.clear();
+    for (DTensor* p : params) {
+      const DTensor g = p->grad();
+      DTR_INTERNAL_ASSERT(g.defined(), "--deterministic --grad-accum: a parameter got no gradient");
+      leaf.push_back(g.to_local());
+      grad_specs.push_back(g.spec());
+      p->set_grad(DTensor());
+    }
+    grads.push(std::move(leaf));
+  }
+  if (tree) {
+    set_batch_window({});
+    r.loss = losses.finish();
+    std::vector<Tensor> sums = grads.finish();
+    for (size_t i = 0; i < params.size(); ++i) params[i]->set_grad(DTensor(std::move(sums[i]), grad_specs[i]));
   }
   r.grad_norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
                                 : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
