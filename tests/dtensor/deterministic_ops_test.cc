@@ -5,6 +5,8 @@
 // apart).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <functional>
 #include <vector>
 
 #include "dtensor/ops/elementwise.h"
@@ -12,9 +14,12 @@
 #include "dtensor/ops/layer_norm.h"
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
+#include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/block_reduce.h"
+#include "kernels/elementwise.h"
 #include "kernels/fill.h"
+#include "kernels/reduce.h"
 #include "tests/dtensor/op_test_util.h"
 #include "tests/testing/multi_rank.h"
 
@@ -73,6 +78,39 @@ TEST_CASE("--deterministic: a batch's gradients and loss have one rank's bits on
     const auto plain_two = step(dp, {Shard(0)});
     CHECK(plain_two[5] != plain_one[5]);
   });
+}
+
+TEST_CASE("--deterministic: a sum over the batch is the tree of the sequences' sums, not the rows in order",
+          "[dtensor][deterministic]") {
+  // 8 sequences of 4 tokens, 2 features: a one, then values an eighth of float32's last
+  // bit of one. The sum over all rows at once (accumulated in double) is 1 + 3.875 ulp,
+  // rounded to 1 + 4 ulp; the tree rounds each sequence's sum and each node to float32
+  // (1, then 1 + half an ulp rounds to even, ...) and ends at 1 + 3 ulp. sum_leading (the
+  // bias and position gradients' reduction) must give the tree.
+  constexpr int64_t sequences = 8, tokens = 4, features = 2;
+  Tensor g = full({sequences, tokens, features}, std::ldexp(1.0, -26), kFloat32);
+  Tensor one = g.narrow(0, 0, 1).narrow(1, 0, 1);
+  fill_(one, 1.0);
+  const DTensor dg = distribute_tensor(g, single_rank_mesh(), {Replicate()});
+  // The tree by its definition over the sequences' own sums.
+  std::function<Tensor(int64_t, int64_t)> node = [&](int64_t first, int64_t width) -> Tensor {
+    if (width == 1) return sum(g.select(0, first), {0});
+    return add(node(first, width / 2), node(first + width / 2, width / 2));
+  };
+  const Tensor tree = node(0, sequences);
+  set_deterministic_block_tokens(tokens);
+  const Tensor blocked = sum_leading(dg, 2).to_local();
+  const Tensor over_sequences = sum_leading(dg, 1).to_local();  // [tokens, features]: a sequence per row
+  set_deterministic_block_tokens(0);
+  const Tensor in_order = sum_leading(dg, 2).to_local();
+  CHECK(to_f64(blocked) == to_f64(tree));
+  CHECK(to_f64(in_order) != to_f64(tree));
+  // Over the sequences alone: the tree of the sequences themselves.
+  std::function<Tensor(int64_t, int64_t)> rows = [&](int64_t first, int64_t width) -> Tensor {
+    if (width == 1) return g.select(0, first);
+    return add(rows(first, width / 2), rows(first + width / 2, width / 2));
+  };
+  CHECK(to_f64(over_sequences) == to_f64(rows(0, sequences)));
 }
 
 }  // namespace
