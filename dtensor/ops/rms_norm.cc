@@ -5,10 +5,33 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/ops/op_util.h"
+#include "kernels/block_reduce.h"
 #include "kernels/rms_norm.h"
 
 namespace dtr {
 namespace {
+
+// The local backward; under --deterministic one call per sequence, the weight gradient
+// summed in kernels/block_reduce.h's tree.
+RMSNormGrads local_backward(const Tensor& grad_y, const Tensor& x, const Tensor& rstd,
+                            const std::optional<Tensor>& weight) {
+  const int64_t block = block_rows(x.shape(), rstd.dim(), "rms_norm backward");
+  if (block == 0) return rms_norm_backward(grad_y, x, rstd, weight);
+  const int64_t rows = rstd.numel();
+  Shape flat(x.shape().begin() + rstd.dim(), x.shape().end());
+  flat.insert(flat.begin(), rows);
+  const Tensor gy = grad_y.reshape(flat), xs = x.reshape(flat), rstds = rstd.reshape({rows});
+  RMSNormGrads g{.grad_x = Tensor::empty(flat, x.dtype(), x.device())};
+  std::vector<Tensor> params = reduce_rows(rows, block, [&](int64_t first, int64_t n) {
+    RMSNormGrads b =
+        rms_norm_backward(gy.narrow(0, first, n), xs.narrow(0, first, n), rstds.narrow(0, first, n), weight);
+    g.grad_x.narrow(0, first, n).copy_(b.grad_x);
+    return std::vector{std::move(b.grad_weight)};
+  });
+  g.grad_x = g.grad_x.view(x.shape());
+  g.grad_weight = std::move(params[0]);
+  return g;
+}
 
 // {grad_x, grad_weight} from the saved x, rstd and weight (rules: docs/sharding_rules.md,
 // "rms_norm"). Not differentiable.
@@ -28,7 +51,7 @@ std::array<DTensor, 2> rms_norm_backward(const DTensor& grad_y, const DTensor& x
   AppliedStrategy s = apply_strategy("rms_norm backward", inputs, expand_strategies(per_dim, x.mesh().ndim()));
   std::optional<Tensor> w;
   if (weight) w = s.inputs[3].to_local();
-  RMSNormGrads g = rms_norm_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), s.inputs[2].to_local(), w);
+  RMSNormGrads g = local_backward(s.inputs[0].to_local(), s.inputs[1].to_local(), s.inputs[2].to_local(), w);
   const Shape normalized(x.shape().begin() + rstd.dim(), x.shape().end());
   const std::vector<Placements>& out = s.strategy.outputs;
   return {make_output(std::move(g.grad_x), x.mesh(), out[0], x.shape()),

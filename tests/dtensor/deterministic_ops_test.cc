@@ -1,6 +1,6 @@
 // --deterministic's batch reductions (kernels/block_reduce.h) on real ranks: the gradients of
-// a small model's embedding, position embedding, LayerNorm, linear layer and fused output
-// loss, and the loss itself, have one rank's bits when two ranks split its batch. The same
+// a small model's embedding, position embedding, LayerNorm, RMSNorm, linear layer and fused
+// output loss, and the loss itself, have one rank's bits when two ranks split its batch. The same
 // model without the mode rounds differently on two ranks (so the data can tell the orders
 // apart).
 #include <catch2/catch.hpp>
@@ -15,6 +15,7 @@
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/matmul.h"
 #include "dtensor/ops/reduce.h"
+#include "dtensor/ops/rms_norm.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
@@ -42,19 +43,19 @@ std::vector<std::vector<double>> step(const DeviceMesh& mesh, const Placements& 
   };
   DTensor embed = param({kVocab, kDim}, 1), pos = param({kSeq, kDim}, 2), norm_w = param({kDim}, 3),
           norm_b = param({kDim}, 4), w = param({kDim, kDim}, 5), b = param({kDim}, 6), head = param({kVocab, kDim}, 7),
-          head_b = param({kVocab}, 8);
+          head_b = param({kVocab}, 8), rms_w = param({kDim}, 11);
   auto ids = [&](uint64_t seed) {
     return distribute_tensor(random_tensor({kSequences, kSeq}, kFloat64, seed, 0, kVocab).to(kInt64), mesh, batch);
   };
   const DTensor tokens = ids(9), targets = ids(10);
   const DTensor positions = distribute_tensor(arange(0, kSeq, 1, kInt64), mesh, replicate);
   const DTensor x = add(embedding(embed, tokens), embedding(pos, positions));
-  const DTensor y = linear(layer_norm(x, {kDim}, norm_w, norm_b), w, b);
+  const DTensor y = linear(rms_norm(layer_norm(x, {kDim}, norm_w, norm_b), {kDim}, rms_w), w, b);
   const DTensor loss =
       linear_cross_entropy(reshape(y, {kSequences * kSeq, kDim}), head, head_b, reshape(targets, {kSequences * kSeq}));
   loss.backward();
   std::vector<std::vector<double>> out{to_f64(loss.full_tensor())};
-  for (const DTensor* p : {&embed, &pos, &norm_w, &norm_b, &w, &b, &head, &head_b}) {
+  for (const DTensor* p : {&embed, &pos, &norm_w, &norm_b, &w, &b, &head, &head_b, &rms_w}) {
     out.push_back(to_f64(p->grad().full_tensor()));
   }
   return out;
@@ -64,7 +65,7 @@ TEST_CASE("--deterministic: a batch's gradients and loss have one rank's bits on
   testing::run_ranks(2, [](int, int) {
     const DeviceMesh dp = init_device_mesh(kCPU, {2}, {"dp"});
     const char* names[] = {"loss",          "embedding",   "position embedding", "norm weight", "norm bias",
-                           "linear weight", "linear bias", "output weight",      "output bias"};
+                           "linear weight", "linear bias", "output weight",      "output bias", "rms_norm weight"};
     set_deterministic_block_tokens(kSeq);
     const auto one = step(single_rank_mesh(), {Replicate()});
     const auto two = step(dp, {Shard(0)});
