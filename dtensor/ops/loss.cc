@@ -173,6 +173,23 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
   return r;
 }
 
+// The rows' summed loss and each row's logsumexp; under --deterministic one call per
+// sequence, the sums added in kernels/block_reduce.h's tree.
+CrossEntropyOutput cross_entropy_summed(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                        double label_smoothing) {
+  const int64_t block = block_rows(logits.shape(), 1, "cross_entropy");
+  if (block == 0) return cross_entropy(logits, target, ignore_index, LossReduction::kSum, label_smoothing);
+  const DType lse = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernel's
+  CrossEntropyOutput out{.logsumexp = Tensor::empty({logits.size(0)}, lse, logits.device())};
+  out.loss = reduce_rows(logits.size(0), block, [&](int64_t first, int64_t n) {
+    CrossEntropyOutput b = cross_entropy(logits.narrow(0, first, n), target.narrow(0, first, n), ignore_index,
+                                         LossReduction::kSum, label_smoothing);
+    out.logsumexp.narrow(0, first, n).copy_(b.logsumexp);
+    return std::vector{std::move(b.loss)};
+  })[0];
+  return out;
+}
+
 // linear_cross_entropy_local; under --deterministic one call per sequence, the loss and the
 // weight and bias gradients summed in kernels/block_reduce.h's tree.
 LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -273,7 +290,7 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
   const DTensor inputs[] = {logits, target};
   AppliedStrategy s = apply_strategy("cross_entropy", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
   CrossEntropyOutput out =
-      cross_entropy(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, LossReduction::kSum, label_smoothing);
+      cross_entropy_summed(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, label_smoothing);
   const bool mean = reduction == LossReduction::kMean;
   const double count = mean ? static_cast<double>(count_targets(s.inputs[1], ignore_index)) : 1.0;
   const Tensor local_loss = mean ? div(out.loss, count) : out.loss;

@@ -1,7 +1,7 @@
 // --deterministic's batch reductions (kernels/block_reduce.h) on real ranks: the gradients of
-// a small model's embedding, position embedding, LayerNorm, RMSNorm, linear layer and fused
-// output loss, and the loss itself, have one rank's bits when two ranks split its batch. The same
-// model without the mode rounds differently on two ranks (so the data can tell the orders
+// a small model's embedding, position embedding, LayerNorm, RMSNorm, linear layer, fused
+// output loss and composed one (logits, then cross_entropy), and the loss itself, have one rank's bits when two ranks
+// split its batch. The same model without the mode rounds differently on two ranks (so the data can tell the orders
 // apart).
 #include <catch2/catch.hpp>
 
@@ -43,7 +43,7 @@ std::vector<std::vector<double>> step(const DeviceMesh& mesh, const Placements& 
   };
   DTensor embed = param({kVocab, kDim}, 1), pos = param({kSeq, kDim}, 2), norm_w = param({kDim}, 3),
           norm_b = param({kDim}, 4), w = param({kDim, kDim}, 5), b = param({kDim}, 6), head = param({kVocab, kDim}, 7),
-          head_b = param({kVocab}, 8), rms_w = param({kDim}, 11);
+          head_b = param({kVocab}, 8), rms_w = param({kDim}, 11), head2 = param({kVocab, kDim}, 12);
   auto ids = [&](uint64_t seed) {
     return distribute_tensor(random_tensor({kSequences, kSeq}, kFloat64, seed, 0, kVocab).to(kInt64), mesh, batch);
   };
@@ -51,11 +51,13 @@ std::vector<std::vector<double>> step(const DeviceMesh& mesh, const Placements& 
   const DTensor positions = distribute_tensor(arange(0, kSeq, 1, kInt64), mesh, replicate);
   const DTensor x = add(embedding(embed, tokens), embedding(pos, positions));
   const DTensor y = linear(rms_norm(layer_norm(x, {kDim}, norm_w, norm_b), {kDim}, rms_w), w, b);
+  // Two losses: the fused one and the composed one (logits, then cross_entropy).
+  const DTensor rows = reshape(y, {kSequences * kSeq, kDim}), row_targets = reshape(targets, {kSequences * kSeq});
   const DTensor loss =
-      linear_cross_entropy(reshape(y, {kSequences * kSeq, kDim}), head, head_b, reshape(targets, {kSequences * kSeq}));
+      add(linear_cross_entropy(rows, head, head_b, row_targets), cross_entropy(linear(rows, head2), row_targets));
   loss.backward();
   std::vector<std::vector<double>> out{to_f64(loss.full_tensor())};
-  for (const DTensor* p : {&embed, &pos, &norm_w, &norm_b, &w, &b, &head, &head_b, &rms_w}) {
+  for (const DTensor* p : {&embed, &pos, &norm_w, &norm_b, &w, &b, &head, &head_b, &rms_w, &head2}) {
     out.push_back(to_f64(p->grad().full_tensor()));
   }
   return out;
@@ -64,8 +66,9 @@ std::vector<std::vector<double>> step(const DeviceMesh& mesh, const Placements& 
 TEST_CASE("--deterministic: a batch's gradients and loss have one rank's bits on two", "[dtensor][deterministic]") {
   testing::run_ranks(2, [](int, int) {
     const DeviceMesh dp = init_device_mesh(kCPU, {2}, {"dp"});
-    const char* names[] = {"loss",          "embedding",   "position embedding", "norm weight", "norm bias",
-                           "linear weight", "linear bias", "output weight",      "output bias", "rms_norm weight"};
+    const char* names[] = {"loss",        "embedding",       "position embedding",    "norm weight",
+                           "norm bias",   "linear weight",   "linear bias",           "output weight",
+                           "output bias", "rms_norm weight", "composed output weight"};
     set_deterministic_block_tokens(kSeq);
     const auto one = step(single_rank_mesh(), {Replicate()});
     const auto two = step(dp, {Shard(0)});
