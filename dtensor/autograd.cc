@@ -7,6 +7,7 @@
 
 #include "core/trace.h"
 #include "dtensor/internal/dtensor_impl.h"
+#include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
 
@@ -140,6 +141,17 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
             "backward: gradients of shapes {} {} and {} {} meet at one tensor; an op's backward returned a "
             "gradient of the wrong shape or dtype",
             a.shape(), dtype_name(a.dtype()), b.shape(), dtype_name(b.dtype()));
+  if (deterministic_block_tokens() > 0 && (a.spec().has_partial() || b.spec().has_partial())) {
+    // Under --deterministic (kernels/block_reduce.h) the two gradients of a tied weight are
+    // reduced apart and then added: the tree of each, whichever rank holds which terms.
+    // Adding the ranks' terms first would make the sum's order the layout's.
+    Placements reduced = a.placements();
+    for (Placement& p : reduced) {
+      if (p.is_partial()) p = Replicate();
+    }
+    const DTensor ra = a.redistribute(reduced), rb = b.redistribute(reduced);
+    return DTensor(add(ra.to_local(), rb.to_local()), ra.spec());
+  }
   const DTensor moved = b.placements() == a.placements() ? b : b.redistribute(a.placements());
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }

@@ -182,8 +182,10 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
-      {"--deterministic --arch gpt", "--deterministic: the output weight is tied to the embedding", 0},
-      {"--deterministic --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3", 0},
+      {"--deterministic --grad-accum 2 --batch-size 4",
+       "--deterministic with a tied output weight (--arch gpt's default) and --grad-accum 2", 0},
+      {"--deterministic --tie-embeddings false --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3",
+       0},
       {"--deterministic --tie-embeddings false --seq-len 12", "--deterministic: --seq-len 12 and 16 sequences per rank",
        0},
       {"--deterministic --tie-embeddings false --batch-size 12",
@@ -213,16 +215,18 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
   // the same schedule): the losses, gradient norms and the digest of every parameter and
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
-  // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4.
-  const std::string flags =
+  // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
+  // output weight tied to the embedding, fsdp on 2 and ddp on 4.
+  const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
-      "--lr-schedule constant --dropout 0.1 --tie-embeddings false --deterministic";
+      "--lr-schedule constant --dropout 0.1 --deterministic";
+  const std::string flags = tied_flags + " --tie-embeddings false";
   struct Run {
     std::string digest;
     std::vector<std::pair<double, double>> loss_and_norm;
   };
-  auto run_deterministic = [&](const std::string& name, int ranks, const std::string& extra) {
-    const testing::TrainRun r = testing::run_train("train_test_det_" + name, ranks, flags + " " + extra);
+  auto run_deterministic = [&](const std::string& name, int ranks, const std::string& extra, const std::string& base) {
+    const testing::TrainRun r = testing::run_train("train_test_det_" + name, ranks, base + " " + extra);
     Run out;
     const nlohmann::json summary = nlohmann::json::parse(read_file(r.out / "summary.json"));
     out.digest = summary.at("state_digest").get<std::string>();
@@ -235,7 +239,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
           std::string::npos);
     return out;
   };
-  const Run one = run_deterministic("none", 0, "--parallel none");
+  const Run one = run_deterministic("none", 0, "--parallel none", flags);
   REQUIRE(one.digest.size() == 16);
   REQUIRE(one.loss_and_norm.size() == 4);
   struct Layout {
@@ -257,17 +261,27 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
   };
   for (const Layout& l : layouts) {
     INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, flags);
     CHECK(run.digest == one.digest);
     CHECK(run.loss_and_norm == one.loss_and_norm);
   }
+  // The output weight tied to the embedding: its two gradients reduced apart.
+  const Run tied_one = run_deterministic("tied_none", 0, "--parallel none", tied_flags);
+  for (const Layout& l :
+       std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"}, {"tied_ddp4", 4, "--parallel ddp"}}) {
+    INFO(l.name);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, tied_flags);
+    CHECK(run.digest == tied_one.digest);
+    CHECK(run.loss_and_norm == tied_one.loss_and_norm);
+  }
+  CHECK(tied_one.digest != one.digest);
   // Two steps on 2 ranks, a checkpoint, the last two on 4: the uninterrupted run's bits.
   const fs::path checkpoints = fresh_dir("det_resume_checkpoints");
   const std::string save = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints.string());
   std::string first_half = flags + save;
   first_half.replace(first_half.find("--steps 4"), 9, "--steps 2");
   testing::run_train("train_test_det_resume_first", 2, first_half);
-  const Run resumed = run_deterministic("resume", 4, save + " --resume latest");
+  const Run resumed = run_deterministic("resume", 4, save + " --resume latest", flags);
   CHECK(resumed.digest == one.digest);
   CHECK(resumed.loss_and_norm ==
         std::vector<std::pair<double, double>>(one.loss_and_norm.begin() + 2, one.loss_and_norm.end()));

@@ -374,8 +374,8 @@ namespace {
 // What --deterministic covers so far (docs/deterministic.md): the canonical tree needs each
 // rank's sequences to be one aligned node (a power of two of them, on a power of two of
 // ranks and micro-batches) and the loss's mean a division by a power of two (exact on any
-// rank); an uneven split would need the ranks' nodes exchanged, a tied weight two
-// reductions.
+// rank); an uneven split would need the ranks' nodes exchanged; a tied weight's two
+// gradients are reduced apart over ranks (dtensor/autograd.cc), not yet over micro-batches.
 void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t sequences_per_rank) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
   DTR_CHECK(c.device == kCPU, ValueError,
@@ -391,10 +391,11 @@ void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t se
             "--deterministic with --grad-accum {}: the micro-batches must be a power of two of them (each one node of "
             "the canonical tree)",
             c.grad_accum);
-  DTR_CHECK(!arch_switches(c).tie_embeddings, ValueError,
-            "--deterministic: the output weight is tied to the embedding (--arch {}'s default); its two gradients "
-            "would need reductions of their own: pass --tie-embeddings false",
-            flag_value(c.arch));
+  DTR_CHECK(!arch_switches(c).tie_embeddings || c.grad_accum == 1, ValueError,
+            "--deterministic with a tied output weight (--arch {}'s default) and --grad-accum {}: the weight's two "
+            "gradients are reduced apart over the ranks but not yet over micro-batches; pass --tie-embeddings false "
+            "or the global batch in one step",
+            flag_value(c.arch), c.grad_accum);
   DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
   DTR_CHECK(power_of_two(c.seq_len) && power_of_two(sequences_per_rank), ValueError,
             "--deterministic: --seq-len {} and {} sequences per rank (--batch-size {} over the data-parallel ranks) "
