@@ -1,7 +1,9 @@
 #include "dtensor/redistribute.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
+#include <span>
 
 #include "collectives/process_group.h"
 #include "core/trace.h"
@@ -182,43 +184,78 @@ Exchange all_to_all_exchange(const Tensor& local, const Shape& piece, int64_t a,
 
 // Under --deterministic (kernels/block_reduce.h) on more than two ranks, a sum over the
 // group in the canonical tree of its members (member k holding node k, in group order)
-// rather than the ring's order: an all_to_all gives each member every member's block of its
-// part, which it sums in the tree. The same bytes as a ring reduce-scatter. `e` is the
-// reduce-scatter's exchange (its send the members' blocks, its recv this member's); the
-// returned Work is the all_to_all's, and e.unpack now sums before it unpacks.
-Work tree_reduce_scatter(ProcessGroup& group, Exchange& e, ReduceOp op) {
-  const int64_t n = group.size(), c = e.recv.size(0);
-  Tensor blocks = Tensor::empty(e.send.shape(), e.send.dtype(), e.send.device());
-  Work work = group.all_to_all_single(blocks, e.send);
-  e.unpack = [blocks, recv = e.recv, n, c, op, unpack = std::move(e.unpack)] {
-    Tensor sum = tree_sum(n, [&](int64_t k) { return std::vector{blocks.narrow(0, k * c, c).clone()}; })[0];
-    if (op == ReduceOp::kAvg) sum = mul(sum, 1.0 / static_cast<double>(n));
-    Tensor out = recv;
-    out.copy_(sum);
-    return unpack();
-  };
+// rather than the ring's order: one all_to_all gives each member every member's block of
+// its part of every exchange (block k of the packed buffer: each exchange's block k,
+// flattened, in order), which it sums in the tree. The same bytes as a ring
+// reduce-scatter. The exchanges are a step's reduce-scatters (send: the members' blocks;
+// recv: this member's) of one dtype; each unpack now sums its part before it unpacks.
+Work tree_reduce_scatter(ProcessGroup& group, std::span<Exchange> exchanges, ReduceOp op) {
+  const int64_t n = group.size();
+  int64_t total = 0;
+  for (const Exchange& e : exchanges) total += e.recv.numel();
+  const Tensor& first = exchanges.front().send;
+  Tensor send = Tensor::empty({n, total}, first.dtype(), first.device());
+  int64_t offset = 0;
+  for (const Exchange& e : exchanges) {
+    const int64_t part = e.recv.numel();
+    send.narrow(1, offset, part).copy_(e.send.reshape({n, part}));
+    offset += part;
+  }
+  Tensor blocks = Tensor::empty({n, total}, first.dtype(), first.device());
+  Work work = group.all_to_all_single(blocks, send);
+  offset = 0;
+  for (Exchange& e : exchanges) {
+    const int64_t part = e.recv.numel();
+    e.unpack = [blocks, recv = e.recv, n, offset, part, op, unpack = std::move(e.unpack)] {
+      Tensor sum =
+          tree_sum(n, [&](int64_t k) { return std::vector{blocks.select(0, k).narrow(0, offset, part).clone()}; })[0];
+      if (op == ReduceOp::kAvg) sum = mul(sum, 1.0 / static_cast<double>(n));
+      Tensor out = recv;
+      out.copy_(sum.view(recv.shape()));
+      return unpack();
+    };
+    offset += part;
+  }
   return work;
 }
 
-// The all-reduce of `t` (every member's whole tensor) in the canonical tree: the flat
-// elements in n parts, tree_reduce_scatter, then an all_gather of the parts (blocking, when
-// the exchange unpacks). The same bytes as a ring all-reduce.
-Work tree_all_reduce(ProcessGroup& group, Exchange& e, ReduceOp op) {
-  const Tensor t = e.recv;
-  const int64_t n = group.size(), numel = t.numel(), c = (numel + n - 1) / n;
-  Exchange part;
-  part.send = zeros({n * c}, t.dtype(), t.device());
-  part.send.narrow(0, 0, numel).copy_(t.dim() == 0 ? t.unsqueeze(0) : t.reshape({numel}));
-  part.recv = Tensor::empty({c}, t.dtype(), t.device());
-  part.unpack = [&group, t, n, c, numel, mine = part.recv] {
-    Tensor all = Tensor::empty({n * c}, t.dtype(), t.device());
-    group.all_gather_into_tensor(all, mine).wait();
-    Tensor out = t;
-    out.copy_(t.dim() == 0 ? all.select(0, 0) : all.narrow(0, 0, numel).view(t.shape()));
-    return t;
+// The all-reduces of a step's tensors (every member's whole tensor; one dtype) in the
+// canonical tree: their elements flattened end to end in n parts, tree_reduce_scatter, then
+// one all_gather of the parts (blocking, when the first exchange unpacks). The same bytes
+// as a ring all-reduce.
+Work tree_all_reduce(ProcessGroup& group, std::span<Exchange> exchanges, ReduceOp op) {
+  const int64_t n = group.size();
+  int64_t numel = 0;
+  for (const Exchange& e : exchanges) numel += e.recv.numel();
+  const int64_t c = (numel + n - 1) / n;
+  const Tensor& first = exchanges.front().recv;
+  std::vector<Exchange> part(1);
+  part[0].send = zeros({n * c}, first.dtype(), first.device());
+  int64_t offset = 0;
+  for (const Exchange& e : exchanges) {
+    const Tensor& t = e.recv;
+    part[0].send.narrow(0, offset, t.numel()).copy_(t.dim() == 0 ? t.unsqueeze(0) : t.reshape({t.numel()}));
+    offset += t.numel();
+  }
+  part[0].recv = Tensor::empty({c}, first.dtype(), first.device());
+  auto all = std::make_shared<Tensor>();  // the gathered sums, once the first exchange unpacks
+  part[0].unpack = [&group, n, c, all, mine = part[0].recv] {
+    *all = Tensor::empty({n * c}, mine.dtype(), mine.device());
+    group.all_gather_into_tensor(*all, mine).wait();
+    return *all;
   };
   Work work = tree_reduce_scatter(group, part, op);
-  e.unpack = std::move(part.unpack);
+  offset = 0;
+  for (Exchange& e : exchanges) {
+    e.unpack = [all, gather = part[0].unpack, t = e.recv, offset] {
+      if (!all->defined()) gather();
+      Tensor out = t;
+      const Tensor mine = all->narrow(0, offset, t.numel());
+      out.copy_(t.dim() == 0 ? mine.select(0, 0) : mine.view(t.shape()));
+      return t;
+    };
+    offset += e.recv.numel();
+  }
   return work;
 }
 
@@ -354,9 +391,18 @@ void PendingRedistribute::advance() {
                       (step.op == StepOp::kReduceScatter || step.op == StepOp::kAllReduce) &&
                       is_linear(step.from.reduce_op());
     if (tree) {
-      for (Exchange& e : flight->exchanges) {
-        flight->works.push_back(step.op == StepOp::kReduceScatter ? tree_reduce_scatter(group, e, step.from.reduce_op())
-                                                                  : tree_all_reduce(group, e, step.from.reduce_op()));
+      // One collective for the step's tensors when they share a dtype, else one each.
+      const bool one_dtype =
+          std::all_of(sends.begin(), sends.end(), [&](const Tensor& t) { return t.dtype() == sends.front().dtype(); });
+      std::vector<std::span<Exchange>> groups;
+      if (one_dtype) {
+        groups.emplace_back(flight->exchanges);
+      } else {
+        for (Exchange& e : flight->exchanges) groups.emplace_back(&e, 1);
+      }
+      for (std::span<Exchange> g : groups) {
+        flight->works.push_back(step.op == StepOp::kReduceScatter ? tree_reduce_scatter(group, g, step.from.reduce_op())
+                                                                  : tree_all_reduce(group, g, step.from.reduce_op()));
       }
       in_flight_ = std::move(flight);
       return;
