@@ -59,7 +59,7 @@ double tree_sum(std::span<const double> leaves) {
 
 int64_t block_rows(const Shape& shape, int64_t lead, std::string_view op) {
   const int64_t tokens = deterministic_block_tokens();
-  if (tokens == 0) return 0;
+  if (tokens == 0 || lead == 0) return 0;  // off, or nothing summed over rows
   DTR_CHECK(lead >= 1 && lead <= static_cast<int64_t>(shape.size()), ValueError,
             "{}: a reduction over the first {} dims of a tensor of shape {}", op, lead, shape);
   const int64_t rows = shape_numel(std::span(shape).first(static_cast<size_t>(lead)));

@@ -92,7 +92,7 @@ double tree_sum(std::span<const double> leaves);
 // that one block holds while the mode is on: one sequence. A tensor of three or more dims is
 // [sequences, ...] (its dim-0 entries are the blocks), a 2-D one [tokens, features] (blocks
 // of deterministic_block_tokens() rows). ValueError naming `op` when the rows do not split
-// into whole blocks. 0 when the mode is off.
+// into whole blocks. 0 when the mode is off or `lead` is 0 (no rows summed).
 int64_t block_rows(const Shape& shape, int64_t lead, std::string_view op);
 
 // The reduction `reduce(first_row, rows)` computes over a range of the `rows` rows: one call

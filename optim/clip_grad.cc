@@ -53,6 +53,7 @@ int64_t rows_at(const DTensor& g, std::span<const int64_t> coordinate) {
 // never split) are summed in order, the rows' sums gathered in global order (the gradients
 // split on one mesh dim, fully_shard's, all in one all_gather_v over it; others through
 // full_tensor) and summed in block_reduce's tree; the gradients' sums add in their order.
+// The gradients share one mesh.
 double canonical_sum_of_squares(const std::vector<DTensor>& grads) {
   const DeviceMesh& mesh = grads.front().mesh();
   std::vector<Tensor> rows(grads.size());
@@ -155,15 +156,17 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
     grads.push_back(g);
   }
   if (grads.empty()) return 0.0;
-  if (deterministic_block_tokens() > 0 && !inf) {
-    return scale_to_norm(grads, std::sqrt(canonical_sum_of_squares(grads)), max_norm, error_if_nonfinite);
-  }
   const DeviceMesh& mesh = grads.front().mesh();
-  // Local sums of squares (or maxima), one bucket per set of mesh dims that shard a gradient.
-  std::map<uint64_t, double> buckets;
   for (const DTensor& g : grads) {
     DTR_CHECK(g.mesh() == mesh, ValueError, "clip_grad_norm_: gradients live on different meshes ({} and {})",
               mesh.to_string(), g.mesh().to_string());
+  }
+  if (deterministic_block_tokens() > 0 && !inf) {
+    return scale_to_norm(grads, std::sqrt(canonical_sum_of_squares(grads)), max_norm, error_if_nonfinite);
+  }
+  // Local sums of squares (or maxima), one bucket per set of mesh dims that shard a gradient.
+  std::map<uint64_t, double> buckets;
+  for (const DTensor& g : grads) {
     uint64_t sharded = 0;
     for (int64_t m = 0; m < mesh.ndim(); ++m) {
       if (g.placements()[m].splits_a_dim() && mesh.size(m) > 1) sharded |= uint64_t{1} << m;

@@ -50,9 +50,8 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
   if (block == 0) {
     local = embedding_backward(g, idx, num_weights);
   } else {
-    const int64_t tokens = idx.numel();
-    const Tensor g_rows = g.reshape({tokens, g.size(-1)}), idx_rows = idx.reshape({tokens});
-    local = reduce_rows(tokens, block, [&](int64_t first, int64_t n) {
+    const Tensor g_rows = g.flatten(0, nd - 1), idx_rows = idx.flatten();
+    local = reduce_rows(idx.numel(), block, [&](int64_t first, int64_t n) {
       return std::vector{embedding_backward(g_rows.narrow(0, first, n), idx_rows.narrow(0, first, n), num_weights)};
     })[0];
   }

@@ -16,12 +16,10 @@ LayerNormGrads local_backward(const Tensor& grad_y, const Tensor& x, const Tenso
                               const std::optional<Tensor>& weight) {
   const int64_t block = block_rows(x.shape(), mean.dim(), "layer_norm backward");
   if (block == 0) return layer_norm_backward(grad_y, x, mean, rstd, weight);
-  const int64_t rows = mean.numel();
-  Shape flat(x.shape().begin() + mean.dim(), x.shape().end());
-  flat.insert(flat.begin(), rows);
-  const Tensor gy = grad_y.reshape(flat), xs = x.reshape(flat), means = mean.reshape({rows}),
-               rstds = rstd.reshape({rows});
-  LayerNormGrads g{.grad_x = Tensor::empty(flat, x.dtype(), x.device())};
+  const int64_t lead = mean.dim(), rows = mean.numel();
+  const Tensor gy = grad_y.flatten(0, lead - 1), xs = x.flatten(0, lead - 1), means = mean.flatten(),
+               rstds = rstd.flatten();
+  LayerNormGrads g{.grad_x = Tensor::empty(xs.shape(), x.dtype(), x.device())};
   std::vector<Tensor> params = reduce_rows(rows, block, [&](int64_t first, int64_t n) {
     LayerNormGrads b = layer_norm_backward(gy.narrow(0, first, n), xs.narrow(0, first, n), means.narrow(0, first, n),
                                            rstds.narrow(0, first, n), weight);

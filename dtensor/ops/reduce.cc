@@ -1,6 +1,8 @@
 #include "dtensor/ops/reduce.h"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 #include "dtensor/autograd.h"
 #include "dtensor/internal/reduce_identity.h"
@@ -107,43 +109,37 @@ DTensor extremum(std::string_view name, ReduceOp op, const DTensor& x, const std
   return y;
 }
 
-// sum's node: [out] -> [in], the reduced dims put back as size 1 and broadcast along.
-void record_sum(const AppliedStrategy& s, DTensor& y, const std::vector<int64_t>& dims, KeepDim keepdim,
-                const Shape& shape) {
-  record("sum", s.inputs, std::span(&y, 1), [dims, keepdim, shape](const std::vector<DTensor>& g) {
+// The sum op over `dims` with the local sum `local_sum` computes (the kernel's, or the
+// blocked one of sum_leading): placements, then the node [out] -> [in], the reduced dims
+// put back as size 1 and broadcast along.
+DTensor sum_of(const DTensor& x, const std::vector<int64_t>& dims, KeepDim keepdim,
+               const std::function<Tensor(const Tensor&)>& local_sum) {
+  const Reduction r = plan_reduction(x, dims, keepdim, Partial(), kLinearReduceOps);
+  const DTensor inputs[] = {x};
+  AppliedStrategy s = apply_strategy("sum", inputs, expand_strategies(r.per_dim, x.mesh().ndim()));
+  DTensor y = make_output(local_sum(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], r.out_shape);
+  record("sum", s.inputs, std::span(&y, 1), [dims, keepdim, shape = x.shape()](const std::vector<DTensor>& g) {
     return std::vector<DTensor>{broadcast_to(with_reduced_dims(g[0], dims, keepdim), shape)};
   });
+  return y;
 }
 
 }  // namespace
 
 DTensor sum(const DTensor& x, const std::vector<int64_t>& dims_given, KeepDim keepdim) {
   const std::vector<int64_t> dims = reduced_dims(x, dims_given, "sum");
-  const Reduction r = plan_reduction(x, dims, keepdim, Partial(), kLinearReduceOps);
-  const DTensor inputs[] = {x};
-  AppliedStrategy s = apply_strategy("sum", inputs, expand_strategies(r.per_dim, x.mesh().ndim()));
-  DTensor y = make_output(sum(s.inputs[0].to_local(), dims, keepdim), x.mesh(), s.strategy.outputs[0], r.out_shape);
-  record_sum(s, y, dims, keepdim, x.shape());
-  return y;
+  return sum_of(x, dims, keepdim, [&](const Tensor& local) { return sum(local, dims, keepdim); });
 }
 
 DTensor sum_leading(const DTensor& x, int64_t lead) {
   std::vector<int64_t> dims(static_cast<size_t>(lead));
-  for (int64_t d = 0; d < lead; ++d) dims[static_cast<size_t>(d)] = d;
+  std::iota(dims.begin(), dims.end(), int64_t{0});
   if (deterministic_block_tokens() == 0) return sum(x, dims);
-  const Reduction r = plan_reduction(x, dims, KeepDim::kNo, Partial(), kLinearReduceOps);
-  const DTensor inputs[] = {x};
-  AppliedStrategy s = apply_strategy("sum", inputs, expand_strategies(r.per_dim, x.mesh().ndim()));
-  const Tensor& local = s.inputs[0].to_local();
-  Shape rows_shape(local.shape().begin() + lead, local.shape().end());
-  const int64_t rows = shape_numel(std::span(local.shape()).first(static_cast<size_t>(lead)));
-  rows_shape.insert(rows_shape.begin(), rows);
-  const Tensor flat = local.reshape(rows_shape);
-  Tensor y = reduce_rows(rows, block_rows(local.shape(), lead, "sum over a batch"),
-                         [&](int64_t first, int64_t n) { return std::vector{sum(flat.narrow(0, first, n), {0})}; })[0];
-  DTensor out = make_output(std::move(y), x.mesh(), s.strategy.outputs[0], r.out_shape);
-  record_sum(s, out, dims, KeepDim::kNo, x.shape());
-  return out;
+  return sum_of(x, dims, KeepDim::kNo, [&](const Tensor& local) {
+    const Tensor rows = local.flatten(0, lead - 1);
+    return reduce_rows(rows.size(0), block_rows(local.shape(), lead, "sum over a batch"),
+                       [&](int64_t first, int64_t n) { return std::vector{sum(rows.narrow(0, first, n), {0})}; })[0];
+  });
 }
 
 DTensor mean(const DTensor& x, const std::vector<int64_t>& dims_given, KeepDim keepdim) {

@@ -17,11 +17,9 @@ RMSNormGrads local_backward(const Tensor& grad_y, const Tensor& x, const Tensor&
                             const std::optional<Tensor>& weight) {
   const int64_t block = block_rows(x.shape(), rstd.dim(), "rms_norm backward");
   if (block == 0) return rms_norm_backward(grad_y, x, rstd, weight);
-  const int64_t rows = rstd.numel();
-  Shape flat(x.shape().begin() + rstd.dim(), x.shape().end());
-  flat.insert(flat.begin(), rows);
-  const Tensor gy = grad_y.reshape(flat), xs = x.reshape(flat), rstds = rstd.reshape({rows});
-  RMSNormGrads g{.grad_x = Tensor::empty(flat, x.dtype(), x.device())};
+  const int64_t lead = rstd.dim(), rows = rstd.numel();
+  const Tensor gy = grad_y.flatten(0, lead - 1), xs = x.flatten(0, lead - 1), rstds = rstd.flatten();
+  RMSNormGrads g{.grad_x = Tensor::empty(xs.shape(), x.dtype(), x.device())};
   std::vector<Tensor> params = reduce_rows(rows, block, [&](int64_t first, int64_t n) {
     RMSNormGrads b =
         rms_norm_backward(gy.narrow(0, first, n), xs.narrow(0, first, n), rstds.narrow(0, first, n), weight);

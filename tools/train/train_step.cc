@@ -67,8 +67,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     std::vector<Tensor> sums = grads.finish();
     for (size_t i = 0; i < params.size(); ++i) params[i]->set_grad(DTensor(std::move(sums[i]), grad_specs[i]));
   }
-  r.grad_norm = c.grad_clip > 0 ? optim::clip_grad_norm_(m.net->parameters(), c.grad_clip)
-                                : optim::clip_grad_norm_(m.net->parameters(), INFINITY);
+  r.grad_norm = optim::clip_grad_norm_(params, c.grad_clip > 0 ? c.grad_clip : INFINITY);
   if (!r.finite()) return r;
   r.lr = opt.param_groups()[0].lr;
   r.grad_bytes = gradient_bytes(m.net->parameters());
