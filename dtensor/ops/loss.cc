@@ -173,31 +173,45 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
   return r;
 }
 
-// The rows' summed loss and each row's logsumexp; under --deterministic one call per
-// sequence, the sums added in kernels/block_reduce.h's tree.
-CrossEntropyOutput cross_entropy_summed(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                        double label_smoothing) {
+// The loss a rank's rows contribute, divided by `count` (a mean's global target count; 1 for a
+// sum), and each row's logsumexp. Under --deterministic one call per sequence, each sum
+// divided before kernels/block_reduce.h's tree adds them: the quotients are then the same
+// leaves on every layout, whether or not count is a power of two (dividing after the ranks'
+// partial sums would round by the layout).
+CrossEntropyOutput cross_entropy_divided(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                         double label_smoothing, double count) {
+  auto divided = [count](Tensor loss) { return count == 1.0 ? loss : div(loss, count); };
   const int64_t block = block_rows(logits.shape(), 1, "cross_entropy");
-  if (block == 0) return cross_entropy(logits, target, ignore_index, LossReduction::kSum, label_smoothing);
+  if (block == 0) {
+    CrossEntropyOutput out = cross_entropy(logits, target, ignore_index, LossReduction::kSum, label_smoothing);
+    out.loss = divided(std::move(out.loss));
+    return out;
+  }
   const DType lse = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernel's
   CrossEntropyOutput out{.logsumexp = Tensor::empty({logits.size(0)}, lse, logits.device())};
   out.loss = reduce_rows(logits.size(0), block, [&](int64_t first, int64_t n) {
     CrossEntropyOutput b = cross_entropy(logits.narrow(0, first, n), target.narrow(0, first, n), ignore_index,
                                          LossReduction::kSum, label_smoothing);
     out.logsumexp.narrow(0, first, n).copy_(b.logsumexp);
-    return std::vector{std::move(b.loss)};
+    return std::vector{divided(std::move(b.loss))};
   })[0];
   return out;
 }
 
-// linear_cross_entropy_local; under --deterministic one call per sequence, the loss and the
-// weight and bias gradients summed in kernels/block_reduce.h's tree.
+// linear_cross_entropy_local with its loss divided by `count` (as cross_entropy_divided's) and
+// its gradients scaled by 1 / count; under --deterministic one call per sequence, the
+// divided losses and the weight and bias gradients summed in kernels/block_reduce.h's tree.
 LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                                     const Tensor& target, int64_t ignore_index, double scale,
+                                                     const Tensor& target, int64_t ignore_index, double count,
                                                      double label_smoothing, const std::array<bool, 3>& need) {
+  auto divided = [count](Tensor loss) { return count == 1.0 ? loss : div(loss, count); };
+  const double scale = 1.0 / count;
   const int64_t block = block_rows(x.shape(), 1, "linear_cross_entropy");
   if (block == 0) {
-    return linear_cross_entropy_local(x, weight, bias, target, ignore_index, scale, label_smoothing, need);
+    LinearCrossEntropyLocal r =
+        linear_cross_entropy_local(x, weight, bias, target, ignore_index, scale, label_smoothing, need);
+    r.loss = divided(std::move(r.loss));
+    return r;
   }
   LinearCrossEntropyLocal r;
   if (need[0]) r.grad_x = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -207,7 +221,7 @@ LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tens
     if (need[0]) r.grad_x.narrow(0, first, n).copy_(b.grad_x);
     // The weight gradient is the transpose of a [dim, classes] accumulator: the tree adds
     // that, contiguous.
-    return std::vector{std::move(b.loss), need[1] ? b.grad_weight.t() : Tensor(), std::move(b.grad_bias)};
+    return std::vector{divided(std::move(b.loss)), need[1] ? b.grad_weight.t() : Tensor(), std::move(b.grad_bias)};
   });
   r.loss = std::move(sums[0]);
   if (need[1]) r.grad_weight = sums[1].t();
@@ -250,10 +264,10 @@ DTensor linear_cross_entropy(const DTensor& x, const DTensor& weight, const std:
                                  grads && bias && s.inputs[3].requires_grad()};
   LinearCrossEntropyLocal local = linear_cross_entropy_blocked(
       s.inputs[0].to_local(), s.inputs[1].to_local(), bias ? s.inputs[3].to_local() : Tensor(), s.inputs[2].to_local(),
-      ignore_index, 1.0 / count, label_smoothing, need);
+      ignore_index, count, label_smoothing, need);
   const DeviceMesh& mesh = x.mesh();
   const std::vector<Placements>& out = s.strategy.outputs;
-  DTensor loss = make_output(mean ? div(local.loss, count) : local.loss, mesh, out[0], {});
+  DTensor loss = make_output(std::move(local.loss), mesh, out[0], {});
   if (!grads) return loss;
   auto wrap = [&](Tensor& t, const Placements& placements, const Shape& shape) {
     return t.defined() ? make_output(std::move(t), mesh, placements, shape) : DTensor();
@@ -289,12 +303,11 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, int64_t igno
   const std::vector<DimStrategy> per_dim{{{Shard(0), Shard(0)}, {Partial(), Shard(0)}}, replicate_all(2, 2)};
   const DTensor inputs[] = {logits, target};
   AppliedStrategy s = apply_strategy("cross_entropy", inputs, expand_strategies(per_dim, logits.mesh().ndim()));
-  CrossEntropyOutput out =
-      cross_entropy_summed(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, label_smoothing);
   const bool mean = reduction == LossReduction::kMean;
   const double count = mean ? static_cast<double>(count_targets(s.inputs[1], ignore_index)) : 1.0;
-  const Tensor local_loss = mean ? div(out.loss, count) : out.loss;
-  DTensor loss = make_output(local_loss, logits.mesh(), s.strategy.outputs[0], {});
+  CrossEntropyOutput out =
+      cross_entropy_divided(s.inputs[0].to_local(), s.inputs[1].to_local(), ignore_index, label_smoothing, count);
+  DTensor loss = make_output(std::move(out.loss), logits.mesh(), s.strategy.outputs[0], {});
   DTensor lse = make_output(std::move(out.logsumexp), logits.mesh(), s.strategy.outputs[1], {logits.size(0)});
   record("cross_entropy", s.inputs, std::span(&loss, 1),
          [x = s.inputs[0].detach(), t = s.inputs[1].detach(), lse, ignore_index, count,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "tools/train/train_config.h"
 
 namespace dtr::train {
@@ -131,6 +132,43 @@ TEST_CASE("a bad value of an enum flag is one line naming the flag, the value an
     CHECK(parse_error(command_line) == expected);
   }
   CHECK_THROWS_AS(parsed("--parallel fsdp --parallel ddp"), CLI::ParseError);
+}
+
+TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the canonical tree", "[train][flags]") {
+  const std::string det = "--deterministic --tie-embeddings false ";
+  // Any number of ranks holding a power of two of sequences each; one rank any number; a
+  // sequence length and a global token count that are not powers of two (the loss's mean
+  // divides each sequence's sum).
+  const std::vector<std::pair<std::string, int64_t>> accepted = {
+      {"--batch-size 12", 3},
+      {"--batch-size 12 --seq-len 12", 1},
+      {"--batch-size 24 --parallel ddp", 3},
+      {"--batch-size 12 --parallel hsdp --mesh replicate=3,shard=1", 3},
+      {"--batch-size 12 --parallel hsdp --mesh replicate=1,shard=3", 3},
+      {"--batch-size 12 --parallel hsdp --mesh replicate=3,shard=2", 6},
+      {"--batch-size 16 --grad-accum 4", 2},
+  };
+  for (const auto& [flags, ranks] : accepted) {
+    INFO(flags << " on " << ranks << " ranks");
+    CHECK_NOTHROW(validate(parsed(det + flags), ranks));
+  }
+  // A share that cuts a node, named with what would hold one.
+  const std::vector<std::tuple<std::string, int64_t, std::string>> refused = {
+      {"--batch-size 12", 2,
+       "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
+       "must be a power of two, so that each rank's share is one node of the canonical tree (a split that cuts a "
+       "node is not covered); e.g. --batch-size 8"},
+      {"--batch-size 24 --grad-accum 2", 3,
+       "--deterministic with --grad-accum 2 on 3 data-parallel ranks: a micro-batch split over ranks is one node of "
+       "the canonical tree only on a power of two of ranks"},
+      {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6,
+       "--deterministic with --parallel hsdp on replicate=2,shard=3: each replica's shard group must hold one node of "
+       "the canonical tree, so a power of two of shards (or replicate=1)"},
+  };
+  for (const auto& [flags, ranks, expected] : refused) {
+    INFO(flags << " on " << ranks << " ranks");
+    CHECK_THROWS_WITH(validate(parsed(det + flags), ranks), Catch::Contains(expected));
+  }
 }
 
 }  // namespace

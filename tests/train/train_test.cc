@@ -186,11 +186,10 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
        "--deterministic with a tied output weight (--arch gpt's default) and --grad-accum 2", 0},
       {"--deterministic --tie-embeddings false --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3",
        0},
-      {"--deterministic --tie-embeddings false --seq-len 12", "--deterministic: --seq-len 12 and 16 sequences per rank",
-       0},
       {"--deterministic --tie-embeddings false --batch-size 12",
-       "--deterministic: --seq-len 128 and 6 sequences per rank", 2},
-      {"--deterministic --batch-size 12", "--deterministic: 3 ranks; it covers a power of two of them so far", 3},
+       "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
+       "must be a power of two",
+       2},
   };
   for (const Case& c : cases) {
     INFO(c.flags);
@@ -209,14 +208,14 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
   }
 }
 
-TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under none, fsdp, ddp and hsdp", "[train]") {
+TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under none, fsdp, ddp and hsdp", "[train]") {
   // Dropout on, gradient clipping on (the default 1.0: the canonical norm scales the
   // gradients), 4 steps, a constant learning rate (so a run resumed at step 2 continues
   // the same schedule): the losses, gradient norms and the digest of every parameter and
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
   // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
-  // output weight tied to the embedding, fsdp on 2 and ddp on 4.
+  // output weight tied to the embedding, fsdp on 2 and ddp on 4; a batch of 12 on 3 ranks.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -275,6 +274,18 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 4 and 8 ranks under non
     CHECK(run.loss_and_norm == tied_one.loss_and_norm);
   }
   CHECK(tied_one.digest != one.digest);
+  // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
+  // shards uneven), as one rank with all 12; 192 tokens, whose mean no power of two divides.
+  std::string twelve = flags;
+  twelve.replace(twelve.find("--batch-size 8"), 14, "--batch-size 12");
+  const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
+  for (const Layout& l : std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
+                                             {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"}}) {
+    INFO(l.name);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve);
+    CHECK(run.digest == twelve_one.digest);
+    CHECK(run.loss_and_norm == twelve_one.loss_and_norm);
+  }
   // Two steps on 2 ranks, a checkpoint, the last two on 4: the uninterrupted run's bits.
   const fs::path checkpoints = fresh_dir("det_resume_checkpoints");
   const std::string save = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints.string());

@@ -371,37 +371,51 @@ void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
 
 namespace {
 
-// What --deterministic covers so far (docs/deterministic.md): the canonical tree needs each
-// rank's sequences to be one aligned node (a power of two of them, on a power of two of
-// ranks and micro-batches) and the loss's mean a division by a power of two (exact on any
-// rank); an uneven split would need the ranks' nodes exchanged; a tied weight's two
-// gradients are reduced apart over ranks (dtensor/autograd.cc), not yet over micro-batches.
-void validate_deterministic(const TrainConfig& c, int64_t world_size, int64_t sequences_per_rank) {
+// What --deterministic covers so far (docs/deterministic.md). The global batch's sequences are
+// the leaves of the canonical tree, and every sum over ranks or micro-batches must combine
+// whole nodes of it: a rank's sequences in a micro-batch one aligned node (a power of two of
+// them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
+// of any number of ranks; under hsdp each replica's shard group one node too (a power of two
+// of shards, unless there is one replica); micro-batches a power of two of them on a power of
+// two of ranks. A split that cuts a node would need the ranks' node lists exchanged. A tied
+// weight's two gradients are reduced apart over ranks (dtensor/autograd.cc), not yet over
+// micro-batches.
+void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
+                            const std::vector<std::pair<std::string, int64_t>>& dims) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
   DTR_CHECK(c.device == kCPU, ValueError,
             "--deterministic: CPU ranks only (--device {}); the GPU kernels keep their "
             "own summation orders",
             flag_value(c.device));
-  DTR_CHECK(power_of_two(world_size), ValueError,
-            "--deterministic: {} ranks; it covers a power of two of them so far (each rank's sequences one node of "
-            "the canonical tree; an uneven split would need its nodes exchanged)",
-            world_size);
   DTR_CHECK(c.tp == 1, ValueError, "--deterministic with --tp {}: tensor parallelism is not covered yet", c.tp);
   DTR_CHECK(power_of_two(c.grad_accum), ValueError,
             "--deterministic with --grad-accum {}: the micro-batches must be a power of two of them (each one node of "
             "the canonical tree)",
             c.grad_accum);
+  DTR_CHECK(c.grad_accum == 1 || power_of_two(data_ranks), ValueError,
+            "--deterministic with --grad-accum {} on {} data-parallel ranks: a micro-batch split over ranks is one "
+            "node of the canonical tree only on a power of two of ranks; use --grad-accum 1 or 2, 4, 8 ranks",
+            c.grad_accum, data_ranks);
   DTR_CHECK(!arch_switches(c).tie_embeddings || c.grad_accum == 1, ValueError,
             "--deterministic with a tied output weight (--arch {}'s default) and --grad-accum {}: the weight's two "
             "gradients are reduced apart over the ranks but not yet over micro-batches; pass --tie-embeddings false "
             "or the global batch in one step",
             flag_value(c.arch), c.grad_accum);
   DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
-  DTR_CHECK(power_of_two(c.seq_len) && power_of_two(sequences_per_rank), ValueError,
-            "--deterministic: --seq-len {} and {} sequences per rank (--batch-size {} over the data-parallel ranks) "
-            "must be powers of two (each rank's sequences one node of the canonical tree, the loss's mean an exact "
-            "division)",
-            c.seq_len, sequences_per_rank, c.batch_size);
+  int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
+  while (node * 2 <= sequences_per_rank) node *= 2;
+  DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank), ValueError,
+            "--deterministic: {} sequences per rank (--batch-size {} over {} micro-batch(es) and {} data-parallel "
+            "rank(s)) must be a power of two, so that each rank's share is one node of the canonical tree (a split "
+            "that cuts a node is not covered); e.g. --batch-size {}",
+            sequences_per_rank, c.batch_size, c.grad_accum, data_ranks, node * c.grad_accum * data_ranks);
+  if (c.parallel == Parallel::kHsdp) {
+    const int64_t replicas = dims.at(0).second, shards = dims.at(1).second;
+    DTR_CHECK(replicas == 1 || power_of_two(shards), ValueError,
+              "--deterministic with --parallel hsdp on replicate={},shard={}: each replica's shard group must hold "
+              "one node of the canonical tree, so a power of two of shards (or replicate=1)",
+              replicas, shards);
+  }
 }
 
 }  // namespace
@@ -473,7 +487,7 @@ void validate(const TrainConfig& c, int64_t world_size) {
             flag_value(c.parallel));
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
-  if (c.deterministic) validate_deterministic(c, world_size, micro / data_ranks);
+  if (c.deterministic) validate_deterministic(c, data_ranks, micro / data_ranks, dims);
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
