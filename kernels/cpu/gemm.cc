@@ -79,7 +79,7 @@ void run_task(const GemmKernels& kr, const Problem& p, int64_t bi, int64_t jb, i
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(p.k, p.kc));  // k = 0: one empty block
   const int64_t kp_max = ceil_div(std::min(p.k, p.kc), kr.k_align) * kr.k_align;
   // A row-major A packs as a copy where the table has the "rows" format (gemm_kernels.h).
-  const bool a_rows = kr.pack_a_rows != nullptr && p.a.col_stride == 1;
+  const bool a_rows = kr.pack_a_rows != nullptr && p.a.col_stride == 1 && (kr.rows_max_n == 0 || nb <= kr.rows_max_n);
   const GemmKernels::Pack pack_a = a_rows ? kr.pack_a_rows : kr.pack_a;
   const GemmKernels::Tile tile = a_rows ? kr.tile_a_rows : kr.tile;
   const int64_t a_panel_k = a_rows ? p.kc : kp_max;  // packed K per A panel row

@@ -2,7 +2,11 @@
 // 14 x 32 tile like the float32 AVX-512 kernel's, but each step takes a pair of K values:
 // vdpbf16ps adds a[2t] b[2t] + a[2t+1] b[2t+1] into each lane. Panels hold K in pairs
 // (pack_panels' G = 2; an odd K gets a zero partner), so one 32-bit broadcast carries A's
-// pair and one 64-byte load 16 columns' pairs of B.
+// pair and one 64-byte load 16 columns' pairs of B. For N blocks of up to 256 columns a
+// row-major A packs in the "rows" format instead (a copy, its pairs already adjacent):
+// there, interleaving 14 rows' pairs took about a sixth of the product's time. Wider blocks
+// multiply each packed panel by more of B, and the pair panels' broadcasts (one line per step
+// rather than 14) win (Zen 4: docs/cpu_gemm.md).
 #include <immintrin.h>
 
 #include <cstring>
@@ -17,21 +21,22 @@ namespace {
 constexpr int kMr = 14;
 constexpr int kNr = 32;
 
-// kp (even) K values: kp / 2 steps of pairs.
-template <int M>
+// kp (even) K values: kp / 2 steps of pairs. A's pair (i, t) starts at a[i * AStride + t * AStep]:
+// (2, 2 kMr) in the pair panels, (kc, 2) in the "rows" format.
+template <int M, int AStride, int AStep>
 void tile_rows(int64_t kp, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, int64_t n,
                const TileEpilogue& e) {
   prefetch_c_tile(c, M, ldc);
   __m512 lo[M], hi[M];
 #pragma GCC unroll 14
   for (int i = 0; i < M; ++i) lo[i] = hi[i] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < kp / 2; ++t, a += 2 * kMr, b += 2 * kNr) {
+  for (int64_t t = 0; t < kp / 2; ++t, a += AStep, b += 2 * kNr) {
     const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
 #pragma GCC unroll 14
     for (int i = 0; i < M; ++i) {
       int32_t pair;
-      std::memcpy(&pair, a + 2 * i, sizeof pair);
+      std::memcpy(&pair, a + i * AStride, sizeof pair);
       const __m512bh ai = (__m512bh)_mm512_set1_epi32(pair);
       lo[i] = _mm512_dpbf16_ps(lo[i], ai, b0);
       hi[i] = _mm512_dpbf16_ps(hi[i], ai, b1);
@@ -40,10 +45,44 @@ void tile_rows(int64_t kp, const uint16_t* a, const uint16_t* b, float* c, int64
   store_tile32<M>(lo, hi, c, ldc, n, e);
 }
 
+// A's pair panels. From a transposed A (rows contiguous: the weight gradient's dy^T) the
+// pairs are two K lines interleaved: per pair of lines, 14 words of each in one vector and
+// one word permutation give a panel's 28 values (the generic packer wrote them one by one,
+// about an eighth of the product's time). Ragged panels and an odd K go to the generic
+// packer, as does a row-major A (its pairs are words already).
+void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
+  if (rs != 1 || k != kp) {
+    pack_block<kMr, 2, uint16_t, uint16_t>(dst, src, rs, cs, rows, k, kp);
+    return;
+  }
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const int64_t full = rows / kMr;
+  alignas(64) static constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  constexpr __mmask16 kRowWords = (1u << kMr) - 1;
+  constexpr __mmask32 kPanelWords = (1u << (2 * kMr)) - 1;
+  for (int64_t kk = 0; kk < k; kk += 2) {  // K lines in order, each read once across the panels
+    const uint16_t* even = s + kk * cs;
+    const uint16_t* odd = even + cs;
+    for (int64_t p = 0; p < full; ++p) {
+      const __m256i lo = _mm256_maskz_loadu_epi16(kRowWords, even + p * kMr);
+      const __m256i hi = _mm256_maskz_loadu_epi16(kRowWords, odd + p * kMr);
+      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      _mm512_mask_storeu_epi16(d + p * kMr * kp + kk * kMr, kPanelWords, _mm512_permutexvar_epi16(interleave, both));
+    }
+  }
+  if (full * kMr < rows) {
+    pack_panels<kMr, 2>(d + full * kMr * kp, s + full * kMr, rs, cs, rows - full * kMr, k, kp, 1);
+  }
+}
+
+template <int AStride, int AStep>
 void tile(int64_t kp, const void* a, const void* b, float* c, int64_t ldc, int64_t m, int64_t n,
           const TileEpilogue& e) {
   with_rows<kMr>(m, [&]<int M>() {
-    tile_rows<M>(kp, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), c, ldc, n, e);
+    tile_rows<M, AStride, AStep>(kp, static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), c, ldc, n, e);
   });
 }
 
@@ -56,8 +95,11 @@ const GemmKernels kGemmAvx512DotBf16 = {.mr = kMr,
                                         .nc = 1024,
                                         .k_align = 2,
                                         .packed_bytes = 2,
-                                        .pack_a = pack_block<kMr, 2, uint16_t, uint16_t>,
+                                        .pack_a = pack_a,
                                         .pack_b = pack_block<kNr, 2, uint16_t, uint16_t>,
-                                        .tile = tile};
+                                        .tile = tile<2, 2 * kMr>,
+                                        .pack_a_rows = pack_rows<kMr, kKcBf16, uint16_t, uint16_t>,
+                                        .tile_a_rows = tile<kKcBf16, 2>,
+                                        .rows_max_n = 256};
 
 }  // namespace dtr::cpu::internal

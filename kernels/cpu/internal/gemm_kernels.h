@@ -8,9 +8,9 @@
 // kGemmKcBf16) becomes ceil(rows / r) panels (r = mr for A, nr for B), zero-padded in both
 // directions, of r * kp packed elements; how a panel orders them is the table's own business
 // (its pack and tile functions agree). A table may also take a row-major A in a second
-// format, "rows": each panel row a plain copy of A's row, rows kc apart (panels of mr * kc
-// elements, rows past the block and values past k unwritten and unread), so that packing the
-// common forward operand is a copy rather than a transpose.
+// format, "rows": each panel row a plain copy of A's row and zeros up to kp, rows kc apart
+// (panels of mr * kc elements, rows past the block and values past kp unwritten and unread),
+// so that packing the common forward operand is a copy rather than a transpose.
 #pragma once
 
 #include <cstdint>
@@ -42,9 +42,11 @@ struct GemmKernels {
                         int64_t n, const TileEpilogue& epilogue);
   Pack pack_a, pack_b;
   Tile tile;
-  // The "rows" format of A (cs == 1 sources), or nullptr where the table has none.
+  // The "rows" format of A (cs == 1 sources), or nullptr where the table has none; used for N
+  // blocks of at most rows_max_n columns (0: any).
   Pack pack_a_rows = nullptr;
   Tile tile_a_rows = nullptr;
+  int64_t rows_max_n = 0;
 };
 
 // Per ISA: float32 inputs, and bfloat16 inputs (uint16_t bits) with float32 accumulation.

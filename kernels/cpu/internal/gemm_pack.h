@@ -78,7 +78,7 @@ void pack_panels(Out* dst, const In* src, int64_t rs, int64_t cs, int64_t rows, 
 }
 
 // The "rows" format of A (gemm_kernels.h): panels of R rows, each row's k values copied
-// (converted) to stride apart; the source has cs == 1.
+// (converted) to stride apart, then zeros up to kp (an odd K's last pair); the source has cs == 1.
 template <int R, int Stride, class Out, class In>
 void pack_rows(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
   Out* d = static_cast<Out*>(dst);
@@ -88,6 +88,7 @@ void pack_rows(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows,
     const In* from = s + i * rs;
     if (i + kPrefetchAhead < rows) prefetch_run(from + kPrefetchAhead * rs, k);
     for (int64_t kk = 0; kk < k; ++kk) row[kk] = pack_value(from[kk], row);
+    for (int64_t kk = k; kk < kp; ++kk) row[kk] = Out{};
   }
 }
 
