@@ -45,19 +45,37 @@ void tile_rows(int64_t kp, const uint16_t* a, const uint16_t* b, float* c, int64
   store_tile32<M>(lo, hi, c, ldc, n, e);
 }
 
-// A's pair panels. From a transposed A (rows contiguous: the weight gradient's dy^T) the
-// pairs are two K lines interleaved: per pair of lines, 14 words of each in one vector and
-// one word permutation give a panel's 28 values (the generic packer wrote them one by one,
-// about an eighth of the product's time). Ragged panels and an odd K go to the generic
-// packer, as does a row-major A (its pairs are words already).
+// A's pair panels, 14 rows' pairs of one K pair per 56-byte store (the generic packer wrote
+// them value by value: about an eighth of a weight gradient's product). From a row-major A
+// (wide N blocks; narrow ones take the rows format) a pair is a 32-bit word of its row: one
+// gather of 14 words. From a transposed A (rows contiguous: the weight gradient's dy^T) the
+// pairs are two K lines interleaved: 14 words of each in one vector and one word
+// permutation. Ragged panels and an odd K go to the generic packer.
 void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const int64_t full = rows / kMr;
+  if (cs == 1 && k == kp) {
+    const __m512i row_offsets =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 0),
+                           _mm512_set1_epi32(static_cast<int32_t>(rs * 2)));
+    constexpr __mmask16 kRows = (1u << kMr) - 1;
+    for (int64_t p = 0; p < full; ++p) {
+      const uint16_t* panel = s + p * kMr * rs;
+      for (int64_t kk = 0; kk < k; kk += 2) {
+        const __m512i pairs = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kRows, row_offsets, panel + kk, 1);
+        _mm512_mask_storeu_epi32(d + p * kMr * kp + kk * kMr, kRows, pairs);
+      }
+    }
+    if (full * kMr < rows) {
+      pack_panels<kMr, 2>(d + full * kMr * kp, s + full * kMr * rs, rs, cs, rows - full * kMr, k, kp, 1);
+    }
+    return;
+  }
   if (rs != 1 || k != kp) {
     pack_block<kMr, 2, uint16_t, uint16_t>(dst, src, rs, cs, rows, k, kp);
     return;
   }
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  const int64_t full = rows / kMr;
   alignas(64) static constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
