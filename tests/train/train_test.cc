@@ -215,7 +215,8 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
   // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
-  // output weight tied to the embedding, fsdp on 2 and ddp on 4; a batch of 12 on 3 ranks.
+  // output weight tied to the embedding, fsdp on 2 and ddp on 4; a batch of 12 on 3 ranks, and
+  // 3 ranks resumed on one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -286,6 +287,16 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     CHECK(run.digest == twelve_one.digest);
     CHECK(run.loss_and_norm == twelve_one.loss_and_norm);
   }
+  // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
+  const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");
+  const std::string save_3 = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints_3.string());
+  std::string first_3 = twelve + save_3;
+  first_3.replace(first_3.find("--steps 4"), 9, "--steps 2");
+  testing::run_train("train_test_det_resume_3_first", 3, first_3 + " --parallel fsdp");
+  const Run resumed_1 = run_deterministic("resume_3_on_1", 0, "--parallel none" + save_3 + " --resume latest", twelve);
+  CHECK(resumed_1.digest == twelve_one.digest);
+  CHECK(resumed_1.loss_and_norm ==
+        std::vector<std::pair<double, double>>(twelve_one.loss_and_norm.begin() + 2, twelve_one.loss_and_norm.end()));
   // Two steps on 2 ranks, a checkpoint, the last two on 4: the uninterrupted run's bits.
   const fs::path checkpoints = fresh_dir("det_resume_checkpoints");
   const std::string save = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints.string());
