@@ -129,6 +129,9 @@ inline constexpr const char* kReferenceTrainFlags =
     "--vocab 4096 --dim 256 --layers 4 --heads 4 --arch gpt --tie-embeddings false --tokenizer byte --lr 3e-4 "
     "--weight-decay 0.1 --warmup 0 --lr-schedule constant --grad-clip 0 --threads 1 --eval-every 0";
 
+// kReferenceTrainFlags' --heads: a tensor-parallel size must divide it.
+inline constexpr int64_t kReferenceHeads = 4;
+
 // The last `n` lines of `text`, for a failure message.
 std::string last_lines(const std::string& text, int n);
 

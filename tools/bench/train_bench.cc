@@ -2,9 +2,9 @@
 // launch, one thread per rank) on the reference causal LM, against PyTorch 2.15 training the
 // same model: --parallel none (1 rank only), ddp and fsdp on each rank count, fsdp with
 // --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, tensor parallelism
-// (--tp N, with and without --sequence-parallel) from 2 ranks up, FSDP x TP (--parallel
-// fsdp --tp 2: dp N/2 x tp 2) on 4 ranks and up, and each of none (1 rank), ddp and fsdp
-// again with --deterministic on a power of two of ranks (a note each: its step time and
+// (--tp N, with and without --sequence-parallel) from 2 ranks up where N divides the 4
+// heads, FSDP x TP (--parallel fsdp --tp 2: dp N/2 x tp 2) on an even 4 ranks and up, and
+// each of none (1 rank), ddp and fsdp again with --deterministic (a note each: its step time and
 // bytes moved against the default's in the same run). One row per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
@@ -195,20 +195,23 @@ int main(int argc, char** argv) {
       if (n == 1) runs.push_back(run_of("none"));
       runs.push_back(run_of("ddp"));
       runs.push_back(run_of("fsdp"));
-      if ((n & (n - 1)) == 0) {  // --deterministic covers a power of two of ranks
-        for (const char* parallel : {"none", "ddp", "fsdp"}) {
-          if (n == 1 || std::string(parallel) != "none") {
-            runs.push_back(run_of(parallel));
-            runs.back().deterministic = true;
-          }
+      // --deterministic (8 sequences per rank: one node of its tree each, on any rank count)
+      for (const char* parallel : {"none", "ddp", "fsdp"}) {
+        if (n == 1 || std::string(parallel) != "none") {
+          runs.push_back(run_of(parallel));
+          runs.back().deterministic = true;
         }
       }
       if (n == 2) {
         runs.push_back(run_of("fsdp"));
         runs.back().precision = Precision::kMixed;
       }
+      if (n >= 2 && bench::kReferenceHeads % n != 0) {
+        notes.push_back(fmt::format("{} ranks: no tp rows (the {} attention heads do not split over {})", n,
+                                    bench::kReferenceHeads, n));
+      }
       for (bool sp : {false, true}) {
-        if (n < 2) continue;
+        if (n < 2 || bench::kReferenceHeads % n != 0) continue;
         runs.push_back(run_of("none"));
         runs.back().tp = n;
         runs.back().sequence_parallel = sp;
