@@ -173,6 +173,9 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
   return r;
 }
 
+// loss / count, or loss itself for a sum (count 1).
+Tensor divided(Tensor loss, double count) { return count == 1.0 ? loss : div(loss, count); }
+
 // The loss a rank's rows contribute, divided by `count` (a mean's global target count; 1 for a
 // sum), and each row's logsumexp. Under --deterministic one call per sequence, each sum
 // divided before kernels/block_reduce.h's tree adds them: the quotients are then the same
@@ -180,11 +183,10 @@ LinearCrossEntropyLocal linear_cross_entropy_local(const Tensor& x, const Tensor
 // partial sums would round by the layout).
 CrossEntropyOutput cross_entropy_divided(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                          double label_smoothing, double count) {
-  auto divided = [count](Tensor loss) { return count == 1.0 ? loss : div(loss, count); };
   const int64_t block = block_rows(logits.shape(), 1, "cross_entropy");
   if (block == 0) {
     CrossEntropyOutput out = cross_entropy(logits, target, ignore_index, LossReduction::kSum, label_smoothing);
-    out.loss = divided(std::move(out.loss));
+    out.loss = divided(std::move(out.loss), count);
     return out;
   }
   const DType lse = logits.dtype() == kFloat64 ? kFloat64 : kFloat32;  // the kernel's
@@ -193,7 +195,7 @@ CrossEntropyOutput cross_entropy_divided(const Tensor& logits, const Tensor& tar
     CrossEntropyOutput b = cross_entropy(logits.narrow(0, first, n), target.narrow(0, first, n), ignore_index,
                                          LossReduction::kSum, label_smoothing);
     out.logsumexp.narrow(0, first, n).copy_(b.logsumexp);
-    return std::vector{divided(std::move(b.loss))};
+    return std::vector{divided(std::move(b.loss), count)};
   })[0];
   return out;
 }
@@ -204,13 +206,12 @@ CrossEntropyOutput cross_entropy_divided(const Tensor& logits, const Tensor& tar
 LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                      const Tensor& target, int64_t ignore_index, double count,
                                                      double label_smoothing, const std::array<bool, 3>& need) {
-  auto divided = [count](Tensor loss) { return count == 1.0 ? loss : div(loss, count); };
   const double scale = 1.0 / count;
   const int64_t block = block_rows(x.shape(), 1, "linear_cross_entropy");
   if (block == 0) {
     LinearCrossEntropyLocal r =
         linear_cross_entropy_local(x, weight, bias, target, ignore_index, scale, label_smoothing, need);
-    r.loss = divided(std::move(r.loss));
+    r.loss = divided(std::move(r.loss), count);
     return r;
   }
   LinearCrossEntropyLocal r;
@@ -221,7 +222,8 @@ LinearCrossEntropyLocal linear_cross_entropy_blocked(const Tensor& x, const Tens
     if (need[0]) r.grad_x.narrow(0, first, n).copy_(b.grad_x);
     // The weight gradient is the transpose of a [dim, classes] accumulator: the tree adds
     // that, contiguous.
-    return std::vector{divided(std::move(b.loss)), need[1] ? b.grad_weight.t() : Tensor(), std::move(b.grad_bias)};
+    return std::vector{divided(std::move(b.loss), count), need[1] ? b.grad_weight.t() : Tensor(),
+                       std::move(b.grad_bias)};
   });
   r.loss = std::move(sums[0]);
   if (need[1]) r.grad_weight = sums[1].t();

@@ -37,10 +37,8 @@ void configure_tiles() {
   configured = true;
 }
 
-// Word permutations of the packers: interleave two 16-word rows; the even and the odd words
-// of two vectors (the first's 0..31, then the second's 32..63).
-alignas(64) constexpr int16_t kInterleaveWords[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+// Word permutations of the A packer: the even and the odd words of two vectors (the first's
+// 0..31, then the second's 32..63). (The B packer's interleave is gemm_pack.h's.)
 alignas(64) constexpr int16_t kEvenWords[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
                                                 32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
 alignas(64) constexpr int16_t kOddWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,

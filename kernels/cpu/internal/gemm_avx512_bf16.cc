@@ -52,47 +52,42 @@ void tile_rows(int64_t kp, const uint16_t* a, const uint16_t* b, float* c, int64
 // pairs are two K lines interleaved: 14 words of each in one vector and one word
 // permutation. Ragged panels and an odd K go to the generic packer.
 void pack_a(void* dst, const void* src, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t kp) {
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  const int64_t full = rows / kMr;
-  if (cs == 1 && k == kp) {
-    const __m512i row_offsets =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 0),
-                           _mm512_set1_epi32(static_cast<int32_t>(rs * 2)));
-    constexpr __mmask16 kRows = (1u << kMr) - 1;
-    for (int64_t p = 0; p < full; ++p) {
-      const uint16_t* panel = s + p * kMr * rs;
-      for (int64_t kk = 0; kk < k; kk += 2) {
-        const __m512i pairs = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kRows, row_offsets, panel + kk, 1);
-        _mm512_mask_storeu_epi32(d + p * kMr * kp + kk * kMr, kRows, pairs);
-      }
-    }
-    if (full * kMr < rows) {
-      pack_panels<kMr, 2>(d + full * kMr * kp, s + full * kMr * rs, rs, cs, rows - full * kMr, k, kp, 1);
-    }
-    return;
-  }
-  if (rs != 1 || k != kp) {
+  if (k != kp) {
     pack_block<kMr, 2, uint16_t, uint16_t>(dst, src, rs, cs, rows, k, kp);
     return;
   }
-  alignas(64) static constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                          8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i interleave = _mm512_load_si512(kInterleave);
-  constexpr __mmask16 kRowWords = (1u << kMr) - 1;
-  constexpr __mmask32 kPanelWords = (1u << (2 * kMr)) - 1;
-  for (int64_t kk = 0; kk < k; kk += 2) {  // K lines in order, each read once across the panels
-    const uint16_t* even = s + kk * cs;
-    const uint16_t* odd = even + cs;
+  uint16_t* d = static_cast<uint16_t*>(dst);
+  const uint16_t* s = static_cast<const uint16_t*>(src);
+  const int64_t full = rows / kMr;
+  constexpr __mmask16 kPanelRows = (1u << kMr) - 1;  // a panel's rows as 32-bit or 16-bit lanes
+  if (cs == 1) {
+    const __m512i row_offsets =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 0),
+                           _mm512_set1_epi32(static_cast<int32_t>(rs * 2)));
     for (int64_t p = 0; p < full; ++p) {
-      const __m256i lo = _mm256_maskz_loadu_epi16(kRowWords, even + p * kMr);
-      const __m256i hi = _mm256_maskz_loadu_epi16(kRowWords, odd + p * kMr);
-      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      _mm512_mask_storeu_epi16(d + p * kMr * kp + kk * kMr, kPanelWords, _mm512_permutexvar_epi16(interleave, both));
+      const uint16_t* panel = s + p * kMr * rs;
+      for (int64_t kk = 0; kk < k; kk += 2) {
+        const __m512i pairs =
+            _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kPanelRows, row_offsets, panel + kk, 1);
+        _mm512_mask_storeu_epi32(d + p * kMr * kp + kk * kMr, kPanelRows, pairs);
+      }
+    }
+  } else {  // rs == 1
+    const __m512i interleave = _mm512_load_si512(kInterleaveWords);
+    constexpr __mmask32 kPanelWords = (1u << (2 * kMr)) - 1;
+    for (int64_t kk = 0; kk < k; kk += 2) {  // K lines in order, each read once across the panels
+      const uint16_t* even = s + kk * cs;
+      const uint16_t* odd = even + cs;
+      for (int64_t p = 0; p < full; ++p) {
+        const __m256i lo = _mm256_maskz_loadu_epi16(kPanelRows, even + p * kMr);
+        const __m256i hi = _mm256_maskz_loadu_epi16(kPanelRows, odd + p * kMr);
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        _mm512_mask_storeu_epi16(d + p * kMr * kp + kk * kMr, kPanelWords, _mm512_permutexvar_epi16(interleave, both));
+      }
     }
   }
   if (full * kMr < rows) {
-    pack_panels<kMr, 2>(d + full * kMr * kp, s + full * kMr, rs, cs, rows - full * kMr, k, kp, 1);
+    pack_panels<kMr, 2>(d + full * kMr * kp, s + full * kMr * rs, rs, cs, rows - full * kMr, k, kp, 1);
   }
 }
 

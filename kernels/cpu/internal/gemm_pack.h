@@ -20,6 +20,11 @@ namespace {
 // packers prefetch: each is a short stream the hardware prefetchers would meet cold.
 constexpr int64_t kPrefetchAhead = 4;
 
+// The bfloat16 pair packers' word permutation (vpermw indices): words 0..15 and 16..31 of a
+// vector, two 16-word rows, interleaved into 16 pairs.
+alignas(64) constexpr int16_t kInterleaveWords[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
 // Prefetches the n elements at p (one touch per 64-byte line).
 template <class T>
 inline void prefetch_run(const T* p, int64_t n) {
