@@ -4,6 +4,7 @@
 #include <map>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "core/trace.h"
 #include "dtensor/internal/dtensor_impl.h"
@@ -15,6 +16,8 @@ namespace dtr {
 namespace {
 
 thread_local bool t_grad_mode = true;
+// backward_runs_once() of the backward function running on this thread.
+thread_local bool t_runs_once = false;
 // The callbacks queued for each backward running on this thread, innermost last.
 thread_local std::vector<std::vector<std::function<void()>>> t_callbacks;
 std::atomic<uint64_t> g_next_sequence_nr{0};
@@ -64,6 +67,19 @@ std::shared_ptr<Node> grad_accumulator(const DTensor& leaf) {
   impl.grad_accumulator = node;
   return node;
 }
+
+// Sets backward_runs_once() for one backward function's run; the enclosing function's value
+// (a recompute's backward runs inside one) comes back after it, exceptions included.
+class RunsOnceScope {
+ public:
+  explicit RunsOnceScope(bool once) : outer_(std::exchange(t_runs_once, once)) {}
+  ~RunsOnceScope() { t_runs_once = outer_; }
+  RunsOnceScope(const RunsOnceScope&) = delete;
+  RunsOnceScope& operator=(const RunsOnceScope&) = delete;
+
+ private:
+  bool outer_;
+};
 
 // The edge a gradient for `t` takes: its grad_fn, its accumulator, or none.
 Edge edge_of(const DTensor& t) {
@@ -155,6 +171,8 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   const DTensor moved = b.placements() == a.placements() ? b : b.redistribute(a.placements());
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
+
+bool backward_runs_once() { return t_runs_once; }
 
 bool in_nested_backward() { return t_callbacks.size() > 1; }
 
@@ -260,6 +278,7 @@ void run_graph(std::vector<DTensor> roots, std::vector<DTensor> gradients, Retai
     {
       const trace::Region region(node->region());
       const trace::Span span(node->name(), trace::Category::kAutograd);
+      const RunsOnceScope runs_once(retain_graph == RetainGraph::kNo && node->releases_saved());
       input_grads = node->apply(std::move(grads));
     }
     if (retain_graph == RetainGraph::kNo) node->release();

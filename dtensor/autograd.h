@@ -60,6 +60,8 @@ class Node {
     const auto it = pre_hooks_.find(id);
     if (it != pre_hooks_.end() && it->second.first == output_nr) pre_hooks_.erase(it);
   }
+  // Whether release() drops the backward function (SavedState::kReleaseAfterRun).
+  bool releases_saved() const { return saved_ == SavedState::kReleaseAfterRun; }
   // Drops the backward function and everything it saved (unless SavedState::kKeep).
   void release() {
     if (saved_ == SavedState::kReleaseAfterRun) backward_ = nullptr;
@@ -119,6 +121,13 @@ void record(std::string name, std::span<const DTensor> inputs, std::span<DTensor
 // roots' nodes: a caller that moves its only handles in frees them as the backward runs
 // (a root's node needs its gradient, not the root's values).
 void run_backward(std::vector<DTensor> roots, std::vector<DTensor> gradients, RetainGraph retain_graph);
+
+// Whether the backward function running on this thread runs once: the engine drops it, and
+// what it saved, when it returns (RetainGraph::kNo). It may then let go of a saved tensor as
+// soon as it has read it, so that the tensor is freed before the gradients it has still to
+// compute are allocated (a matrix product's input, before its input gradient). False
+// outside a backward function, and in one that a retained graph may run again.
+bool backward_runs_once();
 
 // Runs `callback` once the backward running on this thread has run its last node
 // (PyTorch's Variable._execution_engine.queue_callback): for work that must happen once per

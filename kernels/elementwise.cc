@@ -231,20 +231,6 @@ Tensor& add_(Tensor& a, const Tensor& b, double alpha) {
   return a;
 }
 
-Tensor& relu_backward_(Tensor& grad, const Tensor& x) {
-  check_operands("relu_backward_", grad, x);
-  DTR_CHECK(x.shape() == grad.shape(), ValueError, "relu_backward_: x {} must have grad's shape {}", describe(x),
-            describe(grad));
-  check_writable("relu_backward_", grad);
-  check_no_partial_overlap("relu_backward_", grad, x);
-  dispatch_device(
-      "relu_backward_", grad, [&](const Tensor& out) { cpu::relu_backward(out, grad, x); },
-      [&](const Tensor& out) {
-        cuda_map("relu_backward_", out, {&grad, &x}, grad.dtype(), cuda::MapOp::kReluBackward, {});
-      });
-  return grad;
-}
-
 Tensor& mul_(Tensor& a, double b) {
   check_defined("mul_", a);
   check_writable("mul_", a);

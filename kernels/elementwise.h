@@ -47,8 +47,6 @@ Tensor pow(const Tensor& a, double exponent);
 Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 // a *= b (weight decay, gradient scaling).
 Tensor& mul_(Tensor& a, double b);
-// grad *= (x > 0): relu_backward in place, x of grad's shape.
-Tensor& relu_backward_(Tensor& grad, const Tensor& x);
 
 // --- unary ---
 Tensor neg(const Tensor& x);   // numeric dtypes

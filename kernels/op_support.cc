@@ -44,7 +44,6 @@ constexpr std::array kOps = {
     OpSupport{"silu", kFloating, kFloating},
     OpSupport{"clamp", kNumeric, kNumeric},
     OpSupport{"relu_backward", kFloating, kFloating},
-    OpSupport{"relu_backward_", kFloating, kFloating},
     OpSupport{"gelu_backward", kFloating, kFloating},
     OpSupport{"silu_backward", kFloating, kFloating},
     OpSupport{"sigmoid_backward", kFloating, kFloating},
@@ -58,6 +57,9 @@ constexpr std::array kOps = {
     OpSupport{"logical_not", kAll, kAll},
     OpSupport{"where", kAll, kAll},
     OpSupport{"masked_fill", kAll, kAll},
+    // relu_mask.h
+    OpSupport{"relu_mask", kFloating, kFloating},
+    OpSupport{"apply_relu_mask_", kFloating, kFloating},
     // reduce.h
     OpSupport{"sum", kAll, kAll},
     OpSupport{"mean", kFloating, kFloating},

@@ -6,6 +6,7 @@
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/reduce.h"
 #include "kernels/elementwise.h"
+#include "kernels/relu_mask.h"
 
 namespace dtr {
 namespace {
@@ -66,21 +67,31 @@ DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPa
 // What a unary op's backward reads besides the output gradient.
 enum class Saves : uint8_t { kNothing, kInput, kOutput };
 
-// Runs an op of one tensor (and scalars): `partials` lists the Partial ops it keeps;
-// backward(g, saved) gets the input or the output as `saves` says, detached.
-template <class Kernel, class Backward>
-DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> partials, Saves saves, Kernel kernel,
-              Backward backward) {
+// An op of one tensor (and scalars) up to its output: `partials` lists the Partial ops it
+// keeps; the input as moved goes to `moved`.
+template <class Kernel>
+DTensor unary_forward(std::string_view op, const DTensor& x, std::span<const ReduceOp> partials, Kernel kernel,
+                      DTensor& moved) {
   const DTensor inputs[] = {x};
   AppliedStrategy s = apply_strategy(
       op, inputs,
       expand_strategies(elementwise_strategies({x.shape()}, x.shape(), partials, strided_split_factors(inputs)),
                         x.mesh().ndim()));
-  DTensor y = make_output(kernel(s.inputs[0].to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
+  moved = s.inputs[0];
+  return make_output(kernel(moved.to_local()), x.mesh(), s.strategy.outputs[0], x.shape());
+}
+
+// Runs an op of one tensor (and scalars) and records it: backward(g, saved) gets the input or
+// the output as `saves` says, detached.
+template <class Kernel, class Backward>
+DTensor unary(std::string_view op, const DTensor& x, std::span<const ReduceOp> partials, Saves saves, Kernel kernel,
+              Backward backward) {
+  DTensor moved;
+  DTensor y = unary_forward(op, x, partials, kernel, moved);
   DTensor saved;
-  if (saves == Saves::kInput) saved = s.inputs[0].detach();
+  if (saves == Saves::kInput) saved = moved.detach();
   if (saves == Saves::kOutput) saved = y.detach();
-  record(std::string(op), s.inputs, std::span(&y, 1),
+  record(std::string(op), std::span(&moved, 1), std::span(&y, 1),
          [saved, backward](const std::vector<DTensor>& g) { return std::vector<DTensor>{backward(g[0], saved)}; });
   return y;
 }
@@ -215,24 +226,42 @@ DTensor sigmoid(const DTensor& x) {
       [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
 }
 
-// Saves its output, as torch's threshold_backward reads: relu(x) > 0 exactly where x > 0, so
-// the gradient is the same, and the input (a linear layer's result, which the next layer
-// does not read) is freed after forward. Its backward masks the gradient in place where
-// nothing else holds it and it is a plain buffer (the engine's gradient, placed as the
-// output, contiguous: not a broadcast view): no second buffer of the activation's size at
-// the feed-forward's backward, where a block's peak falls.
+// Saves a bit per element, where its output is not <= 0 (kernels/relu_mask.h): torch's
+// threshold_backward(grad, output, 0) passes the gradient there, so the gradient is the
+// same. Neither the input (a linear layer's result, which the next layer does not read) nor
+// the output is kept: the next layer, a linear, holds the output and lets go of it once its
+// backward has read it (dtensor/ops/matmul.cc), before it allocates the gradient it hands
+// back here, so the feed-forward's backward never holds the hidden activation beside its
+// gradient. The backward zeroes the gradient in place where nothing else holds it and it is
+// a plain buffer (the engine's gradient, contiguous: not a broadcast view), in a copy
+// otherwise.
 DTensor relu(const DTensor& x) {
-  return unary(
-      "relu", x, {}, Saves::kOutput, [](const Tensor& t) { return relu(t); },
-      [](const DTensor& g, const DTensor& y) {
-        if (g.is_sole_owner() && g.spec() == y.spec() && g.to_local().is_contiguous() &&
-            !needs_grad(std::array{g, y})) {
-          Tensor local = g.to_local();
-          relu_backward_(local, y.to_local());
-          return g;
-        }
-        return relu_backward(g, y);
-      });
+  DTensor moved;
+  DTensor y = unary_forward(
+      "relu", x, {}, [](const Tensor& t) { return relu(t); }, moved);
+  if (!needs_grad(std::span(&moved, 1))) return y;
+  record("relu", std::span(&moved, 1), std::span(&y, 1),
+         [mask = relu_mask(y.to_local()), placements = y.placements()](std::vector<DTensor> g) {
+           // The mask is laid out as the output's local part: a gradient placed otherwise is
+           // moved there first (a Partial one masks term by term where the output is Replicate).
+           DTensor grad = std::move(g[0]);
+           for (size_t m = 0; m < placements.size(); ++m) {
+             const Placement& p = grad.placements()[m];
+             if (p != placements[m] && !(p.is_partial() && placements[m].is_replicate())) {
+               grad = grad.redistribute(placements);
+               break;
+             }
+           }
+           if (grad.is_sole_owner() && grad.to_local().is_contiguous()) {
+             Tensor local = grad.to_local();
+             apply_relu_mask_(local, mask);
+             return std::vector<DTensor>{grad};
+           }
+           Tensor local = grad.to_local().clone();
+           apply_relu_mask_(local, mask);
+           return std::vector<DTensor>{DTensor(std::move(local), grad.spec())};
+         });
+  return y;
 }
 
 DTensor gelu(const DTensor& x, GeluApproximation approximate) {

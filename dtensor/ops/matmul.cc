@@ -86,7 +86,7 @@ bool fuses_bias(const Placements& out, const Placements& bias, int64_t nd) {
 // y = a b + bias with the bias in the local product's epilogue: s holds a [*, M, K] and a 2-D
 // b as the product's strategy placed them, the bias as fuses_bias accepts it. Its backward
 // is what matmul's and add's give: the bias gradient first (add's node runs before the
-// product's), then the product's from the same g.
+// product's), then the product's from the same g, as matmul's (below).
 DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTensor& bias, const Shape& out_shape) {
   const DTensor& a = s.inputs[0];
   const DTensor& b = s.inputs[1];
@@ -97,14 +97,15 @@ DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTenso
   const DTensor inputs[] = {a, b, bias};
   record(std::string(op), inputs, std::span(&y, 1),
          [xa = a.detach(), xb = b.detach(), bias_shape = bias.shape(), need_a = a.requires_grad(),
-          need_b = b.requires_grad(), need_bias = bias.requires_grad()](const std::vector<DTensor>& g) {
+          need_b = b.requires_grad(), need_bias = bias.requires_grad()](const std::vector<DTensor>& g) mutable {
            std::vector<DTensor> grads(3);
            // grad_bias [N] = g [*, M, N] summed over every leading dim (add's backward)
            if (need_bias) grads[2] = sum_to_shape(g[0], bias_shape);
-           // grad_a [*, M, K] = g [*, M, N] @ b^T [N, K]
-           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
            // grad_b [K, N] = a^T [K, *M] @ g [*M, N], summed over the leading dims
            if (need_b) grads[1] = contract_leading_dims(xa, g[0]);
+           if (backward_runs_once()) xa = DTensor();
+           // grad_a [*, M, K] = g [*, M, N] @ b^T [N, K]
+           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
            return grads;
          });
   return y;
@@ -139,12 +140,16 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
   DTensor y = make_output(std::move(local), a.mesh(), s.strategy.outputs[0], out_shape);
   record(std::string(op), s.inputs, std::span(&y, 1),
          [xa = s.inputs[0].detach(), xb = s.inputs[1].detach(), need_a = s.inputs[0].requires_grad(),
-          need_b = s.inputs[1].requires_grad(), batched](const std::vector<DTensor>& g) {
+          need_b = s.inputs[1].requires_grad(), batched](const std::vector<DTensor>& g) mutable {
            std::vector<DTensor> grads(2);
-           // grad_a [*, M, K] = g [*, M, N] @ b^T [(*,) N, K]
-           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
            // grad_b [*, K, N] = a^T [*, K, M] @ g [*, M, N]; for a 2-D b, summed over *: [K, N]
            if (need_b) grads[1] = batched ? matmul(transpose(xa, -2, -1), g[0]) : contract_leading_dims(xa, g[0]);
+           // a is read no more: where this function runs once, it is freed before grad_a is
+           // allocated (a feed-forward's hidden activation, [tokens, 4 dim], which relu keeps
+           // only as a mask, is then never held beside its gradient).
+           if (backward_runs_once()) xa = DTensor();
+           // grad_a [*, M, K] = g [*, M, N] @ b^T [(*,) N, K]
+           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
            return grads;
          });
   return bias != nullptr ? add(y, *bias) : y;

@@ -2,7 +2,8 @@
 // detach cuts the graph, retain_graph keeps saved tensors, hooks see and replace
 // gradients and remove_hook removes one hook of one tensor (also of one output of a
 // two-output node), post-accumulate hooks fire on leaves, saved tensors are freed as backward
-// goes (memory falls), and errors name what went wrong.
+// goes (memory falls; a linear layer's input before its input gradient is allocated), and
+// errors name what went wrong.
 #include <catch2/catch.hpp>
 
 #include <span>
@@ -13,6 +14,7 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/ops/matmul.h"
 #include "dtensor/ops/reduce.h"
 #include "kernels/fill.h"
 #include "tests/dtensor/op_test_util.h"
@@ -189,6 +191,36 @@ TEST_CASE("saved tensors are released as backward runs: memory falls", "[autogra
   INFO("bytes in use after forward " << after_forward << ", when the last node ran " << at_first_node);
   CHECK(at_first_node >= 0);
   CHECK(at_first_node < after_forward - 4 * n * 8);
+}
+
+TEST_CASE("a feed-forward's backward never holds the hidden activation beside its gradient", "[autograd][memory]") {
+  // linear(relu(linear(x, w1)), w2): relu keeps a bit per element of h = relu(...), and the
+  // second linear's backward lets go of h once its weight gradient has read it, before it
+  // allocates h's gradient. Above what forward left, backward's peak stays below h's bytes
+  // (holding both would add h's). With RetainGraph::kYes h is kept: a second backward
+  // gives the gradients again.
+  const int64_t tokens = 512, dim = 16, hidden = 256, h_bytes = tokens * hidden * 4;
+  DTensor x = leaf(testing::global_tensor({tokens, dim}, 1).to(kFloat32));  // integers in [-8, 8]
+  DTensor w1 = leaf(testing::global_tensor({hidden, dim}, 2).to(kFloat32));
+  DTensor w2 = leaf(testing::global_tensor({dim, hidden}, 3).to(kFloat32));
+  std::vector<double> first_grad;
+  for (RetainGraph retain : {RetainGraph::kNo, RetainGraph::kYes}) {
+    x.set_grad(DTensor());
+    DTensor loss = sum(linear(relu(linear(x, w1)), w2));
+    const int64_t after_forward = memory_stats(kCPU).bytes_in_use;
+    reset_peak_memory_stats(kCPU);
+    loss.backward(DTensor(), retain);
+    const int64_t rise = memory_stats(kCPU).peak_bytes - after_forward;
+    INFO("backward's peak above forward's bytes: " << rise << " (h: " << h_bytes << ")");
+    if (retain == RetainGraph::kNo) {
+      CHECK(rise < h_bytes);
+      first_grad = to_f64(x.grad().to_local());
+    } else {
+      x.set_grad(DTensor());
+      loss.backward();
+      CHECK(to_f64(x.grad().to_local()) == first_grad);
+    }
+  }
 }
 
 TEST_CASE("run_backward lets go of the roots and gradients moved into it", "[autograd][memory]") {

@@ -351,12 +351,7 @@ TEST_CASE("exactly representable answers are bit exact in every floating dtype",
     check_equal(sigmoid_backward(g, y), Shape{3}, {0.5, 0, -1.5}, "sigmoid_backward " + dn);
     check_equal(tanh_backward(g, y), Shape{3}, {1.5, 2, 1.5}, "tanh_backward " + dn);
     check_equal(relu_backward(g, y), Shape{3}, {2, 0, 0}, "relu_backward " + dn);
-    Tensor in_place = g.clone();
-    CHECK(relu_backward_(in_place, y).storage().is_same(in_place.storage()));
-    check_equal(in_place, Shape{3}, {2, 0, 0}, "relu_backward_ " + dn);
   }
-  Tensor three = zeros({3});
-  CHECK_THROWS_WITH(relu_backward_(three, zeros({2})), Catch::Contains("relu_backward_: x float32[2]"));
   const Tensor i = Tensor::from_vector<int32_t>({7, -7, 2147483647});
   check_equal(add(i, Tensor::from_vector<int32_t>({1, 1, 0})), Shape{3}, {8, -6, 2147483647}, "int32 add");
   check_equal(mul(i, -1.0), Shape{3}, {-7, 7, -2147483647}, "int32 mul scalar");

@@ -24,6 +24,7 @@
 #include "kernels/optimizer_step.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/relu_mask.h"
 #include "kernels/rms_norm.h"
 #include "kernels/shape_ops.h"
 #include "kernels/softmax.h"
@@ -96,11 +97,6 @@ std::map<std::string_view, Runner> runners() {
          Tensor y = x_of(d);
          mul_(y, 1.0);
        }},
-      {"relu_backward_",
-       [](DType d) {
-         Tensor g = x_of(d);
-         relu_backward_(g, x_of(d));
-       }},
       {"neg", unary(neg)},
       {"abs", unary(abs)},
       {"relu", unary(relu)},
@@ -151,6 +147,12 @@ std::map<std::string_view, Runner> runners() {
       {"logical_not", unary(logical_not)},
       {"where", [](DType d) { where(mask(), x_of(d), x_of(d)); }},
       {"masked_fill", [](DType d) { masked_fill(x_of(d), mask(), 0.0); }},
+      {"relu_mask", [](DType d) { relu_mask(x_of(d)); }},
+      {"apply_relu_mask_",
+       [](DType d) {
+         Tensor g = x_of(d);
+         apply_relu_mask_(g, relu_mask(x_of(kFloat32)));
+       }},
       {"sum", [](DType d) { sum(x_of(d)); }},
       {"mean", [](DType d) { mean(x_of(d)); }},
       {"max", [](DType d) { max(x_of(d)); }},
