@@ -241,6 +241,15 @@ Tensor& mul_(Tensor& a, double b) {
   return a;
 }
 
+Tensor& relu_(Tensor& a) {
+  check_defined("relu_", a);
+  check_writable("relu_", a);
+  dispatch_device(
+      "relu_", a, [&](const Tensor& out) { cpu::relu(out, a); },
+      [&](const Tensor& out) { cuda_map("relu_", out, {&a}, a.dtype(), cuda::MapOp::kRelu, {}); });
+  return a;
+}
+
 Tensor neg(const Tensor& x) { return unary("neg", x, cpu::neg, cuda::MapOp::kNeg); }
 Tensor abs(const Tensor& x) { return unary("abs", x, cpu::abs, cuda::MapOp::kAbs); }
 Tensor relu(const Tensor& x) { return unary("relu", x, cpu::relu, cuda::MapOp::kRelu); }

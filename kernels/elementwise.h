@@ -47,6 +47,8 @@ Tensor pow(const Tensor& a, double exponent);
 Tensor& add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 // a *= b (weight decay, gradient scaling).
 Tensor& mul_(Tensor& a, double b);
+// a = relu(a), numeric dtypes (torch's relu_).
+Tensor& relu_(Tensor& a);
 
 // --- unary ---
 Tensor neg(const Tensor& x);   // numeric dtypes

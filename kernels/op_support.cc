@@ -31,6 +31,7 @@ constexpr std::array kOps = {
     OpSupport{"pow", kFloating, kFloating},
     OpSupport{"add_", kNumeric, kNumeric},
     OpSupport{"mul_", kNumeric, kNumeric},
+    OpSupport{"relu_", kNumeric, kNumeric},
     OpSupport{"neg", kNumeric, kNumeric},
     OpSupport{"abs", kNumeric, kNumeric},
     OpSupport{"relu", kNumeric, kNumeric},

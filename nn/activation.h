@@ -6,13 +6,20 @@
 
 namespace dtr::nn {
 
+// inplace: PyTorch's ReLU(inplace=True), relu_ (dtensor/ops/elementwise.h): the input's
+// buffer becomes the output where nothing else holds it (forward hooks then see the output
+// in the input too, as PyTorch's do).
 class ReLU : public UnaryModule {
  public:
-  ReLU() : UnaryModule("ReLU") {}
+  explicit ReLU(bool inplace = false) : UnaryModule("ReLU"), inplace_(inplace) {}
+  std::string extra_repr() const override { return inplace_ ? "inplace=True" : ""; }
 
  protected:
   using UnaryModule::forward;
-  DTensor forward(const DTensor& x) override { return relu(x); }
+  DTensor forward(const DTensor& x) override { return inplace_ ? relu_(x) : relu(x); }
+
+ private:
+  bool inplace_;
 };
 
 class GELU : public UnaryModule {

@@ -18,19 +18,21 @@ TransformerBlock::TransformerBlock(int64_t dim, int64_t n_heads, bool causal, co
           "attn", std::make_shared<MultiheadAttention>(
                       dim, n_heads, MultiheadAttentionOptions{.batch_first = true, .dropout = dropout}, options))),
       norm2_(register_module("norm2", std::make_shared<LayerNorm>(Shape{dim}, LayerNormOptions{}, options))),
-      ffn_(register_module(
-          "ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-                     std::make_shared<Linear>(dim, 4 * dim, LinearOptions{}, options), std::make_shared<ReLU>(),
-                     std::make_shared<Linear>(4 * dim, dim, LinearOptions{}, options)}))) {
+      ffn_(register_module("ffn", std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+                                      std::make_shared<Linear>(dim, 4 * dim, LinearOptions{}, options),
+                                      std::make_shared<ReLU>(/*inplace=*/true),
+                                      std::make_shared<Linear>(4 * dim, dim, LinearOptions{}, options)}))) {
   if (dropout > 0) dropout_ = register_module("dropout", std::make_shared<Dropout>(dropout));
 }
 
 DTensor TransformerBlock::forward(const DTensor& x) {
-  auto branch = [&](const DTensor& b) { return dropout_ ? (*dropout_)(b) : b; };
+  auto branch = [&](DTensor b) { return dropout_ ? (*dropout_)(b) : b; };
   const DTensor h = (*norm1_)(x);
-  const DTensor a = (*attn_)(h, h, h, AttentionMasks{.is_causal = causal_, .need_weights = false}).first;
-  const DTensor y = add(x, branch(a));
-  return add(y, branch((*ffn_)((*norm2_)(y))));
+  DTensor a = (*attn_)(h, h, h, AttentionMasks{.is_causal = causal_, .need_weights = false}).first;
+  // Each residual sum goes into its branch's output (add_), which nothing reads after it: one
+  // buffer fewer per add while the block runs (x + b and b + x are the same bits).
+  const DTensor y = add_(branch(std::move(a)), x);
+  return add_(branch((*ffn_)((*norm2_)(y))), y);
 }
 
 Transformer::Transformer(const TransformerConfig& config, const ParameterOptions& options)

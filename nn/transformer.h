@@ -1,7 +1,9 @@
 // The seed's Transformer, and the GPT-style model it becomes with a few config fields.
 //
 // TransformerBlock(dim, heads): x = x + attn(norm1(x), norm1(x), norm1(x)), then
-// x = x + ffn(norm2(x)) with ffn = Sequential(Linear(dim, 4 dim), ReLU, Linear(4 dim, dim));
+// x = x + ffn(norm2(x)) with ffn = Sequential(Linear(dim, 4 dim), ReLU(inplace), Linear(4 dim, dim))
+// (in place: the first Linear's output is nobody else's, so the hidden activation has one
+// buffer, not two, while ReLU runs);
 // with dropout p, on the attention weights and on each branch before its residual add
 // (GPT-2's places; training mode only).
 // Transformer: embed, layers.0 .. layers.N-1, output; with the config's options also a

@@ -64,6 +64,14 @@ DTensor binary(std::string_view op, const DTensor& a, const DTensor& b, BinaryPa
   return y;
 }
 
+// Whether an in-place op (relu_, add_) may write over t's local part: nothing else holds it
+// (no other handle, view or saved copy), it is not a leaf that requires grad (whose value
+// is the parameter's), and it is contiguous and not Partial.
+bool overwritable(const DTensor& t) {
+  return t.is_sole_owner() && !(t.is_leaf() && t.requires_grad()) && !t.spec().has_partial() &&
+         t.to_local().is_contiguous();
+}
+
 // What a unary op's backward reads besides the output gradient.
 enum class Saves : uint8_t { kNothing, kInput, kOutput };
 
@@ -129,6 +137,22 @@ DTensor add(const DTensor& a, const DTensor& b) {
       [](const DTensor& g, const BinarySaved& s) {
         return std::vector<DTensor>{sum_to_shape(g, s.a_shape), sum_to_shape(g, s.b_shape)};
       });
+}
+
+DTensor add_(const DTensor& a, const DTensor& b) {
+  if (!overwritable(a) || b.shape() != a.shape() || b.mesh() != a.mesh() || b.placements() != a.placements() ||
+      b.dtype() != a.dtype()) {
+    return add(a, b);
+  }
+  Tensor local = a.to_local();
+  add_(local, b.to_local());
+  // a is now the sum: its node takes a's former producer and b as its inputs.
+  const DTensor inputs[] = {a, b};
+  DTensor y = a;
+  record("add", inputs, std::span(&y, 1), [](const std::vector<DTensor>& g) {
+    return std::vector<DTensor>{g[0], g[0]};
+  });
+  return y;
 }
 
 DTensor sub(const DTensor& a, const DTensor& b) {
@@ -226,6 +250,34 @@ DTensor sigmoid(const DTensor& x) {
       [](const DTensor& g, const DTensor& y) { return sigmoid_backward(g, y); });
 }
 
+namespace {
+
+// relu's backward from the bits relu_mask kept of its output y (placed as `placements`).
+BackwardFn relu_backward_fn(Tensor mask, Placements placements) {
+  return [mask = std::move(mask), placements = std::move(placements)](std::vector<DTensor> g) {
+    // The mask is laid out as the output's local part: a gradient placed otherwise is moved
+    // there first (a Partial one masks term by term where the output is Replicate).
+    DTensor grad = std::move(g[0]);
+    for (size_t m = 0; m < placements.size(); ++m) {
+      const Placement& p = grad.placements()[m];
+      if (p != placements[m] && !(p.is_partial() && placements[m].is_replicate())) {
+        grad = grad.redistribute(placements);
+        break;
+      }
+    }
+    if (grad.is_sole_owner() && grad.to_local().is_contiguous()) {
+      Tensor local = grad.to_local();
+      apply_relu_mask_(local, mask);
+      return std::vector<DTensor>{grad};
+    }
+    Tensor local = grad.to_local().clone();
+    apply_relu_mask_(local, mask);
+    return std::vector<DTensor>{DTensor(std::move(local), grad.spec())};
+  };
+}
+
+}  // namespace
+
 // Saves a bit per element, where its output is not <= 0 (kernels/relu_mask.h): torch's
 // threshold_backward(grad, output, 0) passes the gradient there, so the gradient is the
 // same. Neither the input (a linear layer's result, which the next layer does not read) nor
@@ -239,28 +291,21 @@ DTensor relu(const DTensor& x) {
   DTensor moved;
   DTensor y = unary_forward(
       "relu", x, {}, [](const Tensor& t) { return relu(t); }, moved);
-  if (!needs_grad(std::span(&moved, 1))) return y;
-  record("relu", std::span(&moved, 1), std::span(&y, 1),
-         [mask = relu_mask(y.to_local()), placements = y.placements()](std::vector<DTensor> g) {
-           // The mask is laid out as the output's local part: a gradient placed otherwise is
-           // moved there first (a Partial one masks term by term where the output is Replicate).
-           DTensor grad = std::move(g[0]);
-           for (size_t m = 0; m < placements.size(); ++m) {
-             const Placement& p = grad.placements()[m];
-             if (p != placements[m] && !(p.is_partial() && placements[m].is_replicate())) {
-               grad = grad.redistribute(placements);
-               break;
-             }
-           }
-           if (grad.is_sole_owner() && grad.to_local().is_contiguous()) {
-             Tensor local = grad.to_local();
-             apply_relu_mask_(local, mask);
-             return std::vector<DTensor>{grad};
-           }
-           Tensor local = grad.to_local().clone();
-           apply_relu_mask_(local, mask);
-           return std::vector<DTensor>{DTensor(std::move(local), grad.spec())};
-         });
+  if (needs_grad(std::span(&moved, 1))) {
+    record("relu", std::span(&moved, 1), std::span(&y, 1), relu_backward_fn(relu_mask(y.to_local()), y.placements()));
+  }
+  return y;
+}
+
+DTensor relu_(const DTensor& x) {
+  if (!overwritable(x)) return relu(x);
+  Tensor local = x.to_local();
+  relu_(local);
+  // x is now relu's output: its node takes x's former producer as its input.
+  DTensor y = x;
+  if (needs_grad(std::span(&x, 1))) {
+    record("relu", std::span(&x, 1), std::span(&y, 1), relu_backward_fn(relu_mask(local), y.placements()));
+  }
   return y;
 }
 

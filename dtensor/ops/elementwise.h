@@ -16,6 +16,11 @@
 namespace dtr {
 
 DTensor add(const DTensor& a, const DTensor& b);
+// a + b written over a's local part (torch's a.add_(b)), where nothing else holds a (as
+// relu_, below) and b has a's shape and placements, none Partial: a residual add into its
+// branch's output, which nothing reads after it. Returns a, now add's output in the graph;
+// add(a, b), a untouched, where it cannot.
+DTensor add_(const DTensor& a, const DTensor& b);
 DTensor sub(const DTensor& a, const DTensor& b);
 DTensor mul(const DTensor& a, const DTensor& b);
 DTensor div(const DTensor& a, const DTensor& b);
@@ -34,6 +39,12 @@ DTensor pow(const DTensor& x, double exponent);
 DTensor tanh(const DTensor& x);
 DTensor sigmoid(const DTensor& x);
 DTensor relu(const DTensor& x);
+// relu(x) written over x's local part (torch's relu(x, inplace=True)), where nothing else
+// holds x (DTensor::is_sole_owner: no other handle, view or saved copy) and x is neither a
+// leaf that requires grad nor Partial: for a layer's input nothing reads after it, so that
+// no second buffer of its size is allocated (a feed-forward's hidden activation). Returns x,
+// now relu's output in the graph; relu(x), x untouched, where it cannot.
+DTensor relu_(const DTensor& x);
 DTensor gelu(const DTensor& x, GeluApproximation approximate = GeluApproximation::kNone);
 DTensor silu(const DTensor& x);
 

@@ -362,7 +362,7 @@ TEST_CASE("exactly representable answers are bit exact in every floating dtype",
   check_equal(relu(Tensor::from_vector<double>({kNaN}).to(kFloat32)), Shape{}, {kNaN}, "relu keeps NaN");
 }
 
-TEST_CASE("in-place add_ and mul_ write through views and leave the rest untouched", "[elementwise][inplace]") {
+TEST_CASE("in-place add_, mul_ and relu_ write through views and leave the rest untouched", "[elementwise][inplace]") {
   for (DType d : kNumericDTypes) {
     Tensor big = full({4, 6}, 10.0, d);
     Tensor window = big.narrow(1, 2, 3);  // columns 2..4, non-contiguous
@@ -380,6 +380,13 @@ TEST_CASE("in-place add_ and mul_ write through views and leave the rest untouch
     Tensor col = big.select(1, 0);
     add_(col, full({}, 1.0, d), -3.0);
     check_equal(big.select(1, 0), Shape{4}, {7, 17, 7, 7}, fmt::format("add_ alpha into a column, {}", dtype_name(d)));
+    Tensor shifted = big.select(0, 2);
+    add_(shifted, full({}, -11.0, d));
+    Tensor& r2 = relu_(shifted);
+    CHECK(&r2 == &shifted);
+    check_equal(big.select(0, 2), Shape{6}, {0, 0, 0, 1, 2, 0}, fmt::format("relu_ into a row, {}", dtype_name(d)));
+    check_equal(big.select(0, 3), Shape{6}, {7, 10, 11, 12, 13, 10},
+                fmt::format("relu_ leaves row 3, {}", dtype_name(d)));
   }
   // The swept sizes and layouts: a += alpha * b against the reference.
   for (DType d : testing::kFloatDTypes) {

@@ -97,6 +97,11 @@ std::map<std::string_view, Runner> runners() {
          Tensor y = x_of(d);
          mul_(y, 1.0);
        }},
+      {"relu_",
+       [](DType d) {
+         Tensor y = x_of(d);
+         relu_(y);
+       }},
       {"neg", unary(neg)},
       {"abs", unary(abs)},
       {"relu", unary(relu)},
