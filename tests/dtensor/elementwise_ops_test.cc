@@ -1,5 +1,6 @@
 // Elementwise arithmetic, sum and the view ops they need, on DTensors: gradcheck on one rank,
-// then every placement combination on 1-D and 2x2 meshes against the one-rank result.
+// then every placement combination on 1-D and 2x2 meshes against the one-rank result; add_
+// in place where nothing else holds its left operand.
 #include "core/allocator.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/reduce.h"
@@ -11,6 +12,7 @@ namespace dtr {
 namespace {
 
 using testing::global_tensor;
+using testing::on_one_rank;
 using testing::OpCase;
 
 std::vector<OpCase> cases() {
@@ -37,6 +39,40 @@ std::vector<OpCase> cases() {
          return broadcast_to(x[0], {4, 3});
        }},
   };
+}
+
+TEST_CASE("add_ sums into an operand nothing else holds and rebases its graph; otherwise it leaves it alone",
+          "[dtensor][ops]") {
+  // branch = x * 2 (nothing else holds it); add_(branch, r) writes x * 2 + r over it, and both
+  // x and r get the sum's gradient.
+  DTensor x = on_one_rank(global_tensor({64, 32}, 1));
+  DTensor r = on_one_rank(global_tensor({64, 32}, 2));
+  x.requires_grad_();
+  r.requires_grad_();
+  const Tensor expected = add(mul(x.to_local(), 2.0), r.to_local());
+  DTensor branch = mul(x, 2.0);
+  const void* buffer = branch.to_local().data();
+  const int64_t before = memory_stats(kCPU).bytes_in_use;
+  DTensor y = add_(branch, r);
+  CHECK(memory_stats(kCPU).bytes_in_use == before);
+  CHECK(y.to_local().data() == buffer);
+  CHECK(y.grad_fn()->name() == "add");
+  testing::check_equal(y.to_local(), expected, "add_ in place");
+  branch = DTensor();
+  sum(mul(y, y)).backward();
+  const Tensor g = mul(expected, 2.0);
+  testing::check_equal(r.grad().to_local(), g, "r's gradient");
+  testing::check_equal(x.grad().to_local(), mul(g, 2.0), "x's gradient");
+
+  // Held elsewhere, broadcast, or a leaf: add(a, b), a untouched.
+  const DTensor held = mul(x, 2.0), other = held;
+  CHECK(add_(held, r).to_local().data() != held.to_local().data());
+  const DTensor row = on_one_rank(global_tensor({32}, 3));
+  const DTensor lone = mul(x, 2.0);
+  testing::check_equal(add_(lone, row).to_local(), add(lone.to_local(), row.to_local()), "a broadcast operand");
+  testing::check_equal(lone.to_local(), mul(x.to_local(), 2.0), "left alone under a broadcast operand");
+  testing::check_equal(add_(x, r).to_local(), add(x.to_local(), r.to_local()), "a leaf that requires grad");
+  testing::check_equal(x.to_local(), global_tensor({64, 32}, 1), "the leaf stays");
 }
 
 TEST_CASE("elementwise and reduce ops: gradcheck on one rank", "[dtensor][ops]") {

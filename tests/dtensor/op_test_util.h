@@ -77,6 +77,11 @@ inline OpResult run_op(const OpCase& c, const std::vector<DTensor>& inputs, cons
   return r;
 }
 
+// t as a Replicate DTensor on the one-rank mesh.
+inline DTensor on_one_rank(const Tensor& t) {
+  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
+}
+
 inline Tensor output_weight(const OpCase& c) {
   DTensor y = c.fn(make_inputs(c, single_rank_mesh(), std::vector<Placements>(c.inputs.size(), {Replicate()}), 1));
   return global_tensor(y.shape(), 77).to(y.dtype());

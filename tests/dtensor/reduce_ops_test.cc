@@ -15,6 +15,7 @@ namespace dtr {
 namespace {
 
 using testing::global_tensor;
+using testing::on_one_rank;
 using testing::OpCase;
 
 // Distinct values (a seeded permutation of 0..n-1, scaled), so that max has no ties and
@@ -51,10 +52,6 @@ std::vector<OpCase> cases(Tensor (*data)(const Shape&, uint64_t)) {
       {"sum_of_squares all", {{a}}, [](const auto& x) { return sum_of_squares(x[0]); }},
       {"sum_of_squares dim 1", {{c}}, [](const auto& x) { return sum_of_squares(x[0], {1}); }},
   };
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("reductions: gradcheck on one rank", "[dtensor][ops]") {

@@ -1,8 +1,8 @@
 // Unary elementwise ops on DTensors (activations, exp/log/sqrt/rsqrt/pow, scalar division,
 // dtype casts) and the fused backward kernels as DTensor ops: gradcheck on one rank, every
 // placement combination on 1-D and 2x2 meshes against the one-rank result, forward values
-// against float64 loops written here, the strategy a Partial input gets, and relu's backward
-// in place on a gradient nothing else holds.
+// against float64 loops written here, the strategy a Partial input gets, relu's backward
+// in place on a gradient nothing else holds, and relu_ in place on a tensor nothing else holds.
 #include <cmath>
 
 #include "core/allocator.h"
@@ -18,6 +18,7 @@ namespace dtr {
 namespace {
 
 using testing::global_tensor;
+using testing::on_one_rank;
 using testing::OpCase;
 using testing::OpInput;
 
@@ -76,10 +77,6 @@ std::vector<OpCase> forward_cases() {
        [](const auto& x) { return tanh_backward(x[0], x[1]); }},
       {"to float32", {{small()}}, [](const auto& x) { return to(x[0], kFloat32); }},
   };
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("unary ops: gradcheck on one rank", "[dtensor][ops]") {
@@ -232,6 +229,43 @@ TEST_CASE("relu's backward masks a gradient nothing else holds in place, and not
   sum(mul(add(relu(a), relu(b)), three_n)).backward();
   testing::check_equal(a.grad().to_local(), expected, "a's gradient");
   testing::check_equal(b.grad().to_local(), relu_backward(full({1 << 16}, 3.0), neg(signs)), "b's gradient");
+}
+
+TEST_CASE("relu_ overwrites a product nothing else holds and rebases its graph; otherwise it leaves it alone",
+          "[dtensor][ops]") {
+  // h = x w with both signs; y = relu_(h) must reuse h's buffer (allocating only the mask),
+  // and sum(y * 3)'s gradient must be relu's.
+  constexpr int64_t rows = 256, width = 64;
+  DTensor x = on_one_rank(global_tensor({rows, 4}, 3).to(kFloat32));
+  x.requires_grad_();
+  const DTensor w = on_one_rank(global_tensor({4, width}, 4).to(kFloat32));
+  const Tensor expected = relu(matmul(x.to_local(), w.to_local()));
+  DTensor h = matmul(x, w);
+  const void* buffer = h.to_local().data();
+  const int64_t before = memory_stats(kCPU).bytes_in_use;
+  DTensor y = relu_(h);
+  CHECK(memory_stats(kCPU).bytes_in_use - before < rows * width * 4 / 8);
+  CHECK(y.to_local().data() == buffer);
+  CHECK(y.grad_fn()->name() == "relu");
+  testing::check_equal(y.to_local(), expected, "relu_ in place");
+  h = DTensor();
+  sum(mul(y, 3.0)).backward();
+  const Tensor gy = relu_backward(full({rows, width}, 3.0), expected);
+  testing::check_equal(x.grad().to_local(), matmul(gy, w.to_local().t()), "x's gradient through relu_");
+
+  // Held elsewhere (a second handle), or a leaf that requires grad: relu(x), x untouched.
+  const DTensor kept = matmul(x, w);
+  const DTensor other = kept;
+  const DTensor out = relu_(kept);
+  CHECK(out.to_local().data() != kept.to_local().data());
+  testing::check_equal(kept.to_local(), matmul(x.to_local(), w.to_local()), "a held tensor stays");
+  testing::check_equal(out.to_local(), expected, "relu of a held tensor");
+  DTensor leaf = on_one_rank(sub(global_tensor({5}, 6), 0.5));
+  leaf.requires_grad_();
+  const Tensor leaf_values = leaf.to_local().clone();
+  const DTensor from_leaf = relu_(leaf);
+  testing::check_equal(leaf.to_local(), leaf_values, "a leaf that requires grad stays");
+  testing::check_equal(from_leaf.to_local(), relu(leaf_values), "relu of the leaf");
 }
 
 TEST_CASE("is_sole_owner: no other handle, view or tensor on the storage", "[dtensor]") {

@@ -12,6 +12,7 @@ namespace dtr {
 namespace {
 
 using testing::global_tensor;
+using testing::on_one_rank;
 using testing::OpCase;
 
 std::vector<OpCase> cases() {
@@ -87,10 +88,6 @@ std::vector<OpCase> cases() {
          return add(p[0], mul(p[1], 2.0));
        }},
   };
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("view and shape ops: gradcheck on one rank", "[dtensor][ops]") {

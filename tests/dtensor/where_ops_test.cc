@@ -10,6 +10,7 @@ namespace dtr {
 namespace {
 
 using testing::global_tensor;
+using testing::on_one_rank;
 using testing::OpCase;
 using testing::OpInput;
 
@@ -48,10 +49,6 @@ std::vector<OpCase> comparison_cases() {
       {"ge scalar", {in(a)}, [](const auto& x) { return ge(x[0], -1.0); }},
       {"logical_not", {mask_input({5, 3}, 11)}, [](const auto& x) { return logical_not(x[0]); }},
   };
-}
-
-DTensor on_one_rank(const Tensor& t) {
-  return DTensor(t, DTensorSpec(single_rank_mesh(), {Replicate()}, t.shape(), t.dtype()));
 }
 
 TEST_CASE("where and masked_fill: gradcheck on one rank", "[dtensor][ops]") {

@@ -82,6 +82,7 @@ TEST_CASE("names, order and repr follow PyTorch", "[nn][module]") {
         ")\n"
         "84 parameters in 6 tensors: scale [4], norm.weight [4], norm.bias [4], ffn.0.weight [8, 4], ffn.0.bias [8], "
         "ffn.2.weight [4, 8]\n");
+  CHECK(ReLU(/*inplace=*/true).repr() == "ReLU(inplace=True)\n0 parameters in 0 tensors: \n");
 }
 
 TEST_CASE("registration errors name the module and the name", "[nn][module][errors]") {
