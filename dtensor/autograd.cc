@@ -279,7 +279,14 @@ void run_graph(std::vector<DTensor> roots, std::vector<DTensor> gradients, Retai
       const trace::Region region(node->region());
       const trace::Span span(node->name(), trace::Category::kAutograd);
       const RunsOnceScope runs_once(retain_graph == RetainGraph::kNo && node->releases_saved());
-      input_grads = node->apply(std::move(grads));
+      try {
+        input_grads = node->apply(std::move(grads));
+      } catch (...) {
+        // It may have let go of saved tensors already (backward_runs_once): a second run
+        // must meet apply's "already run" error, not a half-released function.
+        if (retain_graph == RetainGraph::kNo) node->release();
+        throw;
+      }
     }
     if (retain_graph == RetainGraph::kNo) node->release();
     const auto& edges = node->next_edges();

@@ -138,6 +138,7 @@ int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
   const int id = next_hook_id.fetch_add(1, std::memory_order_relaxed);
   if (impl().grad_fn) {
     impl().grad_fn->add_pre_hook(id, impl().output_nr, std::move(hook));
+    impl().node_hooks.emplace(id, std::make_pair(std::weak_ptr<Node>(impl().grad_fn), impl().output_nr));
   } else {
     impl().hooks.emplace(id, std::move(hook));
   }
@@ -146,7 +147,10 @@ int DTensor::register_hook(std::function<DTensor(const DTensor&)> hook) const {
 
 void DTensor::remove_hook(int id) const {
   impl().hooks.erase(id);
-  if (impl().grad_fn) impl().grad_fn->remove_pre_hook(id, impl().output_nr);
+  const auto it = impl().node_hooks.find(id);
+  if (it == impl().node_hooks.end()) return;
+  if (const std::shared_ptr<Node> node = it->second.first.lock()) node->remove_pre_hook(id, it->second.second);
+  impl().node_hooks.erase(it);
 }
 
 void DTensor::register_post_accumulate_grad_hook(std::function<void(const DTensor&)> hook) const {

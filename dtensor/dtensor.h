@@ -6,7 +6,8 @@
 // in redistribute (and in distribute_tensor / from_local's check), one collective per plan
 // step; an asynchronous redistribute returns a pending DTensor at once, and the first
 // to_local() waits. A DTensor is a handle: copies share one tensor (data, grad, grad_fn), as
-// torch Tensors do. dtr never writes into a local tensor after creating it: locals are values.
+// torch Tensors do. Locals are values: an op writes into a local only where nothing else
+// holds it (DTensor::is_sole_owner: relu_, add_, relu's backward), so no one sees it change.
 #pragma once
 
 #include <functional>

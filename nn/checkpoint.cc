@@ -110,6 +110,15 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
               "fully_shard and replicate apart, which expect one per backward): checkpoint the caller instead",
               name);
     *last = saved;
+    // Saved before the forward runs: the saved copies share the inputs' storage, so an
+    // in-place op in the forward (relu_, add_) cannot overwrite what the recompute starts from.
+    std::vector<DTensor> recorded;
+    for (const DTensor& x : inputs) {
+      saved->inputs.push_back(x.detach());
+      saved->differentiable.push_back(x.defined() && x.requires_grad());
+      recorded.push_back(x);
+    }
+    recorded.push_back(*anchor);
     Values outputs;
     {
       const NoGradGuard no_grad;
@@ -124,13 +133,6 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
     for (DTensor& y : outputs) {
       if (y.defined()) y = y.detach();
     }
-    std::vector<DTensor> recorded;
-    for (const DTensor& x : inputs) {
-      saved->inputs.push_back(x.detach());
-      saved->differentiable.push_back(x.defined() && x.requires_grad());
-      recorded.push_back(x);
-    }
-    recorded.push_back(*anchor);
     record("checkpoint(" + name + ")", recorded, outputs,
            [saved](std::vector<DTensor> grad_outputs) { return recompute(*saved, std::move(grad_outputs)); });
     return outputs;

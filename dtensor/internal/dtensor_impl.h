@@ -27,6 +27,9 @@ struct DTensor::Impl {
   DTensor grad;
   std::optional<Placements> grad_placements;
   std::map<int, std::function<DTensor(const DTensor&)>> hooks;
+  // Hooks registered on an op output: the node and output they sit on (an in-place op may
+  // have given the tensor another grad_fn since).
+  std::map<int, std::pair<std::weak_ptr<Node>, size_t>> node_hooks;
   std::vector<std::function<void(const DTensor&)>> post_accumulate_hooks;
   std::weak_ptr<Node> grad_accumulator;  // the node gradients of this leaf flow into
 };

@@ -255,16 +255,17 @@ namespace {
 // relu's backward from the bits relu_mask kept of its output y (placed as `placements`).
 BackwardFn relu_backward_fn(Tensor mask, Placements placements) {
   return [mask = std::move(mask), placements = std::move(placements)](std::vector<DTensor> g) {
-    // The mask is laid out as the output's local part: a gradient placed otherwise is moved
-    // there first (a Partial one masks term by term where the output is Replicate).
+    // The mask is laid out as the output's local part: a gradient placed otherwise on a mesh
+    // dim is moved to the output's placement there first (a Partial one stays where the
+    // output is Replicate: it masks term by term).
     DTensor grad = std::move(g[0]);
+    Placements aligned = grad.placements();
     for (size_t m = 0; m < placements.size(); ++m) {
-      const Placement& p = grad.placements()[m];
-      if (p != placements[m] && !(p.is_partial() && placements[m].is_replicate())) {
-        grad = grad.redistribute(placements);
-        break;
+      if (aligned[m] != placements[m] && !(aligned[m].is_partial() && placements[m].is_replicate())) {
+        aligned[m] = placements[m];
       }
     }
+    if (aligned != grad.placements()) grad = grad.redistribute(aligned);
     if (grad.is_sole_owner() && grad.to_local().is_contiguous()) {
       Tensor local = grad.to_local();
       apply_relu_mask_(local, mask);

@@ -11,6 +11,12 @@ using internal::kThreads;
 
 static_assert(kThreads % 32 == 0, "a warp's 32 lanes build one word");
 
+// At most this many blocks: a grid-stride loop (1024 x 256 threads fill an H100's 132 SMs
+// about twice), so large tensors take several passes, which the [gpu] test exercises.
+constexpr int kMaxMaskBlocks = 1024;
+
+int mask_blocks(int64_t n) { return blocks_for(n) < kMaxMaskBlocks ? blocks_for(n) : kMaxMaskBlocks; }
+
 // Each warp takes 32 consecutive elements at a time and lane 0 stores their ballot: the
 // grid's stride is a multiple of 32, so a warp's lanes stay in step and leave the loop
 // together (the ballot needs all 32).
@@ -37,7 +43,7 @@ void relu_mask(uint32_t* words, const void* y, int64_t n, DType dtype, int devic
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda relu_mask", [&]<class T>(TypeTag<T>) {
-    relu_mask_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(words, static_cast<const T*>(y), n);
+    relu_mask_kernel<T><<<mask_blocks(n), kThreads, 0, stream>>>(words, static_cast<const T*>(y), n);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }
@@ -46,7 +52,7 @@ void apply_relu_mask(void* grad, const uint32_t* words, int64_t n, DType dtype, 
   if (n == 0) return;
   DTR_CUDA_CHECK(cudaSetDevice(device), device);
   dispatch_floating(dtype, "cuda apply_relu_mask_", [&]<class T>(TypeTag<T>) {
-    apply_relu_mask_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(grad), words, n);
+    apply_relu_mask_kernel<T><<<mask_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(grad), words, n);
   });
   DTR_CUDA_CHECK(cudaGetLastError(), device);
 }

@@ -241,6 +241,19 @@ TEST_CASE("relu_ overwrites a product nothing else holds and rebases its graph; 
   const DTensor w = on_one_rank(global_tensor({4, width}, 4).to(kFloat32));
   const Tensor expected = relu(matmul(x.to_local(), w.to_local()));
   DTensor h = matmul(x, w);
+  // Hooks registered before relu_ stay on h's former node (PyTorch's rule: they see the
+  // gradient of the value before the in-place op), and remove_hook still finds them.
+  int seen = 0, removed_calls = 0;
+  Tensor hook_grad;
+  h.register_hook([&](const DTensor& g) {
+    ++seen;
+    hook_grad = g.to_local().clone();
+    return DTensor();
+  });
+  const int removed = h.register_hook([&](const DTensor&) {
+    ++removed_calls;
+    return DTensor();
+  });
   const void* buffer = h.to_local().data();
   const int64_t before = memory_stats(kCPU).bytes_in_use;
   DTensor y = relu_(h);
@@ -248,9 +261,13 @@ TEST_CASE("relu_ overwrites a product nothing else holds and rebases its graph; 
   CHECK(y.to_local().data() == buffer);
   CHECK(y.grad_fn()->name() == "relu");
   testing::check_equal(y.to_local(), expected, "relu_ in place");
+  y.remove_hook(removed);
   h = DTensor();
   sum(mul(y, 3.0)).backward();
   const Tensor gy = relu_backward(full({rows, width}, 3.0), expected);
+  CHECK(seen == 1);
+  CHECK(removed_calls == 0);
+  testing::check_equal(hook_grad, gy, "a hook registered before relu_: the gradient before relu");
   testing::check_equal(x.grad().to_local(), matmul(gy, w.to_local().t()), "x's gradient through relu_");
 
   // Held elsewhere (a second handle), or a leaf that requires grad: relu(x), x untouched.

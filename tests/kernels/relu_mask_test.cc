@@ -59,7 +59,7 @@ TEST_CASE("relu_mask sets a bit where y is not <= 0, and applying it is relu_bac
         CHECK(wrong == 0);
         const Tensor g = random_tensor({n}, d, 7, -3, 3);
         Tensor masked = g.clone();
-        CHECK(apply_relu_mask_(masked, words).storage().is_same(masked.storage()));
+        apply_relu_mask_(masked, words);
         check_bitwise(masked, relu_backward(g, y), "the masked gradient against relu_backward");
       }
     }
@@ -82,7 +82,9 @@ TEST_CASE("relu_mask's errors name the operands", "[relu_mask]") {
 
 TEST_CASE("CUDA relu_mask and apply_relu_mask_ equal the CPU's bit for bit", "[gpu]") {
   const Device gpu(kCUDA, 0);
-  for (int64_t n : {1, 31, 33, 4097, 8 * 128 * 1024}) {
+  // 3 x 262144 + 5: past the kernels' grid of 1024 blocks of 256 threads three times, the
+  // last pass ending inside a warp.
+  for (int64_t n : {1, 31, 33, 4097, 3 * 262144 + 5}) {
     for (DType d : testing::kFloatDTypes) {
       INFO(fmt::format("{} elements of {}", n, dtype_name(d)));
       const Tensor y = signed_values(n, d, static_cast<uint64_t>(n));

@@ -2,7 +2,8 @@
 // checkpointed, fully or selectively, gives the same bits as without (losses, weights after
 // three AdamW steps) on one rank and under fsdp and ddp on 2 and 3 ranks, with exactly the
 // same collectives; checkpointing keeps fewer bytes for backward (the allocator's peak
-// falls: full below selective below none, by bounds from the model's shapes).
+// falls: full below selective below none, by bounds from the model's shapes); a forward's
+// in-place ops leave the inputs its recompute starts from.
 #include "nn/checkpoint.h"
 
 #include <catch2/catch.hpp>
@@ -294,6 +295,36 @@ TEST_CASE("a store keeps the products with the most FLOPs per byte, and its repl
     CHECK(computed == recomputed);
   }
   CHECK_THROWS_WITH(KeptOutputs({"linear"}, 1.5), Catch::Contains("product_flops 1.5 must be in [0, 1]"));
+}
+
+// y = x + 1 written over x where nothing else holds it (add_), then y * y: a forward whose
+// values depend on an input it may overwrite.
+class AddsInPlace : public UnaryModule {
+ public:
+  AddsInPlace() : UnaryModule("AddsInPlace") {}
+
+ protected:
+  using UnaryModule::forward;
+  DTensor forward(const DTensor& x) override {
+    const DTensor y = add_(x, testing::on_one_rank(full(x.shape(), 1.0, x.dtype())));
+    return mul(y, y);
+  }
+};
+
+TEST_CASE("a checkpointed module's in-place ops leave the inputs its recompute starts from", "[nn][checkpoint]") {
+  // The input's only handle is the call's, so add_ may overwrite it; the checkpoint saves the
+  // inputs first, which keeps them: the recompute sees x, and the gradient is 2 (x + 1).
+  for (bool checkpointed : {false, true}) {
+    AddsInPlace module;
+    if (checkpointed) checkpoint(module);
+    DTensor x = testing::on_one_rank(Tensor::from_vector<double>({1, -2, 3}));
+    x.requires_grad_();
+    Values in;
+    in.push_back(mul(x, 1.0));  // the call's Values hold its only handle
+    sum(module(std::move(in)).at(0)).backward();
+    INFO((checkpointed ? "checkpointed" : "plain"));
+    CHECK(testing::to_f64(x.grad().to_local()) == std::vector<double>{4, -2, 8});
+  }
 }
 
 TEST_CASE("a module is checkpointed once; a policy names ops whose results can be kept", "[nn][checkpoint]") {
