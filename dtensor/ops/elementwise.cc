@@ -266,14 +266,10 @@ BackwardFn relu_backward_fn(Tensor mask, Placements placements) {
       }
     }
     if (aligned != grad.placements()) grad = grad.redistribute(aligned);
-    if (grad.is_sole_owner() && grad.to_local().is_contiguous()) {
-      Tensor local = grad.to_local();
-      apply_relu_mask_(local, mask);
-      return std::vector<DTensor>{grad};
-    }
-    Tensor local = grad.to_local().clone();
+    const bool in_place = grad.is_sole_owner() && grad.to_local().is_contiguous();
+    Tensor local = in_place ? grad.to_local() : grad.to_local().clone();
     apply_relu_mask_(local, mask);
-    return std::vector<DTensor>{DTensor(std::move(local), grad.spec())};
+    return std::vector<DTensor>{in_place ? grad : DTensor(std::move(local), grad.spec())};
   };
 }
 

@@ -1,5 +1,7 @@
 #include "dtensor/ops/matmul.h"
 
+#include <utility>
+
 #include "dtensor/autograd.h"
 #include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
@@ -68,6 +70,20 @@ DTensor contract_leading_dims(const DTensor& a, const DTensor& g) {
   return make_output(std::move(local), a.mesh(), s.strategy.outputs[0], {a.size(-1), g.size(-1)});
 }
 
+// A product's input gradients from g, grad_b first: grad_b [*, K, N] = a^T [*, K, M] @ g
+// [*, M, N] (for a 2-D b, summed over *: [K, N]); then, where this backward runs once, a is
+// let go before grad_a [*, M, K] = g @ b^T [(*,) N, K] is allocated (a feed-forward's hidden
+// activation, [tokens, 4 dim], which relu keeps only as a mask, is then never held beside
+// its gradient). Returns {grad_a, grad_b}, undefined where not needed.
+std::pair<DTensor, DTensor> product_grads(DTensor& a, const DTensor& b, const DTensor& g, bool batched, bool need_a,
+                                          bool need_b) {
+  std::pair<DTensor, DTensor> grads;
+  if (need_b) grads.second = batched ? matmul(transpose(a, -2, -1), g) : contract_leading_dims(a, g);
+  if (backward_runs_once()) a = DTensor();
+  if (need_a) grads.first = matmul(g, transpose(b, -2, -1));
+  return grads;
+}
+
 // Whether linear may add a bias of placements `bias` in the product's epilogue (a local
 // matmul_bias) to an output of placements `out` ([*, N], nd dims): exactly when add(out,
 // bias) would take these placements as they are, with no Partial among them. Per mesh dim:
@@ -98,15 +114,10 @@ DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTenso
   record(std::string(op), inputs, std::span(&y, 1),
          [xa = a.detach(), xb = b.detach(), bias_shape = bias.shape(), need_a = a.requires_grad(),
           need_b = b.requires_grad(), need_bias = bias.requires_grad()](const std::vector<DTensor>& g) mutable {
-           std::vector<DTensor> grads(3);
            // grad_bias [N] = g [*, M, N] summed over every leading dim (add's backward)
-           if (need_bias) grads[2] = sum_to_shape(g[0], bias_shape);
-           // grad_b [K, N] = a^T [K, *M] @ g [*M, N], summed over the leading dims
-           if (need_b) grads[1] = contract_leading_dims(xa, g[0]);
-           if (backward_runs_once()) xa = DTensor();
-           // grad_a [*, M, K] = g [*, M, N] @ b^T [N, K]
-           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
-           return grads;
+           DTensor grad_bias = need_bias ? sum_to_shape(g[0], bias_shape) : DTensor();
+           auto [grad_a, grad_b] = product_grads(xa, xb, g[0], /*batched=*/false, need_a, need_b);
+           return std::vector<DTensor>{std::move(grad_a), std::move(grad_b), std::move(grad_bias)};
          });
   return y;
 }
@@ -141,16 +152,8 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
   record(std::string(op), s.inputs, std::span(&y, 1),
          [xa = s.inputs[0].detach(), xb = s.inputs[1].detach(), need_a = s.inputs[0].requires_grad(),
           need_b = s.inputs[1].requires_grad(), batched](const std::vector<DTensor>& g) mutable {
-           std::vector<DTensor> grads(2);
-           // grad_b [*, K, N] = a^T [*, K, M] @ g [*, M, N]; for a 2-D b, summed over *: [K, N]
-           if (need_b) grads[1] = batched ? matmul(transpose(xa, -2, -1), g[0]) : contract_leading_dims(xa, g[0]);
-           // a is read no more: where this function runs once, it is freed before grad_a is
-           // allocated (a feed-forward's hidden activation, [tokens, 4 dim], which relu keeps
-           // only as a mask, is then never held beside its gradient).
-           if (backward_runs_once()) xa = DTensor();
-           // grad_a [*, M, K] = g [*, M, N] @ b^T [(*,) N, K]
-           if (need_a) grads[0] = matmul(g[0], transpose(xb, -2, -1));
-           return grads;
+           auto [grad_a, grad_b] = product_grads(xa, xb, g[0], batched, need_a, need_b);
+           return std::vector<DTensor>{std::move(grad_a), std::move(grad_b)};
          });
   return bias != nullptr ? add(y, *bias) : y;
 }
