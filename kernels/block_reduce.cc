@@ -11,6 +11,7 @@ namespace dtr {
 namespace {
 
 std::atomic<int64_t> g_block_tokens{0};
+std::atomic<int64_t> g_feature_blocks{1};
 std::mutex g_window_mutex;
 BatchWindow g_window;
 
@@ -23,6 +24,15 @@ void set_deterministic_block_tokens(int64_t tokens) {
 }
 
 int64_t deterministic_block_tokens() { return g_block_tokens.load(std::memory_order_relaxed); }
+
+void set_deterministic_feature_blocks(int64_t blocks) {
+  DTR_CHECK(blocks >= 1, ValueError, "set_deterministic_feature_blocks: {} blocks; legal: 1 (none) or more", blocks);
+  g_feature_blocks = blocks;
+}
+
+int64_t deterministic_feature_blocks() {
+  return deterministic_block_tokens() > 0 ? g_feature_blocks.load(std::memory_order_relaxed) : 1;
+}
 
 void set_batch_window(const BatchWindow& window) {
   DTR_CHECK(window.total == 0 || (window.first >= 0 && window.count > 0 && window.first + window.count <= window.total),

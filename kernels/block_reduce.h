@@ -26,6 +26,16 @@ void set_deterministic_block_tokens(int64_t tokens);
 // 0 when the mode is off.
 int64_t deterministic_block_tokens();
 
+// Blocks of every feature contraction while the mode is on (tensor parallelism's sums; 1, the
+// default: none). A product over features, K = in features forward or out features for an
+// input's gradient, then sums K in `blocks` equal blocks on their own and combines them in the
+// canonical tree (the same tree as the batch's, over K's blocks): a tensor-parallel rank
+// holding blocks/tp of them (a power of two, aligned) computes its node, and the ranks' nodes
+// meet in the tree, so a row-parallel product gives the bits one rank's does.
+void set_deterministic_feature_blocks(int64_t blocks);
+// 1 when the mode is off or no blocks were asked for.
+int64_t deterministic_feature_blocks();
+
 // Where the running micro-batch sits in its step's global batch (--deterministic with
 // --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
 // (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into

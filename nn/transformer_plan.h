@@ -20,6 +20,10 @@ namespace dtr::nn {
 struct TransformerTpOptions {
   bool sequence_parallel = false;
   bool loss_parallel = false;
+  // false: the embedding and the output projection stay whole on every tp rank (train
+  // --deterministic: the vocabulary's reductions, the loss's sum of exponentials among them,
+  // then run as on one rank, in the fused loss kernel; docs/deterministic.md).
+  bool split_vocab = true;
 };
 
 // The plan for parallelize_module on a Transformer built from `config`.

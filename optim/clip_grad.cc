@@ -16,29 +16,41 @@
 namespace dtr::optim {
 namespace {
 
-// A gradient's local rows' sums of squares (dim 0's rows, each summed in order in float64;
-// a 0-d gradient is one row), on the CPU.
-Tensor row_sums(const DTensor& g) {
+// The units a gradient's squares are summed in under --deterministic, per row of dim 0: the
+// whole row, or with feature blocks (kernels/block_reduce.h) that many blocks of dim 1, which
+// tensor parallelism splits (a row-parallel weight's [out, in] along in). Fixed by the shape.
+int64_t units_per_row(const DTensor& g) {
+  const int64_t blocks = deterministic_feature_blocks();
+  return g.dim() >= 2 && blocks > 1 && g.size(1) % blocks == 0 ? blocks : 1;
+}
+
+// A gradient's local units' sums of squares, [rows, units] (rows of dim 0, `units` blocks of
+// dim 1 across the whole gradient; each summed in order in float64; a 0-d gradient is one
+// row), on the CPU.
+Tensor unit_sums(const DTensor& g, int64_t units) {
   Tensor local = g.to_local().to(kCPU).contiguous();
   if (local.dtype() != kFloat32) local = local.to(kFloat64);  // float32 is read as it is
   const int64_t rows = g.dim() == 0 ? 1 : local.size(0);
   const int64_t width = rows == 0 ? 0 : local.numel() / rows;
-  Tensor sums = Tensor::empty({rows}, kFloat64);
+  // This rank's units of a row: its share of dim 1 over the unit's columns.
+  const int64_t held = units == 1 ? 1 : local.size(1) / (g.size(1) / units);
+  const int64_t unit_width = held == 0 ? 0 : width / held;
+  Tensor sums = Tensor::empty({rows, held}, kFloat64);
   double* s = sums.data_ptr<double>();
-  auto sum_rows = [&](const auto* x) {
-    for (int64_t r = 0; r < rows; ++r) {
+  auto sum_units = [&](const auto* x) {
+    for (int64_t u = 0; u < rows * held; ++u) {
       double acc = 0.0;
-      for (int64_t c = 0; c < width; ++c) {
-        const double v = x[r * width + c];
+      for (int64_t c = 0; c < unit_width; ++c) {
+        const double v = x[u * unit_width + c];
         acc += v * v;
       }
-      s[r] = acc;
+      s[u] = acc;
     }
   };
   if (local.dtype() == kFloat32) {
-    sum_rows(local.data_ptr<float>());
+    sum_units(local.data_ptr<float>());
   } else {
-    sum_rows(local.data_ptr<double>());
+    sum_units(local.data_ptr<double>());
   }
   return sums;
 }
@@ -49,46 +61,55 @@ int64_t rows_at(const DTensor& g, std::span<const int64_t> coordinate) {
 }
 
 // Under --deterministic (kernels/block_reduce.h): the gradients' sum of squares with the
-// same bits for any sharding. Each gradient's rows (dim 0, which fully_shard and replicate
-// never split) are summed in order, the rows' sums gathered in global order (the gradients
-// split on one mesh dim, fully_shard's, all in one all_gather_v over it; others through
-// full_tensor) and summed in block_reduce's tree; the gradients' sums add in their order.
-// The gradients share one mesh.
+// same bits for any sharding. Each gradient's units (rows of dim 0, or with feature blocks
+// blocks of each row: units_per_row) are summed in order, the units' sums gathered in global
+// order (the gradients split on dim 0 of one mesh dim, fully_shard's, all in one
+// all_gather_v over it; others through full_tensor) and summed in block_reduce's tree; the
+// gradients' sums add in their order. The gradients share one mesh.
 double canonical_sum_of_squares(const std::vector<DTensor>& grads) {
   const DeviceMesh& mesh = grads.front().mesh();
-  std::vector<Tensor> rows(grads.size());
-  std::map<int64_t, std::vector<size_t>> split_on;  // mesh dim -> the gradients split on it alone
+  std::vector<Tensor> rows(grads.size());           // each gradient's unit sums, flattened in global order at the end
+  std::map<int64_t, std::vector<size_t>> split_on;  // mesh dim -> the gradients split on its dim 0 alone
   for (size_t i = 0; i < grads.size(); ++i) {
     const DTensor& g = grads[i];
+    const int64_t units = units_per_row(g);
     std::vector<int64_t> splitting;
+    bool rows_only = true;  // every split is a plain Shard(0)
     for (int64_t m = 0; m < mesh.ndim(); ++m) {
       const Placement& p = g.placements()[m];
-      DTR_CHECK(!p.splits_a_dim() || p.is_shard(0), NotImplementedError,
-                "clip_grad_norm_ under --deterministic: the gradient {} is split along a dim other than 0 (tensor "
-                "parallelism); the canonical norm sums whole rows",
+      const bool whole_units = p.splits_dim(0) || (p.is_shard(1) && units > 1);
+      DTR_CHECK(!p.splits_a_dim() || whole_units, NotImplementedError,
+                "clip_grad_norm_ under --deterministic: the gradient {} is split along a dim the canonical norm's "
+                "units do not follow (it sums rows of dim 0, or with --feature-blocks F blocks of dim 1)",
                 g.to_string());
-      if (p.splits_a_dim() && mesh.size(m) > 1) splitting.push_back(m);
+      if (p.splits_a_dim() && mesh.size(m) > 1) {
+        splitting.push_back(m);
+        rows_only = rows_only && p.is_shard(0);
+      }
     }
-    rows[i] = row_sums(g);
-    if (splitting.size() == 1) {
+    rows[i] = unit_sums(g, units);
+    if (splitting.size() == 1 && rows_only) {
       split_on[splitting[0]].push_back(i);
-    } else if (splitting.size() > 1) {
+    } else if (!splitting.empty()) {
       rows[i] = DTensor(rows[i].to(g.to_local().device()),
-                        DTensorSpec(mesh, g.placements(), {g.dim() == 0 ? 1 : g.size(0)}, kFloat64))
+                        DTensorSpec(mesh, g.placements(), {g.dim() == 0 ? 1 : g.size(0), units}, kFloat64))
                     .full_tensor()
                     .to(kCPU);
     }
+    rows[i] = rows[i].reshape({rows[i].numel()});
   }
   for (const auto& [m, members] : split_on) {
     ProcessGroup& group = mesh.group(m);
     std::vector<int64_t> coordinate = mesh.coordinate();
-    // held[r][k]: the rows member k's gradient has on the rank at coordinate r of dim m.
+    // held[r][k]: the units member k's gradient has on the rank at coordinate r of dim m.
     std::vector<std::vector<int64_t>> held(static_cast<size_t>(group.size()));
     std::vector<int64_t> counts;
     for (int64_t r = 0; r < group.size(); ++r) {
       coordinate[static_cast<size_t>(m)] = r;
       int64_t total = 0;
-      for (size_t k : members) total += held[static_cast<size_t>(r)].emplace_back(rows_at(grads[k], coordinate));
+      for (size_t k : members) {
+        total += held[static_cast<size_t>(r)].emplace_back(rows_at(grads[k], coordinate) * units_per_row(grads[k]));
+      }
       counts.push_back(total);
     }
     std::vector<Tensor> mine;

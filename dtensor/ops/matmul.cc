@@ -8,6 +8,7 @@
 #include "dtensor/ops/op_util.h"
 #include "dtensor/ops/view_ops.h"
 #include "kernels/block_reduce.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 
 namespace dtr {
@@ -42,6 +43,27 @@ Tensor local_matmul(const Tensor& a, const Tensor& b) {
   }
   const int64_t batch = leading_numel(a, 2);
   return bmm(a.reshape({batch, m, k}), b.reshape({batch, k, n})).view(out);
+}
+
+// The local product a [*, K] b [K, N] (b 2-D; locals may be views), plus `bias` [N] where
+// defined: one product (matmul_bias with a bias), or under --deterministic's feature blocks
+// (kernels/block_reduce.h) a product per block of the global contraction's `k_global / blocks`
+// features, of which the locals hold whole ones, summed in the canonical tree, the bias added
+// to the root (as a Partial product's separate add, after its reduction, rounds it).
+Tensor local_product(std::string_view op, const Tensor& a, const Tensor& b, const Tensor& bias, int64_t k_global) {
+  const int64_t blocks = deterministic_feature_blocks();
+  if (blocks == 1 || k_global == 0) return bias.defined() ? matmul_bias(a, b, bias) : local_matmul(a, b);
+  const int64_t k = a.size(-1);
+  DTR_CHECK(k_global % blocks == 0 && k > 0 && k % (k_global / blocks) == 0, ValueError,
+            "{}: --deterministic sums a contraction of {} features in {} blocks (--feature-blocks), but {} and this "
+            "rank's {} of them do not split into whole blocks; use a block count dividing the model's widths, with "
+            "each tensor-parallel rank holding a power of two of blocks",
+            op, k_global, blocks, k_global, k);
+  const int64_t width = k_global / blocks;
+  Tensor root = tree_sum(k / width, [&](int64_t i) {
+    return std::vector{local_matmul(a.narrow(-1, i * width, width), b.narrow(0, i * width, width))};
+  })[0];
+  return bias.defined() ? add(root, bias) : root;
 }
 
 // a [*, K]^T g [*, N] summed over every leading index -> [K, N]: the weight gradient of a
@@ -107,7 +129,7 @@ DTensor linear_fused(std::string_view op, const AppliedStrategy& s, const DTenso
   const DTensor& a = s.inputs[0];
   const DTensor& b = s.inputs[1];
   Tensor local = kept_or_computed(
-      op, [&] { return std::vector{matmul_bias(a.to_local(), b.to_local(), bias.to_local())}; },
+      op, [&] { return std::vector{local_product(op, a.to_local(), b.to_local(), bias.to_local(), a.size(-1))}; },
       a.to_local().size(-1))[0];
   DTensor y = make_output(std::move(local), a.mesh(), s.strategy.outputs[0], out_shape);
   const DTensor inputs[] = {a, b, bias};
@@ -146,7 +168,12 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
     return linear_fused(op, s, *bias, out_shape);
   }
   Tensor local = kept_or_computed(
-      op, [&] { return std::vector{local_matmul(s.inputs[0].to_local(), s.inputs[1].to_local())}; },
+      op,
+      [&] {
+        const Tensor& al = s.inputs[0].to_local();
+        const Tensor& bl = s.inputs[1].to_local();
+        return std::vector{batched ? local_matmul(al, bl) : local_product(op, al, bl, Tensor(), a.size(-1))};
+      },
       s.inputs[0].to_local().size(-1))[0];
   DTensor y = make_output(std::move(local), a.mesh(), s.strategy.outputs[0], out_shape);
   record(std::string(op), s.inputs, std::span(&y, 1),
@@ -155,7 +182,17 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
            auto [grad_a, grad_b] = product_grads(xa, xb, g[0], batched, need_a, need_b);
            return std::vector<DTensor>{std::move(grad_a), std::move(grad_b)};
          });
-  return bias != nullptr ? add(y, *bias) : y;
+  if (bias == nullptr) return y;
+  if (deterministic_feature_blocks() > 1 && y.spec().has_partial()) {
+    // The bias goes on after the reduction, as one rank's product adds it to the tree's root;
+    // add would place it on one rank's term (Replicate to Partial is free) and round it there.
+    Placements reduced = y.placements();
+    for (Placement& p : reduced) {
+      if (p.is_partial()) p = Replicate();
+    }
+    y = y.redistribute(reduced);
+  }
+  return add(y, *bias);
 }
 
 }  // namespace

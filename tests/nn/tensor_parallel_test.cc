@@ -17,6 +17,7 @@
 #include "dtensor/ops/loss.h"
 #include "dtensor/ops/reduce.h"
 #include "dtensor/ops/view_ops.h"
+#include "kernels/block_reduce.h"
 #include "kernels/fill.h"
 #include "kernels/shape_ops.h"
 #include "nn/activation.h"
@@ -408,6 +409,61 @@ TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism mat
           }
           testing::check_weights_close(many.weights, one.weights, {1e-5, 1e-5});
         }
+      }
+    });
+  }
+}
+
+// The loss and every parameter's gradient (whole, as float64) of one forward and backward of
+// `config` on tokens [2, kSeq], on one rank or under transformer_tp_plan with the vocabulary
+// kept whole (train --deterministic's plan).
+std::map<std::string, std::vector<double>> loss_and_grads(const TransformerConfig& config,
+                                                          const std::optional<DeviceMesh>& mesh, const Tensor& tokens,
+                                                          const Tensor& targets) {
+  manual_seed(11);
+  Transformer model(config);
+  if (mesh) parallelize_module(model, *mesh, transformer_tp_plan(config, {.split_vocab = false}));
+  const DeviceMesh on = mesh.value_or(single_rank_mesh());
+  const DTensor loss =
+      model(distribute_tensor(tokens, on, {Replicate()}), distribute_tensor(targets, on, {Replicate()}));
+  loss.backward();
+  std::map<std::string, std::vector<double>> out{{"loss", testing::to_f64(loss.full_tensor())}};
+  for (const auto& [name, p] : model.named_parameters()) out[name] = testing::to_f64(p->grad().full_tensor());
+  return out;
+}
+
+TEST_CASE("tensor parallelism under --deterministic with feature blocks gives one rank's bits",
+          "[nn][tensor_parallel]") {
+  // Every product over features sums 4 fixed blocks of its contraction in the canonical
+  // tree (kernels/block_reduce.h): a row-parallel layer's rank holds 2 (tp 2) or 1 (tp 4) of
+  // them and the all-reduce adds the ranks' nodes in the same tree, as does each of an
+  // input's three Partial gradients from q, k and v (reduced apart, then added). Without
+  // the blocks the ranks' sums round differently.
+  for (int world : {2, 4}) {
+    testing::run_ranks(world, [](int, int world) {
+      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
+      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+      const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
+      for (bool gpt : {false, true}) {
+        TransformerConfig config = tiny_transformer(gpt);
+        config.dim = 16;
+        INFO(world << " ranks, " << (gpt ? "gpt" : "seed"));
+        set_deterministic_block_tokens(kSeq);
+        set_deterministic_feature_blocks(4);
+        const auto one = loss_and_grads(config, std::nullopt, tokens, targets);
+        const auto many = loss_and_grads(config, mesh, tokens, targets);
+        set_deterministic_feature_blocks(1);
+        const auto plain_one = loss_and_grads(config, std::nullopt, tokens, targets);
+        const auto plain_many = loss_and_grads(config, mesh, tokens, targets);
+        set_deterministic_block_tokens(0);
+        REQUIRE(many.size() == one.size());
+        bool plain_differs = false;
+        for (const auto& [name, values] : one) {
+          INFO(name);
+          CHECK(many.at(name) == values);
+          plain_differs = plain_differs || plain_many.at(name) != plain_one.at(name);
+        }
+        CHECK(plain_differs);
       }
     });
   }

@@ -147,6 +147,11 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 12 --parallel hsdp --mesh replicate=1,shard=3", 3},
       {"--batch-size 12 --parallel hsdp --mesh replicate=3,shard=2", 6},
       {"--batch-size 16 --grad-accum 4", 2},
+      // Tensor parallelism: each tp rank a power of two of the feature blocks (one rank: any number).
+      {"--feature-blocks 6 --dim 48 --heads 3", 1},
+      {"--tp 2 --feature-blocks 2 --parallel none", 2},
+      {"--tp 2 --feature-blocks 4", 4},
+      {"--tp 3 --heads 3 --dim 48 --feature-blocks 6 --parallel none", 3},
   };
   for (const auto& [flags, ranks] : accepted) {
     INFO(flags << " on " << ranks << " ranks");
@@ -164,11 +169,27 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6,
        "--deterministic with --parallel hsdp on replicate=2,shard=3: each replica's shard group must hold one node of "
        "the canonical tree, so a power of two of shards (or replicate=1)"},
+      // Tensor parallelism without whole blocks per rank, or splitting a sequence or the vocabulary.
+      {"--tp 2 --parallel none", 2,
+       "--deterministic with --tp 2 and --feature-blocks 1: each tp rank must sum a power of two of whole blocks of "
+       "every contraction it splits; use --feature-blocks 2 (and the same in the runs you compare)"},
+      {"--tp 2 --feature-blocks 6 --parallel none", 2,
+       "--deterministic with --tp 2 and --feature-blocks 6: each tp rank must sum a power of two of whole blocks of "
+       "every contraction it splits; use --feature-blocks 4"},
+      {"--feature-blocks 3", 1,
+       "--deterministic with --feature-blocks 3: the contractions over --dim 128 and the FFN's 512 features must "
+       "split into 3 equal blocks; use a block count dividing --dim"},
+      {"--tp 2 --feature-blocks 2 --parallel none --sequence-parallel", 2,
+       "--deterministic with --sequence-parallel: it splits a reduction block (a sequence's tokens, or the "
+       "vocabulary's sum of exponentials) over the tp ranks; drop it"},
+      {"--tp 2 --feature-blocks 2 --parallel none --loss-parallel", 2, "--deterministic with --loss-parallel"},
   };
   for (const auto& [flags, ranks, expected] : refused) {
     INFO(flags << " on " << ranks << " ranks");
     CHECK_THROWS_WITH(validate(parsed(det + flags), ranks), Catch::Contains(expected));
   }
+  CHECK_THROWS_WITH(validate(parsed("--feature-blocks 2"), 1),
+                    "--feature-blocks 2: it fixes the blocks --deterministic sums in; add --deterministic");
 }
 
 }  // namespace

@@ -208,15 +208,17 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
   }
 }
 
-TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under none, fsdp, ddp and hsdp", "[train]") {
+TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under none, fsdp, ddp, hsdp and tp",
+          "[train]") {
   // Dropout on, gradient clipping on (the default 1.0: the canonical norm scales the
   // gradients), 4 steps, a constant learning rate (so a run resumed at step 2 continues
   // the same schedule): the losses, gradient norms and the digest of every parameter and
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
   // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
-  // output weight tied to the embedding, fsdp on 2 and ddp on 4; a batch of 12 on 3 ranks, and
-  // 3 ranks resumed on one.
+  // output weight tied to the embedding, fsdp on 2 and ddp on 4; with feature blocks, tensor
+  // parallelism on 2 and fsdp x tp on 2 x 2; a batch of 12 on 3 ranks, and 3 ranks resumed on
+  // one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -275,6 +277,17 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     CHECK(run.loss_and_norm == tied_one.loss_and_norm);
   }
   CHECK(tied_one.digest != one.digest);
+  // Tensor parallelism with the contractions over features in 2 fixed blocks: tp 2 alone, and
+  // fsdp 2 x tp 2 with 2 micro-batches, as one process with the same blocks.
+  const std::string blocked = flags + " --feature-blocks 2";
+  const Run blocked_one = run_deterministic("blocked_none", 0, "--parallel none", blocked);
+  for (const Layout& l : std::vector<Layout>{{"tp2", 2, "--parallel none --tp 2"},
+                                             {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"}}) {
+    INFO(l.name);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, blocked);
+    CHECK(run.digest == blocked_one.digest);
+    CHECK(run.loss_and_norm == blocked_one.loss_and_norm);
+  }
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
   // shards uneven), as one rank with all 12; 192 tokens, whose mean no power of two divides.
   std::string twelve = flags;

@@ -131,7 +131,10 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   health_check();
   validate(c, world);
   prepare_output_dirs(c);
-  if (c.deterministic) set_deterministic_block_tokens(c.seq_len);  // a block is one sequence
+  if (c.deterministic) {
+    set_deterministic_block_tokens(c.seq_len);  // a block is one sequence
+    set_deterministic_feature_blocks(c.feature_blocks);
+  }
 
   const bool rank0 = is_rank0();
   if (rank0) fmt::print("train: {} ranks, health check passed; loading data\n", world);

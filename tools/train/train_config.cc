@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <filesystem>
 #include <limits>
@@ -195,9 +196,16 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->group("Parallelism");
   app.add_flag("--deterministic", c.deterministic,
                "layout-invariant training: the same losses, gradient norms, weights and AdamW state, bit for bit, "
-               "for the same global batch and seed on any power of two of ranks under none, ddp, fsdp and hsdp; "
-               "prints a digest "
-               "of the whole state at the end (docs/deterministic.md)")
+               "for the same global batch and seed on any number of ranks under none, ddp, fsdp and hsdp, and "
+               "under --tp with --feature-blocks; prints a digest of the whole state at the end "
+               "(docs/deterministic.md)")
+      ->group("Parallelism");
+  app.add_option("--feature-blocks", c.feature_blocks,
+                 "F: with --deterministic, every product over features (the layers' widths) sums F fixed blocks "
+                 "in a canonical tree, so that --tp N (N dividing F, F/N a power of two) gives the bits of one rank "
+                 "with the same F; 1: no blocks, no --tp (part of the result, like the seed: compare runs of one F)")
+      ->check(positive)
+      ->capture_default_str()
       ->group("Parallelism");
   app.add_flag("--cpu-offload", c.cpu_offload,
                "fsdp/hsdp: keep the sharded parameters, gradients and AdamW state in host memory (pinned under "
@@ -387,7 +395,19 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic: CPU ranks only (--device {}); the GPU kernels keep their "
             "own summation orders",
             flag_value(c.device));
-  DTR_CHECK(c.tp == 1, ValueError, "--deterministic with --tp {}: tensor parallelism is not covered yet", c.tp);
+  const int64_t f = c.feature_blocks;
+  DTR_CHECK(c.tp == 1 || (f % c.tp == 0 && power_of_two(f / c.tp)), ValueError,
+            "--deterministic with --tp {} and --feature-blocks {}: each tp rank must sum a power of two of whole "
+            "blocks of every contraction it splits; use --feature-blocks {} (and the same in the runs you compare)",
+            c.tp, f, c.tp * std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, f / c.tp))));
+  DTR_CHECK(c.dim % f == 0, ValueError,
+            "--deterministic with --feature-blocks {}: the contractions over --dim {} and the FFN's {} features must "
+            "split into {} equal blocks; use a block count dividing --dim",
+            f, c.dim, 4 * c.dim, f);
+  DTR_CHECK(!c.sequence_parallel && !c.loss_parallel, ValueError,
+            "--deterministic with --{}: it splits a reduction block (a sequence's tokens, or the vocabulary's sum "
+            "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
+            c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
   DTR_CHECK(power_of_two(c.grad_accum), ValueError,
             "--deterministic with --grad-accum {}: the micro-batches must be a power of two of them (each one node of "
             "the canonical tree)",
@@ -487,6 +507,8 @@ void validate(const TrainConfig& c, int64_t world_size) {
             flag_value(c.parallel));
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
+  DTR_CHECK(c.deterministic || c.feature_blocks == 1, ValueError,
+            "--feature-blocks {}: it fixes the blocks --deterministic sums in; add --deterministic", c.feature_blocks);
   if (c.deterministic) validate_deterministic(c, data_ranks, micro / data_ranks, dims);
 }
 
@@ -507,6 +529,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"batch_size", c.batch_size},
           {"grad_accum", c.grad_accum},
           {"deterministic", c.deterministic},
+          {"feature_blocks", c.feature_blocks},
           {"lr", c.lr},
           {"warmup", c.warmup},
           {"lr_schedule", flag_value(c.lr_schedule)},

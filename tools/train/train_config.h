@@ -57,6 +57,7 @@ struct TrainConfig {
   std::string mesh;
   bool mixed_precision = false;
   bool deterministic = false;  // layout-invariant reductions (kernels/block_reduce.h)
+  int64_t feature_blocks = 1;  // with --deterministic: the feature contractions' fixed blocks
   bool cpu_offload = false;
   int64_t prefetch = 0;
   ReshardAfterForward reshard_after_forward = true;

@@ -94,9 +94,10 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
   // tensor parallelism.
   DeviceMesh data_mesh = mesh;
   if (c.tp > 1) {
-    nn::parallelize_module(
-        *m.net, mesh[kTensorParallelDim],
-        nn::transformer_tp_plan(config, {.sequence_parallel = c.sequence_parallel, .loss_parallel = c.loss_parallel}));
+    nn::parallelize_module(*m.net, mesh[kTensorParallelDim],
+                           nn::transformer_tp_plan(config, {.sequence_parallel = c.sequence_parallel,
+                                                            .loss_parallel = c.loss_parallel,
+                                                            .split_vocab = !c.deterministic}));
     if (parallel != Parallel::kNone) {
       const std::vector<std::string>& names = mesh.dim_names();
       data_mesh = mesh.submesh(std::vector<std::string>(names.begin(), names.end() - 1));
