@@ -4,8 +4,10 @@
 // --mixed-precision (bf16 parameters, float32 reduction) on 2 ranks, tensor parallelism
 // (--tp N, with and without --sequence-parallel) from 2 ranks up where N divides the 4
 // heads, FSDP x TP (--parallel fsdp --tp 2: dp N/2 x tp 2) on an even 4 ranks and up, and
-// each of none (1 rank), ddp and fsdp again with --deterministic (a note each: its step time and
-// bytes moved against the default's in the same run). One row per run: the
+// each of none (1 rank), ddp and fsdp again with --deterministic, and tensor parallelism (none
+// on 1 rank, --tp N where N divides the heads) with --deterministic --feature-blocks 4 (a
+// note each: its step time and bytes moved against the default's in the same run). One row
+// per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
 // collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
@@ -61,14 +63,15 @@ struct Run {
   int tp = 1;  // --tp: all the ranks (--parallel none), or 2 under fsdp (dp x tp)
   bool sequence_parallel = false;
   bool deterministic = false;  // --deterministic (layout-invariant reductions)
+  int64_t feature_blocks = 1;  // its --feature-blocks (tensor parallelism's invariance)
   bench::TrainRun measured;
   double tokens_per_s = 0;  // at the median ms/step
   std::optional<double> torch_tokens_per_s;
 
   std::string mode() const {
     if (tp > 1 && parallel != "none") return parallel + "+tp";
-    if (tp > 1) return sequence_parallel ? "tp+sp" : "tp";
-    if (deterministic) return parallel + "+det";
+    if (tp > 1) return deterministic ? "tp+det" : sequence_parallel ? "tp+sp" : "tp";
+    if (deterministic) return parallel + (feature_blocks > 1 ? fmt::format("+det/F{}", feature_blocks) : "+det");
     return precision == Precision::kMixed ? parallel + "+mp" : parallel;
   }
 };
@@ -79,7 +82,8 @@ void train(Run& run, const std::string& dtrrun, const std::string& program, int6
            const fs::path& dir) {
   const std::string flags = fmt::format(
       "{} --seq-len {} --parallel {}{}{}{} --batch-size {}", bench::kReferenceTrainFlags, kSeq, run.parallel,
-      run.precision == Precision::kMixed ? " --mixed-precision" : "", run.deterministic ? " --deterministic" : "",
+      run.precision == Precision::kMixed ? " --mixed-precision" : "",
+      run.deterministic ? fmt::format(" --deterministic --feature-blocks {}", run.feature_blocks) : "",
       run.tp > 1 ? fmt::format(" --tp {}{}", run.tp, run.sequence_parallel ? " --sequence-parallel" : "") : "",
       kBatchPerRank * run.ranks);
   run.measured = bench::run_train(dtrrun, program, run.ranks, flags, steps, warmup, dir,
@@ -133,7 +137,7 @@ std::map<std::string, double> torch_tp_figures(const std::string& python, int ra
 void print_row(const Run& r) {
   const std::string torch = r.torch_tokens_per_s ? fmt::format("{:.0f}", *r.torch_tokens_per_s) : "-";
   const std::string ratio = r.torch_tokens_per_s ? fmt::format("{:.2f}", r.tokens_per_s / *r.torch_tokens_per_s) : "-";
-  fmt::print("{:>5} | {:<7} | {:>8.1f} | {:>13} | {:>8.0f} | {:>6.1f} | {:>8.1f} | {:>12} | {:>9}\n", r.ranks, r.mode(),
+  fmt::print("{:>5} | {:<11} | {:>8.1f} | {:>13} | {:>8.0f} | {:>6.1f} | {:>8.1f} | {:>12} | {:>9}\n", r.ranks, r.mode(),
              r.measured.median_ms, fmt::format("{:.0f}-{:.0f}", r.measured.min_ms, r.measured.max_ms), r.tokens_per_s,
              100 * r.measured.comm_share, r.measured.peak_bytes / (1024.0 * 1024.0), torch, ratio);
   std::fflush(stdout);
@@ -176,7 +180,7 @@ int main(int argc, char** argv) {
         "comm and "
         "peak: the largest of any rank\n",
         warmup + 1, steps, steps);
-    fmt::print("{:>5} | {:<7} | {:>8} | {:>13} | {:>8} | {:>6} | {:>8} | {:>12} | {:>9}\n", "ranks", "mode", "ms/step",
+    fmt::print("{:>5} | {:<11} | {:>8} | {:>13} | {:>8} | {:>6} | {:>8} | {:>12} | {:>9}\n", "ranks", "mode", "ms/step",
                "range ms", "tokens/s", "comm %", "peak MiB", "torch tok/s", "dtr/torch");
     std::fflush(stdout);
     std::vector<std::string> notes;
@@ -220,6 +224,14 @@ int main(int argc, char** argv) {
         runs.push_back(run_of("fsdp"));
         runs.back().tp = 2;
       }
+      // --deterministic with the feature blocks tensor parallelism needs (one per head: tp 2
+      // and 4 hold whole ones), on one rank and under --tp N.
+      if (n == 1 || bench::kReferenceHeads % n == 0) {
+        runs.push_back(run_of("none"));
+        runs.back().tp = n;
+        runs.back().deterministic = true;
+        runs.back().feature_blocks = bench::kReferenceHeads;
+      }
       for (Run& r : runs) {
         train(r, dtrrun, program, steps, warmup, scratch.path() / fmt::format("{}_{}", n, r.mode()));
       }
@@ -246,14 +258,16 @@ int main(int argc, char** argv) {
       for (const Run& det : runs) {  // each --deterministic row against its default one, same run
         if (!det.deterministic) continue;
         for (const Run& base : runs) {
-          if (base.deterministic || base.parallel != det.parallel || base.tp != 1 ||
+          if (base.deterministic || base.parallel != det.parallel || base.tp != det.tp || base.sequence_parallel ||
               base.precision != Precision::kFloat32) {
             continue;
           }
           notes.push_back(fmt::format(
-              "{} ranks, {}: --deterministic costs {:+.1f}% step time ({:.1f} against {:.1f} ms), moves {:.3f}x the "
-              "bytes per step ({:.2f} against {:.2f} MiB)",
-              n, det.parallel, 100 * (det.measured.median_ms / base.measured.median_ms - 1), det.measured.median_ms,
+              "{} ranks, {}: --deterministic{} costs {:+.1f}% step time ({:.1f} against {:.1f} ms), moves {:.3f}x "
+              "the bytes per step ({:.2f} against {:.2f} MiB)",
+              n, base.mode(),
+              det.feature_blocks > 1 ? fmt::format(" --feature-blocks {}", det.feature_blocks) : "",
+              100 * (det.measured.median_ms / base.measured.median_ms - 1), det.measured.median_ms,
               base.measured.median_ms,
               base.measured.comm_bytes > 0 ? det.measured.comm_bytes / base.measured.comm_bytes : 1.0,
               det.measured.comm_bytes / (1024.0 * 1024.0), base.measured.comm_bytes / (1024.0 * 1024.0)));
