@@ -87,7 +87,19 @@ Values Transformer::forward(const Values& inputs) {
     const int64_t rows = targets.numel();
     return {cross_entropy(reshape((*output_)(x), {rows, config_.vocab_size}), reshape(targets, {rows}))};
   }
-  return {linear_cross_entropy(x, output_->weight(), output_->bias(), targets)};
+  DTensor weight = output_->weight();
+  if (tied_apart_ && config_.tie_embeddings) {
+    tied_output_ = weight.detach();
+    tied_output_.requires_grad_();
+    weight = tied_output_;
+  }
+  return {linear_cross_entropy(x, weight, output_->bias(), targets)};
+}
+
+DTensor Transformer::take_tied_output_grad() {
+  DTensor grad = tied_output_.defined() ? tied_output_.grad() : DTensor();
+  tied_output_ = DTensor();
+  return grad;
 }
 
 }  // namespace dtr::nn

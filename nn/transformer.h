@@ -73,6 +73,17 @@ class Transformer : public Module {
     return Module::operator()(Values{tokens, targets}).at(0);
   }
 
+  // With tie_embeddings: the output layer reads the tied weight through a leaf of its own
+  // (sharing its storage) while `apart` is set, so that backward leaves the output layer's
+  // part of the weight's gradient there, unreduced, and only the embedding's part reaches the
+  // weight. train --deterministic --grad-accum sums each part over the micro-batches on its
+  // own and adds them at the end, as one step over the whole batch adds the two
+  // (docs/deterministic.md). No effect without tie_embeddings.
+  void set_tied_gradient_apart(bool apart) { tied_apart_ = apart; }
+  // The output layer's part from the last forward's backward (undefined unless apart and
+  // tied), and lets go of it.
+  DTensor take_tied_output_grad();
+
  protected:
   Values forward(const Values& inputs) override;
 
@@ -86,6 +97,8 @@ class Transformer : public Module {
   std::shared_ptr<ModuleList> layers_;
   std::shared_ptr<LayerNorm> norm_;
   std::shared_ptr<Linear> output_;
+  bool tied_apart_ = false;
+  DTensor tied_output_;  // the output layer's leaf for the tied weight while apart
 };
 
 }  // namespace dtr::nn

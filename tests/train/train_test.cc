@@ -182,8 +182,6 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
-      {"--deterministic --grad-accum 2 --batch-size 4",
-       "--deterministic with a tied output weight (--arch gpt's default) and --grad-accum 2", 0},
       {"--deterministic --tie-embeddings false --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3",
        0},
       {"--deterministic --tie-embeddings false --batch-size 12",
@@ -216,7 +214,8 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // AdamW state tensor are equal, not close. The layouts pairwise: fsdp, ddp and hsdp on
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
   // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
-  // output weight tied to the embedding, fsdp on 2 and ddp on 4; with feature blocks, tensor
+  // output weight tied to the embedding, fsdp on 2 and ddp on 4, and with 2 or 4 micro-batches
+  // (its two gradient parts summed over them apart); with feature blocks, tensor
   // parallelism on 2 and fsdp x tp on 2 x 2; a batch of 12 on 3 ranks, and 3 ranks resumed on
   // one.
   const std::string tied_flags =
@@ -269,8 +268,11 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   }
   // The output weight tied to the embedding: its two gradients reduced apart.
   const Run tied_one = run_deterministic("tied_none", 0, "--parallel none", tied_flags);
-  for (const Layout& l :
-       std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"}, {"tied_ddp4", 4, "--parallel ddp"}}) {
+  for (const Layout& l : std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"},
+                                             {"tied_ddp4", 4, "--parallel ddp"},
+                                             {"tied_fsdp2_accum2", 2, "--parallel fsdp --grad-accum 2"},
+                                             {"tied_ddp2_accum4", 2, "--parallel ddp --grad-accum 4"},
+                                             {"tied_none_accum2", 0, "--parallel none --grad-accum 2"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, tied_flags);
     CHECK(run.digest == tied_one.digest);

@@ -137,9 +137,9 @@ std::map<std::string, double> torch_tp_figures(const std::string& python, int ra
 void print_row(const Run& r) {
   const std::string torch = r.torch_tokens_per_s ? fmt::format("{:.0f}", *r.torch_tokens_per_s) : "-";
   const std::string ratio = r.torch_tokens_per_s ? fmt::format("{:.2f}", r.tokens_per_s / *r.torch_tokens_per_s) : "-";
-  fmt::print("{:>5} | {:<11} | {:>8.1f} | {:>13} | {:>8.0f} | {:>6.1f} | {:>8.1f} | {:>12} | {:>9}\n", r.ranks, r.mode(),
-             r.measured.median_ms, fmt::format("{:.0f}-{:.0f}", r.measured.min_ms, r.measured.max_ms), r.tokens_per_s,
-             100 * r.measured.comm_share, r.measured.peak_bytes / (1024.0 * 1024.0), torch, ratio);
+  fmt::print("{:>5} | {:<11} | {:>8.1f} | {:>13} | {:>8.0f} | {:>6.1f} | {:>8.1f} | {:>12} | {:>9}\n", r.ranks,
+             r.mode(), r.measured.median_ms, fmt::format("{:.0f}-{:.0f}", r.measured.min_ms, r.measured.max_ms),
+             r.tokens_per_s, 100 * r.measured.comm_share, r.measured.peak_bytes / (1024.0 * 1024.0), torch, ratio);
   std::fflush(stdout);
 }
 
@@ -265,8 +265,7 @@ int main(int argc, char** argv) {
           notes.push_back(fmt::format(
               "{} ranks, {}: --deterministic{} costs {:+.1f}% step time ({:.1f} against {:.1f} ms), moves {:.3f}x "
               "the bytes per step ({:.2f} against {:.2f} MiB)",
-              n, base.mode(),
-              det.feature_blocks > 1 ? fmt::format(" --feature-blocks {}", det.feature_blocks) : "",
+              n, base.mode(), det.feature_blocks > 1 ? fmt::format(" --feature-blocks {}", det.feature_blocks) : "",
               100 * (det.measured.median_ms / base.measured.median_ms - 1), det.measured.median_ms,
               base.measured.median_ms,
               base.measured.comm_bytes > 0 ? det.measured.comm_bytes / base.measured.comm_bytes : 1.0,

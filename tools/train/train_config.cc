@@ -385,9 +385,7 @@ namespace {
 // them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
 // of any number of ranks; under hsdp each replica's shard group one node too (a power of two
 // of shards, unless there is one replica); micro-batches a power of two of them on a power of
-// two of ranks. A split that cuts a node would need the ranks' node lists exchanged. A tied
-// weight's two gradients are reduced apart over ranks (dtensor/autograd.cc), not yet over
-// micro-batches.
+// two of ranks. A split that cuts a node would need the ranks' node lists exchanged.
 void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
                             const std::vector<std::pair<std::string, int64_t>>& dims) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
@@ -416,11 +414,6 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic with --grad-accum {} on {} data-parallel ranks: a micro-batch split over ranks is one "
             "node of the canonical tree only on a power of two of ranks; use --grad-accum 1 or 2, 4, 8 ranks",
             c.grad_accum, data_ranks);
-  DTR_CHECK(!arch_switches(c).tie_embeddings || c.grad_accum == 1, ValueError,
-            "--deterministic with a tied output weight (--arch {}'s default) and --grad-accum {}: the weight's two "
-            "gradients are reduced apart over the ranks but not yet over micro-batches; pass --tie-embeddings false "
-            "or the global batch in one step",
-            flag_value(c.arch), c.grad_accum);
   DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
   int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
   while (node * 2 <= sequences_per_rank) node *= 2;

@@ -1,9 +1,12 @@
 #include "tools/train/train_step.h"
 
+#include <algorithm>
+
 #include "core/allocator.h"
 #include "core/trace.h"
 #include "dtensor/ops/elementwise.h"
 #include "kernels/block_reduce.h"
+#include "kernels/elementwise.h"
 #include "nn/init.h"
 #include "optim/clip_grad.h"
 #include "tools/train/train_data.h"
@@ -15,6 +18,23 @@ namespace {
 // The trace category of loading a batch.
 const trace::Category kDataCategory = trace::define_category("data");
 
+// `t` reduced to the placements of `laid` (a parameter's gradient): on t's mesh, or on a view
+// of it with the same named dims in another order (fully_shard keeps a tensor-parallel
+// parameter on the tp-first view), each dim's placement moving with its name.
+DTensor reduced_as(const DTensor& t, const DTensorSpec& laid) {
+  if (t.mesh() == laid.mesh()) return t.redistribute(laid.placements());
+  const std::vector<std::string>& from = t.mesh().dim_names();
+  const std::vector<std::string>& to = laid.mesh().dim_names();
+  DTR_INTERNAL_ASSERT(std::is_permutation(from.begin(), from.end(), to.begin(), to.end()),
+                      "--deterministic --grad-accum: the tied weight's parts lie on meshes {} and {}",
+                      t.mesh().to_string(), laid.mesh().to_string());
+  Placements moved;
+  for (const std::string& name : to) {
+    moved.push_back(t.placements()[static_cast<size_t>(std::find(from.begin(), from.end(), name) - from.begin())]);
+  }
+  return DTensor(t.to_local(), DTensorSpec(laid.mesh(), moved, t.shape(), t.dtype())).redistribute(laid.placements());
+}
+
 }  // namespace
 
 StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
@@ -24,9 +44,20 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   StepResult r;
   // Under --deterministic the micro-batches are nodes of the canonical tree (each a range of
   // the global batch's sequences, split over the ranks): each is reduced over the ranks at
-  // once, and their gradients and losses are summed in the tree, not one after the other.
+  // once, and their gradients and losses are summed in the tree, not one after the other. A
+  // tied output weight's two gradient parts are each summed so, and added at the end: one
+  // step over the whole batch adds the two parts' trees, not the micro-batches' sums.
   const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
+  const bool tied = tree && m.net->config().tie_embeddings;
   const std::vector<DTensor*> params = m.net->parameters();
+  const auto tied_index = [&] {  // the tied weight's place in params
+    for (const auto& [name, p] : m.net->named_parameters()) {
+      if (name == "embed.weight")
+        return static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
+    }
+    return params.size();
+  }();
+  m.net->set_tied_gradient_apart(tied);
   TreeSum<std::vector<Tensor>> grads(add_tensors);
   TreeSum<float> losses([](float& left, const float& right) { left += right; });
   std::vector<DTensorSpec> grad_specs;
@@ -59,12 +90,19 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       grad_specs.push_back(g.spec());
       p->set_grad(DTensor());
     }
+    if (tied) {  // the output layer's part, reduced over the ranks (in the tree) as the embedding's was
+      const DTensor part = m.net->take_tied_output_grad();
+      DTR_INTERNAL_ASSERT(part.defined(), "--deterministic --grad-accum: the tied weight's output part is missing");
+      leaf.push_back(reduced_as(part, grad_specs.at(tied_index)).to_local());
+    }
     grads.push(std::move(leaf));
   }
+  m.net->set_tied_gradient_apart(false);
   if (tree) {
     set_batch_window({});
     r.loss = losses.finish();
     std::vector<Tensor> sums = grads.finish();
+    if (tied) sums[tied_index] = add(sums.back(), sums[tied_index]);  // the output's part, then the embedding's
     for (size_t i = 0; i < params.size(); ++i) params[i]->set_grad(DTensor(std::move(sums[i]), grad_specs[i]));
   }
   r.grad_norm = optim::clip_grad_norm_(params, c.grad_clip > 0 ? c.grad_clip : INFINITY);
