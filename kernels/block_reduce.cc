@@ -38,6 +38,8 @@ void set_batch_window(const BatchWindow& window) {
   DTR_CHECK(window.total == 0 || (window.first >= 0 && window.count > 0 && window.first + window.count <= window.total),
             ValueError, "set_batch_window: sequences [{}, {}) of {}; legal: a non-empty range inside the batch",
             window.first, window.first + window.count, window.total);
+  DTR_CHECK(window.targets >= 0 && (window.targets == 0 || window.total > 0), ValueError,
+            "set_batch_window: {} targets; legal: 0, or a count with a batch window", window.targets);
   const std::lock_guard<std::mutex> lock(g_window_mutex);
   g_window = window;
 }

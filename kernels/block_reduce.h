@@ -39,9 +39,13 @@ int64_t deterministic_feature_blocks();
 // Where the running micro-batch sits in its step's global batch (--deterministic with
 // --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
 // (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into
-// micro-batches draws the masks it draws whole. total 0: no window (the default).
+// micro-batches draws the masks it draws whole; a mean loss (cross_entropy,
+// linear_cross_entropy) divides by `targets`, the whole batch's count of targets, so that the
+// micro-batches' losses and gradients are the whole batch's terms, whatever their number.
+// total 0: no window (the default); targets 0: the micro-batch's own count.
 struct BatchWindow {
   int64_t first = 0, count = 0, total = 0;
+  int64_t targets = 0;
 };
 void set_batch_window(const BatchWindow& window);
 BatchWindow batch_window();

@@ -55,8 +55,10 @@ DTensor reduced(const DTensor& x, std::string_view what) {
 }
 
 // The number of targets not equal to ignore_index over the whole (sharded or replicated)
-// target, made Replicate through a strategy so that its all_reduce is a promised collective.
+// target, made Replicate through a strategy so that its all_reduce is a promised collective;
+// inside a batch window with a count of targets (kernels/block_reduce.h), that count.
 int64_t count_targets(const DTensor& target, int64_t ignore_index) {
+  if (const int64_t whole = batch_window().targets; whole > 0) return whole;
   const DTensor valid = make_output(ne(target.to_local(), static_cast<double>(ignore_index)), target.mesh(),
                                     target.placements(), target.shape());
   const Placements replicated(target.mesh().ndim(), Replicate());

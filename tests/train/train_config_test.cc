@@ -147,6 +147,8 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 12 --parallel hsdp --mesh replicate=1,shard=3", 3},
       {"--batch-size 12 --parallel hsdp --mesh replicate=3,shard=2", 6},
       {"--batch-size 16 --grad-accum 4", 2},
+      {"--batch-size 12 --grad-accum 3", 1},
+      {"--batch-size 24 --grad-accum 3", 4},
       // Tensor parallelism: each tp rank a power of two of the feature blocks (one rank: any number).
       {"--feature-blocks 6 --dim 48 --heads 3", 1},
       {"--tp 2 --feature-blocks 2 --parallel none", 2},

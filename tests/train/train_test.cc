@@ -182,7 +182,9 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
-      {"--deterministic --tie-embeddings false --grad-accum 3 --batch-size 12", "--deterministic with --grad-accum 3",
+      {"--deterministic --grad-accum 3 --batch-size 9",
+       "--deterministic: 3 sequences per rank (--batch-size 9 over 3 micro-batch(es) and 1 data-parallel rank(s)) "
+       "must be a power of two",
        0},
       {"--deterministic --tie-embeddings false --batch-size 12",
        "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
@@ -291,12 +293,15 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     CHECK(run.loss_and_norm == blocked_one.loss_and_norm);
   }
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
-  // shards uneven), as one rank with all 12; 192 tokens, whose mean no power of two divides.
+  // shards uneven), and 3 micro-batches on one process and on 2 ranks, as one rank with all 12;
+  // 192 tokens, whose mean no power of two divides.
   std::string twelve = flags;
   twelve.replace(twelve.find("--batch-size 8"), 14, "--batch-size 12");
   const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
   for (const Layout& l : std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
-                                             {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"}}) {
+                                             {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
+                                             {"none_accum3", 0, "--parallel none --grad-accum 3"},
+                                             {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve);
     CHECK(run.digest == twelve_one.digest);

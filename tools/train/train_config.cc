@@ -384,7 +384,7 @@ namespace {
 // whole nodes of it: a rank's sequences in a micro-batch one aligned node (a power of two of
 // them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
 // of any number of ranks; under hsdp each replica's shard group one node too (a power of two
-// of shards, unless there is one replica); micro-batches a power of two of them on a power of
+// of shards, unless there is one replica); micro-batches, any number of them, on a power of
 // two of ranks. A split that cuts a node would need the ranks' node lists exchanged.
 void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
                             const std::vector<std::pair<std::string, int64_t>>& dims) {
@@ -406,10 +406,6 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic with --{}: it splits a reduction block (a sequence's tokens, or the vocabulary's sum "
             "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
-  DTR_CHECK(power_of_two(c.grad_accum), ValueError,
-            "--deterministic with --grad-accum {}: the micro-batches must be a power of two of them (each one node of "
-            "the canonical tree)",
-            c.grad_accum);
   DTR_CHECK(c.grad_accum == 1 || power_of_two(data_ranks), ValueError,
             "--deterministic with --grad-accum {} on {} data-parallel ranks: a micro-batch split over ranks is one "
             "node of the canonical tree only on a power of two of ranks; use --grad-accum 1 or 2, 4, 8 ranks",

@@ -66,7 +66,12 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     m.set_gradient_sync(tree || micro + 1 == c.grad_accum);
     if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
       nn::set_seed_state(step_seeds);
-      set_batch_window({.first = micro * micro_rows, .count = micro_rows, .total = c.batch_size});
+      // Every target of train's windows counts (none is ignore_index): the loss's mean divides
+      // by the whole batch's, so the micro-batches' losses are its terms.
+      set_batch_window({.first = micro * micro_rows,
+                        .count = micro_rows,
+                        .total = c.batch_size,
+                        .targets = c.batch_size * c.seq_len});
     }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
@@ -74,7 +79,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     }();
     window += micro_rows;
     DTensor loss = (*m.net)(batch.tokens, batch.targets);
-    if (c.grad_accum > 1) loss = div(loss, static_cast<double>(c.grad_accum));
+    if (c.grad_accum > 1 && !tree) loss = div(loss, static_cast<double>(c.grad_accum));
     loss.backward();
     if (!tree) {
       r.loss += loss.item();
