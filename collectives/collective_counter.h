@@ -45,6 +45,17 @@ constexpr std::optional<CollectiveKind> collective_kind_from_name(std::string_vi
   return std::nullopt;
 }
 
+// nccl-tests' bus factor: a collective of `bytes` (the counter's size) on `ranks` ranks moves
+// bytes x this through each rank in a ring or pairwise algorithm (all_reduce 2 (n - 1) / n,
+// broadcast 1, the others (n - 1) / n), so that the figure compares collectives of
+// different kinds: an all_to_all and an all_gather of S move what a ring all_reduce of S does.
+constexpr double bus_factor(CollectiveKind kind, int64_t ranks) {
+  if (kind == CollectiveKind::kBarrier || ranks <= 1) return 0.0;
+  if (kind == CollectiveKind::kAllReduce) return 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  if (kind == CollectiveKind::kBroadcast) return 1.0;
+  return static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+}
+
 // One row of the counter: a kind on a group.
 struct CollectiveCount {
   CollectiveKind kind;

@@ -109,5 +109,30 @@ TEST_CASE("a trace without steps accounts nothing", "[comm_accounting]") {
   CHECK(trace::account_communication({{"traceEvents", events}}).empty());
 }
 
+TEST_CASE("bus bytes weigh each collective by what goes through a rank (nccl-tests' bus factor)", "[comm_accounting]") {
+  // On 4 ranks: a ring all_reduce of 400 bytes moves 2 x 3/4 x 400 = 600 through each rank; an
+  // all_to_all and an all_gather of 400 (a tree-ordered all_reduce) move 300 each, the same
+  // 600 in all, although their sizes add to 800; a collective on one rank moves nothing.
+  auto sized = [](double ts, const char* kind, int64_t group_size) {
+    return span("collective", 0, 0, ts, 1, {{"kind", kind}, {"bytes", 400}, {"group_size", group_size}});
+  };
+  Json events = Json::array();
+  events.push_back(span("step", 0, 1, 0, 100, {{"step", 1}}));
+  events.push_back(sized(10, "all_reduce", 4));
+  events.push_back(sized(20, "all_to_all", 4));
+  events.push_back(sized(30, "all_gather", 4));
+  events.push_back(sized(40, "reduce_scatter", 1));
+  const std::vector<trace::StepComm> steps = trace::account_communication({{"traceEvents", events}});
+  REQUIRE(steps.size() == 1);
+  const trace::StepComm& s = steps[0];
+  REQUIRE(s.collectives.size() == 4);
+  CHECK(s.collectives[0].time.bus_bytes == Approx(600));
+  CHECK(s.collectives[1].time.bus_bytes + s.collectives[2].time.bus_bytes == Approx(600));
+  CHECK(s.collectives[3].time.bus_bytes == 0);
+  CHECK(s.time.bytes == 1600);
+  CHECK(s.time.bus_bytes == Approx(1200));
+  CHECK(trace::to_json(s).at("bus_bytes").get<double>() == Approx(1200));
+}
+
 }  // namespace
 }  // namespace dtr

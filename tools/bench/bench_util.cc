@@ -317,7 +317,7 @@ TrainRun run_train(const std::string& dtrrun, const std::string& program, int ra
     if (lines >= warmup) times.push_back(ms);
     run.comm_bytes = 0;
     for (const auto& [phase, figures] : j.at("comm").at("by_phase").items()) {
-      run.comm_bytes += figures.at("bytes").get<double>();
+      run.comm_bytes += figures.at("bus_bytes").get<double>();
     }
   }
   DTR_CHECK(lines == steps, Error, "{}: metrics.jsonl has {} steps, not {}", what, lines, steps);

@@ -145,7 +145,7 @@ struct TrainRun {
   double median_ms = 0, min_ms = 0, max_ms = 0;  // ms/step over the steps after the warm-up
   double comm_share = 0;                         // the largest exposed_comm_s / train_s of any rank
   double peak_bytes = 0;                         // the largest of any rank
-  double comm_bytes = 0;                         // rank 0's bytes moved by collectives in the last step
+  double comm_bytes = 0;  // rank 0's bytes through it in the last step's collectives (nccl-tests' bus bytes)
 };
 
 // Runs `dtrrun --nproc-per-node ranks program flags --steps steps ...` in `dir` (emptied

@@ -71,12 +71,6 @@ double paired_ratio(const Timing& dtr, const Timing& raw) {
   return bench::median(std::move(ratios));
 }
 
-double busbw_factor(CollectiveKind kind, int n) {
-  if (kind == CollectiveKind::kAllReduce) return 2.0 * (n - 1) / n;
-  if (kind == CollectiveKind::kBroadcast) return 1.0;
-  return static_cast<double>(n - 1) / n;
-}
-
 // The CPU (/proc/cpuinfo's model name) and core count, and how the ranks talk.
 std::string machine_description() {
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -321,7 +315,7 @@ class Bench {
     wrong_total_ += static_cast<int64_t>(t.item());  // every rank's, summed: the same on all ranks
     if (rank_ != 0) return;
     samples_.push_back({kind, n_, size, dtr.median_us * 1e-6});
-    const double f = busbw_factor(kind, n_);
+    const double f = bus_factor(kind, n_);
     auto gbps = [&](double us) { return size / us / 1e3; };  // GB/s
     fmt::print(
         "  {:>14} {:>9} {:>9} {:>5} {:>9.1f} {:>8.1f}-{:<9.1f} {:>7.3f} {:>7.3f} {:>6} {:>9.1f} {:>7.3f} {:>9.1f} "

@@ -6,7 +6,8 @@
 // heads, FSDP x TP (--parallel fsdp --tp 2: dp N/2 x tp 2) on an even 4 ranks and up, and
 // each of none (1 rank), ddp and fsdp again with --deterministic, and tensor parallelism (none
 // on 1 rank, --tp N where N divides the heads) with --deterministic --feature-blocks 4 (a
-// note each: its step time and bytes moved against the default's in the same run). One row
+// note each: its step time and the bytes through a rank, nccl-tests' bus bytes, against the
+// default's in the same run). One row
 // per run: the
 // median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
 // tokens/s at that median, the share of the run the compute thread spent waiting on
@@ -264,7 +265,7 @@ int main(int argc, char** argv) {
           }
           notes.push_back(fmt::format(
               "{} ranks, {}: --deterministic{} costs {:+.1f}% step time ({:.1f} against {:.1f} ms), moves {:.3f}x "
-              "the bytes per step ({:.2f} against {:.2f} MiB)",
+              "the bytes per step through a rank ({:.2f} against {:.2f} MiB; nccl-tests' bus bytes)",
               n, base.mode(), det.feature_blocks > 1 ? fmt::format(" --feature-blocks {}", det.feature_blocks) : "",
               100 * (det.measured.median_ms / base.measured.median_ms - 1), det.measured.median_ms,
               base.measured.median_ms,

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+
+#include "collectives/collective_counter.h"
 
 namespace dtr::trace {
 namespace {
@@ -51,6 +54,7 @@ void CommTime::add(const CommTime& other) {
   hidden_us += other.hidden_us;
   collectives += other.collectives;
   bytes += other.bytes;
+  bus_bytes += other.bus_bytes;
 }
 
 std::vector<StepComm> account_communication(const Json& trace) {
@@ -88,6 +92,9 @@ std::vector<StepComm> account_communication(const Json& trace) {
       c.time.total_us = dur;
       c.time.collectives = 1;
       c.time.bytes = c.bytes;
+      if (const std::optional<CollectiveKind> kind = collective_kind_from_name(c.kind)) {
+        c.time.bus_bytes = static_cast<double>(c.bytes) * bus_factor(*kind, c.group_size);
+      }
       ranks[pid].collectives.push_back(std::move(c));
     }
   }
@@ -130,7 +137,8 @@ nlohmann::json to_json(const StepComm& step) {
                 {"exposed_ms", t.exposed_us / 1e3},
                 {"hidden_ms", t.hidden_us / 1e3},
                 {"collectives", t.collectives},
-                {"bytes", t.bytes}};
+                {"bytes", t.bytes},
+                {"bus_bytes", t.bus_bytes}};
   };
   Json by_phase = Json::object(), by_owner = Json::object();
   for (const auto& [k, t] : step.by_phase) by_phase[k] = time(t);

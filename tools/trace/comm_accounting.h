@@ -39,6 +39,7 @@ inline const Categories kCommCategories =
 struct CommTime {
   double total_us = 0, exposed_us = 0, hidden_us = 0;
   int64_t collectives = 0, bytes = 0;
+  double bus_bytes = 0;  // bytes x bus_factor (collectives/collective_counter.h): what went through the rank
   void add(const CommTime& other);
 };
 
