@@ -253,10 +253,13 @@ TEST_CASE("sequence-parallel gradients accumulate over micro-batches as on one r
   });
 }
 
-// A tiny language model: a vocab-sharded embedding (rowwise), one col/row block, and an
-// output projection tied to the embedding (colwise: the same rows of the vocabulary).
 constexpr int64_t kVocab = 10, kSeq = 3;
 
+// Two sequences of kSeq token ids below kVocab, drawn from `seed`.
+Tensor random_ids(uint64_t seed) { return testing::random_tensor({2, kSeq}, kFloat64, seed, 0, kVocab).to(kInt64); }
+
+// A tiny language model: a vocab-sharded embedding (rowwise), one col/row block, and an
+// output projection tied to the embedding (colwise: the same rows of the vocabulary).
 std::shared_ptr<Sequential> make_lm() {
   manual_seed(5);
   auto embed = std::make_shared<Embedding>(kVocab, 8);
@@ -299,8 +302,8 @@ TEST_CASE("a vocab-sharded embedding tied to a column-parallel output trains as 
           "[nn][tensor_parallel]") {
   for (int world : {2, 3}) {
     testing::run_ranks(world, [](int, int world) {
-      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 3, 0, kVocab).to(kInt64);
-      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 4, 0, kVocab).to(kInt64);
+      const Tensor tokens = random_ids(3);
+      const Tensor targets = random_ids(4);
       const Run one = train_lm(std::nullopt, tokens, targets);
       const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
       const Run many = train_lm(mesh, tokens, targets);
@@ -386,8 +389,8 @@ StepIssued expected_issued(const TransformerConfig& config, TransformerTpOptions
 TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism match one rank", "[nn][tensor_parallel]") {
   for (int world : {2, 4}) {
     testing::run_ranks(world, [](int, int world) {
-      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
-      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+      const Tensor tokens = random_ids(5);
+      const Tensor targets = random_ids(6);
       const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
       for (bool gpt : {false, true}) {
         const TransformerConfig config = tiny_transformer(gpt);
@@ -441,8 +444,8 @@ TEST_CASE("tensor parallelism under --deterministic with feature blocks gives on
   // the blocks the ranks' sums round differently.
   for (int world : {2, 4}) {
     testing::run_ranks(world, [](int, int world) {
-      const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
-      const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+      const Tensor tokens = random_ids(5);
+      const Tensor targets = random_ids(6);
       const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
       for (bool gpt : {false, true}) {
         TransformerConfig config = tiny_transformer(gpt);
@@ -474,8 +477,8 @@ TEST_CASE(
     "communicates nothing",
     "[nn][tensor_parallel][checkpoint]") {
   testing::run_ranks(2, [](int, int world) {
-    const Tensor tokens = testing::random_tensor({2, kSeq}, kFloat64, 5, 0, kVocab).to(kInt64);
-    const Tensor targets = testing::random_tensor({2, kSeq}, kFloat64, 6, 0, kVocab).to(kInt64);
+    const Tensor tokens = random_ids(5);
+    const Tensor targets = random_ids(6);
     const DeviceMesh mesh = init_device_mesh(kCPU, {world}, {"tp"});
     const TransformerConfig config = tiny_transformer(/*gpt=*/true);  // dropout 0.1: the recompute replays it
     for (const TransformerTpOptions options :
