@@ -50,10 +50,10 @@ constexpr std::optional<CollectiveKind> collective_kind_from_name(std::string_vi
 // broadcast 1, the others (n - 1) / n), so that the figure compares collectives of
 // different kinds: an all_to_all and an all_gather of S move what a ring all_reduce of S does.
 constexpr double bus_factor(CollectiveKind kind, int64_t ranks) {
-  if (kind == CollectiveKind::kBarrier || ranks <= 1) return 0.0;
-  if (kind == CollectiveKind::kAllReduce) return 2.0 * static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  if (kind == CollectiveKind::kBarrier || ranks < 1) return 0.0;
   if (kind == CollectiveKind::kBroadcast) return 1.0;
-  return static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  const double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  return kind == CollectiveKind::kAllReduce ? 2.0 * share : share;
 }
 
 // One row of the counter: a kind on a group.

@@ -74,14 +74,16 @@ CommDebugMode::CommDebugMode(Module& root, ImplicitRedistributes implicit) : sta
           }
           return std::nullopt;
         },
-        Prepend::kYes);
-    module->register_forward_hook([weak](Module&, const Values&, const Values&) -> std::optional<Values> {
-      if (const std::shared_ptr<State> s = weak.lock()) {
-        s->flush();
-        s->forward.pop_back();
-      }
-      return std::nullopt;
-    });
+        Prepend::kYes, HookRole::kObserves);
+    module->register_forward_hook(
+        [weak](Module&, const Values&, const Values&) -> std::optional<Values> {
+          if (const std::shared_ptr<State> s = weak.lock()) {
+            s->flush();
+            s->forward.pop_back();
+          }
+          return std::nullopt;
+        },
+        Prepend::kNo, HookRole::kObserves);
     // First among the backward pre-hooks too: what the others issue (fully_shard's gathers)
     // is the module's backward.
     module->register_backward_pre_hook(
@@ -100,7 +102,7 @@ CommDebugMode::CommDebugMode(Module& root, ImplicitRedistributes implicit) : sta
           }
           s->backward = fqn;
         },
-        Prepend::kYes);
+        Prepend::kYes, HookRole::kObserves);
   }
   watch_.emplace([weak](const ImplicitRedistribute& move) {
     if (const std::shared_ptr<State> s = weak.lock()) s->on_implicit(move);

@@ -14,7 +14,10 @@
 //
 // The counts are the process's CollectiveCounter's: one CommDebugMode at a time, and no
 // collectives of other threads meanwhile. Module hooks cannot be removed, so a finished
-// CommDebugMode leaves its hooks on the modules, dormant.
+// CommDebugMode leaves its hooks on the modules, dormant. They only observe (HookRole): a
+// module that reads a child's parameters itself while the child has no acting hooks
+// (Transformer's fused loss) keeps doing so while watched, its collectives then counting
+// for that module.
 #pragma once
 
 #include <cstdint>

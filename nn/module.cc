@@ -321,19 +321,25 @@ void Module::set_forward_runner(ForwardRunner runner) {
   forward_runner_ = std::move(runner);
 }
 
-void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend) {
+void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend, HookRole role) {
   forward_pre_hooks_.insert(prepend == Prepend::kYes ? forward_pre_hooks_.begin() : forward_pre_hooks_.end(),
                             std::move(hook));
+  if (role == HookRole::kActs) ++acting_hooks_;
 }
 
-void Module::register_forward_hook(ForwardHook hook, Prepend prepend) {
+void Module::register_forward_hook(ForwardHook hook, Prepend prepend, HookRole role) {
   forward_hooks_.insert(prepend == Prepend::kYes ? forward_hooks_.begin() : forward_hooks_.end(), std::move(hook));
+  if (role == HookRole::kActs) ++acting_hooks_;
 }
-void Module::register_backward_pre_hook(BackwardHook hook, Prepend prepend) {
+void Module::register_backward_pre_hook(BackwardHook hook, Prepend prepend, HookRole role) {
   backward_pre_hooks_.insert(prepend == Prepend::kYes ? backward_pre_hooks_.begin() : backward_pre_hooks_.end(),
                              std::move(hook));
+  if (role == HookRole::kActs) ++acting_hooks_;
 }
-void Module::register_post_backward_hook(BackwardHook hook) { post_backward_hooks_.push_back(std::move(hook)); }
+void Module::register_post_backward_hook(BackwardHook hook) {
+  post_backward_hooks_.push_back(std::move(hook));
+  ++acting_hooks_;
+}
 
 Values UnaryModule::forward(const Values& inputs) {
   DTR_CHECK(inputs.size() == 1, ValueError, "{}: takes one tensor, got {}", type_name(), inputs.size());

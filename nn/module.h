@@ -33,6 +33,9 @@ enum class Persistent : uint8_t { kNo, kYes };
 enum class RemoveDuplicate : uint8_t { kNo, kYes };
 // Whether a forward hook runs before those registered earlier (PyTorch's prepend=True).
 enum class Prepend : uint8_t { kNo, kYes };
+// What a hook does to the module's call: changes it (a parallel policy, a tensor-parallel
+// style), or only watches it (CommDebugMode: returns nothing, moves nothing the model reads).
+enum class HookRole : uint8_t { kActs, kObserves };
 
 // What load_state_dict found (with Strict::kNo it loads what matches and reports the rest).
 struct LoadResult {
@@ -127,18 +130,16 @@ class Module {
   using ForwardRunner =
       std::function<Values(const Values& inputs, const std::function<Values(const Values&)>& forward)>;
   void set_forward_runner(ForwardRunner runner);
-  // Whether calling the module does more than run forward: a hook of any kind or a runner is
-  // set (a parallel policy, a tensor-parallel style, checkpointing). A caller that reads the
-  // module's parameters itself instead of calling it (Transformer's fused loss) checks this.
-  bool has_hooks() const {
-    return !forward_pre_hooks_.empty() || !forward_hooks_.empty() || !backward_pre_hooks_.empty() ||
-           !post_backward_hooks_.empty() || forward_runner_;
-  }
+  // Whether calling the module does more than run forward: a hook that acts (HookRole) or a
+  // runner is set (a parallel policy, a tensor-parallel style, checkpointing). A caller that
+  // reads the module's parameters itself instead of calling it (Transformer's fused loss)
+  // checks this; hooks that only observe do not count.
+  bool has_hooks() const { return acting_hooks_ > 0 || forward_runner_; }
 
   // Hooks, run in registration order (one with Prepend::kYes before the others).
-  void register_forward_pre_hook(ForwardPreHook hook, Prepend prepend = Prepend::kNo);
-  void register_forward_hook(ForwardHook hook, Prepend prepend = Prepend::kNo);
-  void register_backward_pre_hook(BackwardHook hook, Prepend prepend = Prepend::kNo);
+  void register_forward_pre_hook(ForwardPreHook hook, Prepend prepend = Prepend::kNo, HookRole role = HookRole::kActs);
+  void register_forward_hook(ForwardHook hook, Prepend prepend = Prepend::kNo, HookRole role = HookRole::kActs);
+  void register_backward_pre_hook(BackwardHook hook, Prepend prepend = Prepend::kNo, HookRole role = HookRole::kActs);
   void register_post_backward_hook(BackwardHook hook);
 
  protected:
@@ -167,6 +168,7 @@ class Module {
   std::vector<ForwardHook> forward_hooks_;
   std::vector<BackwardHook> backward_pre_hooks_;
   std::vector<BackwardHook> post_backward_hooks_;
+  int64_t acting_hooks_ = 0;  // the hooks above registered with HookRole::kActs
   std::shared_ptr<ParallelPolicy> policy_state_;
   ForwardRunner forward_runner_;
   std::shared_ptr<BackwardState> backward_state_;  // hooks hold it weakly: a lifetime token too

@@ -7,10 +7,11 @@
 namespace dtr::nn {
 
 ParallelPlan transformer_tp_plan(const TransformerConfig& config, TransformerTpOptions options) {
-  // Where activations travel between the parallel layers: whole, or split along the sequence.
   DTR_CHECK(options.split_vocab || (!options.sequence_parallel && !options.loss_parallel), ValueError,
-            "transformer_tp_plan: sequence and loss parallelism start and end at the vocabulary's split layers; "
-            "they need split_vocab");
+            "transformer_tp_plan: sequence_parallel={} and loss_parallel={} with split_vocab=false; sequence and "
+            "loss parallelism start and end at the vocabulary's split layers; legal: split_vocab=true, or neither",
+            options.sequence_parallel, options.loss_parallel);
+  // Where activations travel between the parallel layers: whole, or split along the sequence.
   const Placement between = options.sequence_parallel ? Shard(1) : Replicate();
   ParallelPlan plan = {
       {"layers.*.attn", std::make_shared<ColwiseParallel>(Layouts{between, Shard(-1)})},

@@ -33,7 +33,12 @@ Tensor unit_sums(const DTensor& g, int64_t units) {
   const int64_t rows = g.dim() == 0 ? 1 : local.size(0);
   const int64_t width = rows == 0 ? 0 : local.numel() / rows;
   // This rank's units of a row: its share of dim 1 over the unit's columns.
-  const int64_t held = units == 1 ? 1 : local.size(1) / (g.size(1) / units);
+  const int64_t unit_columns = g.dim() >= 2 ? g.size(1) / units : 1;
+  DTR_CHECK(units == 1 || local.size(1) % unit_columns == 0, ValueError,
+            "clip_grad_norm_ under --deterministic: the gradient {} holds {} of dim 1's {} columns on this rank, not "
+            "whole blocks of {} (--feature-blocks {}); split dim 1 into whole blocks",
+            g.to_string(), local.size(1), g.size(1), unit_columns, units);
+  const int64_t held = units == 1 ? 1 : local.size(1) / unit_columns;
   const int64_t unit_width = held == 0 ? 0 : width / held;
   Tensor sums = Tensor::empty({rows, held}, kFloat64);
   double* s = sums.data_ptr<double>();
@@ -80,8 +85,9 @@ double canonical_sum_of_squares(const std::vector<DTensor>& grads) {
       const bool whole_units = p.splits_dim(0) || (p.is_shard(1) && units > 1);
       DTR_CHECK(!p.splits_a_dim() || whole_units, NotImplementedError,
                 "clip_grad_norm_ under --deterministic: the gradient {} is split along a dim the canonical norm's "
-                "units do not follow (it sums rows of dim 0, or with --feature-blocks F blocks of dim 1)",
-                g.to_string());
+                "units do not follow; it sums rows of dim 0, or with feature blocks ({} now) blocks of dim 1 when "
+                "they divide it",
+                g.to_string(), deterministic_feature_blocks());
       if (p.splits_a_dim() && mesh.size(m) > 1) {
         splitting.push_back(m);
         rows_only = rows_only && p.is_shard(0);

@@ -56,8 +56,8 @@ Tensor local_product(std::string_view op, const Tensor& a, const Tensor& b, cons
   const int64_t k = a.size(-1);
   DTR_CHECK(k_global % blocks == 0 && k > 0 && k % (k_global / blocks) == 0, ValueError,
             "{}: --deterministic sums a contraction of {} features in {} blocks (--feature-blocks), but {} and this "
-            "rank's {} of them do not split into whole blocks; use a block count dividing the model's widths, with "
-            "each tensor-parallel rank holding a power of two of blocks",
+            "rank's {} of them do not split into whole blocks; use a block count dividing the model's widths that the "
+            "tensor-parallel size divides",
             op, k_global, blocks, k_global, k);
   const int64_t width = k_global / blocks;
   Tensor root = tree_sum(k / width, [&](int64_t i) {

@@ -114,5 +114,16 @@ TEST_CASE("an implicit redistribute is refused in strict mode and reported other
   });
 }
 
+TEST_CASE("CommDebugMode's hooks only observe: a module's has_hooks ignores them", "[nn][comm_debug]") {
+  // Transformer reads its output layer's weight itself (the fused loss) unless the layer has
+  // hooks that change its call; watching the model must not change the path, nor its bits.
+  Linear fc(4, 2);
+  REQUIRE_FALSE(fc.has_hooks());
+  const CommDebugMode watching(fc);
+  CHECK_FALSE(fc.has_hooks());
+  fc.register_forward_hook([](Module&, const Values&, const Values&) { return std::optional<Values>(); });
+  CHECK(fc.has_hooks());
+}
+
 }  // namespace
 }  // namespace dtr::nn

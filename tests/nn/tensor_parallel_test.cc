@@ -420,9 +420,8 @@ TEST_CASE("the seed Transformer and its GPT variant under tensor parallelism mat
 // The loss and every parameter's gradient (whole, as float64) of one forward and backward of
 // `config` on tokens [2, kSeq], on one rank or under transformer_tp_plan with the vocabulary
 // kept whole (train --deterministic's plan).
-std::map<std::string, std::vector<double>> loss_and_grads(const TransformerConfig& config,
-                                                          const std::optional<DeviceMesh>& mesh, const Tensor& tokens,
-                                                          const Tensor& targets) {
+std::map<std::string, Tensor> loss_and_grads(const TransformerConfig& config, const std::optional<DeviceMesh>& mesh,
+                                             const Tensor& tokens, const Tensor& targets) {
   manual_seed(11);
   Transformer model(config);
   if (mesh) parallelize_module(model, *mesh, transformer_tp_plan(config, {.split_vocab = false}));
@@ -430,10 +429,25 @@ std::map<std::string, std::vector<double>> loss_and_grads(const TransformerConfi
   const DTensor loss =
       model(distribute_tensor(tokens, on, {Replicate()}), distribute_tensor(targets, on, {Replicate()}));
   loss.backward();
-  std::map<std::string, std::vector<double>> out{{"loss", testing::to_f64(loss.full_tensor())}};
-  for (const auto& [name, p] : model.named_parameters()) out[name] = testing::to_f64(p->grad().full_tensor());
+  std::map<std::string, Tensor> out{{"loss", loss.full_tensor()}};
+  for (const auto& [name, p] : model.named_parameters()) out[name] = p->grad().full_tensor();
   return out;
 }
+
+// --deterministic's settings (kernels/block_reduce.h) for a scope, off again after it.
+class DeterministicScope {
+ public:
+  DeterministicScope(int64_t block_tokens, int64_t feature_blocks) {
+    set_deterministic_block_tokens(block_tokens);
+    set_deterministic_feature_blocks(feature_blocks);
+  }
+  ~DeterministicScope() {
+    set_deterministic_block_tokens(0);
+    set_deterministic_feature_blocks(1);
+  }
+  DeterministicScope(const DeterministicScope&) = delete;
+  DeterministicScope& operator=(const DeterministicScope&) = delete;
+};
 
 TEST_CASE("tensor parallelism under --deterministic with feature blocks gives one rank's bits",
           "[nn][tensor_parallel]") {
@@ -451,20 +465,22 @@ TEST_CASE("tensor parallelism under --deterministic with feature blocks gives on
         TransformerConfig config = tiny_transformer(gpt);
         config.dim = 16;
         INFO(world << " ranks, " << (gpt ? "gpt" : "seed"));
-        set_deterministic_block_tokens(kSeq);
-        set_deterministic_feature_blocks(4);
-        const auto one = loss_and_grads(config, std::nullopt, tokens, targets);
-        const auto many = loss_and_grads(config, mesh, tokens, targets);
-        set_deterministic_feature_blocks(1);
-        const auto plain_one = loss_and_grads(config, std::nullopt, tokens, targets);
-        const auto plain_many = loss_and_grads(config, mesh, tokens, targets);
-        set_deterministic_block_tokens(0);
+        std::map<std::string, Tensor> one, many, plain_one, plain_many;
+        {
+          const DeterministicScope blocked(kSeq, 4);
+          one = loss_and_grads(config, std::nullopt, tokens, targets);
+          many = loss_and_grads(config, mesh, tokens, targets);
+        }
+        {
+          const DeterministicScope unblocked(kSeq, 1);
+          plain_one = loss_and_grads(config, std::nullopt, tokens, targets);
+          plain_many = loss_and_grads(config, mesh, tokens, targets);
+        }
         REQUIRE(many.size() == one.size());
         bool plain_differs = false;
-        for (const auto& [name, values] : one) {
-          INFO(name);
-          CHECK(many.at(name) == values);
-          plain_differs = plain_differs || plain_many.at(name) != plain_one.at(name);
+        for (const auto& [name, value] : one) {
+          testing::check_equal(many.at(name), value, name);
+          plain_differs = plain_differs || testing::to_f64(plain_many.at(name)) != testing::to_f64(plain_one.at(name));
         }
         CHECK(plain_differs);
       }
@@ -537,6 +553,13 @@ TEST_CASE("the styles place Linear weights and biases as Megatron does", "[nn][t
 
 TEST_CASE("plan mistakes are errors naming the module and what is legal", "[nn][tensor_parallel]") {
   const DeviceMesh mesh = DeviceMesh::row_major(kCPU, {2}, {"tp"}, 0, 2);
+  SECTION("sequence or loss parallelism with the vocabulary kept whole") {
+    const TransformerConfig config = tiny_transformer(false);
+    CHECK_THROWS_WITH(transformer_tp_plan(config, {.sequence_parallel = true, .split_vocab = false}),
+                      "transformer_tp_plan: sequence_parallel=true and loss_parallel=false with split_vocab=false; "
+                      "sequence and loss parallelism start and end at the vocabulary's split layers; legal: "
+                      "split_vocab=true, or neither");
+  }
   SECTION("a pattern that names no module") {
     std::shared_ptr<Sequential> mlp = make_mlp();
     CHECK_THROWS_WITH(parallelize_module(*mlp, mesh, {{"7", std::make_shared<ColwiseParallel>()}}),

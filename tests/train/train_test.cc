@@ -217,9 +217,9 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // 2 ranks, fsdp and ddp on 4, hsdp 2 x 2, fsdp on 8 (the one 8-rank case), full
   // activation checkpointing on 4, 4 and 2 micro-batches, and 2 ranks resumed on 4; with the
   // output weight tied to the embedding, fsdp on 2 and ddp on 4, and with 2 or 4 micro-batches
-  // (its two gradient parts summed over them apart); with feature blocks, tensor
-  // parallelism on 2 and fsdp x tp on 2 x 2; a batch of 12 on 3 ranks, and 3 ranks resumed on
-  // one.
+  // (its two gradient parts summed over them apart), --comm-debug on; with feature blocks,
+  // tensor parallelism on 2 and 3, and fsdp, ddp and hsdp x tp on 4; a batch of 12 on 3
+  // ranks and in 3 micro-batches, and 3 ranks resumed on one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -270,28 +270,42 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   }
   // The output weight tied to the embedding: its two gradients reduced apart.
   const Run tied_one = run_deterministic("tied_none", 0, "--parallel none", tied_flags);
-  for (const Layout& l : std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"},
-                                             {"tied_ddp4", 4, "--parallel ddp"},
-                                             {"tied_fsdp2_accum2", 2, "--parallel fsdp --grad-accum 2"},
-                                             {"tied_ddp2_accum4", 2, "--parallel ddp --grad-accum 4"},
-                                             {"tied_none_accum2", 0, "--parallel none --grad-accum 2"}}) {
+  for (const Layout& l :
+       std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"},
+                           {"tied_ddp4", 4, "--parallel ddp"},
+                           {"tied_fsdp2_accum2", 2, "--parallel fsdp --grad-accum 2"},
+                           {"tied_ddp2_accum4", 2, "--parallel ddp --grad-accum 4"},
+                           {"tied_none_accum2", 0, "--parallel none --grad-accum 2"},
+                           // --comm-debug's hooks only watch: the same bits
+                           {"tied_none_accum2_comm_debug", 0, "--parallel none --grad-accum 2 --comm-debug 2"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, tied_flags);
     CHECK(run.digest == tied_one.digest);
     CHECK(run.loss_and_norm == tied_one.loss_and_norm);
   }
   CHECK(tied_one.digest != one.digest);
-  // Tensor parallelism with the contractions over features in 2 fixed blocks: tp 2 alone, and
-  // fsdp 2 x tp 2 with 2 micro-batches, as one process with the same blocks.
-  const std::string blocked = flags + " --feature-blocks 2";
+  // Tensor parallelism (the output weight tied) with the contractions over features in 2
+  // fixed blocks: tp 2 alone, under fsdp with 2 micro-batches (fully_shard keeps the tied
+  // weight on the tp-first view of the mesh), under ddp and under hsdp, as one process with
+  // the same blocks; and tp 3 with 6 blocks (2 per rank) as one process with 6.
+  const std::string blocked = tied_flags + " --feature-blocks 2";
   const Run blocked_one = run_deterministic("blocked_none", 0, "--parallel none", blocked);
-  for (const Layout& l : std::vector<Layout>{{"tp2", 2, "--parallel none --tp 2"},
-                                             {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"}}) {
+  for (const Layout& l :
+       std::vector<Layout>{{"tp2", 2, "--parallel none --tp 2"},
+                           {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"},
+                           {"ddp2_tp2", 4, "--parallel ddp --tp 2"},
+                           {"hsdp2x1_tp2", 4, "--parallel hsdp --tp 2 --mesh replicate=2,shard=1,tp=2"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, blocked);
     CHECK(run.digest == blocked_one.digest);
     CHECK(run.loss_and_norm == blocked_one.loss_and_norm);
   }
+  std::string three_heads = tied_flags + " --feature-blocks 6";
+  three_heads.replace(three_heads.find("--dim 32 --layers 2 --heads 2"), 29, "--dim 48 --layers 2 --heads 3");
+  const Run three_heads_one = run_deterministic("blocked6_none", 0, "--parallel none", three_heads);
+  const Run tp3 = run_deterministic("tp3", 3, "--parallel none --tp 3", three_heads);
+  CHECK(tp3.digest == three_heads_one.digest);
+  CHECK(tp3.loss_and_norm == three_heads_one.loss_and_norm);
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
   // shards uneven), and 3 micro-batches on one process and on 2 ranks, as one rank with all 12;
   // 192 tokens, whose mean no power of two divides.

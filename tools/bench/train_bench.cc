@@ -7,12 +7,11 @@
 // each of none (1 rank), ddp and fsdp again with --deterministic, and tensor parallelism (none
 // on 1 rank, --tp N where N divides the heads) with --deterministic --feature-blocks 4 (a
 // note each: its step time and the bytes through a rank, nccl-tests' bus bytes, against the
-// default's in the same run). One row
-// per run: the
-// median ms/step over the steps after the warm-up (from metrics.jsonl) and their range,
-// tokens/s at that median, the share of the run the compute thread spent waiting on
-// collectives (exposed_comm_s / train_s, every step included: tools/trace/comm_accounting.h), the peak memory (the
-// largest of any rank), and PyTorch's tokens/s with dtr's over it.
+// default's in the same run). One row per run: the median ms/step over the steps after the
+// warm-up (from metrics.jsonl) and their range, tokens/s at that median, the share of the
+// run the compute thread spent waiting on collectives (exposed_comm_s / train_s, every step
+// included: tools/trace/comm_accounting.h), the peak memory (the largest of any rank), and
+// PyTorch's tokens/s with dtr's over it.
 //
 //   bazel run //tools/bench:train_bench [-- --ranks 1,2,4 --steps 12 --warmup 2 --python PATH]
 //
@@ -71,8 +70,9 @@ struct Run {
 
   std::string mode() const {
     if (tp > 1 && parallel != "none") return parallel + "+tp";
-    if (tp > 1) return deterministic ? "tp+det" : sequence_parallel ? "tp+sp" : "tp";
-    if (deterministic) return parallel + (feature_blocks > 1 ? fmt::format("+det/F{}", feature_blocks) : "+det");
+    const std::string blocks = feature_blocks > 1 ? fmt::format("-F{}", feature_blocks) : "";
+    if (tp > 1) return deterministic ? "tp+det" + blocks : sequence_parallel ? "tp+sp" : "tp";
+    if (deterministic) return parallel + "+det" + blocks;
     return precision == Precision::kMixed ? parallel + "+mp" : parallel;
   }
 };
@@ -225,8 +225,8 @@ int main(int argc, char** argv) {
         runs.push_back(run_of("fsdp"));
         runs.back().tp = 2;
       }
-      // --deterministic with the feature blocks tensor parallelism needs (one per head: tp 2
-      // and 4 hold whole ones), on one rank and under --tp N.
+      // --deterministic with feature blocks for tensor parallelism (4: tp 2 and 4 each hold a
+      // power of two of them), on one rank and under --tp N.
       if (n == 1 || bench::kReferenceHeads % n == 0) {
         runs.push_back(run_of("none"));
         runs.back().tp = n;
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
         }
       }
       for (Run& r : runs) {
-        if (torch_at.empty() || r.tp == 1) continue;
+        if (torch_at.empty() || r.tp == 1 || r.deterministic) continue;  // PyTorch has no such mode
         std::string note;
         torch.merge(torch_tp_figures(python, n, n / r.tp, steps - warmup, warmup, r.sequence_parallel, note));
         if (!note.empty()) notes.push_back(fmt::format("{} ranks ({}): {}", n, r.mode(), note));

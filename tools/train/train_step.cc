@@ -1,6 +1,7 @@
 #include "tools/train/train_step.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/allocator.h"
 #include "core/trace.h"
@@ -35,6 +36,22 @@ DTensor reduced_as(const DTensor& t, const DTensorSpec& laid) {
   return DTensor(t.to_local(), DTensorSpec(laid.mesh(), moved, t.shape(), t.dtype())).redistribute(laid.placements());
 }
 
+// What a --deterministic step sets for its micro-batches (the batch window, the tied
+// weight's parts apart), reset when the step's micro-batches end, by an exception too.
+class MicroBatchScope {
+ public:
+  MicroBatchScope(nn::Transformer& net, bool tied) : net_(net) { net_.set_tied_gradient_apart(tied); }
+  ~MicroBatchScope() {
+    set_batch_window({});
+    net_.set_tied_gradient_apart(false);
+  }
+  MicroBatchScope(const MicroBatchScope&) = delete;
+  MicroBatchScope& operator=(const MicroBatchScope&) = delete;
+
+ private:
+  nn::Transformer& net_;
+};
+
 }  // namespace
 
 StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
@@ -50,14 +67,16 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
   const bool tied = tree && m.net->config().tie_embeddings;
   const std::vector<DTensor*> params = m.net->parameters();
-  const auto tied_index = [&] {  // the tied weight's place in params
+  const size_t tied_index = [&] {  // the tied weight's place in params
     for (const auto& [name, p] : m.net->named_parameters()) {
       if (name == "embed.weight")
         return static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
     }
     return params.size();
   }();
-  m.net->set_tied_gradient_apart(tied);
+  DTR_INTERNAL_ASSERT(!tied || tied_index < params.size(), "--deterministic --grad-accum: no tied embed.weight");
+  std::optional<MicroBatchScope> scope;
+  if (tree) scope.emplace(*m.net, tied);
   TreeSum<std::vector<Tensor>> grads(add_tensors);
   TreeSum<float> losses([](float& left, const float& right) { left += right; });
   std::vector<DTensorSpec> grad_specs;
@@ -102,9 +121,8 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     }
     grads.push(std::move(leaf));
   }
-  m.net->set_tied_gradient_apart(false);
+  scope.reset();
   if (tree) {
-    set_batch_window({});
     r.loss = losses.finish();
     std::vector<Tensor> sums = grads.finish();
     if (tied) sums[tied_index] = add(sums.back(), sums[tied_index]);  // the output's part, then the embedding's

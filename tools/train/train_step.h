@@ -1,6 +1,8 @@
 // One step of the train program. The step's --grad-accum micro-batches run forward and
 // backward (gradients synchronise on the last only; each loss is divided by --grad-accum, so
-// the step's loss is their mean), then the global gradient norm is taken (and clipped to
+// the step's loss is their mean; under --deterministic each micro-batch is reduced at once,
+// its loss divided by the whole batch's targets, and gradients and losses summed in the
+// canonical tree: docs/deterministic.md), then the global gradient norm is taken (and clipped to
 // --grad-clip when that is > 0). Both are global reductions, the same on every rank: when
 // either is not finite, every rank stops there, before the optimizer step, so no checkpoint
 // can hold that state. Otherwise AdamW steps at the schedule's lr, the schedule steps and
@@ -24,7 +26,7 @@
 namespace dtr::train {
 
 struct StepResult {
-  double loss = 0;        // the mean of the micro-batches' losses
+  double loss = 0;        // the step's mean loss over its micro-batches' targets
   double grad_norm = 0;   // the global gradient norm, before clipping
   double lr = 0;          // the lr AdamW stepped at (0 when it did not step)
   double grad_bytes = 0;  // this rank's bytes of gradients before zero_grad (0 when it did not step)
