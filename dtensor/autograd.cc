@@ -172,6 +172,11 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
 
+DTensor add_unreduced(const DTensor& a, const DTensor& b) {
+  DTR_CHECK(a.spec() == b.spec(), ValueError, "add_unreduced: {} and {} differ in spec", a.to_string(), b.to_string());
+  return DTensor(add(a.to_local(), b.to_local()), a.spec());
+}
+
 bool backward_runs_once() { return t_runs_once; }
 
 bool in_nested_backward() { return t_callbacks.size() > 1; }

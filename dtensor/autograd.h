@@ -145,4 +145,8 @@ bool in_nested_backward();
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
 DTensor accumulate_gradients(const DTensor& a, const DTensor& b);
 
+// a + b on each rank as they lie (one spec; no graph): a Partial's terms stay unreduced. What
+// a rank's tree over micro-batches adds under --deterministic (kernels/block_reduce.h).
+DTensor add_unreduced(const DTensor& a, const DTensor& b);
+
 }  // namespace dtr

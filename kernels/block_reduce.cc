@@ -40,6 +40,8 @@ void set_batch_window(const BatchWindow& window) {
             window.first, window.first + window.count, window.total);
   DTR_CHECK(window.targets >= 0 && (window.targets == 0 || window.total > 0), ValueError,
             "set_batch_window: {} targets; legal: 0, or a count with a batch window", window.targets);
+  DTR_CHECK(window.rank_stride >= 0 && (window.rank_stride == 0 || window.total > 0), ValueError,
+            "set_batch_window: rank stride {}; legal: 0, or a stride with a batch window", window.rank_stride);
   const std::lock_guard<std::mutex> lock(g_window_mutex);
   g_window = window;
 }

@@ -8,6 +8,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
+#include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
 #include "nn/parameter.h"
@@ -45,7 +46,10 @@ Placements rotated(Placements p, int64_t n) {
 struct FSDPModule::ReduceState {
   bool sync = true;
   std::vector<DTensor> grads;  // Partial, in reduce_dtype; empty when nothing is pending
-  double scale = 1;            // N / divide factor (set_gradient_divide_factor)
+  // Under --deterministic the micro-batches' unreduced gradients instead, summed in the
+  // canonical tree on each rank (kernels/block_reduce.h) until a synced one reduces the root.
+  std::optional<TreeSum<std::vector<DTensor>>> tree;
+  double scale = 1;  // N / divide factor (set_gradient_divide_factor)
 };
 
 struct FSDPModule::Param {
@@ -274,21 +278,33 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              if (reduce->scale != 1) t = DTensor(dtr::mul(t.to_local(), reduce->scale), t.spec());
              g.push_back(std::move(t));
            }
-           if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
-             for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
+           // Gradient accumulation without sync keeps the sum unreduced (a whole gradient per
+           // parameter on every rank) and gives the leaves zeros, so no collective runs now.
+           std::vector<DTensor> zeros;
+           if (!reduce->sync) {
+             for (size_t i = 0; i < grads.size(); ++i) {
+               const DTensorSpec spec(g[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
+               zeros.emplace_back(dtr::zeros(spec.local_shape(), dtypes[i], leaf_device), spec);
+             }
            }
            trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", kFsdpCategory);
            span.arg("module", owner);
            const trace::CommPhase phase("reduce_scatter", owner);
-           if (!reduce->sync) {
-             // Gradient accumulation without sync: keep the sum unreduced (a whole gradient per
-             // parameter on every rank) and give the leaves zeros, so no collective runs now.
-             reduce->grads = std::move(g);
-             std::vector<DTensor> zeros;
-             for (size_t i = 0; i < grads.size(); ++i) {
-               const DTensorSpec spec(reduce->grads[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
-               zeros.emplace_back(dtr::zeros(spec.local_shape(), dtypes[i], leaf_device), spec);
+           if (deterministic_block_tokens() > 0) {
+             if (!reduce->tree) {
+               reduce->tree.emplace([](std::vector<DTensor>& left, const std::vector<DTensor>& right) {
+                 for (size_t i = 0; i < left.size(); ++i) left[i] = add_unreduced(left[i], right[i]);
+               });
              }
+             reduce->tree->push(std::move(g));
+             if (!reduce->sync) return zeros;
+             g = reduce->tree->finish();
+             reduce->tree.reset();
+           } else if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
+             for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
+           }
+           if (!reduce->sync) {
+             reduce->grads = std::move(g);
              return zeros;
            }
            reduce->grads.clear();

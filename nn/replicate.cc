@@ -76,6 +76,7 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
   waiting_.resize(buckets_.size());
   reduced_.resize(buckets_.size());
   arrived_.resize(params_.size());
+  unsynced_.resize(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     params_[k]->set_grad_placements(summed_over_data(*params_[k]));  // kept unreduced until its bucket moves
   }
@@ -107,6 +108,18 @@ void DDPModule::issue_ready_buckets() {
 }
 
 void DDPModule::on_gradient(size_t index) {
+  if (deterministic_block_tokens() > 0 && (!sync_ || unsynced_[index])) {
+    // Taken from the leaf, so that the engine never adds two micro-batches' gradients in
+    // arrival order (nor reduces them: two Partials meeting under the mode are reduced).
+    DTensor& p = *params_[index];
+    std::optional<TreeSum<DTensor>>& tree = unsynced_[index];
+    if (!tree) tree.emplace([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
+    tree->push(p.grad());
+    p.set_grad(DTensor());
+    if (!sync_) return;
+    p.set_grad(tree->finish());
+    tree.reset();
+  }
   if (!sync_) return;
   if (!in_backward_) {  // this backward's first gradient
     in_backward_ = true;
@@ -126,7 +139,13 @@ void DDPModule::on_gradient(size_t index) {
 
 void DDPModule::finish_backward() {
   // A parameter this rank's loss did not reach joins its bucket with a zero gradient
-  // (partial_grad), so every rank all-reduces every bucket.
+  // (partial_grad), so every rank all-reduces every bucket; with earlier micro-batches'
+  // (--deterministic), with their sum.
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (!unsynced_[k]) continue;
+    params_[k]->set_grad(unsynced_[k]->finish());
+    unsynced_[k].reset();
+  }
   std::fill(waiting_.begin(), waiting_.end(), 0);
   issue_ready_buckets();
   for (size_t b = 0; b < buckets_.size(); ++b) {

@@ -18,14 +18,18 @@
 // Gradients accumulate across backward calls, as in PyTorch: with gradient sync off
 // (set_requires_gradient_sync(false), PyTorch DDP's no_sync()) they stay Partial, unreduced
 // (no collective, no memory beyond the gradients); the next synced backward adds its own
-// and all-reduces the sum.
+// and all-reduces the sum. Under --deterministic they are summed in the canonical tree
+// instead (kernels/block_reduce.h), each taken from its leaf as it arrives, unreduced, until
+// the synced backward's joins them.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dtensor/dtensor.h"
+#include "kernels/block_reduce.h"
 #include "nn/module.h"
 
 namespace dtr::nn {
@@ -61,11 +65,12 @@ class DDPModule : public ParallelPolicy {
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;  // per parameter
   bool sync_ = true;
-  bool in_backward_ = false;                   // a synced backward's gradients are arriving
-  std::vector<bool> arrived_;                  // per parameter, in this backward
-  std::vector<size_t> waiting_;                // per bucket: gradients still to arrive
-  size_t next_bucket_ = 0;                     // the next bucket to issue
-  std::vector<std::vector<DTensor>> reduced_;  // per bucket: the pending all-reduce's results
+  bool in_backward_ = false;                               // a synced backward's gradients are arriving
+  std::vector<bool> arrived_;                              // per parameter, in this backward
+  std::vector<size_t> waiting_;                            // per bucket: gradients still to arrive
+  size_t next_bucket_ = 0;                                 // the next bucket to issue
+  std::vector<std::vector<DTensor>> reduced_;              // per bucket: the pending all-reduce's results
+  std::vector<std::optional<TreeSum<DTensor>>> unsynced_;  // per parameter, under --deterministic
 };
 
 // Replicates `module`'s parameters over the 1-D `mesh` (see above); the handle lives as

@@ -91,6 +91,11 @@ Values Transformer::forward(const Values& inputs) {
   if (tied_apart_ && config_.tie_embeddings) {
     tied_output_ = weight.detach();
     tied_output_.requires_grad_();
+    // Kept where it arrives (Partial over the ranks that split the batch): the caller reduces it.
+    tied_output_.register_hook([this](const DTensor& g) {
+      tied_output_.set_grad_placements(g.placements());
+      return DTensor();
+    });
     weight = tied_output_;
   }
   return {linear_cross_entropy(x, weight, output_->bias(), targets)};

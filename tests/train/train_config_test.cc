@@ -149,6 +149,7 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 16 --grad-accum 4", 2},
       {"--batch-size 12 --grad-accum 3", 1},
       {"--batch-size 24 --grad-accum 3", 4},
+      {"--batch-size 24 --grad-accum 2", 3},  // rank-major: each rank's 8 sequences one node
       // Tensor parallelism: each tp rank a power of two of the feature blocks (one rank: any number).
       {"--feature-blocks 6 --dim 48 --heads 3", 1},
       {"--tp 2 --feature-blocks 2 --parallel none", 2},
@@ -165,9 +166,10 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
        "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
        "must be a power of two, so that each rank's share is one node of the canonical tree (a split that cuts a "
        "node is not covered); e.g. --batch-size 8"},
-      {"--batch-size 24 --grad-accum 2", 3,
-       "--deterministic with --grad-accum 2 on 3 data-parallel ranks: a micro-batch split over ranks is one node of "
-       "the canonical tree only on a power of two of ranks"},
+      {"--batch-size 36 --grad-accum 3", 3,
+       "--deterministic with --grad-accum 3 on 3 data-parallel ranks: on a number of ranks that is not a power of "
+       "two each rank's share of the step must be one node of the canonical tree, so a power of two of "
+       "micro-batches; use --grad-accum 1, 2, 4 or 8"},
       {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6,
        "--deterministic with --parallel hsdp on replicate=2,shard=3: each replica's shard group must hold one node of "
        "the canonical tree, so a power of two of shards (or replicate=1)"},

@@ -219,7 +219,8 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // output weight tied to the embedding, fsdp on 2 and ddp on 4, and with 2 or 4 micro-batches
   // (its two gradient parts summed over them apart), --comm-debug on; with feature blocks,
   // tensor parallelism on 2 and 3, and fsdp, ddp and hsdp x tp on 4; a batch of 12 on 3
-  // ranks and in 3 micro-batches, and 3 ranks resumed on one.
+  // ranks, in 3 micro-batches (one process, fsdp 2), and in 2 rank-major micro-batches on 3
+  // fsdp and ddp ranks (tied too), and 3 ranks resumed on one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -315,12 +316,23 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   for (const Layout& l : std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
                                              {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
                                              {"none_accum3", 0, "--parallel none --grad-accum 3"},
-                                             {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"}}) {
+                                             {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
+                                             {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
+                                             {"ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve);
     CHECK(run.digest == twelve_one.digest);
     CHECK(run.loss_and_norm == twelve_one.loss_and_norm);
   }
+  // The same with the output weight tied: its output part summed per rank over the rank-major
+  // micro-batches, unreduced, then reduced once.
+  std::string twelve_tied = tied_flags;
+  twelve_tied.replace(twelve_tied.find("--batch-size 8"), 14, "--batch-size 12");
+  const Run twelve_tied_one = run_deterministic("twelve_tied_none", 0, "--parallel none", twelve_tied);
+  const Run twelve_tied_fsdp3 =
+      run_deterministic("twelve_tied_fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2", twelve_tied);
+  CHECK(twelve_tied_fsdp3.digest == twelve_tied_one.digest);
+  CHECK(twelve_tied_fsdp3.loss_and_norm == twelve_tied_one.loss_and_norm);
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");
   const std::string save_3 = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints_3.string());

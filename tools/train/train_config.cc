@@ -384,8 +384,9 @@ namespace {
 // whole nodes of it: a rank's sequences in a micro-batch one aligned node (a power of two of
 // them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
 // of any number of ranks; under hsdp each replica's shard group one node too (a power of two
-// of shards, unless there is one replica); micro-batches, any number of them, on a power of
-// two of ranks. A split that cuts a node would need the ranks' node lists exchanged.
+// of shards, unless there is one replica); micro-batches, any number of them on a power of
+// two of ranks, else a power of two of them (each rank's share of the step one node). A split that cuts a node would
+// need the ranks' node lists exchanged.
 void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
                             const std::vector<std::pair<std::string, int64_t>>& dims) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
@@ -406,9 +407,10 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic with --{}: it splits a reduction block (a sequence's tokens, or the vocabulary's sum "
             "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
-  DTR_CHECK(c.grad_accum == 1 || power_of_two(data_ranks), ValueError,
-            "--deterministic with --grad-accum {} on {} data-parallel ranks: a micro-batch split over ranks is one "
-            "node of the canonical tree only on a power of two of ranks; use --grad-accum 1 or 2, 4, 8 ranks",
+  DTR_CHECK(c.grad_accum == 1 || power_of_two(data_ranks) || power_of_two(c.grad_accum), ValueError,
+            "--deterministic with --grad-accum {} on {} data-parallel ranks: on a number of ranks that is not a "
+            "power of two each rank's share of the step must be one node of the canonical tree, so a power of two "
+            "of micro-batches; use --grad-accum 1, 2, 4 or 8",
             c.grad_accum, data_ranks);
   DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
   int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one

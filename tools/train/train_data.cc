@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/block_reduce.h"
 #include "tools/train/corpus.h"
 
 namespace dtr::train {
@@ -56,7 +57,7 @@ TrainData load_train_data(const TrainConfig& config) {
 }
 
 Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, int64_t first, int64_t rows,
-                 int64_t seq_len, const DeviceMesh& mesh) {
+                 int64_t seq_len, const DeviceMesh& mesh, int64_t rank_stride) {
   // Split over the data-parallel mesh dims; the tensor-parallel ranks share theirs.
   Placements batch;
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
@@ -70,8 +71,10 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
   Tensor targets = Tensor::empty({local_rows, seq_len}, kInt64);
   int64_t* x = tokens.data_ptr<int64_t>();
   int64_t* y = targets.data_ptr<int64_t>();
+  const int64_t first_row =
+      BatchWindow{.first = first, .count = rows, .rank_stride = rank_stride}.first_row(chunk.offset[0], local_rows);
   for (int64_t r = 0; r < local_rows; ++r) {
-    const int64_t start = order.start(first + chunk.offset[0] + r);
+    const int64_t start = order.start(first_row + r);
     for (int64_t t = 0; t < seq_len; ++t) {
       x[r * seq_len + t] = stream[static_cast<size_t>(start + t)];
       y[r * seq_len + t] = stream[static_cast<size_t>(start + t + 1)];

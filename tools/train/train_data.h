@@ -36,8 +36,10 @@ struct Batch {
 };
 
 // The micro-batch of `rows` sequences whose first sequence is the run's window `first` in
-// `order` over `stream`.
+// `order` over `stream`; with rank_stride > 0 rank-major (kernels/block_reduce.h's
+// BatchWindow): each data-parallel rank's rows start rank_stride windows after the previous
+// rank's.
 Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, int64_t first, int64_t rows,
-                 int64_t seq_len, const DeviceMesh& mesh);
+                 int64_t seq_len, const DeviceMesh& mesh, int64_t rank_stride = 0);
 
 }  // namespace dtr::train

@@ -1,10 +1,12 @@
 #include "tools/train/train_step.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 
 #include "core/allocator.h"
 #include "core/trace.h"
+#include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
@@ -64,8 +66,24 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   // once, and their gradients and losses are summed in the tree, not one after the other. A
   // tied output weight's two gradient parts are each summed so, and added at the end: one
   // step over the whole batch adds the two parts' trees, not the micro-batches' sums.
+  //
+  // On a number of data-parallel ranks that is not a power of two a micro-batch split over
+  // them is no node. There the micro-batches are rank-major (BatchWindow): each rank holds one
+  // range of the step's batch, a node, a micro-batch's share of it a node inside; fully_shard
+  // and replicate sum each rank's micro-batches' gradients unreduced in the tree (sync off
+  // until the last), as this sums the losses and the tied weight's output part, and the last
+  // micro-batch reduces each rank's node once.
   const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
   const bool tied = tree && m.net->config().tie_embeddings;
+  int64_t data_ranks = 1;
+  for (int64_t d = 0; d < mesh.ndim(); ++d) {
+    if (mesh.dim_names().empty() || mesh.dim_names()[static_cast<size_t>(d)] != kTensorParallelDim) {
+      data_ranks *= mesh.size(d);
+    }
+  }
+  const bool rank_major = tree && !std::has_single_bit(static_cast<uint64_t>(data_ranks));
+  const int64_t rank_rows = micro_rows / data_ranks;  // a rank's share of a micro-batch
+  const int64_t step_first = window;
   const std::vector<DTensor*> params = m.net->parameters();
   const size_t tied_index = [&] {  // the tied weight's place in params
     for (const auto& [name, p] : m.net->named_parameters()) {
@@ -79,22 +97,27 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   if (tree) scope.emplace(*m.net, tied);
   TreeSum<std::vector<Tensor>> grads(add_tensors);
   TreeSum<float> losses([](float& left, const float& right) { left += right; });
+  const auto add_locally = [](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); };
+  TreeSum<DTensor> rank_losses(add_locally), rank_tied_parts(add_locally);  // rank-major: this rank's node
   std::vector<DTensorSpec> grad_specs;
   const nn::SeedState step_seeds = nn::seed_state();
+  const int64_t rank_stride = rank_major ? c.batch_size / data_ranks : 0;
   for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
-    m.set_gradient_sync(tree || micro + 1 == c.grad_accum);
+    m.set_gradient_sync((tree && !rank_major) || micro + 1 == c.grad_accum);
+    const int64_t first = micro * (rank_major ? rank_rows : micro_rows);  // in the step's batch
     if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
       nn::set_seed_state(step_seeds);
       // Every target of train's windows counts (none is ignore_index): the loss's mean divides
       // by the whole batch's, so the micro-batches' losses are its terms.
-      set_batch_window({.first = micro * micro_rows,
+      set_batch_window({.first = first,
                         .count = micro_rows,
                         .total = c.batch_size,
-                        .targets = c.batch_size * c.seq_len});
+                        .targets = c.batch_size * c.seq_len,
+                        .rank_stride = rank_stride});
     }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
-      return make_batch(tokens, order, window, micro_rows, c.seq_len, mesh);
+      return make_batch(tokens, order, step_first + first, micro_rows, c.seq_len, mesh, rank_stride);
     }();
     window += micro_rows;
     DTensor loss = (*m.net)(batch.tokens, batch.targets);
@@ -102,6 +125,11 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     loss.backward();
     if (!tree) {
       r.loss += loss.item();
+      continue;
+    }
+    if (rank_major) {
+      rank_losses.push(loss.detach());
+      if (tied) rank_tied_parts.push(m.net->take_tied_output_grad());
       continue;
     }
     losses.push(static_cast<float>(loss.item()));  // the loss is float32: its sums are too
@@ -122,7 +150,15 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     grads.push(std::move(leaf));
   }
   scope.reset();
-  if (tree) {
+  if (rank_major) {  // the ranks' nodes, reduced in the tree
+    r.loss = static_cast<float>(rank_losses.finish().item());
+    if (tied) {
+      DTensor& weight = *params[tied_index];
+      const DTensor embedding_part = weight.grad();
+      const DTensor output_part = reduced_as(rank_tied_parts.finish(), embedding_part.spec());
+      weight.set_grad(DTensor(add(output_part.to_local(), embedding_part.to_local()), embedding_part.spec()));
+    }
+  } else if (tree) {
     r.loss = losses.finish();
     std::vector<Tensor> sums = grads.finish();
     if (tied) sums[tied_index] = add(sums.back(), sums[tied_index]);  // the output's part, then the embedding's
