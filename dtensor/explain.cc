@@ -7,8 +7,10 @@
 #include <span>
 #include <string_view>
 
+#include "collectives/reduce_op.h"
 #include "core/units.h"
 #include "dtensor/internal/text_table.h"
+#include "kernels/block_reduce.h"
 
 namespace dtr {
 namespace {
@@ -35,8 +37,24 @@ StepCost step_cost(const DeviceMesh& m, const RedistributeStep& s, const CostMod
   return {bytes, cost_model.predict_seconds(collective_kind(s.op), group_size, bytes)};
 }
 
+// What --deterministic (kernels/block_reduce.h) makes of a sum step: over more than two
+// ranks it runs in the canonical tree of the group's members (dtensor/redistribute.cc), not
+// in the ring's order; over two the ring's one addition is the tree's. "" for other steps,
+// or with the mode off.
+std::string deterministic_note(const DeviceMesh& m, const RedistributeStep& s) {
+  const bool sum = (s.op == StepOp::kReduceScatter || s.op == StepOp::kAllReduce) && is_linear(s.from.reduce_op());
+  if (deterministic_block_tokens() == 0 || !sum) return "";
+  if (m.group_ranks(s.mesh_dim, s.num_mesh_dims).front().size() <= 2) {
+    return "; deterministic: as planned (two ranks: one addition, the canonical tree's)";
+  }
+  return fmt::format(
+      "; deterministic: in the canonical tree of the group's members instead: an all_to_all of their blocks, each "
+      "rank summing its part's in the tree{}, the ring's bytes per rank",
+      s.op == StepOp::kAllReduce ? ", then an all_gather of the parts" : "");
+}
+
 // One line per step: its mesh dims, placements, op and groups; with a cost model, a
-// collective's buffer bytes and predicted time.
+// collective's buffer bytes and predicted time; under --deterministic, how a sum runs.
 std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent,
                        const CostModel* cost_model) {
   std::string out;
@@ -71,6 +89,7 @@ std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>&
                            : fmt::format(": {} B per rank, no {} fit in the cost model", cost.buffer_bytes,
                                          collective_kind_name(collective_kind(s.op)));
     }
+    what += deterministic_note(m, s);
     out += fmt::format("{}step {}: {}: {} -> {}, {}\n", indent, k + 1, mesh_dims_label(m, s.mesh_dim, s.num_mesh_dims),
                        s.from, s.to, what);
   }

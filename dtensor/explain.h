@@ -16,7 +16,8 @@ namespace dtr {
 
 // The steps, their collectives and groups, and a table of bytes per rank. With a cost model,
 // each collective step also shows its buffer bytes (buffer_bytes on the busiest rank) and its
-// predicted time, and the plan its predicted total.
+// predicted time, and the plan its predicted total. While --deterministic's mode is on
+// (kernels/block_reduce.h), each sum step says how it runs in the canonical tree.
 std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_model = nullptr);
 
 // Every alternative with its steps and bytes, which one was chosen and why; with a cost

@@ -2,7 +2,7 @@
 // placement change, and the redistribute plan between them with the bytes per rank.
 //
 //   bazel run //tools/explain_sharding -- --mesh 2x2 --shape 8,6 --from S0,R --to R,S1 [--alternatives] [--execute]
-//       [--cost-model tools/bench/cost_model_gloo.json] [--names dp,tp --view tp,dp]
+//       [--cost-model tools/bench/cost_model_gloo.json] [--names dp,tp --view tp,dp] [--deterministic]
 //
 // The mesh is laid out row-major over ranks 0..n-1 (init_device_mesh's layout); --view
 // takes its named dims in another order (DeviceMesh::submesh: FSDP x TP's tp-first mesh is
@@ -36,6 +36,7 @@
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
 #include "dtensor/visualize_sharding.h"
+#include "kernels/block_reduce.h"
 #include "tools/command_line.h"
 #include "tools/explain_sharding/execute_plan.h"
 #include "tools/launcher/self_launch.h"
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Shows what every rank holds before and after a placement change, and the plan between them."};
   std::vector<std::string> names;
   std::string mesh_text, shape_text, from, to, cost_model_path;
-  bool execute = false, alternatives = false;
+  bool execute = false, alternatives = false, deterministic = false;
   app.add_option("--mesh", mesh_text, "mesh shape, e.g. 8, 2x4 or 2x2x2")->required();
   app.add_option("--shape", shape_text, "global tensor shape, e.g. 8,6 (scalar: a 0-d tensor)")->required();
   app.add_option("--from", from, "source placements, one per mesh dim, e.g. S0,R or S(0),P(sum)")->required();
@@ -120,10 +121,17 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_flag("--execute", execute,
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
+  app.add_flag("--deterministic", deterministic,
+               "say how train --deterministic runs each sum: over more than two ranks in the canonical tree of the "
+               "group's members (docs/deterministic.md)");
   if (const std::optional<int> exit_code = dtr::parse_command_line("explain_sharding", app, argc, argv))
     return *exit_code;
 
   return dtr::tool_main("explain_sharding", [&] {
+    DTR_CHECK(!(execute && deterministic), ValueError,
+              "--execute with --deterministic: the run compares the counter with the planned ring collectives; "
+              "--deterministic only explains how the mode runs the sums, give one of the two");
+    if (deterministic) dtr::set_deterministic_block_tokens(1);  // any block: the explainer reads only that it is on
     const dtr::DType dtype = dtypes.at(dtype_name);
     const std::vector<int64_t> mesh_shape = parse_mesh(mesh_text);
     const dtr::Shape shape = parse_shape(shape_text);
