@@ -2,6 +2,7 @@
 // (config.json writes the same name back), the defaults are the documented ones, and any
 // other value is one line naming the flag, the value and the legal names. (train_test runs
 // the program itself with bad flags.)
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <CLI/CLI.hpp>
@@ -155,6 +156,8 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--tp 2 --feature-blocks 2 --parallel none", 2},
       {"--tp 2 --feature-blocks 4", 4},
       {"--tp 3 --heads 3 --dim 48 --feature-blocks 6 --parallel none", 3},
+      {"--mixed-precision --batch-size 16", 2},
+      {"--mixed-precision --batch-size 16 --parallel hsdp --mesh replicate=2,shard=2", 4},
   };
   for (const auto& [flags, ranks] : accepted) {
     INFO(flags << " on " << ranks << " ranks");
@@ -187,10 +190,19 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
        "--deterministic with --sequence-parallel: it splits a reduction block (a sequence's tokens, or the "
        "vocabulary's sum of exponentials) over the tp ranks; drop it"},
       {"--tp 2 --feature-blocks 2 --parallel none --loss-parallel", 2, "--deterministic with --loss-parallel"},
+      {"--mixed-precision --batch-size 16 --grad-accum 2", 2,
+       "--deterministic with --mixed-precision and --grad-accum 2: the micro-batches' bfloat16 gradients would meet "
+       "in float32 after their reductions, where one step's tree adds in bfloat16; use --grad-accum 1"},
   };
   for (const auto& [flags, ranks, expected] : refused) {
     INFO(flags << " on " << ranks << " ranks");
     CHECK_THROWS_WITH(validate(parsed(det + flags), ranks), Catch::Contains(expected));
+  }
+  for (const char* parallel : {"ddp", "none"}) {
+    CHECK_THROWS_WITH(validate(parsed(fmt::format("--mixed-precision --parallel {}", parallel)), 1),
+                      fmt::format("--mixed-precision is fully_shard's bf16 policy: --parallel {} would train in "
+                                  "float32; use --parallel fsdp or hsdp",
+                                  parallel));
   }
   CHECK_THROWS_WITH(validate(parsed("--feature-blocks 2"), 1),
                     "--feature-blocks 2: it fixes the blocks --deterministic sums in; add --deterministic");

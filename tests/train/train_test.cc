@@ -333,6 +333,13 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
       run_deterministic("twelve_tied_fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2", twelve_tied);
   CHECK(twelve_tied_fsdp3.digest == twelve_tied_one.digest);
   CHECK(twelve_tied_fsdp3.loss_and_norm == twelve_tied_one.loss_and_norm);
+  // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
+  // ranks as one.
+  const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);
+  const Run mixed_four = run_deterministic("mixed_fsdp4", 4, "--parallel fsdp --mixed-precision", flags);
+  CHECK(mixed_four.digest == mixed_one.digest);
+  CHECK(mixed_four.loss_and_norm == mixed_one.loss_and_norm);
+  CHECK(mixed_one.digest != one.digest);
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");
   const std::string save_3 = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints_3.string());

@@ -192,7 +192,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->check(positive)
       ->capture_default_str()
       ->group("Parallelism");
-  app.add_flag("--mixed-precision", c.mixed_precision, "bf16 parameters and compute, float32 reduction and state")
+  app.add_flag("--mixed-precision", c.mixed_precision,
+               "fsdp, hsdp: bf16 parameters and compute, float32 reduction (bf16 under --deterministic) and state")
       ->group("Parallelism");
   app.add_flag("--deterministic", c.deterministic,
                "layout-invariant training: the same losses, gradient norms, weights and AdamW state, bit for bit, "
@@ -412,7 +413,10 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "power of two each rank's share of the step must be one node of the canonical tree, so a power of two "
             "of micro-batches; use --grad-accum 1, 2, 4 or 8",
             c.grad_accum, data_ranks);
-  DTR_CHECK(!c.mixed_precision, ValueError, "--deterministic: float32 only; drop --mixed-precision");
+  DTR_CHECK(!c.mixed_precision || c.grad_accum == 1, ValueError,
+            "--deterministic with --mixed-precision and --grad-accum {}: the micro-batches' bfloat16 gradients would "
+            "meet in float32 after their reductions, where one step's tree adds in bfloat16; use --grad-accum 1",
+            c.grad_accum);
   int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
   while (node * 2 <= sequences_per_rank) node *= 2;
   DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank), ValueError,
@@ -498,6 +502,10 @@ void validate(const TrainConfig& c, int64_t world_size) {
             flag_value(c.parallel));
   DTR_CHECK(c.prefetch == 0 || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
             "--prefetch {}: explicit prefetch is FSDP's; use it with --parallel fsdp or hsdp", c.prefetch);
+  DTR_CHECK(!c.mixed_precision || parallel == Parallel::kFsdp || parallel == Parallel::kHsdp, ValueError,
+            "--mixed-precision is fully_shard's bf16 policy: --parallel {} would train in float32; use --parallel "
+            "fsdp or hsdp",
+            flag_value(parallel));
   DTR_CHECK(c.deterministic || c.feature_blocks == 1, ValueError,
             "--feature-blocks {}: it fixes the blocks --deterministic sums in; add --deterministic", c.feature_blocks);
   if (c.deterministic) validate_deterministic(c, data_ranks, micro / data_ranks, dims);

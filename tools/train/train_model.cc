@@ -109,7 +109,10 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     nn::FullyShardOptions options;
     if (c.mixed_precision) {
       options.mp_policy.param_dtype = kBFloat16;
-      options.mp_policy.reduce_dtype = kFloat32;
+      // Under --deterministic the reduction adds in bfloat16, as each rank's part of the tree
+      // does (the ops' bfloat16 gradients): every addition of the tree then rounds alike on
+      // every layout (PyTorch's reduce_dtype unset does the same). float32 otherwise.
+      options.mp_policy.reduce_dtype = c.deterministic ? kBFloat16 : kFloat32;
     }
     if (c.cpu_offload) options.offload_policy = nn::CPUOffloadPolicy{};
     options.reshard_after_forward = c.reshard_after_forward;
@@ -117,8 +120,10 @@ Model build_model(const TrainConfig& c, int64_t vocab, const DeviceMesh& mesh) {
     for (size_t i = 0; i < m.net->layers().size(); ++i) {
       m.blocks.push_back(&nn::fully_shard(m.net->layers().at<nn::TransformerBlock>(i), data_mesh, options));
     }
-    options.reshard_after_forward.reset();      // the root keeps its parameters for backward
-    options.mp_policy.output_dtype = kFloat32;  // float32 logits for the loss
+    options.reshard_after_forward.reset();  // the root keeps its parameters for backward
+    // float32 logits for the loss; under --deterministic the loss stays bfloat16 until it is
+    // reduced, in bfloat16, as each rank's part of its tree is (converted after).
+    if (!c.deterministic) options.mp_policy.output_dtype = kFloat32;
     m.root = &nn::fully_shard(*m.net, data_mesh, options);
     if (c.prefetch > 0) nn::set_prefetch_depth(*m.root, m.blocks, c.prefetch);
   }
