@@ -177,6 +177,12 @@ DTensor add_unreduced(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), b.to_local()), a.spec());
 }
 
+void add_unreduced_each(std::vector<DTensor>& left, const std::vector<DTensor>& right) {
+  DTR_CHECK(left.size() == right.size(), ValueError, "add_unreduced_each: {} and {} tensors", left.size(),
+            right.size());
+  for (size_t i = 0; i < left.size(); ++i) left[i] = add_unreduced(left[i], right[i]);
+}
+
 bool backward_runs_once() { return t_runs_once; }
 
 bool in_nested_backward() { return t_callbacks.size() > 1; }

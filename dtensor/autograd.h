@@ -148,5 +148,7 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b);
 // a + b on each rank as they lie (one spec; no graph): a Partial's terms stay unreduced. What
 // a rank's tree over micro-batches adds under --deterministic (kernels/block_reduce.h).
 DTensor add_unreduced(const DTensor& a, const DTensor& b);
+// left[i] = add_unreduced(left[i], right[i]) for each i: a TreeSum's addition of lists.
+void add_unreduced_each(std::vector<DTensor>& left, const std::vector<DTensor>& right);
 
 }  // namespace dtr

@@ -10,7 +10,6 @@
 #include "collectives/reduce_op.h"
 #include "core/units.h"
 #include "dtensor/internal/text_table.h"
-#include "kernels/block_reduce.h"
 
 namespace dtr {
 namespace {
@@ -37,26 +36,26 @@ StepCost step_cost(const DeviceMesh& m, const RedistributeStep& s, const CostMod
   return {bytes, cost_model.predict_seconds(collective_kind(s.op), group_size, bytes)};
 }
 
-// What --deterministic (kernels/block_reduce.h) makes of a sum step: over more than two
+// What train --deterministic (kernels/block_reduce.h) makes of a sum step: over more than two
 // ranks it runs in the canonical tree of the group's members (dtensor/redistribute.cc), not
-// in the ring's order; over two the ring's one addition is the tree's. "" for other steps,
-// or with the mode off.
-std::string deterministic_note(const DeviceMesh& m, const RedistributeStep& s) {
+// in the ring's order; over two the ring's one addition is the tree's. "" for other steps.
+std::string deterministic_note(const DeviceMesh& m, const RedistributeStep& s, const CostModel* cost_model) {
   const bool sum = (s.op == StepOp::kReduceScatter || s.op == StepOp::kAllReduce) && is_linear(s.from.reduce_op());
-  if (deterministic_block_tokens() == 0 || !sum) return "";
+  if (!sum) return "";
   if (m.group_ranks(s.mesh_dim, s.num_mesh_dims).front().size() <= 2) {
     return "; deterministic: as planned (two ranks: one addition, the canonical tree's)";
   }
   return fmt::format(
       "; deterministic: in the canonical tree of the group's members instead: an all_to_all of their blocks, each "
-      "rank summing its part's in the tree{}, the ring's bytes per rank",
-      s.op == StepOp::kAllReduce ? ", then an all_gather of the parts" : "");
+      "rank summing the blocks of its part in the tree{}, the ring's bytes per rank{}",
+      s.op == StepOp::kAllReduce ? ", then an all_gather of the parts" : "",
+      cost_model != nullptr ? " (the predicted time is the ring's)" : "");
 }
 
 // One line per step: its mesh dims, placements, op and groups; with a cost model, a
-// collective's buffer bytes and predicted time; under --deterministic, how a sum runs.
+// collective's buffer bytes and predicted time; with Deterministic::kYes, how a sum runs.
 std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>& steps, std::string_view indent,
-                       const CostModel* cost_model) {
+                       const CostModel* cost_model, Deterministic deterministic) {
   std::string out;
   for (size_t k = 0; k < steps.size(); ++k) {
     const RedistributeStep& s = steps[k];
@@ -89,7 +88,7 @@ std::string step_lines(const DeviceMesh& m, const std::vector<RedistributeStep>&
                            : fmt::format(": {} B per rank, no {} fit in the cost model", cost.buffer_bytes,
                                          collective_kind_name(collective_kind(s.op)));
     }
-    what += deterministic_note(m, s);
+    if (deterministic == Deterministic::kYes) what += deterministic_note(m, s, cost_model);
     out += fmt::format("{}step {}: {}: {} -> {}, {}\n", indent, k + 1, mesh_dims_label(m, s.mesh_dim, s.num_mesh_dims),
                        s.from, s.to, what);
   }
@@ -114,7 +113,7 @@ std::string predicted_total(const DeviceMesh& m, const std::vector<RedistributeS
 
 }  // namespace
 
-std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_model) {
+std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_model, Deterministic deterministic) {
   const DeviceMesh& m = plan.mesh();
   const std::vector<DTensorSpec>& sources = plan.sources();
   const std::vector<RedistributeStep>& steps = plan.steps();
@@ -128,7 +127,7 @@ std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_mod
   const int64_t collectives = plan.num_collectives();
   out += fmt::format("{} step{}, {} collective{}:\n", steps.size(), steps.size() == 1 ? "" : "s", collectives,
                      collectives == 1 ? "" : "s");
-  out += step_lines(m, steps, "  ", cost_model);
+  out += step_lines(m, steps, "  ", cost_model, deterministic);
   if (collectives == 0) return out + "no communication\n";
   if (cost_model != nullptr) out += predicted_total(m, steps, *cost_model);
   out += "bytes per rank (chunks padded to ceil(size/n), so every rank of a group sends equal buffers):\n";
@@ -165,7 +164,7 @@ std::string explain_alternatives(const std::vector<RedistributePlan>& alternativ
     out += fmt::format("plan {}{}: {}: {} step{}, {} collective{}, bytes sent: {} on the busiest rank, {} in all\n",
                        k + 1, k == best ? " (chosen)" : "", p.strategy(), steps, steps == 1 ? "" : "s", collectives,
                        collectives == 1 ? "" : "s", max_send, total_send);
-    out += step_lines(m, p.steps(), "  ", cost_model);
+    out += step_lines(m, p.steps(), "  ", cost_model, Deterministic::kNo);
     if (cost_model != nullptr && collectives > 0) out += "  " + predicted_total(m, p.steps(), *cost_model);
   }
   if (alternatives.size() == 1) return out + "chosen: plan 1, the only one\n";

@@ -6,6 +6,7 @@
 // never changes the planner's choice). Examples: docs/redistribute_planner.md.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,12 @@ namespace dtr {
 
 // The steps, their collectives and groups, and a table of bytes per rank. With a cost model,
 // each collective step also shows its buffer bytes (buffer_bytes on the busiest rank) and its
-// predicted time, and the plan its predicted total. While --deterministic's mode is on
-// (kernels/block_reduce.h), each sum step says how it runs in the canonical tree.
-std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_model = nullptr);
+// predicted time, and the plan its predicted total. With Deterministic::kYes each sum step
+// also says how train --deterministic runs it (in the canonical tree over more than two
+// ranks: dtensor/redistribute.cc).
+enum class Deterministic : uint8_t { kNo, kYes };
+std::string explain_plan(const RedistributePlan& plan, const CostModel* cost_model = nullptr,
+                         Deterministic deterministic = Deterministic::kNo);
 
 // Every alternative with its steps and bytes, which one was chosen and why; with a cost
 // model, each collective step's predicted time as explain_plan shows it.

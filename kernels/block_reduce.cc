@@ -35,13 +35,20 @@ int64_t deterministic_feature_blocks() {
 }
 
 void set_batch_window(const BatchWindow& window) {
-  DTR_CHECK(window.total == 0 || (window.first >= 0 && window.count > 0 && window.first + window.count <= window.total),
+  DTR_CHECK(window.total == 0 || (window.first >= 0 && window.count > 0 &&
+                                  (window.rank_stride > 0 || window.first + window.count <= window.total)),
             ValueError, "set_batch_window: sequences [{}, {}) of {}; legal: a non-empty range inside the batch",
             window.first, window.first + window.count, window.total);
   DTR_CHECK(window.targets >= 0 && (window.targets == 0 || window.total > 0), ValueError,
             "set_batch_window: {} targets; legal: 0, or a count with a batch window", window.targets);
-  DTR_CHECK(window.rank_stride >= 0 && (window.rank_stride == 0 || window.total > 0), ValueError,
-            "set_batch_window: rank stride {}; legal: 0, or a stride with a batch window", window.rank_stride);
+  DTR_CHECK(window.rank_stride == 0 ||
+                (window.total > 0 && window.rank_rows > 0 && window.count % window.rank_rows == 0 &&
+                 window.first + (window.count / window.rank_rows - 1) * window.rank_stride + window.rank_rows <=
+                     window.total),
+            ValueError,
+            "set_batch_window: rank-major rows {} per rank every {} sequences from {} for {} rows of {}; legal: "
+            "whole ranks' rows inside the batch",
+            window.rank_rows, window.rank_stride, window.first, window.count, window.total);
   const std::lock_guard<std::mutex> lock(g_window_mutex);
   g_window = window;
 }

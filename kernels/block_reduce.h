@@ -43,18 +43,17 @@ int64_t deterministic_feature_blocks();
 // linear_cross_entropy) divides by `targets`, the whole batch's count of targets, so that the
 // micro-batches' losses and gradients are the whole batch's terms, whatever their number.
 // total 0: no window (the default); targets 0: the micro-batch's own count. With rank_stride
-// > 0 the micro-batch is rank-major: each data-parallel rank's rows of it (a contiguous
-// share) start rank_stride sequences after the previous rank's, from `first` on rank 0 (a
-// rank then holds one range of the step's batch across its micro-batches).
+// > 0 the micro-batch is rank-major: each data-parallel rank's rank_rows rows of it start
+// rank_stride sequences after the previous rank's, from `first` on rank 0 (a rank then holds
+// one range of the step's batch across its micro-batches).
 struct BatchWindow {
   int64_t first = 0, count = 0, total = 0;
   int64_t targets = 0;
-  int64_t rank_stride = 0;
+  int64_t rank_stride = 0, rank_rows = 0;
 
-  // The sequence of the step's batch that a rank's rows begin at, for rows beginning at row
-  // `offset` of the micro-batch with `rank_rows` on each rank.
-  int64_t first_row(int64_t offset, int64_t rank_rows) const {
-    return first + (rank_stride > 0 && rank_rows > 0 ? offset / rank_rows * rank_stride : offset);
+  // The sequence of the step's batch that row `offset` of the micro-batch is.
+  int64_t row(int64_t offset) const {
+    return first + (rank_stride > 0 && rank_rows > 0 ? offset / rank_rows * rank_stride + offset % rank_rows : offset);
   }
 };
 void set_batch_window(const BatchWindow& window);

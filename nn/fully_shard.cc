@@ -279,23 +279,19 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              g.push_back(std::move(t));
            }
            // Gradient accumulation without sync keeps the sum unreduced (a whole gradient per
-           // parameter on every rank) and gives the leaves zeros, so no collective runs now.
-           std::vector<DTensor> zeros;
-           if (!reduce->sync) {
+           // parameter on every rank) and gives the leaves zeros (laid out as `like`, on its
+           // meshes), so no collective runs now.
+           auto leaf_zeros = [&](const std::vector<DTensor>& like) {
+             std::vector<DTensor> zeros;
              for (size_t i = 0; i < grads.size(); ++i) {
-               const DTensorSpec spec(g[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
+               const DTensorSpec spec(like[i].mesh(), placements[i], grads[i].shape(), dtypes[i]);
                zeros.emplace_back(dtr::zeros(spec.local_shape(), dtypes[i], leaf_device), spec);
              }
-           }
-           trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", kFsdpCategory);
-           span.arg("module", owner);
-           const trace::CommPhase phase("reduce_scatter", owner);
+             return zeros;
+           };
            if (deterministic_block_tokens() > 0) {
-             if (!reduce->tree) {
-               reduce->tree.emplace([](std::vector<DTensor>& left, const std::vector<DTensor>& right) {
-                 for (size_t i = 0; i < left.size(); ++i) left[i] = add_unreduced(left[i], right[i]);
-               });
-             }
+             std::vector<DTensor> zeros = reduce->sync ? std::vector<DTensor>() : leaf_zeros(g);
+             if (!reduce->tree) reduce->tree.emplace(add_unreduced_each);
              reduce->tree->push(std::move(g));
              if (!reduce->sync) return zeros;
              g = reduce->tree->finish();
@@ -303,9 +299,12 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            } else if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
            }
+           trace::Span span(reduce->sync ? "reduce_scatter" : "gradient sync skipped", kFsdpCategory);
+           span.arg("module", owner);
+           const trace::CommPhase phase("reduce_scatter", owner);
            if (!reduce->sync) {
              reduce->grads = std::move(g);
-             return zeros;
+             return leaf_zeros(reduce->grads);
            }
            reduce->grads.clear();
            wait_for_reduction();

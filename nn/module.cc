@@ -322,14 +322,30 @@ void Module::set_forward_runner(ForwardRunner runner) {
 }
 
 void Module::register_forward_pre_hook(ForwardPreHook hook, Prepend prepend, HookRole role) {
+  if (role == HookRole::kActs) {
+    ++acting_hooks_;
+  } else {  // an observer changes nothing: has_hooks may then ignore it
+    hook = [observe = std::move(hook)](Module& m, const Values& inputs) {
+      std::optional<Values> replaced = observe(m, inputs);
+      DTR_INTERNAL_ASSERT(!replaced, "{}: an observing forward pre-hook replaced the inputs", m.type_name());
+      return replaced;
+    };
+  }
   forward_pre_hooks_.insert(prepend == Prepend::kYes ? forward_pre_hooks_.begin() : forward_pre_hooks_.end(),
                             std::move(hook));
-  if (role == HookRole::kActs) ++acting_hooks_;
 }
 
 void Module::register_forward_hook(ForwardHook hook, Prepend prepend, HookRole role) {
+  if (role == HookRole::kActs) {
+    ++acting_hooks_;
+  } else {  // an observer changes nothing: has_hooks may then ignore it
+    hook = [observe = std::move(hook)](Module& m, const Values& inputs, const Values& outputs) {
+      std::optional<Values> replaced = observe(m, inputs, outputs);
+      DTR_INTERNAL_ASSERT(!replaced, "{}: an observing forward hook replaced the outputs", m.type_name());
+      return replaced;
+    };
+  }
   forward_hooks_.insert(prepend == Prepend::kYes ? forward_hooks_.begin() : forward_hooks_.end(), std::move(hook));
-  if (role == HookRole::kActs) ++acting_hooks_;
 }
 void Module::register_backward_pre_hook(BackwardHook hook, Prepend prepend, HookRole role) {
   backward_pre_hooks_.insert(prepend == Prepend::kYes ? backward_pre_hooks_.begin() : backward_pre_hooks_.end(),

@@ -107,20 +107,24 @@ void DDPModule::issue_ready_buckets() {
   }
 }
 
-void DDPModule::on_gradient(size_t index) {
-  if (deterministic_block_tokens() > 0 && (!sync_ || unsynced_[index])) {
-    // Taken from the leaf, so that the engine never adds two micro-batches' gradients in
-    // arrival order (nor reduces them: two Partials meeting under the mode are reduced).
-    DTensor& p = *params_[index];
-    std::optional<TreeSum<DTensor>>& tree = unsynced_[index];
-    if (!tree) tree.emplace([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
-    tree->push(p.grad());
-    p.set_grad(DTensor());
-    if (!sync_) return;
-    p.set_grad(tree->finish());
-    tree.reset();
-  }
+// Under --deterministic: the parameter's gradient from this backward (zeros where its loss did
+// not reach it), taken from the leaf so that the engine never adds two micro-batches'
+// gradients in arrival order (nor reduces them: two Partials meeting under the mode are),
+// as one leaf of its tree; with sync on, the leaf gets the tree's root back.
+void DDPModule::push_unsynced(size_t index) {
+  DTensor& p = *params_[index];
+  std::optional<TreeSum<DTensor>>& tree = unsynced_[index];
+  if (!tree) tree.emplace([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
+  tree->push(partial_grad(p, summed_over_data(p)));
+  p.set_grad(DTensor());
   if (!sync_) return;
+  p.set_grad(tree->finish());
+  tree.reset();
+}
+
+void DDPModule::on_gradient(size_t index) {
+  const bool deterministic = deterministic_block_tokens() > 0;
+  if (!sync_ && !deterministic) return;
   if (!in_backward_) {  // this backward's first gradient
     in_backward_ = true;
     next_bucket_ = 0;
@@ -131,20 +135,30 @@ void DDPModule::on_gradient(size_t index) {
       if (!alive.expired()) finish_backward();
     });
   }
+  DTR_CHECK(!deterministic || !arrived_[index], NotImplementedError,
+            "replicate under --deterministic: a parameter of {} got a second gradient in one backward; each "
+            "micro-batch's gradient is one leaf of its tree",
+            type_name_);
   if (arrived_[index]) return;  // a second gradient for the parameter in this backward
   arrived_[index] = true;
+  if (deterministic) push_unsynced(index);
+  if (!sync_) return;
   --waiting_[bucket_of_[index]];
   issue_ready_buckets();
 }
 
 void DDPModule::finish_backward() {
   // A parameter this rank's loss did not reach joins its bucket with a zero gradient
-  // (partial_grad), so every rank all-reduces every bucket; with earlier micro-batches'
-  // (--deterministic), with their sum.
-  for (size_t k = 0; k < params_.size(); ++k) {
-    if (!unsynced_[k]) continue;
-    params_[k]->set_grad(unsynced_[k]->finish());
-    unsynced_[k].reset();
+  // (partial_grad), so every rank all-reduces every bucket; under --deterministic it is a
+  // zero leaf of its tree (and, synced, the root joins its bucket).
+  if (deterministic_block_tokens() > 0) {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (!arrived_[k]) push_unsynced(k);
+    }
+  }
+  if (!sync_) {
+    in_backward_ = false;
+    return;
   }
   std::fill(waiting_.begin(), waiting_.end(), 0);
   issue_ready_buckets();

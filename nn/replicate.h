@@ -54,10 +54,13 @@ class DDPModule : public ParallelPolicy {
   void on_gradient(size_t index);
   // Issues, in order, the buckets from next_bucket_ on whose gradients have all arrived.
   void issue_ready_buckets();
-  // Queued by the first gradient of each synced backward: see above.
+  // Queued by the first gradient of each synced backward (under --deterministic, of every
+  // backward): see above.
   void finish_backward();
   // ValueError when the last backward threw before it finished.
   void check_last_backward_complete() const;
+  // Under --deterministic: the parameter's gradient from this backward as a leaf of its tree.
+  void push_unsynced(size_t index);
 
   std::string type_name_;
   std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks
@@ -65,12 +68,14 @@ class DDPModule : public ParallelPolicy {
   std::vector<std::vector<size_t>> buckets_;
   std::vector<size_t> bucket_of_;  // per parameter
   bool sync_ = true;
-  bool in_backward_ = false;                               // a synced backward's gradients are arriving
-  std::vector<bool> arrived_;                              // per parameter, in this backward
-  std::vector<size_t> waiting_;                            // per bucket: gradients still to arrive
-  size_t next_bucket_ = 0;                                 // the next bucket to issue
-  std::vector<std::vector<DTensor>> reduced_;              // per bucket: the pending all-reduce's results
-  std::vector<std::optional<TreeSum<DTensor>>> unsynced_;  // per parameter, under --deterministic
+  bool in_backward_ = false;                   // a synced backward's gradients are arriving
+  std::vector<bool> arrived_;                  // per parameter, in this backward
+  std::vector<size_t> waiting_;                // per bucket: gradients still to arrive
+  size_t next_bucket_ = 0;                     // the next bucket to issue
+  std::vector<std::vector<DTensor>> reduced_;  // per bucket: the pending all-reduce's results
+  // Per parameter, under --deterministic: the unsynced micro-batches' gradients, summed in the
+  // canonical tree (kernels/block_reduce.h). Between them a parameter's grad() is empty.
+  std::vector<std::optional<TreeSum<DTensor>>> unsynced_;
 };
 
 // Replicates `module`'s parameters over the 1-D `mesh` (see above); the handle lives as

@@ -89,13 +89,18 @@ Values Transformer::forward(const Values& inputs) {
   }
   DTensor weight = output_->weight();
   if (tied_apart_ && config_.tie_embeddings) {
+    DTR_CHECK(!tied_output_.defined(), ValueError,
+              "Transformer: a forward with the tied weight's gradient apart while the last one's output part was "
+              "not taken (take_tied_output_grad)");
     tied_output_ = weight.detach();
     tied_output_.requires_grad_();
-    // Kept where it arrives (Partial over the ranks that split the batch): the caller reduces it.
-    tied_output_.register_hook([this](const DTensor& g) {
-      tied_output_.set_grad_placements(g.placements());
-      return DTensor();
-    });
+    // Kept unreduced, Partial over the mesh dims that split the batch: the caller reduces it.
+    Placements unreduced = weight.placements();
+    DTR_INTERNAL_ASSERT(x.mesh() == weight.mesh(), "Transformer: the hidden states and the tied weight on two meshes");
+    for (size_t d = 0; d < unreduced.size(); ++d) {
+      if (x.placements()[d].is_shard(0)) unreduced[d] = Partial();
+    }
+    tied_output_.set_grad_placements(unreduced);
     weight = tied_output_;
   }
   return {linear_cross_entropy(x, weight, output_->bias(), targets)};

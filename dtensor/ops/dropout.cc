@@ -19,12 +19,13 @@ DTensor dropout(const DTensor& x, double p, uint64_t seed) {
   ShardLayout layout{x.shape(), moved.spec().local_chunk().offset};
   // A micro-batch's tensor is drawn at its place in the step's batch (kernels/block_reduce.h).
   if (const BatchWindow w = batch_window(); w.total > 0 && x.dim() >= 2 && x.size(0) == w.count) {
-    const int64_t rows = moved.to_local().size(0);
-    DTR_CHECK(w.rank_stride == 0 || (rows > 0 && rows < w.count && w.count % rows == 0), ValueError,
-              "dropout: {} in a rank-major micro-batch must be split evenly along dim 0 over the data-parallel ranks",
-              describe(x));
+    const int64_t rows = moved.to_local().size(0), offset = layout.offset[0];
+    DTR_CHECK(w.rank_stride == 0 || rows == 0 || offset % w.rank_rows + rows <= w.rank_rows, ValueError,
+              "dropout: {}'s local rows {}..{} straddle two data-parallel ranks' shares ({} rows each) of a "
+              "rank-major micro-batch; split dim 0 over the data-parallel ranks",
+              describe(x), offset, offset + rows, w.rank_rows);
     layout.global_shape[0] = w.total;
-    layout.offset[0] = w.first_row(layout.offset[0], rows);
+    layout.offset[0] = w.row(offset);
   }
   DTensor y = make_output(dropout(moved.to_local(), p, seed, layout).y, x.mesh(), s.strategy.outputs[0], x.shape());
   record("dropout", s.inputs, std::span(&y, 1),

@@ -66,10 +66,14 @@ grep -q "CostModel::load: '$model' is not a cost model file" "$err"
 # ranks (an all_to_all, and an all_gather for an all-reduce), as planned over two; it does
 # not change the plan, and it does not go with --execute.
 "$bin" --mesh 4 --shape 8,2 --from P --to S0 --deterministic >"$out"
-grep -q "reduce_scatter(sum) over groups \[\[0, 1, 2, 3\]\]; deterministic: in the canonical tree of the group's members instead: an all_to_all of their blocks, each rank summing its part's in the tree, the ring's bytes per rank$" "$out"
-"$bin" --mesh 4 --shape 8,2 --from P --to R --deterministic | grep -q "in the tree, then an all_gather of the parts, the ring's bytes per rank$"
-"$bin" --mesh 2 --shape 8,2 --from P --to R --deterministic | grep -q "deterministic: as planned (two ranks: one addition, the canonical tree's)$"
-if "$bin" --mesh 4 --shape 8,2 --from P --to R | grep -q "deterministic"; then
+grep -q "reduce_scatter(sum) over groups \[\[0, 1, 2, 3\]\]; deterministic: in the canonical tree of the group's members instead: an all_to_all of their blocks, each rank summing the blocks of its part in the tree, the ring's bytes per rank$" "$out"
+"$bin" --mesh 4 --shape 8,2 --from P --to R --deterministic >"$out"
+grep -q "in the tree, then an all_gather of the parts, the ring's bytes per rank$" "$out"
+"$bin" --mesh 2 --shape 8,2 --from P --to R --deterministic >"$out"
+grep -q "deterministic: as planned (two ranks: one addition, the canonical tree's)$" "$out"
+"$bin" --mesh 4 --shape 8,2 --from P --to R >"$out"
+grep -q "all_reduce(sum) over groups" "$out"
+if grep -q "deterministic" "$out"; then
   echo "explain_sharding spoke of --deterministic without the flag" >&2
   exit 1
 fi

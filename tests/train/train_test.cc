@@ -219,8 +219,9 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // output weight tied to the embedding, fsdp on 2 and ddp on 4, and with 2 or 4 micro-batches
   // (its two gradient parts summed over them apart), --comm-debug on; with feature blocks,
   // tensor parallelism on 2 and 3, and fsdp, ddp and hsdp x tp on 4; a batch of 12 on 3
-  // ranks, in 3 micro-batches (one process, fsdp 2), and in 2 rank-major micro-batches on 3
-  // fsdp and ddp ranks (tied too), and 3 ranks resumed on one.
+  // ranks, in 3 micro-batches (one process, fsdp 2), and in 2 or 4 rank-major micro-batches
+  // on 3 fsdp, ddp and hsdp ranks (4: one sequence per rank each, a tree of four leaves; tied:
+  // fsdp with 4, ddp with 2); mixed precision on 4 fsdp ranks; and 3 ranks resumed on one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -313,12 +314,15 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   std::string twelve = flags;
   twelve.replace(twelve.find("--batch-size 8"), 14, "--batch-size 12");
   const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
-  for (const Layout& l : std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
-                                             {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
-                                             {"none_accum3", 0, "--parallel none --grad-accum 3"},
-                                             {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
-                                             {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
-                                             {"ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}}) {
+  for (const Layout& l :
+       std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
+                           {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
+                           {"none_accum3", 0, "--parallel none --grad-accum 3"},
+                           {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
+                           {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
+                           {"fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
+                           {"ddp3_accum4", 3, "--parallel ddp --grad-accum 4"},
+                           {"hsdp3_accum4", 3, "--parallel hsdp --mesh replicate=3,shard=1 --grad-accum 4"}}) {
     INFO(l.name);
     const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve);
     CHECK(run.digest == twelve_one.digest);
@@ -329,10 +333,13 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   std::string twelve_tied = tied_flags;
   twelve_tied.replace(twelve_tied.find("--batch-size 8"), 14, "--batch-size 12");
   const Run twelve_tied_one = run_deterministic("twelve_tied_none", 0, "--parallel none", twelve_tied);
-  const Run twelve_tied_fsdp3 =
-      run_deterministic("twelve_tied_fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2", twelve_tied);
-  CHECK(twelve_tied_fsdp3.digest == twelve_tied_one.digest);
-  CHECK(twelve_tied_fsdp3.loss_and_norm == twelve_tied_one.loss_and_norm);
+  for (const Layout& l : std::vector<Layout>{{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
+                                             {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}}) {
+    INFO(l.name);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve_tied);
+    CHECK(run.digest == twelve_tied_one.digest);
+    CHECK(run.loss_and_norm == twelve_tied_one.loss_and_norm);
+  }
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
   // ranks as one.
   const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);

@@ -36,7 +36,6 @@
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
 #include "dtensor/visualize_sharding.h"
-#include "kernels/block_reduce.h"
 #include "tools/command_line.h"
 #include "tools/explain_sharding/execute_plan.h"
 #include "tools/launcher/self_launch.h"
@@ -131,7 +130,6 @@ int main(int argc, char** argv) {
     DTR_CHECK(!(execute && deterministic), ValueError,
               "--execute with --deterministic: the run compares the counter with the planned ring collectives; "
               "--deterministic only explains how the mode runs the sums, give one of the two");
-    if (deterministic) dtr::set_deterministic_block_tokens(1);  // any block: the explainer reads only that it is on
     const dtr::DType dtype = dtypes.at(dtype_name);
     const std::vector<int64_t> mesh_shape = parse_mesh(mesh_text);
     const dtr::Shape shape = parse_shape(shape_text);
@@ -153,7 +151,8 @@ int main(int argc, char** argv) {
     std::optional<dtr::CostModel> cost_model;
     if (!cost_model_path.empty()) cost_model = dtr::CostModel::load(cost_model_path);
     const dtr::CostModel* model = cost_model ? &*cost_model : nullptr;
-    std::cout << "source: " << dtr::visualize_sharding(source) << "\n" << explain_plan(plan, model) << "\n";
+    std::cout << "source: " << dtr::visualize_sharding(source) << "\n"
+              << explain_plan(plan, model, deterministic ? dtr::Deterministic::kYes : dtr::Deterministic::kNo) << "\n";
     if (alternatives)
       std::cout << dtr::explain_alternatives(dtr::plan_alternatives(source, plan.target_placements()), model) << "\n";
     std::cout << "target: " << dtr::visualize_sharding(source.with_placements(plan.target_placements()));

@@ -408,7 +408,7 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic with --{}: it splits a reduction block (a sequence's tokens, or the vocabulary's sum "
             "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
-  DTR_CHECK(c.grad_accum == 1 || power_of_two(data_ranks) || power_of_two(c.grad_accum), ValueError,
+  DTR_CHECK(!rank_major_micro_batches(c, data_ranks) || power_of_two(c.grad_accum), ValueError,
             "--deterministic with --grad-accum {} on {} data-parallel ranks: on a number of ranks that is not a "
             "power of two each rank's share of the step must be one node of the canonical tree, so a power of two "
             "of micro-batches; use --grad-accum 1, 2, 4 or 8",
@@ -434,6 +434,10 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
 }
 
 }  // namespace
+
+bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
+  return c.grad_accum > 1 && !std::has_single_bit(static_cast<uint64_t>(data_ranks));
+}
 
 void validate(const TrainConfig& c, int64_t world_size) {
   if (const auto steps = trace_steps(c)) {

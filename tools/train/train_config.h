@@ -91,6 +91,10 @@ struct TrainConfig {
 // The name of the tensor-parallel mesh dim: its ranks share their batch.
 inline constexpr std::string_view kTensorParallelDim = "tp";
 
+// Whether --deterministic runs the micro-batches rank-major (docs/deterministic.md): more
+// than one on a number of data-parallel ranks that is not a power of two.
+bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks);
+
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",
 // flag_value(ReshardAfterForward(2)) "2".
 std::string flag_value(Arch arch);

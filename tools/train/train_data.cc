@@ -72,7 +72,8 @@ Batch make_batch(const std::vector<uint16_t>& stream, const WindowOrder& order, 
   int64_t* x = tokens.data_ptr<int64_t>();
   int64_t* y = targets.data_ptr<int64_t>();
   const int64_t first_row =
-      BatchWindow{.first = first, .count = rows, .rank_stride = rank_stride}.first_row(chunk.offset[0], local_rows);
+      BatchWindow{.first = first, .count = rows, .rank_stride = rank_stride, .rank_rows = local_rows}.row(
+          chunk.offset[0]);
   for (int64_t r = 0; r < local_rows; ++r) {
     const int64_t start = order.start(first_row + r);
     for (int64_t t = 0; t < seq_len; ++t) {

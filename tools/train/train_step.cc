@@ -1,7 +1,6 @@
 #include "tools/train/train_step.h"
 
 #include <algorithm>
-#include <bit>
 #include <optional>
 
 #include "core/allocator.h"
@@ -75,13 +74,8 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   // micro-batch reduces each rank's node once.
   const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
   const bool tied = tree && m.net->config().tie_embeddings;
-  int64_t data_ranks = 1;
-  for (int64_t d = 0; d < mesh.ndim(); ++d) {
-    if (mesh.dim_names().empty() || mesh.dim_names()[static_cast<size_t>(d)] != kTensorParallelDim) {
-      data_ranks *= mesh.size(d);
-    }
-  }
-  const bool rank_major = tree && !std::has_single_bit(static_cast<uint64_t>(data_ranks));
+  const int64_t data_ranks = mesh.size() / c.tp;  // tensor-parallel ranks share their batch
+  const bool rank_major = tree && rank_major_micro_batches(c, data_ranks);
   const int64_t rank_rows = micro_rows / data_ranks;  // a rank's share of a micro-batch
   const int64_t step_first = window;
   const std::vector<DTensor*> params = m.net->parameters();
@@ -113,7 +107,8 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
                         .count = micro_rows,
                         .total = c.batch_size,
                         .targets = c.batch_size * c.seq_len,
-                        .rank_stride = rank_stride});
+                        .rank_stride = rank_stride,
+                        .rank_rows = rank_rows});
     }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
@@ -129,7 +124,16 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     }
     if (rank_major) {
       rank_losses.push(loss.detach());
-      if (tied) rank_tied_parts.push(m.net->take_tied_output_grad());
+      if (tied) {
+        DTensor part = m.net->take_tied_output_grad();
+        DTR_INTERNAL_ASSERT(part.defined(), "--deterministic --grad-accum: the tied weight's output part is missing");
+        rank_tied_parts.push(std::move(part));
+      }
+      // fully_shard leaves zeros in the leaves while sync is off: dropped, so that the synced
+      // micro-batch's reduced gradients are the leaves' as they are, not added to zeros.
+      if (micro + 1 < c.grad_accum) {
+        for (DTensor* p : params) p->set_grad(DTensor());
+      }
       continue;
     }
     losses.push(static_cast<float>(loss.item()));  // the loss is float32: its sums are too

@@ -1,8 +1,10 @@
 // One step of the train program. The step's --grad-accum micro-batches run forward and
 // backward (gradients synchronise on the last only; each loss is divided by --grad-accum, so
-// the step's loss is their mean; under --deterministic each micro-batch is reduced at once,
-// its loss divided by the whole batch's targets, and gradients and losses summed in the
-// canonical tree: docs/deterministic.md), then the global gradient norm is taken (and clipped to
+// the step's loss is their mean; under --deterministic each micro-batch's loss is divided by
+// the whole batch's targets, and gradients and losses are summed in the canonical tree, each
+// micro-batch reduced at once on a power of two of data-parallel ranks, else each rank's
+// rank-major share summed locally and reduced once: docs/deterministic.md), then the global
+// gradient norm is taken (and clipped to
 // --grad-clip when that is > 0). Both are global reductions, the same on every rank: when
 // either is not finite, every rank stops there, before the optimizer step, so no checkpoint
 // can hold that state. Otherwise AdamW steps at the schedule's lr, the schedule steps and
