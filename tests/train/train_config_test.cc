@@ -157,6 +157,7 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--tp 2 --feature-blocks 4", 4},
       {"--tp 3 --heads 3 --dim 48 --feature-blocks 6 --parallel none", 3},
       {"--mixed-precision --batch-size 16", 2},
+      {"--mixed-precision --batch-size 16 --grad-accum 2", 2},
       {"--mixed-precision --batch-size 16 --parallel hsdp --mesh replicate=2,shard=2", 4},
   };
   for (const auto& [flags, ranks] : accepted) {
@@ -170,9 +171,9 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
        "must be a power of two, so that each rank's share is one node of the canonical tree (a split that cuts a "
        "node is not covered); e.g. --batch-size 8"},
       {"--batch-size 36 --grad-accum 3", 3,
-       "--deterministic with --grad-accum 3 on 3 data-parallel ranks: on a number of ranks that is not a power of "
-       "two each rank's share of the step must be one node of the canonical tree, so a power of two of "
-       "micro-batches; use --grad-accum 1, 2, 4 or 8"},
+       "--deterministic with --grad-accum 3 on 3 data-parallel ranks: the micro-batches run rank-major there, each "
+       "rank's share of the step one node of the canonical tree, so a power of two of them; use --grad-accum 1, 2, "
+       "4 or 8"},
       {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6,
        "--deterministic with --parallel hsdp on replicate=2,shard=3: each replica's shard group must hold one node of "
        "the canonical tree, so a power of two of shards (or replicate=1)"},
@@ -190,9 +191,10 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
        "--deterministic with --sequence-parallel: it splits a reduction block (a sequence's tokens, or the "
        "vocabulary's sum of exponentials) over the tp ranks; drop it"},
       {"--tp 2 --feature-blocks 2 --parallel none --loss-parallel", 2, "--deterministic with --loss-parallel"},
-      {"--mixed-precision --batch-size 16 --grad-accum 2", 2,
-       "--deterministic with --mixed-precision and --grad-accum 2: the micro-batches' bfloat16 gradients would meet "
-       "in float32 after their reductions, where one step's tree adds in bfloat16; use --grad-accum 1"},
+      {"--mixed-precision --batch-size 24 --grad-accum 3", 2,
+       "--deterministic with --grad-accum 3 on 2 data-parallel ranks with --mixed-precision: the micro-batches run "
+       "rank-major there, each rank's share of the step one node of the canonical tree, so a power of two of them; "
+       "use --grad-accum 1, 2, 4 or 8"},
   };
   for (const auto& [flags, ranks, expected] : refused) {
     INFO(flags << " on " << ranks << " ranks");

@@ -221,7 +221,8 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // tensor parallelism on 2 and 3, and fsdp, ddp and hsdp x tp on 4; a batch of 12 on 3
   // ranks, in 3 micro-batches (one process, fsdp 2), and in 2 or 4 rank-major micro-batches
   // on 3 fsdp, ddp and hsdp ranks (4: one sequence per rank each, a tree of four leaves; tied:
-  // fsdp with 4, ddp with 2); mixed precision on 4 fsdp ranks; and 3 ranks resumed on one.
+  // fsdp with 4, ddp with 2); mixed precision on 4 fsdp ranks and on 2 with 2 micro-batches;
+  // and 3 ranks resumed on one.
   const std::string tied_flags =
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
@@ -341,11 +342,16 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     CHECK(run.loss_and_norm == twelve_tied_one.loss_and_norm);
   }
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
-  // ranks as one.
+  // ranks, and 2 with 2 rank-major micro-batches (their tree adds in bf16), as one.
   const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);
-  const Run mixed_four = run_deterministic("mixed_fsdp4", 4, "--parallel fsdp --mixed-precision", flags);
-  CHECK(mixed_four.digest == mixed_one.digest);
-  CHECK(mixed_four.loss_and_norm == mixed_one.loss_and_norm);
+  for (const Layout& l :
+       std::vector<Layout>{{"mixed_fsdp4", 4, "--parallel fsdp --mixed-precision"},
+                           {"mixed_fsdp2_accum2", 2, "--parallel fsdp --mixed-precision --grad-accum 2"}}) {
+    INFO(l.name);
+    const Run run = run_deterministic(l.name, l.ranks, l.flags, flags);
+    CHECK(run.digest == mixed_one.digest);
+    CHECK(run.loss_and_norm == mixed_one.loss_and_norm);
+  }
   CHECK(mixed_one.digest != one.digest);
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");

@@ -409,14 +409,10 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
   DTR_CHECK(!rank_major_micro_batches(c, data_ranks) || power_of_two(c.grad_accum), ValueError,
-            "--deterministic with --grad-accum {} on {} data-parallel ranks: on a number of ranks that is not a "
-            "power of two each rank's share of the step must be one node of the canonical tree, so a power of two "
-            "of micro-batches; use --grad-accum 1, 2, 4 or 8",
-            c.grad_accum, data_ranks);
-  DTR_CHECK(!c.mixed_precision || c.grad_accum == 1, ValueError,
-            "--deterministic with --mixed-precision and --grad-accum {}: the micro-batches' bfloat16 gradients would "
-            "meet in float32 after their reductions, where one step's tree adds in bfloat16; use --grad-accum 1",
-            c.grad_accum);
+            "--deterministic with --grad-accum {} on {} data-parallel ranks{}: the micro-batches run rank-major "
+            "there, each rank's share of the step one node of the canonical tree, so a power of two of them; use "
+            "--grad-accum 1, 2, 4 or 8",
+            c.grad_accum, data_ranks, c.mixed_precision ? " with --mixed-precision" : "");
   int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
   while (node * 2 <= sequences_per_rank) node *= 2;
   DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank), ValueError,
@@ -436,7 +432,7 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
 }  // namespace
 
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
-  return c.grad_accum > 1 && !std::has_single_bit(static_cast<uint64_t>(data_ranks));
+  return c.grad_accum > 1 && (c.mixed_precision || !std::has_single_bit(static_cast<uint64_t>(data_ranks)));
 }
 
 void validate(const TrainConfig& c, int64_t world_size) {

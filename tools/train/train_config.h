@@ -92,7 +92,8 @@ struct TrainConfig {
 inline constexpr std::string_view kTensorParallelDim = "tp";
 
 // Whether --deterministic runs the micro-batches rank-major (docs/deterministic.md): more
-// than one on a number of data-parallel ranks that is not a power of two.
+// than one on a number of data-parallel ranks that is not a power of two, or with
+// --mixed-precision (whose micro-batches' tree must add in bfloat16, before the reduction).
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks);
 
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",

@@ -160,7 +160,10 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       DTensor& weight = *params[tied_index];
       const DTensor embedding_part = weight.grad();
       const DTensor output_part = reduced_as(rank_tied_parts.finish(), embedding_part.spec());
-      weight.set_grad(DTensor(add(output_part.to_local(), embedding_part.to_local()), embedding_part.spec()));
+      // Added in the parts' dtype (bfloat16 under --mixed-precision, as one step's slot adds
+      // them), then laid out as the weight's gradient.
+      const Tensor sum = add(output_part.to_local(), embedding_part.to_local().to(output_part.dtype()));
+      weight.set_grad(DTensor(sum.to(embedding_part.dtype()), embedding_part.spec()));
     }
   } else if (tree) {
     r.loss = losses.finish();
