@@ -253,6 +253,15 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     int ranks;
     std::string flags;
   };
+  // Each layout, run on `base_flags`, gives `base`'s digest, losses and gradient norms.
+  auto check_layouts = [&](const Run& base, const std::string& base_flags, const std::vector<Layout>& layouts) {
+    for (const Layout& l : layouts) {
+      INFO(l.name);
+      const Run run = run_deterministic(l.name, l.ranks, l.flags, base_flags);
+      CHECK(run.digest == base.digest);
+      CHECK(run.loss_and_norm == base.loss_and_norm);
+    }
+  };
   const std::vector<Layout> layouts = {
       {"fsdp2", 2, "--parallel fsdp"},
       {"ddp2", 2, "--parallel ddp"},
@@ -265,27 +274,17 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
       {"fsdp2_accum4", 2, "--parallel fsdp --grad-accum 4"},
       {"ddp4_accum2", 4, "--parallel ddp --grad-accum 2"},
   };
-  for (const Layout& l : layouts) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, flags);
-    CHECK(run.digest == one.digest);
-    CHECK(run.loss_and_norm == one.loss_and_norm);
-  }
+  check_layouts(one, flags, layouts);
   // The output weight tied to the embedding: its two gradients reduced apart.
   const Run tied_one = run_deterministic("tied_none", 0, "--parallel none", tied_flags);
-  for (const Layout& l :
-       std::vector<Layout>{{"tied_fsdp2", 2, "--parallel fsdp"},
-                           {"tied_ddp4", 4, "--parallel ddp"},
-                           {"tied_fsdp2_accum2", 2, "--parallel fsdp --grad-accum 2"},
-                           {"tied_ddp2_accum4", 2, "--parallel ddp --grad-accum 4"},
-                           {"tied_none_accum2", 0, "--parallel none --grad-accum 2"},
-                           // --comm-debug's hooks only watch: the same bits
-                           {"tied_none_accum2_comm_debug", 0, "--parallel none --grad-accum 2 --comm-debug 2"}}) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, tied_flags);
-    CHECK(run.digest == tied_one.digest);
-    CHECK(run.loss_and_norm == tied_one.loss_and_norm);
-  }
+  check_layouts(tied_one, tied_flags,
+                {{"tied_fsdp2", 2, "--parallel fsdp"},
+                 {"tied_ddp4", 4, "--parallel ddp"},
+                 {"tied_fsdp2_accum2", 2, "--parallel fsdp --grad-accum 2"},
+                 {"tied_ddp2_accum4", 2, "--parallel ddp --grad-accum 4"},
+                 {"tied_none_accum2", 0, "--parallel none --grad-accum 2"},
+                 // --comm-debug's hooks only watch: the same bits
+                 {"tied_none_accum2_comm_debug", 0, "--parallel none --grad-accum 2 --comm-debug 2"}});
   CHECK(tied_one.digest != one.digest);
   // Tensor parallelism (the output weight tied) with the contractions over features in 2
   // fixed blocks: tp 2 alone, under fsdp with 2 micro-batches (fully_shard keeps the tied
@@ -293,65 +292,44 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // the same blocks; and tp 3 with 6 blocks (2 per rank) as one process with 6.
   const std::string blocked = tied_flags + " --feature-blocks 2";
   const Run blocked_one = run_deterministic("blocked_none", 0, "--parallel none", blocked);
-  for (const Layout& l :
-       std::vector<Layout>{{"tp2", 2, "--parallel none --tp 2"},
-                           {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"},
-                           {"ddp2_tp2", 4, "--parallel ddp --tp 2"},
-                           {"hsdp2x1_tp2", 4, "--parallel hsdp --tp 2 --mesh replicate=2,shard=1,tp=2"}}) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, blocked);
-    CHECK(run.digest == blocked_one.digest);
-    CHECK(run.loss_and_norm == blocked_one.loss_and_norm);
-  }
+  check_layouts(blocked_one, blocked,
+                {{"tp2", 2, "--parallel none --tp 2"},
+                 {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"},
+                 {"ddp2_tp2", 4, "--parallel ddp --tp 2"},
+                 {"hsdp2x1_tp2", 4, "--parallel hsdp --tp 2 --mesh replicate=2,shard=1,tp=2"}});
   std::string three_heads = tied_flags + " --feature-blocks 6";
   three_heads.replace(three_heads.find("--dim 32 --layers 2 --heads 2"), 29, "--dim 48 --layers 2 --heads 3");
   const Run three_heads_one = run_deterministic("blocked6_none", 0, "--parallel none", three_heads);
-  const Run tp3 = run_deterministic("tp3", 3, "--parallel none --tp 3", three_heads);
-  CHECK(tp3.digest == three_heads_one.digest);
-  CHECK(tp3.loss_and_norm == three_heads_one.loss_and_norm);
+  check_layouts(three_heads_one, three_heads, {{"tp3", 3, "--parallel none --tp 3"}});
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
   // shards uneven), and 3 micro-batches on one process and on 2 ranks, as one rank with all 12;
   // 192 tokens, whose mean no power of two divides.
   std::string twelve = flags;
   twelve.replace(twelve.find("--batch-size 8"), 14, "--batch-size 12");
   const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
-  for (const Layout& l :
-       std::vector<Layout>{{"fsdp3", 3, "--parallel fsdp"},
-                           {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
-                           {"none_accum3", 0, "--parallel none --grad-accum 3"},
-                           {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
-                           {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
-                           {"fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
-                           {"ddp3_accum4", 3, "--parallel ddp --grad-accum 4"},
-                           {"hsdp3_accum4", 3, "--parallel hsdp --mesh replicate=3,shard=1 --grad-accum 4"}}) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve);
-    CHECK(run.digest == twelve_one.digest);
-    CHECK(run.loss_and_norm == twelve_one.loss_and_norm);
-  }
+  check_layouts(twelve_one, twelve,
+                {{"fsdp3", 3, "--parallel fsdp"},
+                 {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
+                 {"none_accum3", 0, "--parallel none --grad-accum 3"},
+                 {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
+                 {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
+                 {"fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
+                 {"ddp3_accum4", 3, "--parallel ddp --grad-accum 4"},
+                 {"hsdp3_accum4", 3, "--parallel hsdp --mesh replicate=3,shard=1 --grad-accum 4"}});
   // The same with the output weight tied: its output part summed per rank over the rank-major
   // micro-batches, unreduced, then reduced once.
   std::string twelve_tied = tied_flags;
   twelve_tied.replace(twelve_tied.find("--batch-size 8"), 14, "--batch-size 12");
   const Run twelve_tied_one = run_deterministic("twelve_tied_none", 0, "--parallel none", twelve_tied);
-  for (const Layout& l : std::vector<Layout>{{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
-                                             {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}}) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, twelve_tied);
-    CHECK(run.digest == twelve_tied_one.digest);
-    CHECK(run.loss_and_norm == twelve_tied_one.loss_and_norm);
-  }
+  check_layouts(twelve_tied_one, twelve_tied,
+                {{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
+                 {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}});
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
   // ranks, and 2 with 2 rank-major micro-batches (their tree adds in bf16), as one.
   const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);
-  for (const Layout& l :
-       std::vector<Layout>{{"mixed_fsdp4", 4, "--parallel fsdp --mixed-precision"},
-                           {"mixed_fsdp2_accum2", 2, "--parallel fsdp --mixed-precision --grad-accum 2"}}) {
-    INFO(l.name);
-    const Run run = run_deterministic(l.name, l.ranks, l.flags, flags);
-    CHECK(run.digest == mixed_one.digest);
-    CHECK(run.loss_and_norm == mixed_one.loss_and_norm);
-  }
+  check_layouts(mixed_one, flags,
+                {{"mixed_fsdp4", 4, "--parallel fsdp --mixed-precision"},
+                 {"mixed_fsdp2_accum2", 2, "--parallel fsdp --mixed-precision --grad-accum 2"}});
   CHECK(mixed_one.digest != one.digest);
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");
