@@ -288,11 +288,7 @@ ReadChunks read_sources(nn::Module& module, const std::map<std::string, Source>&
     const auto it = sources.find(name);
     if (it == sources.end()) continue;
     // A Partial entry takes the whole value as Replicate; load_state_dict redistributes it.
-    Placements placements = value.placements();
-    for (Placement& p : placements) {
-      if (p.is_partial()) p = Replicate();
-    }
-    const DTensorSpec spec(value.spec().mesh(), placements, value.shape(), value.dtype());
+    const DTensorSpec spec(value.spec().mesh(), reduced_placements(value.placements()), value.shape(), value.dtype());
     // One read per piece (several for a StridedShard), placed where the piece sits locally.
     const std::vector<LocalPiece> pieces = spec.local_pieces();
     Tensor local = pieces.size() == 1 ? read_chunk(*it->second.file, *it->second.entry, pieces[0].chunk, op)

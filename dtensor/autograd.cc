@@ -24,11 +24,7 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 
 // A zero gradient for an output that received none.
 DTensor zeros_for(const DTensorSpec& spec) {
-  Placements p = spec.placements();
-  for (Placement& q : p) {
-    if (q.is_partial()) q = Replicate();
-  }
-  DTensorSpec s = spec.with_placements(p);
+  DTensorSpec s = spec.with_placements(reduced_placements(spec.placements()));
   return DTensor(zeros(s.local_shape(), s.dtype(), s.mesh().device()), s);
 }
 
@@ -161,10 +157,7 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
     // Under --deterministic (kernels/block_reduce.h) the two gradients of a tied weight are
     // reduced apart and then added: the tree of each, whichever rank holds which terms.
     // Adding the ranks' terms first would make the sum's order the layout's.
-    Placements reduced = a.placements();
-    for (Placement& p : reduced) {
-      if (p.is_partial()) p = Replicate();
-    }
+    const Placements reduced = reduced_placements(a.placements());
     const DTensor ra = a.redistribute(reduced), rb = b.redistribute(reduced);
     return DTensor(add(ra.to_local(), rb.to_local()), ra.spec());
   }

@@ -154,6 +154,13 @@ Placement parse_placement(std::string_view text) {
   throw_parse_error(text);
 }
 
+Placements reduced_placements(Placements placements) {
+  for (Placement& p : placements) {
+    if (p.is_partial()) p = Replicate();
+  }
+  return placements;
+}
+
 Placements parse_placements(std::string_view text) {
   // Split on commas outside parentheses.
   Placements result;

@@ -90,6 +90,9 @@ Placement StridedShard(int64_t dim, int64_t split_factor);
 Placement Replicate();
 Placement Partial(ReduceOp op = ReduceOp::kSum);
 
+// `placements` with every Partial made Replicate: where a Partial value goes once reduced.
+Placements reduced_placements(Placements placements);
+
 // Parses one placement: "S(0)", "S0", "Shard(dim=0)", "SS(0,3)",
 // "StridedShard(dim=0, split_factor=3)", "R", "Replicate()", "P", "P(avg)", "Pavg",
 // "Partial(max)". Throws ValueError naming the text and the accepted forms.

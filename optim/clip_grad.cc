@@ -173,11 +173,7 @@ double clip_grad_norm_(const std::vector<DTensor*>& parameters, double max_norm,
     if (p == nullptr || !p->grad().defined()) continue;
     DTensor g = p->grad();
     if (g.spec().has_partial()) {  // a Partial gradient's value is its reduction
-      Placements reduced = g.placements();
-      for (Placement& q : reduced) {
-        if (q.is_partial()) q = Replicate();
-      }
-      g = g.redistribute(reduced);
+      g = g.redistribute(reduced_placements(g.placements()));
       p->set_grad(g);
     }
     grads.push_back(g);

@@ -46,13 +46,7 @@ DTensor moved(const DTensor& x, const Placements& placements, std::string_view w
 }
 
 // `x` with its Partial placements reduced.
-DTensor reduced(const DTensor& x, std::string_view what) {
-  Placements placements = x.placements();
-  for (Placement& p : placements) {
-    if (p.is_partial()) p = Replicate();
-  }
-  return moved(x, placements, what);
-}
+DTensor reduced(const DTensor& x, std::string_view what) { return moved(x, reduced_placements(x.placements()), what); }
 
 // The number of targets not equal to ignore_index over the whole (sharded or replicated)
 // target, made Replicate through a strategy so that its all_reduce is a promised collective;

@@ -186,11 +186,7 @@ DTensor matmul_checked(std::string_view op, const DTensor& a, const DTensor& b, 
   if (deterministic_feature_blocks() > 1 && y.spec().has_partial()) {
     // The bias goes on after the reduction, as one rank's product adds it to the tree's root;
     // add would place it on one rank's term (Replicate to Partial is free) and round it there.
-    Placements reduced = y.placements();
-    for (Placement& p : reduced) {
-      if (p.is_partial()) p = Replicate();
-    }
-    y = y.redistribute(reduced);
+    y = y.redistribute(reduced_placements(y.placements()));
   }
   return add(y, *bias);
 }

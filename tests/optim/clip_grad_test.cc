@@ -19,11 +19,7 @@ namespace {
 // A parameter under `placements` whose gradient is the chunk of `full` (or, for Partial
 // placements, the full value on coordinate 0 of those dims and zeros elsewhere).
 DTensor parameter_with_grad(const DeviceMesh& mesh, const Placements& placements, const Tensor& full) {
-  Placements param_placements = placements;
-  for (Placement& p : param_placements) {
-    if (p.is_partial()) p = Replicate();
-  }
-  DTensor p = distribute_tensor(full, mesh, param_placements);
+  DTensor p = distribute_tensor(full, mesh, reduced_placements(placements));
   p.requires_grad_();
   const DTensorSpec spec(mesh, placements, full.shape(), full.dtype());
   Tensor local = ranges_of(full, spec.local_ranges()).clone();  // its own storage: clipping must not scale `full`
