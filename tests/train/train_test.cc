@@ -227,6 +227,12 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
       "--dim 32 --layers 2 --heads 2 --seq-len 16 --batch-size 8 --steps 4 --eval-every 0 --warmup 0 "
       "--lr-schedule constant --dropout 0.1 --deterministic";
   const std::string flags = tied_flags + " --tie-embeddings false";
+  // `text` with its `from` made `to`.
+  auto replaced = [](std::string text, const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return text.replace(at, from.size(), to);
+  };
   struct Run {
     std::string digest;
     std::vector<std::pair<double, double>> loss_and_norm;
@@ -297,15 +303,14 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
                  {"fsdp2_tp2_accum2", 4, "--parallel fsdp --tp 2 --grad-accum 2"},
                  {"ddp2_tp2", 4, "--parallel ddp --tp 2"},
                  {"hsdp2x1_tp2", 4, "--parallel hsdp --tp 2 --mesh replicate=2,shard=1,tp=2"}});
-  std::string three_heads = tied_flags + " --feature-blocks 6";
-  three_heads.replace(three_heads.find("--dim 32 --layers 2 --heads 2"), 29, "--dim 48 --layers 2 --heads 3");
+  const std::string three_heads =
+      replaced(tied_flags + " --feature-blocks 6", "--dim 32 --layers 2 --heads 2", "--dim 48 --layers 2 --heads 3");
   const Run three_heads_one = run_deterministic("blocked6_none", 0, "--parallel none", three_heads);
   check_layouts(three_heads_one, three_heads, {{"tp3", 3, "--parallel none --tp 3"}});
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
   // shards uneven), and 3 micro-batches on one process and on 2 ranks, as one rank with all 12;
   // 192 tokens, whose mean no power of two divides.
-  std::string twelve = flags;
-  twelve.replace(twelve.find("--batch-size 8"), 14, "--batch-size 12");
+  const std::string twelve = replaced(flags, "--batch-size 8", "--batch-size 12");
   const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
   check_layouts(twelve_one, twelve,
                 {{"fsdp3", 3, "--parallel fsdp"},
@@ -318,8 +323,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
                  {"hsdp3_accum4", 3, "--parallel hsdp --mesh replicate=3,shard=1 --grad-accum 4"}});
   // The same with the output weight tied: its output part summed per rank over the rank-major
   // micro-batches, unreduced, then reduced once.
-  std::string twelve_tied = tied_flags;
-  twelve_tied.replace(twelve_tied.find("--batch-size 8"), 14, "--batch-size 12");
+  const std::string twelve_tied = replaced(tied_flags, "--batch-size 8", "--batch-size 12");
   const Run twelve_tied_one = run_deterministic("twelve_tied_none", 0, "--parallel none", twelve_tied);
   check_layouts(twelve_tied_one, twelve_tied,
                 {{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
@@ -334,8 +338,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");
   const std::string save_3 = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints_3.string());
-  std::string first_3 = twelve + save_3;
-  first_3.replace(first_3.find("--steps 4"), 9, "--steps 2");
+  const std::string first_3 = replaced(twelve + save_3, "--steps 4", "--steps 2");
   testing::run_train("train_test_det_resume_3_first", 3, first_3 + " --parallel fsdp");
   const Run resumed_1 = run_deterministic("resume_3_on_1", 0, "--parallel none" + save_3 + " --resume latest", twelve);
   CHECK(resumed_1.digest == twelve_one.digest);
@@ -344,8 +347,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   // Two steps on 2 ranks, a checkpoint, the last two on 4: the uninterrupted run's bits.
   const fs::path checkpoints = fresh_dir("det_resume_checkpoints");
   const std::string save = fmt::format(" --use-dcp-checkpointing --checkpoint-dir {}", checkpoints.string());
-  std::string first_half = flags + save;
-  first_half.replace(first_half.find("--steps 4"), 9, "--steps 2");
+  const std::string first_half = replaced(flags + save, "--steps 4", "--steps 2");
   testing::run_train("train_test_det_resume_first", 2, first_half);
   const Run resumed = run_deterministic("resume", 4, save + " --resume latest", flags);
   CHECK(resumed.digest == one.digest);

@@ -79,7 +79,8 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   const int64_t rank_rows = micro_rows / data_ranks;  // a rank's share of a micro-batch
   const int64_t step_first = window;
   const std::vector<DTensor*> params = m.net->parameters();
-  const size_t tied_index = [&] {  // the tied weight's place in params
+  const size_t tied_index = [&] {  // the tied weight's place in params (when it matters)
+    if (!tied) return params.size();
     for (const auto& [name, p] : m.net->named_parameters()) {
       if (name == "embed.weight")
         return static_cast<size_t>(std::find(params.begin(), params.end(), p) - params.begin());
