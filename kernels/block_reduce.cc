@@ -58,6 +58,18 @@ BatchWindow batch_window() {
   return g_window;
 }
 
+std::vector<TreeNode> covering_nodes(int64_t first, int64_t end) {
+  DTR_CHECK(0 <= first && first <= end, ValueError, "covering_nodes: blocks [{}, {}) is no range", first, end);
+  std::vector<TreeNode> nodes;
+  while (first < end) {
+    int level = 0;  // the largest node starting at `first` that ends by `end`
+    while (first % (int64_t{2} << level) == 0 && first + (int64_t{2} << level) <= end) ++level;
+    nodes.push_back({.level = level, .index = first >> level});
+    first += int64_t{1} << level;
+  }
+  return nodes;
+}
+
 void add_tensors(std::vector<Tensor>& left, const std::vector<Tensor>& right) {
   for (size_t i = 0; i < left.size(); ++i) {
     if (left[i].defined()) add_(left[i], right[i]);

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace dtr {
@@ -59,29 +60,50 @@ struct BatchWindow {
 void set_batch_window(const BatchWindow& window);
 BatchWindow batch_window();
 
-// The canonical tree built leaf by leaf, for leaves that arrive one at a time (micro-batches'
-// gradients). A binary counter: the stack holds complete nodes of strictly falling levels,
-// and a new leaf merges with the top while their levels match; finish() combines what is
-// left from the top down (the tree pads the leaves to a power of two, so each is the left
-// child of a node whose right child is the rest). `add(left, right)` sums right into left.
+// A node of the canonical tree: blocks [index 2^level, (index + 1) 2^level).
+struct TreeNode {
+  int level = 0;
+  int64_t index = 0;
+
+  int64_t first() const { return index << level; }
+  int64_t size() const { return int64_t{1} << level; }
+};
+
+// The largest nodes of the canonical tree that cover blocks [first, end), in order: at most
+// 2 log2(end - first) + 1 of them (the levels rise while `first`'s alignment allows, then
+// fall with what is left). A range that one node covers is that node.
+std::vector<TreeNode> covering_nodes(int64_t first, int64_t end);
+
+// The canonical tree built node by node, for sums that arrive one at a time (micro-batches'
+// gradients), in the order of their blocks from block 0. A binary counter: the stack holds
+// complete nodes of strictly falling levels, and a new node merges with the top while the
+// two are siblings (the top the left child of their parent); finish() combines what is left
+// from the top down (the tree pads the blocks to a power of two, so each is the left child
+// of a node whose right child is the rest). `add(left, right)` sums right into left.
 template <class Value>
 class TreeSum {
  public:
   explicit TreeSum(std::function<void(Value&, const Value&)> add) : add_(std::move(add)) {}
-  // Leaf 0, 1, ... in order.
-  void push(Value leaf) {
-    int level = 0;
-    while (!stack_.empty() && stack_.back().first == level) {
+  // Leaf 0, 1, ... in order: the node of level 0 after the last one pushed.
+  void push(Value leaf) { push(std::move(leaf), TreeNode{.level = 0, .index = next_}); }
+  // The node `at`, whose blocks follow those pushed before it.
+  void push(Value value, TreeNode at) {
+    DTR_CHECK(at.first() == next_, ValueError,
+              "TreeSum: a node of blocks [{}, {}) pushed after blocks [0, {}); nodes arrive in the order of their "
+              "blocks",
+              at.first(), at.first() + at.size(), next_);
+    next_ = at.first() + at.size();
+    while (!stack_.empty() && stack_.back().first.level == at.level && at.index % 2 == 1) {
       Value left = std::move(stack_.back().second);
       stack_.pop_back();
-      add_(left, leaf);
-      leaf = std::move(left);
-      ++level;
+      add_(left, value);
+      value = std::move(left);
+      at = TreeNode{.level = at.level + 1, .index = at.index / 2};
     }
-    stack_.emplace_back(level, std::move(leaf));
+    stack_.emplace_back(at, std::move(value));
   }
   bool empty() const { return stack_.empty(); }
-  // The root (at least one leaf pushed); the sum is empty after.
+  // The root (at least one node pushed); the sum is empty after.
   Value finish() {
     Value right = std::move(stack_.back().second);
     stack_.pop_back();
@@ -91,12 +113,14 @@ class TreeSum {
       add_(left, right);
       right = std::move(left);
     }
+    next_ = 0;
     return right;
   }
 
  private:
   std::function<void(Value&, const Value&)> add_;
-  std::vector<std::pair<int, Value>> stack_;
+  std::vector<std::pair<TreeNode, Value>> stack_;
+  int64_t next_ = 0;  // the first block not pushed yet
 };
 
 // TreeSum's addition of lists of tensors: position by position, in place; a position

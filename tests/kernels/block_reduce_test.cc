@@ -83,6 +83,49 @@ TEST_CASE("TreeSum builds the same tree leaf by leaf (micro-batches' gradients)"
   }
 }
 
+TEST_CASE("covering_nodes: a range's largest aligned nodes, rising then falling", "[kernels][block_reduce]") {
+  auto ranges = [](int64_t first, int64_t end) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (const TreeNode& n : covering_nodes(first, end)) out.emplace_back(n.first(), n.first() + n.size());
+    return out;
+  };
+  using R = std::vector<std::pair<int64_t, int64_t>>;
+  CHECK(ranges(0, 12) == R{{0, 8}, {8, 12}});
+  CHECK(ranges(6, 12) == R{{6, 8}, {8, 12}});  // 12 sequences on 2 ranks: rank 1's share
+  CHECK(ranges(0, 6) == R{{0, 4}, {4, 6}});    // and rank 0's
+  CHECK(ranges(3, 14) == R{{3, 4}, {4, 8}, {8, 12}, {12, 14}});
+  CHECK(ranges(8, 16) == R{{8, 16}});  // one node
+  CHECK(ranges(5, 5).empty());
+  CHECK(covering_nodes(4, 8).front().level == 2);
+  CHECK(covering_nodes(4, 8).front().index == 1);
+  CHECK_THROWS_WITH(covering_nodes(6, 2), Catch::Contains("covering_nodes: blocks [6, 2) is no range"));
+}
+
+TEST_CASE("TreeSum takes nodes of any size in order: the micro-batches that cover a batch sum as its leaves do",
+          "[kernels][block_reduce]") {
+  const auto plus = [](double& left, const double& right) { left += right; };
+  for (int64_t n = 1; n <= 24; ++n) {
+    const std::vector<double> x = awkward(n);
+    // Split [0, n) at every cut c, each side into its covering nodes, each node's leaves summed
+    // by the tree: pushed node by node, they give the tree over all n leaves.
+    for (int64_t cut = 0; cut <= n; ++cut) {
+      INFO("leaves " << n << ", cut at " << cut);
+      TreeSum<double> sum(plus);
+      for (const auto& [first, end] : {std::pair{int64_t{0}, cut}, std::pair{cut, n}}) {
+        for (const TreeNode& node : covering_nodes(first, end)) {
+          const std::span<const double> leaves(x.data() + node.first(), static_cast<size_t>(node.size()));
+          sum.push(tree_sum(leaves), node);
+        }
+      }
+      CHECK(sum.finish() == by_definition(x));
+    }
+  }
+  TreeSum<double> sum(plus);
+  sum.push(1.0, TreeNode{.level = 1, .index = 0});
+  CHECK_THROWS_WITH(sum.push(1.0, TreeNode{.level = 0, .index = 3}),
+                    Catch::Contains("TreeSum: a node of blocks [3, 4) pushed after blocks [0, 2)"));
+}
+
 TEST_CASE("the batch window: none by default, a range inside the batch", "[kernels][block_reduce]") {
   CHECK(batch_window().total == 0);
   set_batch_window({.first = 4, .count = 4, .total = 8});

@@ -151,6 +151,12 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 12 --grad-accum 3", 1},
       {"--batch-size 24 --grad-accum 3", 4},
       {"--batch-size 24 --grad-accum 2", 3},  // rank-major: each rank's 8 sequences one node
+      // On a power of two of ranks any share: the micro-batches split into nodes.
+      {"--batch-size 12", 2},
+      {"--batch-size 24", 8},
+      {"--batch-size 12 --grad-accum 2", 1},
+      {"--batch-size 9 --grad-accum 3", 1},
+      {"--batch-size 36 --grad-accum 3 --parallel hsdp --mesh replicate=2,shard=2", 4},
       // Tensor parallelism: each tp rank a power of two of the feature blocks (one rank: any number).
       {"--feature-blocks 6 --dim 48 --heads 3", 1},
       {"--tp 2 --feature-blocks 2 --parallel none", 2},
@@ -166,10 +172,13 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
   }
   // A share that cuts a node, named with what would hold one.
   const std::vector<std::tuple<std::string, int64_t, std::string>> refused = {
-      {"--batch-size 12", 2,
-       "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
-       "must be a power of two, so that each rank's share is one node of the canonical tree (a split that cuts a "
-       "node is not covered); e.g. --batch-size 8"},
+      {"--batch-size 18", 3,
+       "--deterministic: 6 sequences per rank (--batch-size 18 over 1 micro-batch(es) and 3 data-parallel rank(s)) "
+       "must be a power of two, so that each rank's share is one node of the canonical tree (other counts are split "
+       "into nodes only on a power of two of data-parallel ranks without --mixed-precision); e.g. --batch-size 12"},
+      {"--mixed-precision --batch-size 12", 2,
+       "--deterministic with --mixed-precision: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 "
+       "data-parallel rank(s)) must be a power of two"},
       {"--batch-size 36 --grad-accum 3", 3,
        "--deterministic with --grad-accum 3 on 3 data-parallel ranks: the micro-batches run rank-major there, each "
        "rank's share of the step one node of the canonical tree, so a power of two of them; use --grad-accum 1, 2, "

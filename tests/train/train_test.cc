@@ -182,14 +182,14 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
-      {"--deterministic --grad-accum 3 --batch-size 9",
-       "--deterministic: 3 sequences per rank (--batch-size 9 over 3 micro-batch(es) and 1 data-parallel rank(s)) "
-       "must be a power of two",
+      {"--deterministic --parallel fsdp --mixed-precision --grad-accum 2 --batch-size 12",
+       "--deterministic with --mixed-precision: 6 sequences per rank (--batch-size 12 over 2 micro-batch(es) and 1 "
+       "data-parallel rank(s)) must be a power of two",
        0},
-      {"--deterministic --tie-embeddings false --batch-size 12",
-       "--deterministic: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 data-parallel rank(s)) "
+      {"--deterministic --tie-embeddings false --batch-size 18",
+       "--deterministic: 6 sequences per rank (--batch-size 18 over 1 micro-batch(es) and 3 data-parallel rank(s)) "
        "must be a power of two",
-       2},
+       3},
   };
   for (const Case& c : cases) {
     INFO(c.flags);
@@ -309,12 +309,19 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   check_layouts(three_heads_one, three_heads, {{"tp3", 3, "--parallel none --tp 3"}});
   // 12 sequences: 4 per rank on 3 ranks (one node each, combined in the tree of 3; fully_shard's
   // shards uneven), and 3 micro-batches on one process and on 2 ranks, as one rank with all 12;
-  // 192 tokens, whose mean no power of two divides.
+  // 192 tokens, whose mean no power of two divides. Shares that cut a node, run as the nodes
+  // that cover each micro-batch: 6 per rank on 2 ranks (8, then 4), 3 on 4 (ddp, hsdp 2 x 2),
+  // 2 micro-batches of 6 on one process and of 3 per rank on 2 ranks.
   const std::string twelve = replaced(flags, "--batch-size 8", "--batch-size 12");
   const Run twelve_one = run_deterministic("twelve_none", 0, "--parallel none", twelve);
   check_layouts(twelve_one, twelve,
                 {{"fsdp3", 3, "--parallel fsdp"},
                  {"hsdp3", 3, "--parallel hsdp --mesh replicate=3,shard=1"},
+                 {"fsdp2_cut", 2, "--parallel fsdp"},
+                 {"ddp4_cut", 4, "--parallel ddp"},
+                 {"hsdp4_cut", 4, "--parallel hsdp --mesh replicate=2,shard=2"},
+                 {"none_accum2_cut", 0, "--parallel none --grad-accum 2"},
+                 {"fsdp2_accum2_cut", 2, "--parallel fsdp --grad-accum 2"},
                  {"none_accum3", 0, "--parallel none --grad-accum 3"},
                  {"fsdp2_accum3", 2, "--parallel fsdp --grad-accum 3"},
                  {"fsdp3_accum2", 3, "--parallel fsdp --grad-accum 2"},
@@ -322,11 +329,12 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
                  {"ddp3_accum4", 3, "--parallel ddp --grad-accum 4"},
                  {"hsdp3_accum4", 3, "--parallel hsdp --mesh replicate=3,shard=1 --grad-accum 4"}});
   // The same with the output weight tied: its output part summed per rank over the rank-major
-  // micro-batches, unreduced, then reduced once.
+  // micro-batches, unreduced, then reduced once; or, cut on 2 ranks, reduced per node.
   const std::string twelve_tied = replaced(tied_flags, "--batch-size 8", "--batch-size 12");
   const Run twelve_tied_one = run_deterministic("twelve_tied_none", 0, "--parallel none", twelve_tied);
   check_layouts(twelve_tied_one, twelve_tied,
                 {{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
+                 {"twelve_tied_fsdp2_cut", 2, "--parallel fsdp"},
                  {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}});
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
   // ranks, and 2 with 2 rank-major micro-batches (their tree adds in bf16), as one.

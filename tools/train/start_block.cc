@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/cuda/cuda_device.h"
 #include "core/units.h"
@@ -43,7 +45,9 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
                                                               c.sequence_parallel ? ", sequence parallel" : "",
                                                               c.loss_parallel ? ", loss parallel" : "");
   fmt::print("parallel   {}{}{}{}{}\n", flag_value(c.parallel), tensor_parallel,
-             c.mixed_precision ? ", bf16 parameters, float32 reduction" : "",
+             c.mixed_precision ? (c.deterministic ? ", bf16 parameters and reduction (--deterministic)"
+                                                  : ", bf16 parameters, float32 reduction")
+                               : "",
              c.cpu_offload ? ", shards, gradients and AdamW state offloaded to the host" : "",
              c.activation_checkpoint != ActivationCheckpoint::kNone
                  ? fmt::format(", {} activation checkpointing of every {} block(s)",
@@ -54,8 +58,14 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
   fmt::print("placements {}\n", placements_summary(net, mesh));
   fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
              data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
-  fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank)\n", c.batch_size,
-             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / (world / c.tp));
+  const std::vector<MicroBatch> micros = micro_batches(c, world / c.tp);
+  std::string nodes;  // --deterministic's split of each micro-batch into nodes of its tree
+  for (const MicroBatch& m : micros) nodes += fmt::format("{}{}", nodes.empty() ? "" : ", ", m.rows);
+  fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank){}\n", c.batch_size,
+             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / (world / c.tp),
+             static_cast<int64_t>(micros.size()) == c.grad_accum
+                 ? ""
+                 : fmt::format("; --deterministic runs them as the canonical tree's nodes of {} sequences", nodes));
   if (c.eval_every > 0) {
     const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
     fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,

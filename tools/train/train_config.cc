@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "kernels/block_reduce.h"
 #include "tools/command_line.h"
 
 namespace dtr::train {
@@ -380,14 +381,21 @@ void check_vocab(const TrainConfig& c, int64_t tokenizer_vocab) {
 
 namespace {
 
+// Whether micro_batches splits the step's micro-batches into nodes of the canonical tree.
+bool splits_into_nodes(const TrainConfig& c, int64_t data_ranks) {
+  return c.deterministic && !c.mixed_precision && std::has_single_bit(static_cast<uint64_t>(data_ranks)) &&
+         data_ranks * c.grad_accum > 1;
+}
+
 // What --deterministic covers so far (docs/deterministic.md). The global batch's sequences are
 // the leaves of the canonical tree, and every sum over ranks or micro-batches must combine
 // whole nodes of it: a rank's sequences in a micro-batch one aligned node (a power of two of
 // them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
 // of any number of ranks; under hsdp each replica's shard group one node too (a power of two
 // of shards, unless there is one replica); micro-batches, any number of them on a power of
-// two of ranks, else a power of two of them (each rank's share of the step one node). A split that cuts a node would
-// need the ranks' node lists exchanged.
+// two of ranks, else a power of two of them (each rank's share of the step one node). On a
+// power of two of ranks without --mixed-precision, micro_batches splits any batch into nodes.
+// A split that cuts a node elsewhere would need the ranks' node lists exchanged.
 void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
                             const std::vector<std::pair<std::string, int64_t>>& dims) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
@@ -415,11 +423,14 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             c.grad_accum, data_ranks, c.mixed_precision ? " with --mixed-precision" : "");
   int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
   while (node * 2 <= sequences_per_rank) node *= 2;
-  DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank), ValueError,
-            "--deterministic: {} sequences per rank (--batch-size {} over {} micro-batch(es) and {} data-parallel "
-            "rank(s)) must be a power of two, so that each rank's share is one node of the canonical tree (a split "
-            "that cuts a node is not covered); e.g. --batch-size {}",
-            sequences_per_rank, c.batch_size, c.grad_accum, data_ranks, node * c.grad_accum * data_ranks);
+  DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank) || splits_into_nodes(c, data_ranks),
+            ValueError,
+            "--deterministic{}: {} sequences per rank (--batch-size {} over {} micro-batch(es) and {} data-parallel "
+            "rank(s)) must be a power of two, so that each rank's share is one node of the canonical tree (other "
+            "counts are split into nodes only on a power of two of data-parallel ranks without "
+            "--mixed-precision); e.g. --batch-size {}",
+            c.mixed_precision ? " with --mixed-precision" : "", sequences_per_rank, c.batch_size, c.grad_accum,
+            data_ranks, node * c.grad_accum * data_ranks);
   if (c.parallel == Parallel::kHsdp) {
     const int64_t replicas = dims.at(0).second, shards = dims.at(1).second;
     DTR_CHECK(replicas == 1 || power_of_two(shards), ValueError,
@@ -433,6 +444,21 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
 
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
   return c.grad_accum > 1 && (c.mixed_precision || !std::has_single_bit(static_cast<uint64_t>(data_ranks)));
+}
+
+std::vector<MicroBatch> micro_batches(const TrainConfig& c, int64_t data_ranks) {
+  const int64_t rows = c.batch_size / c.grad_accum;
+  std::vector<MicroBatch> out;
+  for (int64_t first = 0; first < c.batch_size; first += rows) {
+    if (!splits_into_nodes(c, data_ranks)) {
+      out.push_back({.first = first, .rows = rows});
+      continue;
+    }
+    for (const TreeNode& node : covering_nodes(first, first + rows)) {
+      out.push_back({.first = node.first(), .rows = node.size()});
+    }
+  }
+  return out;
 }
 
 void validate(const TrainConfig& c, int64_t world_size) {

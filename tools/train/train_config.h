@@ -96,6 +96,19 @@ inline constexpr std::string_view kTensorParallelDim = "tp";
 // --mixed-precision (whose micro-batches' tree must add in bfloat16, before the reduction).
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks);
 
+// One micro-batch of a step: sequences [first, first + rows) of the step's batch.
+struct MicroBatch {
+  int64_t first = 0, rows = 0;
+};
+
+// The step's micro-batches in order: --grad-accum equal ranges. Under --deterministic on a
+// power of two of data-parallel ranks (without --mixed-precision), when there is more than
+// one rank or micro-batch, each range is split into the nodes of the canonical tree that
+// cover it (covering_nodes, kernels/block_reduce.h), so that every rank's share of each is
+// one node whatever the batch size: 12 sequences on 2 ranks run as 8 and 4
+// (docs/deterministic.md).
+std::vector<MicroBatch> micro_batches(const TrainConfig& c, int64_t data_ranks);
+
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",
 // flag_value(ReshardAfterForward(2)) "2".
 std::string flag_value(Arch arch);

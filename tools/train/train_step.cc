@@ -1,6 +1,7 @@
 #include "tools/train/train_step.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 
 #include "core/allocator.h"
@@ -58,7 +59,6 @@ class MicroBatchScope {
 StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& schedule, const TrainConfig& c,
                       const std::vector<uint16_t>& tokens, const WindowOrder& order, const DeviceMesh& mesh,
                       int64_t& window) {
-  const int64_t micro_rows = c.batch_size / c.grad_accum;
   StepResult r;
   // Under --deterministic the micro-batches are nodes of the canonical tree (each a range of
   // the global batch's sequences, split over the ranks): each is reduced over the ranks at
@@ -72,11 +72,15 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   // and replicate sum each rank's micro-batches' gradients unreduced in the tree (sync off
   // until the last), as this sums the losses and the tied weight's output part, and the last
   // micro-batch reduces each rank's node once.
-  const bool tree = deterministic_block_tokens() > 0 && c.grad_accum > 1;
-  const bool tied = tree && m.net->config().tie_embeddings;
+  //
+  // On a power of two of ranks a micro-batch whose share per rank is not a node is split into
+  // the nodes that cover it (micro_batches): 12 sequences on 2 ranks run as 8, then 4.
   const int64_t data_ranks = mesh.size() / c.tp;  // tensor-parallel ranks share their batch
+  const std::vector<MicroBatch> micros = micro_batches(c, data_ranks);
+  const auto count = static_cast<int64_t>(micros.size());
+  const bool tree = deterministic_block_tokens() > 0 && count > 1;
+  const bool tied = tree && m.net->config().tie_embeddings;
   const bool rank_major = tree && rank_major_micro_batches(c, data_ranks);
-  const int64_t rank_rows = micro_rows / data_ranks;  // a rank's share of a micro-batch
   const int64_t step_first = window;
   const std::vector<DTensor*> params = m.net->parameters();
   const size_t tied_index = [&] {  // the tied weight's place in params (when it matters)
@@ -97,15 +101,18 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   std::vector<DTensorSpec> grad_specs;
   const nn::SeedState step_seeds = nn::seed_state();
   const int64_t rank_stride = rank_major ? c.batch_size / data_ranks : 0;
-  for (int64_t micro = 0; micro < c.grad_accum; ++micro) {
-    m.set_gradient_sync((tree && !rank_major) || micro + 1 == c.grad_accum);
-    const int64_t first = micro * (rank_major ? rank_rows : micro_rows);  // in the step's batch
+  for (int64_t micro = 0; micro < count; ++micro) {
+    const int64_t rows = micros[static_cast<size_t>(micro)].rows;
+    const int64_t rank_rows = rows / data_ranks;  // a rank's share of the micro-batch
+    m.set_gradient_sync((tree && !rank_major) || micro + 1 == count);
+    // In the step's batch (rank-major: rank 0's rows).
+    const int64_t first = rank_major ? micro * rank_rows : micros[static_cast<size_t>(micro)].first;
     if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
       nn::set_seed_state(step_seeds);
       // Every target of train's windows counts (none is ignore_index): the loss's mean divides
       // by the whole batch's, so the micro-batches' losses are its terms.
       set_batch_window({.first = first,
-                        .count = micro_rows,
+                        .count = rows,
                         .total = c.batch_size,
                         .targets = c.batch_size * c.seq_len,
                         .rank_stride = rank_stride,
@@ -113,11 +120,11 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
-      return make_batch(tokens, order, step_first + first, micro_rows, c.seq_len, mesh, rank_stride);
+      return make_batch(tokens, order, step_first + first, rows, c.seq_len, mesh, rank_stride);
     }();
-    window += micro_rows;
+    window += rows;
     DTensor loss = (*m.net)(batch.tokens, batch.targets);
-    if (c.grad_accum > 1 && !tree) loss = div(loss, static_cast<double>(c.grad_accum));
+    if (count > 1 && !tree) loss = div(loss, static_cast<double>(count));
     loss.backward();
     if (!tree) {
       r.loss += loss.item();
@@ -132,12 +139,16 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       }
       // fully_shard leaves zeros in the leaves while sync is off: dropped, so that the synced
       // micro-batch's reduced gradients are the leaves' as they are, not added to zeros.
-      if (micro + 1 < c.grad_accum) {
+      if (micro + 1 < count) {
         for (DTensor* p : params) p->set_grad(DTensor());
       }
       continue;
     }
-    losses.push(static_cast<float>(loss.item()));  // the loss is float32: its sums are too
+    // The micro-batch is a node of the tree (micro_batches): its sums join the tree there.
+    DTR_INTERNAL_ASSERT(std::has_single_bit(static_cast<uint64_t>(rows)) && first % rows == 0,
+                        "--deterministic: micro-batch [{}, {}) is no node of the canonical tree", first, first + rows);
+    const TreeNode node{.level = std::countr_zero(static_cast<uint64_t>(rows)), .index = first / rows};
+    losses.push(static_cast<float>(loss.item()), node);  // the loss is float32: its sums are too
     std::vector<Tensor> leaf;
     grad_specs.clear();
     for (DTensor* p : params) {
@@ -152,7 +163,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       DTR_INTERNAL_ASSERT(part.defined(), "--deterministic --grad-accum: the tied weight's output part is missing");
       leaf.push_back(reduced_as(part, grad_specs.at(tied_index)).to_local());
     }
-    grads.push(std::move(leaf));
+    grads.push(std::move(leaf), node);
   }
   scope.reset();
   if (rank_major) {  // the ranks' nodes, reduced in the tree
