@@ -1,6 +1,7 @@
 #include "kernels/block_reduce.h"
 
 #include <atomic>
+#include <bit>
 #include <mutex>
 
 #include "core/error.h"
@@ -51,6 +52,13 @@ void set_batch_window(const BatchWindow& window) {
             window.rank_rows, window.rank_stride, window.first, window.count, window.total);
   const std::lock_guard<std::mutex> lock(g_window_mutex);
   g_window = window;
+}
+
+TreeNode BatchWindow::rank_node() const {
+  DTR_CHECK(rank_rows > 0 && std::has_single_bit(static_cast<uint64_t>(rank_rows)) && rank_first % rank_rows == 0,
+            ValueError, "BatchWindow: a rank's {} rows from sequence {} are no node of the canonical tree", rank_rows,
+            rank_first);
+  return {.level = std::countr_zero(static_cast<uint64_t>(rank_rows)), .index = rank_first / rank_rows};
 }
 
 BatchWindow batch_window() {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -37,29 +38,6 @@ void set_deterministic_feature_blocks(int64_t blocks);
 // 1 when the mode is off or no blocks were asked for.
 int64_t deterministic_feature_blocks();
 
-// Where the running micro-batch sits in its step's global batch (--deterministic with
-// --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
-// (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into
-// micro-batches draws the masks it draws whole; a mean loss (cross_entropy,
-// linear_cross_entropy) divides by `targets`, the whole batch's count of targets, so that the
-// micro-batches' losses and gradients are the whole batch's terms, whatever their number.
-// total 0: no window (the default); targets 0: the micro-batch's own count. With rank_stride
-// > 0 the micro-batch is rank-major: each data-parallel rank's rank_rows rows of it start
-// rank_stride sequences after the previous rank's, from `first` on rank 0 (a rank then holds
-// one range of the step's batch across its micro-batches).
-struct BatchWindow {
-  int64_t first = 0, count = 0, total = 0;
-  int64_t targets = 0;
-  int64_t rank_stride = 0, rank_rows = 0;
-
-  // The sequence of the step's batch that row `offset` of the micro-batch is.
-  int64_t row(int64_t offset) const {
-    return first + (rank_stride > 0 && rank_rows > 0 ? offset / rank_rows * rank_stride + offset % rank_rows : offset);
-  }
-};
-void set_batch_window(const BatchWindow& window);
-BatchWindow batch_window();
-
 // A node of the canonical tree: blocks [index 2^level, (index + 1) 2^level).
 struct TreeNode {
   int level = 0;
@@ -74,12 +52,49 @@ struct TreeNode {
 // fall with what is left). A range that one node covers is that node.
 std::vector<TreeNode> covering_nodes(int64_t first, int64_t end);
 
+// Where the running micro-batch sits in its step's global batch (--deterministic with
+// --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
+// (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into
+// micro-batches draws the masks it draws whole; a mean loss (cross_entropy,
+// linear_cross_entropy) divides by `targets`, the whole batch's count of targets, so that the
+// micro-batches' losses and gradients are the whole batch's terms, whatever their number.
+// total 0: no window (the default); targets 0: the micro-batch's own count. With rank_stride
+// > 0 the micro-batch is rank-major: each data-parallel rank's rank_rows rows of it start
+// rank_stride sequences after the previous rank's, from `first` on rank 0 (a rank then holds
+// one range of the step's batch across its micro-batches).
+//
+// Rank-major, rank_first is this rank's first sequence: its rank_rows rows are one node of the
+// canonical tree (rank_node), where fully_shard and replicate place the micro-batch's
+// gradient in their trees. With node_lists the ranks' shares of the step are not one node
+// each (a rank_stride that is not a power of two, or an hsdp shard group that is no node):
+// the policies reduce each rank's list of nodes over the whole data-parallel group
+// (dtensor/tree_terms.h) instead of one sum per rank.
+struct BatchWindow {
+  int64_t first = 0, count = 0, total = 0;
+  int64_t targets = 0;
+  int64_t rank_stride = 0, rank_rows = 0;
+  int64_t rank_first = 0;
+  bool node_lists = false;
+
+  // The sequence of the step's batch that row `offset` of the micro-batch is.
+  int64_t row(int64_t offset) const {
+    return first + (rank_stride > 0 && rank_rows > 0 ? offset / rank_rows * rank_stride + offset % rank_rows : offset);
+  }
+  // This rank's rows as a node of the tree (rank-major: rank_rows a power of two dividing rank_first).
+  TreeNode rank_node() const;
+};
+void set_batch_window(const BatchWindow& window);
+BatchWindow batch_window();
+
 // The canonical tree built node by node, for sums that arrive one at a time (micro-batches'
-// gradients), in the order of their blocks from block 0. A binary counter: the stack holds
-// complete nodes of strictly falling levels, and a new node merges with the top while the
-// two are siblings (the top the left child of their parent); finish() combines what is left
-// from the top down (the tree pads the blocks to a power of two, so each is the left child
-// of a node whose right child is the rest). `add(left, right)` sums right into left.
+// gradients), in the order of their blocks. A binary counter: a new node merges with the top
+// of the stack while the two are siblings (the top the left child of their parent). From
+// block 0 the stack holds complete nodes of strictly falling levels, and finish() combines
+// them from the top down (the tree pads the blocks to a power of two, so each is the left
+// child of a node whose right child is the rest). From another block (a rank's share of a
+// batch) the stack is the largest nodes covering the blocks pushed (covering_nodes), which
+// take_nodes() hands over for a reduction that combines them with the other ranks' in the
+// tree. `add(left, right)` sums right into left.
 template <class Value>
 class TreeSum {
  public:
@@ -88,6 +103,7 @@ class TreeSum {
   void push(Value leaf) { push(std::move(leaf), TreeNode{.level = 0, .index = next_}); }
   // The node `at`, whose blocks follow those pushed before it.
   void push(Value value, TreeNode at) {
+    if (stack_.empty() && next_ == 0) first_ = next_ = at.first();
     DTR_CHECK(at.first() == next_, ValueError,
               "TreeSum: a node of blocks [{}, {}) pushed after blocks [0, {}); nodes arrive in the order of their "
               "blocks",
@@ -103,8 +119,12 @@ class TreeSum {
     stack_.emplace_back(at, std::move(value));
   }
   bool empty() const { return stack_.empty(); }
-  // The root (at least one node pushed); the sum is empty after.
+  // The root (at least one node pushed, from block 0 unless they merged into one node); the
+  // sum is empty after.
   Value finish() {
+    DTR_CHECK(first_ == 0 || stack_.size() == 1, ValueError,
+              "TreeSum: blocks [{}, {}) are {} nodes, not a tree's root; take_nodes() hands them over", first_, next_,
+              stack_.size());
     Value right = std::move(stack_.back().second);
     stack_.pop_back();
     while (!stack_.empty()) {
@@ -113,14 +133,19 @@ class TreeSum {
       add_(left, right);
       right = std::move(left);
     }
-    next_ = 0;
+    first_ = next_ = 0;
     return right;
+  }
+  // The nodes covering the blocks pushed, in order; the sum is empty after.
+  std::vector<std::pair<TreeNode, Value>> take_nodes() {
+    first_ = next_ = 0;
+    return std::exchange(stack_, {});
   }
 
  private:
   std::function<void(Value&, const Value&)> add_;
   std::vector<std::pair<TreeNode, Value>> stack_;
-  int64_t next_ = 0;  // the first block not pushed yet
+  int64_t first_ = 0, next_ = 0;  // the first block pushed, the first block not pushed yet
 };
 
 // TreeSum's addition of lists of tensors: position by position, in place; a position

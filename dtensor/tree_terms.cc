@@ -1,0 +1,127 @@
+#include "dtensor/tree_terms.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "collectives/process_group.h"
+#include "core/error.h"
+#include "dtensor/placement.h"
+#include "kernels/elementwise.h"
+#include "kernels/fill.h"
+
+namespace dtr {
+namespace {
+
+// The mesh dims [first, first + count) that `v` is Partial(sum) over.
+std::pair<int64_t, int64_t> summed_dims(const DTensor& v) {
+  const Placements& p = v.placements();
+  int64_t first = -1, count = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(p.size()); ++d) {
+    if (!p[static_cast<size_t>(d)].is_partial()) continue;
+    DTR_CHECK(p[static_cast<size_t>(d)].reduce_op() == ReduceOp::kSum, ValueError,
+              "reduce_tree_terms: {} is Partial({}) on mesh dim {}; the tree sums Partial(sum) terms", v.to_string(),
+              reduce_op_name(p[static_cast<size_t>(d)].reduce_op()), d);
+    if (first < 0) first = d;
+    DTR_CHECK(d == first + count, ValueError,
+              "reduce_tree_terms: {} is Partial over mesh dims that are not contiguous; the data-parallel dims are",
+              v.to_string());
+    ++count;
+  }
+  DTR_CHECK(count > 0, ValueError, "reduce_tree_terms: {} is Partial over no mesh dim: nothing to reduce",
+            v.to_string());
+  return {first, count};
+}
+
+}  // namespace
+
+std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64_t stride,
+                                       std::span<const Placements> targets) {
+  DTR_CHECK(!terms.empty() && stride > 0, ValueError,
+            "reduce_tree_terms: {} nodes of shares of {} blocks; each rank holds at least one node", terms.size(),
+            stride);
+  const std::vector<DTensor>& like = terms.front().values;
+  DTR_CHECK(targets.size() == like.size(), ValueError, "reduce_tree_terms: {} targets for {} tensors", targets.size(),
+            like.size());
+  // One collective per mesh, dims and dtype: the tensors that share them, in order.
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < like.size(); ++i) {
+    auto same = [&](const std::vector<size_t>& g) {
+      const DTensor& o = like[g.front()];
+      return o.mesh() == like[i].mesh() && o.dtype() == like[i].dtype() && summed_dims(o) == summed_dims(like[i]);
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) {
+      groups.push_back({i});
+    } else {
+      it->push_back(i);
+    }
+  }
+  std::vector<DTensor> out(like.size());
+  for (const std::vector<size_t>& members : groups) {
+    const DTensor& lead = like[members.front()];
+    const DeviceMesh& mesh = lead.mesh();
+    const auto [m, count] = summed_dims(lead);
+    ProcessGroup& group = mesh.flattened_group(m, count);
+    const int64_t n = group.size(), j = mesh.flat_index(m, count);
+    // Every member's nodes, known from the stride alone; this rank's must be the ones it holds.
+    std::vector<std::vector<TreeNode>> nodes;
+    size_t slots = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      nodes.push_back(covering_nodes(k * stride, (k + 1) * stride));
+      slots = std::max(slots, nodes.back().size());
+    }
+    const std::vector<TreeNode>& mine = nodes[static_cast<size_t>(j)];
+    DTR_CHECK(std::equal(terms.begin(), terms.end(), mine.begin(), mine.end(),
+                         [](const TreeTerm& t, const TreeNode& c) { return t.node.level == c.level && t.node.index == c.index; }),
+              ValueError,
+              "reduce_tree_terms: rank {} of {} holds {} node(s) from block {}; its share [{}, {}) is covered by {} "
+              "node(s) from block {}",
+              j, n, terms.size(), terms.front().node.first(), j * stride, (j + 1) * stride, mine.size(),
+              mine.front().first());
+    int64_t numel = 0;
+    for (size_t i : members) numel += like[i].to_local().numel();
+    const int64_t part = (numel + n - 1) / n;  // each member owns `part` of the elements
+    const auto k_slots = static_cast<int64_t>(slots);
+    const Device device = lead.to_local().device();
+    // Block k of the send buffer: each of this rank's nodes' part k (slots it lacks stay zero).
+    Tensor send = zeros({n, k_slots, part}, lead.dtype(), device);
+    for (size_t s = 0; s < terms.size(); ++s) {
+      Tensor flat = zeros({n * part}, lead.dtype(), device);
+      int64_t offset = 0;
+      for (size_t i : members) {
+        const DTensor& v = terms[s].values[i];
+        DTR_INTERNAL_ASSERT(v.spec() == like[i].spec(), "reduce_tree_terms: tensor {} is {} on node {} and {} on node 0",
+                            i, v.to_string(), s, like[i].to_string());
+        const Tensor& local = v.to_local();
+        flat.narrow(0, offset, local.numel()).copy_(local.reshape({local.numel()}));
+        offset += local.numel();
+      }
+      send.select(1, static_cast<int64_t>(s)).copy_(flat.view({n, part}));
+    }
+    Tensor recv = Tensor::empty({n, k_slots, part}, lead.dtype(), device);
+    group.all_to_all_single(recv, send).wait();
+    // This rank's part of the whole batch's sum: every member's nodes in order of their blocks.
+    TreeSum<Tensor> tree([](Tensor& left, const Tensor& right) { add_(left, right); });
+    for (int64_t k = 0; k < n; ++k) {
+      const std::vector<TreeNode>& theirs = nodes[static_cast<size_t>(k)];
+      for (size_t s = 0; s < theirs.size(); ++s) {
+        tree.push(recv.select(0, k).select(0, static_cast<int64_t>(s)).clone(), theirs[s]);
+      }
+    }
+    const Tensor sum = tree.finish();
+    Tensor all = Tensor::empty({n * part}, lead.dtype(), device);
+    group.all_gather_into_tensor(all, sum).wait();
+    int64_t offset = 0;
+    for (size_t i : members) {
+      const DTensor& v = like[i];
+      const Tensor& local = v.to_local();
+      const Tensor reduced = all.narrow(0, offset, local.numel()).reshape(local.shape()).clone();
+      offset += local.numel();
+      const DTensorSpec summed(mesh, reduced_placements(v.placements()), v.shape(), v.dtype());
+      out[i] = DTensor(reduced, summed).redistribute(targets[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace dtr
