@@ -72,7 +72,9 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
     }
     const std::vector<TreeNode>& mine = nodes[static_cast<size_t>(j)];
     DTR_CHECK(std::equal(terms.begin(), terms.end(), mine.begin(), mine.end(),
-                         [](const TreeTerm& t, const TreeNode& c) { return t.node.level == c.level && t.node.index == c.index; }),
+                         [](const TreeTerm& t, const TreeNode& c) {
+                           return t.node.level == c.level && t.node.index == c.index;
+                         }),
               ValueError,
               "reduce_tree_terms: rank {} of {} holds {} node(s) from block {}; its share [{}, {}) is covered by {} "
               "node(s) from block {}",
@@ -90,10 +92,12 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
       int64_t offset = 0;
       for (size_t i : members) {
         const DTensor& v = terms[s].values[i];
-        DTR_INTERNAL_ASSERT(v.spec() == like[i].spec(), "reduce_tree_terms: tensor {} is {} on node {} and {} on node 0",
-                            i, v.to_string(), s, like[i].to_string());
+        DTR_INTERNAL_ASSERT(v.spec() == like[i].spec(),
+                            "reduce_tree_terms: tensor {} is {} on node {} and {} on node 0", i, v.to_string(), s,
+                            like[i].to_string());
         const Tensor& local = v.to_local();
-        flat.narrow(0, offset, local.numel()).copy_(local.reshape({local.numel()}));
+        flat.narrow(0, offset, local.numel())
+            .copy_(local.dim() == 0 ? local.unsqueeze(0) : local.reshape({local.numel()}));
         offset += local.numel();
       }
       send.select(1, static_cast<int64_t>(s)).copy_(flat.view({n, part}));
@@ -115,7 +119,8 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
     for (size_t i : members) {
       const DTensor& v = like[i];
       const Tensor& local = v.to_local();
-      const Tensor reduced = all.narrow(0, offset, local.numel()).reshape(local.shape()).clone();
+      const Tensor mine = all.narrow(0, offset, local.numel());
+      const Tensor reduced = (local.dim() == 0 ? mine.select(0, 0) : mine.reshape(local.shape())).clone();
       offset += local.numel();
       const DTensorSpec summed(mesh, reduced_placements(v.placements()), v.shape(), v.dtype());
       out[i] = DTensor(reduced, summed).redistribute(targets[i]);

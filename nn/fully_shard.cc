@@ -8,6 +8,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/tree_terms.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
@@ -289,12 +290,22 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              }
              return zeros;
            };
+           std::vector<TreeTerm> terms;  // --deterministic, node_lists: this rank's nodes
            if (deterministic_block_tokens() > 0) {
              std::vector<DTensor> zeros = reduce->sync ? std::vector<DTensor>() : leaf_zeros(g);
              if (!reduce->tree) reduce->tree.emplace(add_unreduced_each);
-             reduce->tree->push(std::move(g));
+             // Rank-major micro-batches: at this rank's node of the step's batch.
+             if (const BatchWindow w = batch_window(); w.rank_stride > 0) {
+               reduce->tree->push(std::move(g), w.rank_node());
+             } else {
+               reduce->tree->push(std::move(g));
+             }
              if (!reduce->sync) return zeros;
-             g = reduce->tree->finish();
+             if (batch_window().node_lists) {
+               for (auto& [node, values] : reduce->tree->take_nodes()) terms.push_back({node, std::move(values)});
+             } else {
+               g = reduce->tree->finish();
+             }
              reduce->tree.reset();
            } else if (!reduce->grads.empty()) {  // earlier micro-batches' unreduced gradients join this reduction
              for (size_t i = 0; i < g.size(); ++i) g[i] = accumulate_gradients(reduce->grads[i], g[i]);
@@ -308,7 +319,8 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            }
            reduce->grads.clear();
            wait_for_reduction();
-           std::vector<DTensor> out = redistribute_grouped(g, placements, Async::kYes, leaf_device);
+           std::vector<DTensor> out = terms.empty() ? redistribute_grouped(g, placements, Async::kYes, leaf_device)
+                                                    : reduce_tree_terms(terms, batch_window().rank_stride, placements);
            bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
              if (out[i].dtype() != dtypes[i]) {

@@ -8,6 +8,7 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/placement.h"
+#include "dtensor/tree_terms.h"
 #include "nn/parameter.h"
 
 namespace dtr::nn {
@@ -110,16 +111,44 @@ void DDPModule::issue_ready_buckets() {
 // Under --deterministic: the parameter's gradient from this backward (zeros where its loss did
 // not reach it), taken from the leaf so that the engine never adds two micro-batches'
 // gradients in arrival order (nor reduces them: two Partials meeting under the mode are),
-// as one leaf of its tree; with sync on, the leaf gets the tree's root back.
+// as one leaf of its tree (rank-major micro-batches: at this rank's node of the step's
+// batch); with sync on, the leaf gets the tree's root back, or under node lists keeps the tree
+// for finish_backward's one reduction of every parameter's nodes.
 void DDPModule::push_unsynced(size_t index) {
   DTensor& p = *params_[index];
   std::optional<TreeSum<DTensor>>& tree = unsynced_[index];
   if (!tree) tree.emplace([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
-  tree->push(partial_grad(p, summed_over_data(p)));
+  DTensor leaf = partial_grad(p, summed_over_data(p));
+  if (const BatchWindow w = batch_window(); w.rank_stride > 0) {
+    tree->push(std::move(leaf), w.rank_node());
+  } else {
+    tree->push(std::move(leaf));
+  }
   p.set_grad(DTensor());
-  if (!sync_) return;
+  if (!sync_ || batch_window().node_lists) return;
   p.set_grad(tree->finish());
   tree.reset();
+}
+
+// Under node lists (kernels/block_reduce.h's BatchWindow): every parameter's nodes, reduced
+// over the data-parallel group in the tree by one reduce_tree_terms, instead of the buckets.
+void DDPModule::reduce_node_lists() {
+  std::vector<TreeTerm> terms;
+  std::vector<Placements> targets;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    std::vector<std::pair<TreeNode, DTensor>> nodes = unsynced_[k]->take_nodes();
+    unsynced_[k].reset();
+    if (terms.empty()) terms.resize(nodes.size());
+    DTR_INTERNAL_ASSERT(nodes.size() == terms.size(), "replicate: parameter {} has {} nodes, parameter 0 {}", k,
+                        nodes.size(), terms.size());
+    for (size_t s = 0; s < nodes.size(); ++s) {
+      terms[s].node = nodes[s].first;
+      terms[s].values.push_back(std::move(nodes[s].second));
+    }
+    targets.push_back(params_[k]->placements());
+  }
+  const std::vector<DTensor> reduced = reduce_tree_terms(terms, batch_window().rank_stride, targets);
+  for (size_t k = 0; k < params_.size(); ++k) params_[k]->set_grad(reduced[k]);
 }
 
 void DDPModule::on_gradient(size_t index) {
@@ -142,7 +171,7 @@ void DDPModule::on_gradient(size_t index) {
   if (arrived_[index]) return;  // a second gradient for the parameter in this backward
   arrived_[index] = true;
   if (deterministic) push_unsynced(index);
-  if (!sync_) return;
+  if (!sync_ || (deterministic && batch_window().node_lists)) return;
   --waiting_[bucket_of_[index]];
   issue_ready_buckets();
 }
@@ -157,6 +186,11 @@ void DDPModule::finish_backward() {
     }
   }
   if (!sync_) {
+    in_backward_ = false;
+    return;
+  }
+  if (deterministic_block_tokens() > 0 && batch_window().node_lists) {
+    reduce_node_lists();
     in_backward_ = false;
     return;
   }

@@ -61,6 +61,8 @@ class DDPModule : public ParallelPolicy {
   void check_last_backward_complete() const;
   // Under --deterministic: the parameter's gradient from this backward as a leaf of its tree.
   void push_unsynced(size_t index);
+  // Under --deterministic with node lists, at the synced backward's end: see replicate.cc.
+  void reduce_node_lists();
 
   std::string type_name_;
   std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks

@@ -120,6 +120,30 @@ TEST_CASE("TreeSum takes nodes of any size in order: the micro-batches that cove
       CHECK(sum.finish() == by_definition(x));
     }
   }
+  // From another block (a rank's share): the stack is the nodes covering the share, each the
+  // tree over its leaves, and finish() refuses what is no root.
+  for (int64_t first = 1; first <= 12; ++first) {
+    for (int64_t end = first + 1; end <= 24; ++end) {
+      INFO("share [" << first << ", " << end << ")");
+      const std::vector<double> x = awkward(end);
+      TreeSum<double> share(plus);
+      for (int64_t i = first; i < end; ++i) share.push(x[static_cast<size_t>(i)], TreeNode{.level = 0, .index = i});
+      const std::vector<TreeNode> covering = covering_nodes(first, end);
+      const auto nodes = share.take_nodes();
+      REQUIRE(nodes.size() == covering.size());
+      for (size_t k = 0; k < nodes.size(); ++k) {
+        CHECK(nodes[k].first.level == covering[k].level);
+        CHECK(nodes[k].first.index == covering[k].index);
+        const std::span<const double> leaves(x.data() + covering[k].first(), static_cast<size_t>(covering[k].size()));
+        CHECK(nodes[k].second == tree_sum(leaves));
+      }
+      CHECK(share.empty());
+    }
+  }
+  TreeSum<double> share(plus);
+  share.push(1.0, TreeNode{.level = 1, .index = 3});
+  share.push(1.0, TreeNode{.level = 2, .index = 2});
+  CHECK_THROWS_WITH(share.finish(), Catch::Contains("TreeSum: blocks [6, 12) are 2 nodes, not a tree's root"));
   TreeSum<double> sum(plus);
   sum.push(1.0, TreeNode{.level = 1, .index = 0});
   CHECK_THROWS_WITH(sum.push(1.0, TreeNode{.level = 0, .index = 3}),

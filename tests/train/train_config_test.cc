@@ -157,6 +157,12 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
       {"--batch-size 12 --grad-accum 2", 1},
       {"--batch-size 9 --grad-accum 3", 1},
       {"--batch-size 36 --grad-accum 3 --parallel hsdp --mesh replicate=2,shard=2", 4},
+      // Elsewhere rank-major, shares that are no node reduced as lists of nodes.
+      {"--batch-size 18", 3},
+      {"--batch-size 36 --grad-accum 3", 3},
+      {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6},
+      {"--mixed-precision --batch-size 12", 2},
+      {"--mixed-precision --batch-size 24 --grad-accum 3", 2},
       // Tensor parallelism: each tp rank a power of two of the feature blocks (one rank: any number).
       {"--feature-blocks 6 --dim 48 --heads 3", 1},
       {"--tp 2 --feature-blocks 2 --parallel none", 2},
@@ -170,22 +176,8 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
     INFO(flags << " on " << ranks << " ranks");
     CHECK_NOTHROW(validate(parsed(det + flags), ranks));
   }
-  // A share that cuts a node, named with what would hold one.
+  // Tensor parallelism that splits a block, named with what would not.
   const std::vector<std::tuple<std::string, int64_t, std::string>> refused = {
-      {"--batch-size 18", 3,
-       "--deterministic: 6 sequences per rank (--batch-size 18 over 1 micro-batch(es) and 3 data-parallel rank(s)) "
-       "must be a power of two, so that each rank's share is one node of the canonical tree (other counts are split "
-       "into nodes only on a power of two of data-parallel ranks without --mixed-precision); e.g. --batch-size 12"},
-      {"--mixed-precision --batch-size 12", 2,
-       "--deterministic with --mixed-precision: 6 sequences per rank (--batch-size 12 over 1 micro-batch(es) and 2 "
-       "data-parallel rank(s)) must be a power of two"},
-      {"--batch-size 36 --grad-accum 3", 3,
-       "--deterministic with --grad-accum 3 on 3 data-parallel ranks: the micro-batches run rank-major there, each "
-       "rank's share of the step one node of the canonical tree, so a power of two of them; use --grad-accum 1, 2, "
-       "4 or 8"},
-      {"--batch-size 12 --parallel hsdp --mesh replicate=2,shard=3", 6,
-       "--deterministic with --parallel hsdp on replicate=2,shard=3: each replica's shard group must hold one node of "
-       "the canonical tree, so a power of two of shards (or replicate=1)"},
       // Tensor parallelism without whole blocks per rank, or splitting a sequence or the vocabulary.
       {"--tp 2 --parallel none", 2,
        "--deterministic with --tp 2 and --feature-blocks 1: each tp rank must sum a power of two of whole blocks of "
@@ -200,10 +192,6 @@ TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the
        "--deterministic with --sequence-parallel: it splits a reduction block (a sequence's tokens, or the "
        "vocabulary's sum of exponentials) over the tp ranks; drop it"},
       {"--tp 2 --feature-blocks 2 --parallel none --loss-parallel", 2, "--deterministic with --loss-parallel"},
-      {"--mixed-precision --batch-size 24 --grad-accum 3", 2,
-       "--deterministic with --grad-accum 3 on 2 data-parallel ranks with --mixed-precision: the micro-batches run "
-       "rank-major there, each rank's share of the step one node of the canonical tree, so a power of two of them; "
-       "use --grad-accum 1, 2, 4 or 8"},
   };
   for (const auto& [flags, ranks, expected] : refused) {
     INFO(flags << " on " << ranks << " ranks");

@@ -182,14 +182,12 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel none --tp 2 --mesh dp=2", "--mesh dp=2: --parallel none with --tp 2 takes tp=2", 2},
       {"--parallel none --tp 3", "--tp 3: the 4 attention heads (--heads) do not split over 3 ranks", 3},
       // What --deterministic does not cover yet, named.
-      {"--deterministic --parallel fsdp --mixed-precision --grad-accum 2 --batch-size 12",
-       "--deterministic with --mixed-precision: 6 sequences per rank (--batch-size 12 over 2 micro-batch(es) and 1 "
-       "data-parallel rank(s)) must be a power of two",
+      {"--deterministic --feature-blocks 3",
+       "--deterministic with --feature-blocks 3: the contractions over --dim 128 and the FFN's 512 features must "
+       "split into 3 equal blocks",
        0},
-      {"--deterministic --tie-embeddings false --batch-size 18",
-       "--deterministic: 6 sequences per rank (--batch-size 18 over 1 micro-batch(es) and 3 data-parallel rank(s)) "
-       "must be a power of two",
-       3},
+      {"--deterministic --tp 2 --parallel none",
+       "--deterministic with --tp 2 and --feature-blocks 1: each tp rank must sum a power of two of whole blocks", 2},
   };
   for (const Case& c : cases) {
     INFO(c.flags);
@@ -336,12 +334,25 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
                 {{"twelve_tied_fsdp3_accum4", 3, "--parallel fsdp --grad-accum 4"},
                  {"twelve_tied_fsdp2_cut", 2, "--parallel fsdp"},
                  {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}});
+  // 18 sequences, 6 per rank on 3 ranks: no rank's share is one node, so each rank runs it in
+  // rank-major micro-batches of 2 and the ranks' lists of nodes are reduced over the group in
+  // the tree (fsdp, ddp in 3 micro-batches, hsdp 2 x 3 whose shard groups are no nodes), tied
+  // output weight and all.
+  const std::string eighteen = replaced(tied_flags, "--batch-size 8", "--batch-size 18");
+  const Run eighteen_one = run_deterministic("eighteen_none", 0, "--parallel none", eighteen);
+  check_layouts(eighteen_one, eighteen,
+                {{"eighteen_fsdp3", 3, "--parallel fsdp"},
+                 {"eighteen_ddp3_accum3", 3, "--parallel ddp --grad-accum 3"},
+                 {"eighteen_hsdp2x3", 6, "--parallel hsdp --mesh replicate=2,shard=3"}});
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
   // ranks, and 2 with 2 rank-major micro-batches (their tree adds in bf16), as one.
   const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);
   check_layouts(mixed_one, flags,
                 {{"mixed_fsdp4", 4, "--parallel fsdp --mixed-precision"},
                  {"mixed_fsdp2_accum2", 2, "--parallel fsdp --mixed-precision --grad-accum 2"}});
+  // And 12 sequences on 2 (6 each: rank-major micro-batches of 2, lists of nodes in bf16).
+  const Run mixed_twelve_one = run_deterministic("mixed_twelve_fsdp1", 0, "--parallel fsdp --mixed-precision", twelve);
+  check_layouts(mixed_twelve_one, twelve, {{"mixed_twelve_fsdp2", 2, "--parallel fsdp --mixed-precision"}});
   CHECK(mixed_one.digest != one.digest);
   // Two steps on 3 fsdp ranks (uneven shards in the checkpoint), the last two on one process.
   const fs::path checkpoints_3 = fresh_dir("det_resume_3_checkpoints");

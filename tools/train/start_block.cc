@@ -58,14 +58,20 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
   fmt::print("placements {}\n", placements_summary(net, mesh));
   fmt::print("data       {}: {} train / {} held-out tokens, {} order; tokenizer {}\n", data.source, data.train.size(),
              data.val.size(), flag_value(c.data_order), data.tokenizer ? data.tokenizer->kind() : "(ids)");
-  const std::vector<MicroBatch> micros = micro_batches(c, world / c.tp);
+  const int64_t data_ranks = world / c.tp;
+  const std::vector<MicroBatch> micros = micro_batches(c, data_ranks);
   std::string nodes;  // --deterministic's split of each micro-batch into nodes of its tree
   for (const MicroBatch& m : micros) nodes += fmt::format("{}{}", nodes.empty() ? "" : ", ", m.rows);
+  const std::string split =
+      rank_major_micro_batches(c, data_ranks)
+          ? fmt::format("; --deterministic runs each rank's {} as {} rank-major micro-batch(es) of {}{}",
+                        c.batch_size / data_ranks, micros.size(), micros.front().rows / data_ranks,
+                        rank_shares_are_node_lists(c, data_ranks) ? ", reduced as lists of the tree's nodes" : "")
+      : static_cast<int64_t>(micros.size()) == c.grad_accum
+          ? ""
+          : fmt::format("; --deterministic runs them as the canonical tree's nodes of {} sequences", nodes);
   fmt::print("batch      {} sequences x {} tokens per step ({} micro-batch(es) of {}; {} per rank){}\n", c.batch_size,
-             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / (world / c.tp),
-             static_cast<int64_t>(micros.size()) == c.grad_accum
-                 ? ""
-                 : fmt::format("; --deterministic runs them as the canonical tree's nodes of {} sequences", nodes));
+             c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / data_ranks, split);
   if (c.eval_every > 0) {
     const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
     fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,

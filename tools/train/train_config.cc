@@ -387,17 +387,12 @@ bool splits_into_nodes(const TrainConfig& c, int64_t data_ranks) {
          data_ranks * c.grad_accum > 1;
 }
 
-// What --deterministic covers so far (docs/deterministic.md). The global batch's sequences are
-// the leaves of the canonical tree, and every sum over ranks or micro-batches must combine
-// whole nodes of it: a rank's sequences in a micro-batch one aligned node (a power of two of
-// them, unless one rank holds the whole batch), so that the ranks' nodes combine in the tree
-// of any number of ranks; under hsdp each replica's shard group one node too (a power of two
-// of shards, unless there is one replica); micro-batches, any number of them on a power of
-// two of ranks, else a power of two of them (each rank's share of the step one node). On a
-// power of two of ranks without --mixed-precision, micro_batches splits any batch into nodes.
-// A split that cuts a node elsewhere would need the ranks' node lists exchanged.
-void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t sequences_per_rank,
-                            const std::vector<std::pair<std::string, int64_t>>& dims) {
+// What --deterministic refuses (docs/deterministic.md): GPU ranks, tensor parallelism whose
+// ranks would not each sum a power of two of whole feature blocks, and the tp variants that
+// split a reduction block. Any batch, rank count and --grad-accum is covered: on a power of
+// two of data-parallel ranks micro_batches splits a share into nodes, elsewhere the shares
+// run rank-major and are reduced as lists of nodes where they are not one.
+void validate_deterministic(const TrainConfig& c) {
   auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
   DTR_CHECK(c.device == kCPU, ValueError,
             "--deterministic: CPU ranks only (--device {}); the GPU kernels keep their "
@@ -416,39 +411,35 @@ void validate_deterministic(const TrainConfig& c, int64_t data_ranks, int64_t se
             "--deterministic with --{}: it splits a reduction block (a sequence's tokens, or the vocabulary's sum "
             "of exponentials) over the tp ranks; drop it (--tp alone keeps the vocabulary whole under the mode)",
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
-  DTR_CHECK(!rank_major_micro_batches(c, data_ranks) || power_of_two(c.grad_accum), ValueError,
-            "--deterministic with --grad-accum {} on {} data-parallel ranks{}: the micro-batches run rank-major "
-            "there, each rank's share of the step one node of the canonical tree, so a power of two of them; use "
-            "--grad-accum 1, 2, 4 or 8",
-            c.grad_accum, data_ranks, c.mixed_precision ? " with --mixed-precision" : "");
-  int64_t node = 1;  // the largest power of two of sequences per rank not above the asked one
-  while (node * 2 <= sequences_per_rank) node *= 2;
-  DTR_CHECK(data_ranks * c.grad_accum == 1 || power_of_two(sequences_per_rank) || splits_into_nodes(c, data_ranks),
-            ValueError,
-            "--deterministic{}: {} sequences per rank (--batch-size {} over {} micro-batch(es) and {} data-parallel "
-            "rank(s)) must be a power of two, so that each rank's share is one node of the canonical tree (other "
-            "counts are split into nodes only on a power of two of data-parallel ranks without "
-            "--mixed-precision); e.g. --batch-size {}",
-            c.mixed_precision ? " with --mixed-precision" : "", sequences_per_rank, c.batch_size, c.grad_accum,
-            data_ranks, node * c.grad_accum * data_ranks);
-  if (c.parallel == Parallel::kHsdp) {
-    const int64_t replicas = dims.at(0).second, shards = dims.at(1).second;
-    DTR_CHECK(replicas == 1 || power_of_two(shards), ValueError,
-              "--deterministic with --parallel hsdp on replicate={},shard={}: each replica's shard group must hold "
-              "one node of the canonical tree, so a power of two of shards (or replicate=1)",
-              replicas, shards);
-  }
 }
 
 }  // namespace
 
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
-  return c.grad_accum > 1 && (c.mixed_precision || !std::has_single_bit(static_cast<uint64_t>(data_ranks)));
+  const bool power_of_two_ranks = std::has_single_bit(static_cast<uint64_t>(data_ranks));
+  const int64_t share = c.batch_size / data_ranks;  // a rank's sequences per step
+  return c.deterministic && data_ranks * c.grad_accum > 1 && (c.mixed_precision || !power_of_two_ranks) &&
+         (c.grad_accum > 1 || !std::has_single_bit(static_cast<uint64_t>(share)) ||
+          (c.parallel == Parallel::kHsdp && !power_of_two_ranks));
+}
+
+bool rank_shares_are_node_lists(const TrainConfig& c, int64_t data_ranks) {
+  return rank_major_micro_batches(c, data_ranks) && data_ranks > 1 &&
+         (!std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks)) ||
+          (c.parallel == Parallel::kHsdp && !std::has_single_bit(static_cast<uint64_t>(data_ranks))));
 }
 
 std::vector<MicroBatch> micro_batches(const TrainConfig& c, int64_t data_ranks) {
   const int64_t rows = c.batch_size / c.grad_accum;
   std::vector<MicroBatch> out;
+  if (rank_major_micro_batches(c, data_ranks)) {
+    // Each rank's share of a micro-batch in nodes of the largest power of two dividing it.
+    const int64_t node = int64_t{1} << std::countr_zero(static_cast<uint64_t>(rows / data_ranks));
+    for (int64_t first = 0; first < c.batch_size / data_ranks; first += node) {
+      out.push_back({.first = first, .rows = node * data_ranks});
+    }
+    return out;
+  }
   for (int64_t first = 0; first < c.batch_size; first += rows) {
     if (!splits_into_nodes(c, data_ranks)) {
       out.push_back({.first = first, .rows = rows});
@@ -534,7 +525,7 @@ void validate(const TrainConfig& c, int64_t world_size) {
             flag_value(parallel));
   DTR_CHECK(c.deterministic || c.feature_blocks == 1, ValueError,
             "--feature-blocks {}: it fixes the blocks --deterministic sums in; add --deterministic", c.feature_blocks);
-  if (c.deterministic) validate_deterministic(c, data_ranks, micro / data_ranks, dims);
+  if (c.deterministic) validate_deterministic(c);
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

@@ -91,12 +91,23 @@ struct TrainConfig {
 // The name of the tensor-parallel mesh dim: its ranks share their batch.
 inline constexpr std::string_view kTensorParallelDim = "tp";
 
-// Whether --deterministic runs the micro-batches rank-major (docs/deterministic.md): more
-// than one on a number of data-parallel ranks that is not a power of two, or with
-// --mixed-precision (whose micro-batches' tree must add in bfloat16, before the reduction).
+// Whether --deterministic runs the micro-batches rank-major (docs/deterministic.md): on a
+// number of data-parallel ranks that is not a power of two, or with --mixed-precision (whose
+// micro-batches' tree must add in bfloat16, before the reduction), when a step has more than
+// one micro-batch or a rank's share is not one node of the canonical tree. Each rank then
+// holds one range of the step's batch, run in micro-batches of the largest power of two of
+// sequences dividing its share of one --grad-accum micro-batch.
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks);
 
-// One micro-batch of a step: sequences [first, first + rows) of the step's batch.
+// Whether rank-major micro-batches leave the ranks' shares of the step as lists of nodes
+// (a share that is not a power of two of sequences, or an hsdp mesh whose shard groups are
+// no nodes), which fully_shard and replicate reduce over the whole data-parallel group in the
+// tree (reduce_tree_terms, dtensor/tree_terms.h; BatchWindow::node_lists).
+bool rank_shares_are_node_lists(const TrainConfig& c, int64_t data_ranks);
+
+// One micro-batch of a step: sequences [first, first + rows) of the step's batch (rank-major:
+// `first` is rank 0's first sequence, and each rank's rows / ranks start a share of the step
+// after the previous rank's).
 struct MicroBatch {
   int64_t first = 0, rows = 0;
 };
@@ -105,8 +116,8 @@ struct MicroBatch {
 // power of two of data-parallel ranks (without --mixed-precision), when there is more than
 // one rank or micro-batch, each range is split into the nodes of the canonical tree that
 // cover it (covering_nodes, kernels/block_reduce.h), so that every rank's share of each is
-// one node whatever the batch size: 12 sequences on 2 ranks run as 8 and 4
-// (docs/deterministic.md).
+// one node whatever the batch size: 12 sequences on 2 ranks run as 8 and 4; rank-major ones
+// (rank_major_micro_batches) are equal nodes of each rank's share (docs/deterministic.md).
 std::vector<MicroBatch> micro_batches(const TrainConfig& c, int64_t data_ranks);
 
 // The name each value has on the command line: flag_value(Parallel::kHsdp) is "hsdp",

@@ -8,6 +8,8 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/placement.h"
+#include "dtensor/tree_terms.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "nn/init.h"
@@ -36,6 +38,16 @@ DTensor reduced_as(const DTensor& t, const DTensorSpec& laid) {
     moved.push_back(t.placements()[static_cast<size_t>(std::find(from.begin(), from.end(), name) - from.begin())]);
   }
   return DTensor(t.to_local(), DTensorSpec(laid.mesh(), moved, t.shape(), t.dtype())).redistribute(laid.placements());
+}
+
+// This rank's rank-major sum: its node, or (node_lists) its nodes reduced over the
+// data-parallel group in the tree, Replicate there; `stride` is a rank's share of the step.
+DTensor rank_sum(TreeSum<DTensor>& sum, bool node_lists, int64_t stride) {
+  if (!node_lists) return sum.finish();
+  std::vector<TreeTerm> terms;
+  for (auto& [node, value] : sum.take_nodes()) terms.push_back({node, {std::move(value)}});
+  const Placements replicated[] = {reduced_placements(terms.front().values.front().placements())};
+  return reduce_tree_terms(terms, stride, replicated).front();
 }
 
 // What a --deterministic step sets for its micro-batches (the batch window, the tied
@@ -71,16 +83,19 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   // range of the step's batch, a node, a micro-batch's share of it a node inside; fully_shard
   // and replicate sum each rank's micro-batches' gradients unreduced in the tree (sync off
   // until the last), as this sums the losses and the tied weight's output part, and the last
-  // micro-batch reduces each rank's node once.
+  // micro-batch reduces each rank's node once. A rank's share that is not one node (6
+  // sequences per rank, or an hsdp shard group that is no node) stays a list of nodes, which
+  // the last micro-batch reduces over the whole data-parallel group (reduce_tree_terms).
   //
   // On a power of two of ranks a micro-batch whose share per rank is not a node is split into
   // the nodes that cover it (micro_batches): 12 sequences on 2 ranks run as 8, then 4.
   const int64_t data_ranks = mesh.size() / c.tp;  // tensor-parallel ranks share their batch
   const std::vector<MicroBatch> micros = micro_batches(c, data_ranks);
   const auto count = static_cast<int64_t>(micros.size());
-  const bool tree = deterministic_block_tokens() > 0 && count > 1;
+  const bool rank_major = rank_major_micro_batches(c, data_ranks);
+  const bool node_lists = rank_shares_are_node_lists(c, data_ranks);
+  const bool tree = deterministic_block_tokens() > 0 && (count > 1 || rank_major);
   const bool tied = tree && m.net->config().tie_embeddings;
-  const bool rank_major = tree && rank_major_micro_batches(c, data_ranks);
   const int64_t step_first = window;
   const std::vector<DTensor*> params = m.net->parameters();
   const size_t tied_index = [&] {  // the tied weight's place in params (when it matters)
@@ -107,21 +122,24 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
     m.set_gradient_sync((tree && !rank_major) || micro + 1 == count);
     // In the step's batch (rank-major: rank 0's rows).
     const int64_t first = rank_major ? micro * rank_rows : micros[static_cast<size_t>(micro)].first;
-    if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
-      nn::set_seed_state(step_seeds);
-      // Every target of train's windows counts (none is ignore_index): the loss's mean divides
-      // by the whole batch's, so the micro-batches' losses are its terms.
-      set_batch_window({.first = first,
-                        .count = rows,
-                        .total = c.batch_size,
-                        .targets = c.batch_size * c.seq_len,
-                        .rank_stride = rank_stride,
-                        .rank_rows = rank_rows});
-    }
     const Batch batch = [&] {
       const trace::Span span("batch", kDataCategory);
       return make_batch(tokens, order, step_first + first, rows, c.seq_len, mesh, rank_stride);
     }();
+    if (tree) {  // each micro-batch draws its dropout masks where they lie in the whole batch
+      nn::set_seed_state(step_seeds);
+      // Every target of train's windows counts (none is ignore_index): the loss's mean divides
+      // by the whole batch's, so the micro-batches' losses are its terms.
+      BatchWindow w{.first = first,
+                    .count = rows,
+                    .total = c.batch_size,
+                    .targets = c.batch_size * c.seq_len,
+                    .rank_stride = rank_stride,
+                    .rank_rows = rank_rows,
+                    .node_lists = node_lists};
+      w.rank_first = w.row(batch.tokens.spec().local_chunk().offset[0]);
+      set_batch_window(w);
+    }
     window += rows;
     DTensor loss = (*m.net)(batch.tokens, batch.targets);
     if (count > 1 && !tree) loss = div(loss, static_cast<double>(count));
@@ -131,11 +149,12 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
       continue;
     }
     if (rank_major) {
-      rank_losses.push(loss.detach());
+      const TreeNode node = batch_window().rank_node();
+      rank_losses.push(loss.detach(), node);
       if (tied) {
         DTensor part = m.net->take_tied_output_grad();
         DTR_INTERNAL_ASSERT(part.defined(), "--deterministic --grad-accum: the tied weight's output part is missing");
-        rank_tied_parts.push(std::move(part));
+        rank_tied_parts.push(std::move(part), node);
       }
       // fully_shard leaves zeros in the leaves while sync is off: dropped, so that the synced
       // micro-batch's reduced gradients are the leaves' as they are, not added to zeros.
@@ -167,11 +186,12 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   }
   scope.reset();
   if (rank_major) {  // the ranks' nodes, reduced in the tree
-    r.loss = static_cast<float>(rank_losses.finish().item());
+    r.loss = static_cast<float>(rank_sum(rank_losses, node_lists, c.batch_size / data_ranks).item());
     if (tied) {
       DTensor& weight = *params[tied_index];
       const DTensor embedding_part = weight.grad();
-      const DTensor output_part = reduced_as(rank_tied_parts.finish(), embedding_part.spec());
+      const DTensor output_part =
+          reduced_as(rank_sum(rank_tied_parts, node_lists, c.batch_size / data_ranks), embedding_part.spec());
       // Added in the parts' dtype (bfloat16 under --mixed-precision, as one step's slot adds
       // them), then laid out as the weight's gradient.
       const Tensor sum = add(output_part.to_local(), embedding_part.to_local().to(output_part.dtype()));
