@@ -1,6 +1,7 @@
 #include "dtensor/tree_terms.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "collectives/process_group.h"
@@ -11,6 +12,9 @@
 
 namespace dtr {
 namespace {
+
+// The elements one exchange carries, at most (unless one tensor has more): 8 MiB of float32.
+constexpr int64_t kGroupElements = int64_t{1} << 21;
 
 // The mesh dims [first, first + count) that `v` is Partial(sum) over.
 std::pair<int64_t, int64_t> summed_dims(const DTensor& v) {
@@ -42,19 +46,25 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
   const std::vector<DTensor>& like = terms.front().values;
   DTR_CHECK(targets.size() == like.size(), ValueError, "reduce_tree_terms: {} targets for {} tensors", targets.size(),
             like.size());
-  // One collective per mesh, dims and dtype: the tensors that share them, in order.
+  // One exchange per mesh, dims and dtype (the tensors that share them, in order), of at most
+  // kGroupElements elements unless one tensor has more: the buffers hold every node's copy.
   std::vector<std::vector<size_t>> groups;
+  std::vector<int64_t> group_numel;
   for (size_t i = 0; i < like.size(); ++i) {
-    auto same = [&](const std::vector<size_t>& g) {
-      const DTensor& o = like[g.front()];
-      return o.mesh() == like[i].mesh() && o.dtype() == like[i].dtype() && summed_dims(o) == summed_dims(like[i]);
+    const int64_t numel = like[i].to_local().numel();
+    auto fits = [&](size_t g) {
+      const DTensor& o = like[groups[g].front()];
+      return o.mesh() == like[i].mesh() && o.dtype() == like[i].dtype() && summed_dims(o) == summed_dims(like[i]) &&
+             group_numel[g] + numel <= kGroupElements;
     };
-    auto it = std::find_if(groups.begin(), groups.end(), same);
-    if (it == groups.end()) {
-      groups.push_back({i});
-    } else {
-      it->push_back(i);
+    size_t g = 0;
+    while (g < groups.size() && !fits(g)) ++g;
+    if (g == groups.size()) {
+      groups.emplace_back();
+      group_numel.push_back(0);
     }
+    groups[g].push_back(i);
+    group_numel[g] += numel;
   }
   std::vector<DTensor> out(like.size());
   for (const std::vector<size_t>& members : groups) {

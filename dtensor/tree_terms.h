@@ -30,7 +30,8 @@ struct TreeTerm {
 // ones; other dims keep their placements), one spec per tensor on every node. Member k of
 // those dims' group (row-major) holds the nodes covering blocks [k stride, (k + 1) stride),
 // so every rank knows every member's nodes. Each tensor's sum is laid out as `targets[i]`
-// (Replicate or Shard over the reduced dims). One all_to_all per mesh and dtype carries every
+// (Replicate or Shard over the reduced dims). Per mesh, dims and dtype, in exchanges of at
+// most 8 MiB of float32 (their buffers hold every node's copy), one all_to_all carries every
 // member's nodes' part of the elements to its owner (K nodes at most: K times the bytes of a
 // ring reduce-scatter), which pushes them into a TreeSum in order of their blocks, then one
 // all_gather of the parts: (K + 1)(n - 1)/n of the tensors' bytes through each rank.
