@@ -54,12 +54,15 @@ void set_batch_window(const BatchWindow& window) {
   g_window = window;
 }
 
-TreeNode BatchWindow::rank_node() const {
-  DTR_CHECK(rank_rows > 0 && std::has_single_bit(static_cast<uint64_t>(rank_rows)) && rank_first % rank_rows == 0,
-            ValueError, "BatchWindow: a rank's {} rows from sequence {} are no node of the canonical tree", rank_rows,
-            rank_first);
-  return {.level = std::countr_zero(static_cast<uint64_t>(rank_rows)), .index = rank_first / rank_rows};
+TreeNode node_of(int64_t first, int64_t size) {
+  DTR_CHECK(
+      size > 0 && std::has_single_bit(static_cast<uint64_t>(size)) && first % size == 0, ValueError,
+      "node_of: blocks [{}, {}) are no node of the canonical tree (a power of two of blocks from a multiple of it)",
+      first, first + size);
+  return {.level = std::countr_zero(static_cast<uint64_t>(size)), .index = first / size};
 }
+
+TreeNode BatchWindow::rank_node() const { return node_of(rank_first, rank_rows); }
 
 BatchWindow batch_window() {
   const std::lock_guard<std::mutex> lock(g_window_mutex);

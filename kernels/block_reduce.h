@@ -47,13 +47,17 @@ struct TreeNode {
   int64_t size() const { return int64_t{1} << level; }
 };
 
+// The node of blocks [first, first + size); ValueError when they are none (a size that is not
+// a power of two, or a first block that is not a multiple of it).
+TreeNode node_of(int64_t first, int64_t size);
+
 // The largest nodes of the canonical tree that cover blocks [first, end), in order: at most
 // 2 log2(end - first) + 1 of them (the levels rise while `first`'s alignment allows, then
 // fall with what is left). A range that one node covers is that node.
 std::vector<TreeNode> covering_nodes(int64_t first, int64_t end);
 
-// Where the running micro-batch sits in its step's global batch (--deterministic with
-// --grad-accum): sequences [first, first + count) of `total`. Ops that draw by global index
+// Where the running micro-batch sits in its step's global batch (--deterministic, when a step
+// runs in more than one micro-batch): sequences [first, first + count) of `total`. Ops that draw by global index
 // (dropout) place a tensor whose dim 0 holds `count` sequences there, so a batch split into
 // micro-batches draws the masks it draws whole; a mean loss (cross_entropy,
 // linear_cross_entropy) divides by `targets`, the whole batch's count of targets, so that the
@@ -68,7 +72,7 @@ std::vector<TreeNode> covering_nodes(int64_t first, int64_t end);
 // gradient in their trees. With node_lists the ranks' shares of the step are not one node
 // each (a rank_stride that is not a power of two, or an hsdp shard group that is no node):
 // the policies reduce each rank's list of nodes over the whole data-parallel group
-// (dtensor/tree_terms.h) instead of one sum per rank.
+// (dtensor/node_lists.h) instead of one sum per rank.
 struct BatchWindow {
   int64_t first = 0, count = 0, total = 0;
   int64_t targets = 0;
@@ -105,9 +109,9 @@ class TreeSum {
   void push(Value value, TreeNode at) {
     if (stack_.empty() && next_ == 0) first_ = next_ = at.first();
     DTR_CHECK(at.first() == next_, ValueError,
-              "TreeSum: a node of blocks [{}, {}) pushed after blocks [0, {}); nodes arrive in the order of their "
+              "TreeSum: a node of blocks [{}, {}) pushed after blocks [{}, {}); nodes arrive in the order of their "
               "blocks",
-              at.first(), at.first() + at.size(), next_);
+              at.first(), at.first() + at.size(), first_, next_);
     next_ = at.first() + at.size();
     while (!stack_.empty() && stack_.back().first.level == at.level && at.index % 2 == 1) {
       Value left = std::move(stack_.back().second);

@@ -7,8 +7,8 @@
 #include "core/trace.h"
 #include "dtensor/autograd.h"
 #include "dtensor/kept_outputs.h"
+#include "dtensor/node_lists.h"
 #include "dtensor/ops/elementwise.h"
-#include "dtensor/tree_terms.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
@@ -290,7 +290,7 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              }
              return zeros;
            };
-           std::vector<TreeTerm> terms;  // --deterministic, node_lists: this rank's nodes
+           std::vector<NodeTerm> terms;  // --deterministic, node_lists: this rank's nodes
            if (deterministic_block_tokens() > 0) {
              std::vector<DTensor> zeros = reduce->sync ? std::vector<DTensor>() : leaf_zeros(g);
              if (!reduce->tree) reduce->tree.emplace(add_unreduced_each);
@@ -319,8 +319,9 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            }
            reduce->grads.clear();
            wait_for_reduction();
-           std::vector<DTensor> out = terms.empty() ? redistribute_grouped(g, placements, Async::kYes, leaf_device)
-                                                    : reduce_tree_terms(terms, batch_window().rank_stride, placements);
+           std::vector<DTensor> out =
+               terms.empty() ? redistribute_grouped(g, placements, Async::kYes, leaf_device)
+                             : reduce_node_lists(terms, batch_window().rank_stride, batch_window().total, placements);
            bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
              if (out[i].dtype() != dtypes[i]) {

@@ -7,8 +7,8 @@
 #include "core/error.h"
 #include "core/trace.h"
 #include "dtensor/autograd.h"
+#include "dtensor/node_lists.h"
 #include "dtensor/placement.h"
-#include "dtensor/tree_terms.h"
 #include "nn/parameter.h"
 
 namespace dtr::nn {
@@ -131,9 +131,9 @@ void DDPModule::push_unsynced(size_t index) {
 }
 
 // Under node lists (kernels/block_reduce.h's BatchWindow): every parameter's nodes, reduced
-// over the data-parallel group in the tree by one reduce_tree_terms, instead of the buckets.
-void DDPModule::reduce_node_lists() {
-  std::vector<TreeTerm> terms;
+// over the data-parallel group in the tree by one reduce_node_lists, instead of the buckets.
+void DDPModule::reduce_unsynced_lists() {
+  std::vector<NodeTerm> terms;
   std::vector<Placements> targets;
   for (size_t k = 0; k < params_.size(); ++k) {
     std::vector<std::pair<TreeNode, DTensor>> nodes = unsynced_[k]->take_nodes();
@@ -147,7 +147,8 @@ void DDPModule::reduce_node_lists() {
     }
     targets.push_back(params_[k]->placements());
   }
-  const std::vector<DTensor> reduced = reduce_tree_terms(terms, batch_window().rank_stride, targets);
+  const std::vector<DTensor> reduced =
+      reduce_node_lists(terms, batch_window().rank_stride, batch_window().total, targets);
   for (size_t k = 0; k < params_.size(); ++k) params_[k]->set_grad(reduced[k]);
 }
 
@@ -190,7 +191,7 @@ void DDPModule::finish_backward() {
     return;
   }
   if (deterministic_block_tokens() > 0 && batch_window().node_lists) {
-    reduce_node_lists();
+    reduce_unsynced_lists();
     in_backward_ = false;
     return;
   }

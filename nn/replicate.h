@@ -62,7 +62,7 @@ class DDPModule : public ParallelPolicy {
   // Under --deterministic: the parameter's gradient from this backward as a leaf of its tree.
   void push_unsynced(size_t index);
   // Under --deterministic with node lists, at the synced backward's end: see replicate.cc.
-  void reduce_node_lists();
+  void reduce_unsynced_lists();
 
   std::string type_name_;
   std::weak_ptr<ParallelPolicy> self_;  // what the end-of-backward callback checks

@@ -76,9 +76,9 @@ class Transformer : public Module {
   // With tie_embeddings: the output layer reads the tied weight through a leaf of its own
   // (sharing its storage) while `apart` is set, so that backward leaves the output layer's
   // part of the weight's gradient there, unreduced (as it arrives: Partial over the ranks that
-  // split the batch), and only the embedding's part reaches the weight. train --deterministic --grad-accum sums each
-  // part over the micro-batches on its own and adds them at the end, as one step over the whole batch adds the two
-  // (docs/deterministic.md). No effect without tie_embeddings.
+  // split the batch), and only the embedding's part reaches the weight. train --deterministic, when a step runs in
+  // several micro-batches, sums each part over them on its own and adds them at the end, as one step over the whole
+  // batch adds the two (docs/deterministic.md). No effect without tie_embeddings.
   void set_tied_gradient_apart(bool apart) { tied_apart_ = apart; }
   // The output layer's part from the last forward's backward (undefined unless apart and
   // tied), and lets go of it.

@@ -97,6 +97,10 @@ TEST_CASE("covering_nodes: a range's largest aligned nodes, rising then falling"
   CHECK(ranges(8, 16) == R{{8, 16}});  // one node
   CHECK(ranges(5, 5).empty());
   CHECK(covering_nodes(4, 8).front().level == 2);
+  CHECK(node_of(8, 4).level == 2);
+  CHECK(node_of(8, 4).index == 2);
+  CHECK_THROWS_WITH(node_of(6, 4), Catch::Contains("node_of: blocks [6, 10) are no node of the canonical tree"));
+  CHECK_THROWS_WITH(node_of(0, 6), Catch::Contains("node_of: blocks [0, 6) are no node"));
   CHECK(covering_nodes(4, 8).front().index == 1);
   CHECK_THROWS_WITH(covering_nodes(6, 2), Catch::Contains("covering_nodes: blocks [6, 2) is no range"));
 }

@@ -135,11 +135,42 @@ TEST_CASE("a bad value of an enum flag is one line naming the flag, the value an
   CHECK_THROWS_AS(parsed("--parallel fsdp --parallel ddp"), CLI::ParseError);
 }
 
-TEST_CASE("--deterministic takes the layouts whose ranks hold whole nodes of the canonical tree", "[train][flags]") {
+TEST_CASE("--deterministic splits a step into nodes of the canonical tree, or rank-major shares and lists",
+          "[train][flags]") {
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  auto ranges = [](const std::string& flags, int64_t ranks) {
+    Ranges out;
+    for (const MicroBatch& m : micro_batches(parsed(flags), ranks)) out.emplace_back(m.first, m.rows);
+    return out;
+  };
+  // Without the mode: --grad-accum equal ranges.
+  CHECK(ranges("--batch-size 12 --grad-accum 3", 2) == Ranges{{0, 4}, {4, 4}, {8, 4}});
+  // On a power of two of ranks: each micro-batch as the nodes covering it.
+  CHECK(ranges("--deterministic --batch-size 12", 2) == Ranges{{0, 8}, {8, 4}});
+  CHECK(ranges("--deterministic --batch-size 12 --grad-accum 2", 1) == Ranges{{0, 4}, {4, 2}, {6, 2}, {8, 4}});
+  CHECK(ranges("--deterministic --batch-size 16", 2) == Ranges{{0, 16}});
+  CHECK(ranges("--deterministic --batch-size 12", 1) == Ranges{{0, 12}});  // one rank holds the batch
+  // Rank-major (3 ranks, or bf16): rank 0's first sequence, every rank's rows; each rank's
+  // share of a micro-batch in nodes of the largest power of two dividing it.
+  CHECK(ranges("--deterministic --batch-size 18", 3) == Ranges{{0, 6}, {2, 6}, {4, 6}});
+  CHECK(ranges("--deterministic --batch-size 24 --grad-accum 2", 3) == Ranges{{0, 12}, {4, 12}});
+  CHECK(ranges("--deterministic --batch-size 12", 3) == Ranges{{0, 12}});
+  CHECK(ranges("--deterministic --mixed-precision --batch-size 12", 2) == Ranges{{0, 4}, {2, 4}, {4, 4}});
+  // Lists of nodes where a rank's share of the step is no node, or hsdp's shard groups may be none.
+  CHECK(rank_shares_are_node_lists(parsed("--deterministic --batch-size 18"), 3));
+  CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 24 --grad-accum 2"), 3));
+  CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12"), 3));
+  CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12"), 2));
+  CHECK(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12 --parallel hsdp"), 6));
+  CHECK(rank_shares_are_node_lists(parsed("--deterministic --mixed-precision --batch-size 12"), 2));
+  CHECK_FALSE(rank_major_micro_batches(parsed("--batch-size 18 --grad-accum 3"), 3));  // the mode is off
+}
+
+TEST_CASE("--deterministic takes every layout but tensor parallelism that splits a block", "[train][flags]") {
   const std::string det = "--deterministic --tie-embeddings false ";
-  // Any number of ranks holding a power of two of sequences each; one rank any number; a
-  // sequence length and a global token count that are not powers of two (the loss's mean
-  // divides each sequence's sum).
+  // Any number of ranks and sequences each (shares that cut the tree's nodes run as nodes or
+  // lists of them); a sequence length and a global token count that are not powers of two
+  // (the loss's mean divides each sequence's sum).
   const std::vector<std::pair<std::string, int64_t>> accepted = {
       {"--batch-size 12", 3},
       {"--batch-size 12 --seq-len 12", 1},

@@ -234,6 +234,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
   struct Run {
     std::string digest;
     std::vector<std::pair<double, double>> loss_and_norm;
+    std::vector<double> val_losses;  // where the run evaluated
   };
   auto run_deterministic = [&](const std::string& name, int ranks, const std::string& extra, const std::string& base) {
     const testing::TrainRun r = testing::run_train("train_test_det_" + name, ranks, base + " " + extra);
@@ -244,6 +245,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
       out.loss_and_norm.emplace_back(j.at("loss").get<double>(), j.at("grad_norm").get<double>());
+      if (j.contains("val_loss")) out.val_losses.push_back(j.at("val_loss").get<double>());
     }
     CHECK(r.result.output.find("state digest (parameters and AdamW state, --deterministic): " + out.digest) !=
           std::string::npos);
@@ -264,6 +266,7 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
       const Run run = run_deterministic(l.name, l.ranks, l.flags, base_flags);
       CHECK(run.digest == base.digest);
       CHECK(run.loss_and_norm == base.loss_and_norm);
+      CHECK(run.val_losses == base.val_losses);
     }
   };
   const std::vector<Layout> layouts = {
@@ -279,6 +282,14 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
       {"ddp4_accum2", 4, "--parallel ddp --grad-accum 2"},
   };
   check_layouts(one, flags, layouts);
+  // The seed's model (no position embedding, no final norm) on three layouts.
+  const std::string seed = flags + " --arch seed";
+  const Run seed_one = run_deterministic("seed_none", 0, "--parallel none", seed);
+  check_layouts(seed_one, seed,
+                {{"seed_fsdp2", 2, "--parallel fsdp"},
+                 {"seed_ddp4_accum2", 4, "--parallel ddp --grad-accum 2"},
+                 {"seed_hsdp4", 4, "--parallel hsdp --mesh replicate=2,shard=2"}});
+  CHECK(seed_one.digest != one.digest);
   // The output weight tied to the embedding: its two gradients reduced apart.
   const Run tied_one = run_deterministic("tied_none", 0, "--parallel none", tied_flags);
   check_layouts(tied_one, tied_flags,
@@ -336,14 +347,19 @@ TEST_CASE("--deterministic trains the same bits on 1, 2, 3, 4 and 8 ranks under 
                  {"twelve_tied_ddp3_accum2", 3, "--parallel ddp --grad-accum 2"}});
   // 18 sequences, 6 per rank on 3 ranks: no rank's share is one node, so each rank runs it in
   // rank-major micro-batches of 2 and the ranks' lists of nodes are reduced over the group in
-  // the tree (fsdp, ddp in 3 micro-batches, hsdp 2 x 3 whose shard groups are no nodes), tied
-  // output weight and all.
-  const std::string eighteen = replaced(tied_flags, "--batch-size 8", "--batch-size 18");
+  // the tree (fsdp, ddp in 3 micro-batches, hsdp 2 x 3 whose shard groups are no nodes, fsdp
+  // 3 x tp 2), tied output weight and all; the held-out loss too (evaluated as a step's batch).
+  const std::string eighteen = replaced(replaced(tied_flags, "--batch-size 8", "--batch-size 18"), "--eval-every 0",
+                                        "--eval-every 2 --eval-batches 1");
   const Run eighteen_one = run_deterministic("eighteen_none", 0, "--parallel none", eighteen);
   check_layouts(eighteen_one, eighteen,
                 {{"eighteen_fsdp3", 3, "--parallel fsdp"},
                  {"eighteen_ddp3_accum3", 3, "--parallel ddp --grad-accum 3"},
                  {"eighteen_hsdp2x3", 6, "--parallel hsdp --mesh replicate=2,shard=3"}});
+  REQUIRE(eighteen_one.val_losses.size() == 2);
+  const std::string eighteen_blocked = eighteen + " --feature-blocks 2";
+  const Run eighteen_blocked_one = run_deterministic("eighteen_blocked_none", 0, "--parallel none", eighteen_blocked);
+  check_layouts(eighteen_blocked_one, eighteen_blocked, {{"eighteen_fsdp3_tp2", 6, "--parallel fsdp --tp 2"}});
   // Mixed precision (fully_shard's bf16 compute, its reduction in bf16 under the mode): 4 fsdp
   // ranks, and 2 with 2 rank-major micro-batches (their tree adds in bf16), as one.
   const Run mixed_one = run_deterministic("mixed_fsdp1", 0, "--parallel fsdp --mixed-precision", flags);

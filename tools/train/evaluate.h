@@ -3,7 +3,10 @@
 // micro-batches of the training's size with dropout off and no graph. It reads the first
 // --eval-batches x --batch-size windows, fewer when the held-out set is smaller (each window
 // once, in whole micro-batches), at least one micro-batch (whose windows then repeat): the
-// same windows, so the same value up to rounding, for any --grad-accum.
+// same windows, so the same value up to rounding, for any --grad-accum. Under --deterministic
+// it reads them in whole batches of --batch-size, each run as a step runs its batch (its
+// micro-batches summed in the canonical tree: tools/train/micro_batch_run.h), so the value
+// has the same bits on every layout and --grad-accum.
 #pragma once
 
 #include <cstdint>

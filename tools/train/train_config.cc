@@ -393,13 +393,12 @@ bool splits_into_nodes(const TrainConfig& c, int64_t data_ranks) {
 // two of data-parallel ranks micro_batches splits a share into nodes, elsewhere the shares
 // run rank-major and are reduced as lists of nodes where they are not one.
 void validate_deterministic(const TrainConfig& c) {
-  auto power_of_two = [](int64_t n) { return n > 0 && (n & (n - 1)) == 0; };
   DTR_CHECK(c.device == kCPU, ValueError,
             "--deterministic: CPU ranks only (--device {}); the GPU kernels keep their "
             "own summation orders",
             flag_value(c.device));
   const int64_t f = c.feature_blocks;
-  DTR_CHECK(c.tp == 1 || (f % c.tp == 0 && power_of_two(f / c.tp)), ValueError,
+  DTR_CHECK(c.tp == 1 || (f % c.tp == 0 && std::has_single_bit(static_cast<uint64_t>(f / c.tp))), ValueError,
             "--deterministic with --tp {} and --feature-blocks {}: each tp rank must sum a power of two of whole "
             "blocks of every contraction it splits; use --feature-blocks {} (and the same in the runs you compare)",
             c.tp, f, c.tp * std::bit_floor(static_cast<uint64_t>(std::max<int64_t>(1, f / c.tp))));
@@ -415,18 +414,27 @@ void validate_deterministic(const TrainConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// Whether the ranks' shares of a step may be no nodes of the canonical tree: a share that is
+// not a power of two of sequences, or hsdp on a number of data-parallel ranks that is not a
+// power of two (whose shard groups, reduced first, may be no nodes).
+bool shares_may_be_no_nodes(const TrainConfig& c, int64_t data_ranks) {
+  const bool power_of_two_ranks = std::has_single_bit(static_cast<uint64_t>(data_ranks));
+  return !std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks)) ||
+         (c.parallel == Parallel::kHsdp && !power_of_two_ranks);
+}
+
+}  // namespace
+
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
   const bool power_of_two_ranks = std::has_single_bit(static_cast<uint64_t>(data_ranks));
-  const int64_t share = c.batch_size / data_ranks;  // a rank's sequences per step
   return c.deterministic && data_ranks * c.grad_accum > 1 && (c.mixed_precision || !power_of_two_ranks) &&
-         (c.grad_accum > 1 || !std::has_single_bit(static_cast<uint64_t>(share)) ||
-          (c.parallel == Parallel::kHsdp && !power_of_two_ranks));
+         (c.grad_accum > 1 || shares_may_be_no_nodes(c, data_ranks));
 }
 
 bool rank_shares_are_node_lists(const TrainConfig& c, int64_t data_ranks) {
-  return rank_major_micro_batches(c, data_ranks) && data_ranks > 1 &&
-         (!std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks)) ||
-          (c.parallel == Parallel::kHsdp && !std::has_single_bit(static_cast<uint64_t>(data_ranks))));
+  return rank_major_micro_batches(c, data_ranks) && data_ranks > 1 && shares_may_be_no_nodes(c, data_ranks);
 }
 
 std::vector<MicroBatch> micro_batches(const TrainConfig& c, int64_t data_ranks) {

@@ -1,11 +1,12 @@
 // One step of the train program. The step's --grad-accum micro-batches run forward and
 // backward (gradients synchronise on the last only; each loss is divided by --grad-accum, so
-// the step's loss is their mean; under --deterministic each micro-batch's loss is divided by
-// the whole batch's targets, and gradients and losses are summed in the canonical tree, each
-// micro-batch reduced at once on a power of two of data-parallel ranks, else each rank's
-// rank-major share summed locally and reduced once: docs/deterministic.md), then the global
-// gradient norm is taken (and clipped to
-// --grad-clip when that is > 0). Both are global reductions, the same on every rank: when
+// the step's loss is their mean). Under --deterministic the micro-batches are nodes of the
+// canonical tree or rank-major shares (micro_batches, tools/train/micro_batch_run.h), each
+// micro-batch's loss is divided by the whole batch's targets, and gradients and losses are
+// summed in the tree: each micro-batch reduced at once on a power of two of data-parallel
+// ranks, else each rank's rank-major share summed locally and reduced once, as one node or a
+// list of them (docs/deterministic.md). Then the global gradient norm is taken (and clipped
+// to --grad-clip when that is > 0). Both are global reductions, the same on every rank: when
 // either is not finite, every rank stops there, before the optimizer step, so no checkpoint
 // can hold that state. Otherwise AdamW steps at the schedule's lr, the schedule steps and
 // the gradients are zeroed. Then one small all-reduce tells every rank what the others know

@@ -1,4 +1,4 @@
-#include "dtensor/tree_terms.h"
+#include "dtensor/node_lists.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -23,29 +23,38 @@ std::pair<int64_t, int64_t> summed_dims(const DTensor& v) {
   for (int64_t d = 0; d < static_cast<int64_t>(p.size()); ++d) {
     if (!p[static_cast<size_t>(d)].is_partial()) continue;
     DTR_CHECK(p[static_cast<size_t>(d)].reduce_op() == ReduceOp::kSum, ValueError,
-              "reduce_tree_terms: {} is Partial({}) on mesh dim {}; the tree sums Partial(sum) terms", v.to_string(),
+              "reduce_node_lists: {} is Partial({}) on mesh dim {}; the tree sums Partial(sum) terms", v.to_string(),
               reduce_op_name(p[static_cast<size_t>(d)].reduce_op()), d);
     if (first < 0) first = d;
     DTR_CHECK(d == first + count, ValueError,
-              "reduce_tree_terms: {} is Partial over mesh dims that are not contiguous; the data-parallel dims are",
+              "reduce_node_lists: {} is Partial over mesh dims that are not contiguous; the data-parallel dims are",
               v.to_string());
     ++count;
   }
-  DTR_CHECK(count > 0, ValueError, "reduce_tree_terms: {} is Partial over no mesh dim: nothing to reduce",
+  DTR_CHECK(count > 0, ValueError, "reduce_node_lists: {} is Partial over no mesh dim: nothing to reduce",
             v.to_string());
   return {first, count};
 }
 
 }  // namespace
 
-std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64_t stride,
+std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64_t share, int64_t blocks,
                                        std::span<const Placements> targets) {
-  DTR_CHECK(!terms.empty() && stride > 0, ValueError,
-            "reduce_tree_terms: {} nodes of shares of {} blocks; each rank holds at least one node", terms.size(),
-            stride);
+  DTR_CHECK(!terms.empty() && share > 0, ValueError,
+            "reduce_node_lists: {} nodes of shares of {} blocks; each rank holds at least one node", terms.size(),
+            share);
   const std::vector<DTensor>& like = terms.front().values;
-  DTR_CHECK(targets.size() == like.size(), ValueError, "reduce_tree_terms: {} targets for {} tensors", targets.size(),
+  DTR_CHECK(targets.size() == like.size(), ValueError, "reduce_node_lists: {} targets for {} tensors", targets.size(),
             like.size());
+  for (size_t s = 0; s < terms.size(); ++s) {
+    DTR_CHECK(terms[s].values.size() == like.size(), ValueError,
+              "reduce_node_lists: node {} holds {} tensors, node 0 {}", s, terms[s].values.size(), like.size());
+    for (size_t i = 0; i < like.size(); ++i) {
+      DTR_CHECK(terms[s].values[i].spec() == like[i].spec(), ValueError,
+                "reduce_node_lists: tensor {} is {} on node {} and {} on node 0; every node holds the same specs", i,
+                terms[s].values[i].to_string(), s, like[i].to_string());
+    }
+  }
   // One exchange per mesh, dims and dtype (the tensors that share them, in order), of at most
   // kGroupElements elements unless one tensor has more: the buffers hold every node's copy.
   std::vector<std::vector<size_t>> groups;
@@ -73,23 +82,26 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
     const auto [m, count] = summed_dims(lead);
     ProcessGroup& group = mesh.flattened_group(m, count);
     const int64_t n = group.size(), j = mesh.flat_index(m, count);
-    // Every member's nodes, known from the stride alone; this rank's must be the ones it holds.
+    DTR_CHECK(n * share == blocks, ValueError,
+              "reduce_node_lists: {} is Partial over {} rank(s) of mesh dims [{}, {}), but shares of {} of {} blocks "
+              "make {} data-parallel ranks",
+              lead.to_string(), n, m, m + count, share, blocks, blocks / share);
+    // Every member's nodes, known from the share alone; this rank's must be the ones it holds.
     std::vector<std::vector<TreeNode>> nodes;
     size_t slots = 0;
     for (int64_t k = 0; k < n; ++k) {
-      nodes.push_back(covering_nodes(k * stride, (k + 1) * stride));
+      nodes.push_back(covering_nodes(k * share, (k + 1) * share));
       slots = std::max(slots, nodes.back().size());
     }
     const std::vector<TreeNode>& mine = nodes[static_cast<size_t>(j)];
-    DTR_CHECK(std::equal(terms.begin(), terms.end(), mine.begin(), mine.end(),
-                         [](const TreeTerm& t, const TreeNode& c) {
-                           return t.node.level == c.level && t.node.index == c.index;
-                         }),
-              ValueError,
-              "reduce_tree_terms: rank {} of {} holds {} node(s) from block {}; its share [{}, {}) is covered by {} "
-              "node(s) from block {}",
-              j, n, terms.size(), terms.front().node.first(), j * stride, (j + 1) * stride, mine.size(),
-              mine.front().first());
+    DTR_CHECK(
+        std::equal(
+            terms.begin(), terms.end(), mine.begin(), mine.end(),
+            [](const NodeTerm& t, const TreeNode& c) { return t.node.level == c.level && t.node.index == c.index; }),
+        ValueError,
+        "reduce_node_lists: rank {} of {} holds {} node(s) from block {}; its share [{}, {}) is covered by {} "
+        "node(s) from block {}",
+        j, n, terms.size(), terms.front().node.first(), j * share, (j + 1) * share, mine.size(), mine.front().first());
     int64_t numel = 0;
     for (size_t i : members) numel += like[i].to_local().numel();
     const int64_t part = (numel + n - 1) / n;  // each member owns `part` of the elements
@@ -101,11 +113,7 @@ std::vector<DTensor> reduce_tree_terms(const std::vector<TreeTerm>& terms, int64
       Tensor flat = zeros({n * part}, lead.dtype(), device);
       int64_t offset = 0;
       for (size_t i : members) {
-        const DTensor& v = terms[s].values[i];
-        DTR_INTERNAL_ASSERT(v.spec() == like[i].spec(),
-                            "reduce_tree_terms: tensor {} is {} on node {} and {} on node 0", i, v.to_string(), s,
-                            like[i].to_string());
-        const Tensor& local = v.to_local();
+        const Tensor& local = terms[s].values[i].to_local();
         flat.narrow(0, offset, local.numel())
             .copy_(local.dim() == 0 ? local.unsqueeze(0) : local.reshape({local.numel()}));
         offset += local.numel();
