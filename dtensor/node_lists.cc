@@ -76,16 +76,22 @@ std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64
     group_numel[g] += numel;
   }
   std::vector<DTensor> out(like.size());
+  // Every rank checks every group before any exchange, so all refuse alike.
+  for (const std::vector<size_t>& members : groups) {
+    const DTensor& lead = like[members.front()];
+    const auto [m, count] = summed_dims(lead);
+    const int64_t n = lead.mesh().flattened_group(m, count).size();
+    DTR_CHECK(n * share == blocks, ValueError,
+              "reduce_node_lists: {} is Partial over {} rank(s) of mesh dims [{}, {}), but shares of {} of {} blocks "
+              "make {} data-parallel ranks",
+              lead.to_string(), n, m, m + count, share, blocks, blocks / share);
+  }
   for (const std::vector<size_t>& members : groups) {
     const DTensor& lead = like[members.front()];
     const DeviceMesh& mesh = lead.mesh();
     const auto [m, count] = summed_dims(lead);
     ProcessGroup& group = mesh.flattened_group(m, count);
     const int64_t n = group.size(), j = mesh.flat_index(m, count);
-    DTR_CHECK(n * share == blocks, ValueError,
-              "reduce_node_lists: {} is Partial over {} rank(s) of mesh dims [{}, {}), but shares of {} of {} blocks "
-              "make {} data-parallel ranks",
-              lead.to_string(), n, m, m + count, share, blocks, blocks / share);
     // Every member's nodes, known from the share alone; this rank's must be the ones it holds.
     std::vector<std::vector<TreeNode>> nodes;
     size_t slots = 0;

@@ -38,8 +38,9 @@ struct NodeTerm {
 // reduce-scatter), which pushes them into a TreeSum in order of their blocks, then one
 // all_gather of the parts: (K + 1)(n - 1)/n of the tensors' bytes through each rank.
 // Collective over the group. ValueError, before any communication and on every rank alike,
-// when the group's size times `share` is not `blocks`; on this rank when its nodes are not
-// the ones its share covers or the tensors' specs differ between nodes.
+// when the group's size times `share` is not `blocks`; on this rank alone (before any
+// communication too) when the tensors' specs differ between nodes, and before a group's
+// exchange when its nodes are not the ones its share covers.
 std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& nodes, int64_t share, int64_t blocks,
                                        std::span<const Placements> targets);
 

@@ -34,11 +34,11 @@ double evaluate(Model& m, const TrainConfig& c, const TrainData& data, const Win
   m.net->eval();
   const TrainConfig batch = eval_batch(c);
   const int64_t batches = eval_windows(c, val_order) / batch.batch_size;
-  const TreePlan plan = tree_plan(batch, mesh.size() / c.tp);
+  const TreePlan plan = tree_plan(batch, mesh);
   double total = 0;
   for (int64_t b = 0; b < batches; ++b) {
     LossSum loss(plan);
-    for_each_micro_batch(batch, data.val, val_order, b * batch.batch_size, mesh, [&](const MicroBatchRun& run) {
+    for_each_micro_batch(batch, plan, data.val, val_order, b * batch.batch_size, mesh, [&](const MicroBatchRun& run) {
       loss.add((*m.net)(run.batch.tokens, run.batch.targets), run);
     });
     total += loss.finish();

@@ -23,33 +23,30 @@ struct WindowReset {
 
 }  // namespace
 
-TreePlan tree_plan(const TrainConfig& c, int64_t data_ranks) {
+TreePlan tree_plan(const TrainConfig& c, const DeviceMesh& mesh) {
   TreePlan p;
-  p.rank_major = rank_major_micro_batches(c, data_ranks);
-  p.node_lists = rank_shares_are_node_lists(c, data_ranks);
-  p.tree = c.deterministic && (micro_batches(c, data_ranks).size() > 1 || p.rank_major);
-  p.share = c.batch_size / data_ranks;
+  p.data_ranks = mesh.size() / c.tp;
+  p.rank_major = rank_major_micro_batches(c, p.data_ranks);
+  p.node_lists = rank_shares_are_node_lists(c, p.data_ranks);
+  p.tree = c.deterministic && (micro_batches(c, p.data_ranks).size() > 1 || p.rank_major);
+  p.share = c.batch_size / p.data_ranks;
   p.blocks = c.batch_size;
   return p;
 }
 
-void for_each_micro_batch(const TrainConfig& c, const std::vector<uint16_t>& stream, const WindowOrder& order,
-                          int64_t first, const DeviceMesh& mesh, const std::function<void(const MicroBatchRun&)>& body) {
-  const int64_t data_ranks = mesh.size() / c.tp;  // tensor-parallel ranks share their batch
-  const std::vector<MicroBatch> micros = micro_batches(c, data_ranks);
-  const TreePlan plan = tree_plan(c, data_ranks);
+void for_each_micro_batch(const TrainConfig& c, const TreePlan& plan, const std::vector<uint16_t>& stream,
+                          const WindowOrder& order, int64_t first, const DeviceMesh& mesh,
+                          const std::function<void(const MicroBatchRun&)>& body) {
+  const std::vector<MicroBatch> micros = micro_batches(c, plan.data_ranks);
   const int64_t rank_stride = plan.rank_major ? plan.share : 0;
   const WindowReset reset;
   for (size_t i = 0; i < micros.size(); ++i) {
     const MicroBatch& micro = micros[i];
-    MicroBatchRun run{.batch = [&] {
-                        const trace::Span span("batch", kDataCategory);
-                        return make_batch(stream, order, first + micro.first, micro.rows, c.seq_len, mesh,
-                                          rank_stride);
-                      }(),
-                      .index = static_cast<int64_t>(i),
-                      .count = static_cast<int64_t>(micros.size()),
-                      .rows = micro.rows};
+    MicroBatchRun run{.index = static_cast<int64_t>(i), .count = static_cast<int64_t>(micros.size())};
+    {
+      const trace::Span span("batch", kDataCategory);
+      run.batch = make_batch(stream, order, first + micro.first, micro.rows, c.seq_len, mesh, rank_stride);
+    }
     if (plan.tree) {
       // Every target of train's windows counts (none is ignore_index): the loss's mean divides
       // by the whole batch's, so the micro-batches' losses are its terms.
@@ -58,7 +55,7 @@ void for_each_micro_batch(const TrainConfig& c, const std::vector<uint16_t>& str
                     .total = c.batch_size,
                     .targets = c.batch_size * c.seq_len,
                     .rank_stride = rank_stride,
-                    .rank_rows = micro.rows / data_ranks,
+                    .rank_rows = micro.rows / plan.data_ranks,
                     .node_lists = plan.node_lists};
       w.rank_first = w.row(run.batch.tokens.spec().local_chunk().offset[0]);
       set_batch_window(w);
@@ -76,10 +73,12 @@ DTensor rank_sum(TreeSum<DTensor>& sum, const TreePlan& plan) {
   return reduce_node_lists(nodes, plan.share, plan.blocks, replicated).front();
 }
 
+TreeSum<DTensor> unreduced_tree_sum() {
+  return TreeSum<DTensor>([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
+}
+
 LossSum::LossSum(const TreePlan& plan)
-    : plan_(plan),
-      tree_([](float& left, const float& right) { left += right; }),
-      ranks_([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); }) {}
+    : plan_(plan), tree_([](float& left, const float& right) { left += right; }), ranks_(unreduced_tree_sum()) {}
 
 void LossSum::add(const DTensor& loss, const MicroBatchRun& run) {
   if (!plan_.tree) {

@@ -17,29 +17,35 @@
 
 namespace dtr::train {
 
-// How --deterministic sums a batch's micro-batches.
+// How a batch of c.batch_size sequences runs on `mesh` (whose tensor-parallel ranks share
+// their batch), and how --deterministic sums its micro-batches.
 struct TreePlan {
+  int64_t data_ranks = 1;   // the ranks that split the batch
   bool tree = false;        // in the canonical tree (more than one micro-batch, or rank-major ones)
   bool rank_major = false;  // each rank's share unreduced until the last (rank_major_micro_batches)
   bool node_lists = false;  // the ranks' shares reduced as lists of nodes (rank_shares_are_node_lists)
-  int64_t share = 0;        // rank-major: a rank's sequences of the batch
+  int64_t share = 0;        // a rank's sequences of the batch
   int64_t blocks = 0;       // the batch's sequences
 };
-TreePlan tree_plan(const TrainConfig& c, int64_t data_ranks);
+TreePlan tree_plan(const TrainConfig& c, const DeviceMesh& mesh);
 
 // One micro-batch as it runs.
 struct MicroBatchRun {
   Batch batch;
   int64_t index = 0, count = 0;  // which micro-batch of how many
-  int64_t rows = 0;              // its sequences, over all ranks
   TreeNode node;                 // in the tree: where its sums join it (rank-major: this rank's share's)
 };
 
 // Runs `body` on each micro-batch of the batch of c.batch_size sequences whose first is the
-// window `first` of `order` over `stream`, in order. In the tree each runs inside its
-// BatchWindow (kernels/block_reduce.h), cleared when the batch ends, by an exception too.
-void for_each_micro_batch(const TrainConfig& c, const std::vector<uint16_t>& stream, const WindowOrder& order,
-                          int64_t first, const DeviceMesh& mesh, const std::function<void(const MicroBatchRun&)>& body);
+// window `first` of `order` over `stream`, in order, as `plan` (tree_plan(c, mesh)) says. In
+// the tree each runs inside its BatchWindow (kernels/block_reduce.h), cleared when the batch
+// ends, by an exception too.
+void for_each_micro_batch(const TrainConfig& c, const TreePlan& plan, const std::vector<uint16_t>& stream,
+                          const WindowOrder& order, int64_t first, const DeviceMesh& mesh,
+                          const std::function<void(const MicroBatchRun&)>& body);
+
+// A TreeSum of DTensors added unreduced (add_unreduced): a rank's node of a Partial sum.
+TreeSum<DTensor> unreduced_tree_sum();
 
 // A rank-major sum: this rank's node, or with node lists its nodes reduced over the
 // data-parallel group in the tree (reduce_node_lists), Replicate there. Collective then.

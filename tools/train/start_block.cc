@@ -74,14 +74,15 @@ void print_start_block(const TrainConfig& c, const Device& device, const DeviceM
              c.seq_len, c.grad_accum, c.batch_size / c.grad_accum, c.batch_size / c.grad_accum / data_ranks, split);
   if (c.eval_every > 0) {
     const int64_t windows = eval_windows(c, val_order), wanted = c.eval_batches * c.batch_size;
-    fmt::print("eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,
-               windows == wanted ? fmt::format(" (--eval-batches {} x --batch-size {})", c.eval_batches, c.batch_size)
-               : windows <= val_order.num_windows()
-                   ? fmt::format(", all the held-out set has in whole micro-batches (--eval-batches {} x "
-                                 "--batch-size {} asked for {})",
-                                 c.eval_batches, c.batch_size, wanted)
-                   : fmt::format(": one micro-batch, but the held-out set has only {}, so they repeat",
-                                 val_order.num_windows()));
+    const char* unit = c.deterministic ? "batch" : "micro-batch";  // what one held-out batch is (evaluate.h)
+    fmt::print(
+        "eval       every {} steps: {} held-out windows{}\n", c.eval_every, windows,
+        windows == wanted ? fmt::format(" (--eval-batches {} x --batch-size {})", c.eval_batches, c.batch_size)
+        : windows <= val_order.num_windows()
+            ? fmt::format(", all the held-out set has in whole {}es (--eval-batches {} x --batch-size {} "
+                          "asked for {})",
+                          unit, c.eval_batches, c.batch_size, wanted)
+            : fmt::format(": one {}, but the held-out set has only {}, so they repeat", unit, val_order.num_windows()));
   }
   const double param_bytes = parameter_bytes(net.parameters());
   fmt::print("per rank   parameters {:.2f} MiB, gradients {:.2f} MiB, AdamW state {:.2f} MiB (rank 0{})\n",

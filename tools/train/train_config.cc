@@ -412,24 +412,19 @@ void validate_deterministic(const TrainConfig& c) {
             c.sequence_parallel ? "sequence-parallel" : "loss-parallel");
 }
 
-}  // namespace
-
-namespace {
-
 // Whether the ranks' shares of a step may be no nodes of the canonical tree: a share that is
 // not a power of two of sequences, or hsdp on a number of data-parallel ranks that is not a
 // power of two (whose shard groups, reduced first, may be no nodes).
 bool shares_may_be_no_nodes(const TrainConfig& c, int64_t data_ranks) {
-  const bool power_of_two_ranks = std::has_single_bit(static_cast<uint64_t>(data_ranks));
   return !std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks)) ||
-         (c.parallel == Parallel::kHsdp && !power_of_two_ranks);
+         (c.parallel == Parallel::kHsdp && !std::has_single_bit(static_cast<uint64_t>(data_ranks)));
 }
 
 }  // namespace
 
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks) {
-  const bool power_of_two_ranks = std::has_single_bit(static_cast<uint64_t>(data_ranks));
-  return c.deterministic && data_ranks * c.grad_accum > 1 && (c.mixed_precision || !power_of_two_ranks) &&
+  return c.deterministic && data_ranks * c.grad_accum > 1 &&
+         (c.mixed_precision || !std::has_single_bit(static_cast<uint64_t>(data_ranks))) &&
          (c.grad_accum > 1 || shares_may_be_no_nodes(c, data_ranks));
 }
 

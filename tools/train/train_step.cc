@@ -5,11 +5,13 @@
 #include "core/allocator.h"
 #include "dtensor/autograd.h"
 #include "dtensor/ops/elementwise.h"
+#include "dtensor/placement.h"
 #include "kernels/block_reduce.h"
 #include "kernels/elementwise.h"
 #include "nn/init.h"
 #include "optim/clip_grad.h"
 #include "tools/train/micro_batch_run.h"
+#include "tools/train/train_data.h"
 #include "tools/train/train_report.h"
 
 namespace dtr::train {
@@ -65,14 +67,15 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   // weight's two gradient parts are each summed so, and added at the end: one step over the
   // whole batch adds the two parts' trees, not the micro-batches' sums.
   //
-  // On a number of data-parallel ranks that is not a power of two, or under
-  // --mixed-precision, a micro-batch split over the ranks is no node. There the micro-batches
-  // are rank-major (BatchWindow): each rank holds one range of the step's batch, a micro-
+  // On a number of data-parallel ranks that is not a power of two a micro-batch split over
+  // them is no node, and under --mixed-precision the micro-batches' sums would meet in float32
+  // after fully_shard's bfloat16 reduction. There the micro-batches are rank-major
+  // (BatchWindow): each rank holds one range of the step's batch, a micro-
   // batch's share of it a node inside; fully_shard and replicate sum each rank's micro-batches'
   // gradients unreduced in the tree (sync off until the last), as this sums the losses and the
   // tied weight's output part, and the last micro-batch reduces each rank's node once, or its
   // list of nodes where its share is not one (reduce_node_lists).
-  const TreePlan plan = tree_plan(c, mesh.size() / c.tp);
+  const TreePlan plan = tree_plan(c, mesh);
   const bool tied = plan.tree && m.net->config().tie_embeddings;
   const std::vector<DTensor*> params = m.net->parameters();
   const size_t tied_index = [&] {  // the tied weight's place in params (when it matters)
@@ -87,10 +90,10 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   const TiedApartScope apart(*m.net, tied);
   LossSum losses(plan);
   TreeSum<std::vector<Tensor>> grads(add_tensors);
-  TreeSum<DTensor> rank_tied_parts([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
+  TreeSum<DTensor> rank_tied_parts = unreduced_tree_sum();
   std::vector<DTensorSpec> grad_specs;
   const nn::SeedState step_seeds = nn::seed_state();
-  for_each_micro_batch(c, tokens, order, window, mesh, [&](const MicroBatchRun& run) {
+  for_each_micro_batch(c, plan, tokens, order, window, mesh, [&](const MicroBatchRun& run) {
     const bool last = run.index + 1 == run.count;
     m.set_gradient_sync((plan.tree && !plan.rank_major) || last);
     // Each micro-batch draws its dropout masks where they lie in the whole batch.
