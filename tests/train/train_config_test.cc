@@ -161,7 +161,11 @@ TEST_CASE("--deterministic splits a step into nodes of the canonical tree, or ra
   CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 24 --grad-accum 2"), 3));
   CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12"), 3));
   CHECK_FALSE(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12"), 2));
-  CHECK(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12 --parallel hsdp"), 6));
+  CHECK(rank_shares_are_node_lists(parsed("--deterministic --batch-size 12 --parallel hsdp"), 6));  // 2 x 3
+  CHECK_FALSE(rank_shares_are_node_lists(
+      parsed("--deterministic --batch-size 12 --parallel hsdp --mesh replicate=3,shard=2"), 6));  // groups are nodes
+  CHECK_FALSE(rank_major_micro_batches(
+      parsed("--deterministic --batch-size 12 --parallel hsdp --mesh replicate=3,shard=2"), 6));
   CHECK(rank_shares_are_node_lists(parsed("--deterministic --mixed-precision --batch-size 12"), 2));
   CHECK_FALSE(rank_major_micro_batches(parsed("--batch-size 18 --grad-accum 3"), 3));  // the mode is off
 }

@@ -413,11 +413,15 @@ void validate_deterministic(const TrainConfig& c) {
 }
 
 // Whether the ranks' shares of a step may be no nodes of the canonical tree: a share that is
-// not a power of two of sequences, or hsdp on a number of data-parallel ranks that is not a
-// power of two (whose shard groups, reduced first, may be no nodes).
+// not a power of two of sequences, or hsdp shard groups (reduced first) of a number of ranks
+// that is not a power of two.
 bool shares_may_be_no_nodes(const TrainConfig& c, int64_t data_ranks) {
-  return !std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks)) ||
-         (c.parallel == Parallel::kHsdp && !std::has_single_bit(static_cast<uint64_t>(data_ranks)));
+  if (!std::has_single_bit(static_cast<uint64_t>(c.batch_size / data_ranks))) return true;
+  if (c.parallel != Parallel::kHsdp) return false;
+  for (const auto& [name, size] : mesh_dims(c, data_ranks * c.tp)) {
+    if (name == "shard") return !std::has_single_bit(static_cast<uint64_t>(size));
+  }
+  return false;
 }
 
 }  // namespace

@@ -100,10 +100,10 @@ inline constexpr std::string_view kTensorParallelDim = "tp";
 bool rank_major_micro_batches(const TrainConfig& c, int64_t data_ranks);
 
 // Whether rank-major micro-batches leave the ranks' shares of the step as lists of nodes (a
-// share that is not a power of two of sequences, or hsdp on a number of data-parallel ranks
-// that is not a power of two, whose shard groups may be no nodes), which fully_shard and
-// replicate reduce over the whole data-parallel group in the tree (reduce_node_lists,
-// dtensor/node_lists.h; BatchWindow::node_lists).
+// share that is not a power of two of sequences, or hsdp shard groups of a number of ranks
+// that is not a power of two, which are no nodes), which fully_shard and replicate reduce
+// over the whole data-parallel group in the tree (reduce_node_lists, dtensor/node_lists.h;
+// BatchWindow::node_lists).
 bool rank_shares_are_node_lists(const TrainConfig& c, int64_t data_ranks);
 
 // One micro-batch of a step: sequences [first, first + rows) of the step's batch (rank-major:
