@@ -20,12 +20,19 @@ __m256i lane_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// TileEpilogue on the lanes in mask of one C row.
+// TileEpilogue on the lanes in mask of one C row; Full: all 8 lanes, with plain loads and
+// stores (vmaskmovps is microcoded on AMD's cores: a masked store costs several cycles).
+template <bool Full>
 void store_lanes(float* c, __m256 acc, __m256i mask, const TileEpilogue& e, const float* bias) {
+  auto load = [&](const float* x) { return Full ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, mask); };
   __m256 v = _mm256_mul_ps(acc, _mm256_set1_ps(e.alpha));
-  if (e.beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(e.beta), _mm256_maskload_ps(c, mask), v);
-  if (bias != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(bias, mask));
-  _mm256_maskstore_ps(c, mask, v);
+  if (e.beta != 0.0f) v = _mm256_fmadd_ps(_mm256_set1_ps(e.beta), load(c), v);
+  if (bias != nullptr) v = _mm256_add_ps(v, load(bias));
+  if (Full) {
+    _mm256_storeu_ps(c, v);
+  } else {
+    _mm256_maskstore_ps(c, mask, v);
+  }
 }
 
 // A's value (i, p) is a[i * AStride + p * AStep]: (1, kMr) in the k-major panels, (kc, 1) in
@@ -48,13 +55,21 @@ void tile_rows(int64_t kp, const float* a, const float* b, float* c, int64_t ldc
       hi[i] = _mm256_fmadd_ps(ai, b1, hi[i]);
     }
   }
-  const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
   const float* bias_hi = e.bias != nullptr ? e.bias + 8 : nullptr;
   // Unrolled like the K loop, so the accumulators stay registers (no copies kept in memory).
+  if (n >= kNr) {
+#pragma GCC unroll 6
+    for (int i = 0; i < M; ++i) {
+      store_lanes<true>(c + i * ldc, lo[i], __m256i{}, e, e.bias);
+      store_lanes<true>(c + i * ldc + 8, hi[i], __m256i{}, e, bias_hi);
+    }
+    return;
+  }
+  const __m256i m0 = lane_mask(n), m1 = lane_mask(n - 8);
 #pragma GCC unroll 6
   for (int i = 0; i < M; ++i) {
-    store_lanes(c + i * ldc, lo[i], m0, e, e.bias);
-    if (n > 8) store_lanes(c + i * ldc + 8, hi[i], m1, e, bias_hi);
+    store_lanes<false>(c + i * ldc, lo[i], m0, e, e.bias);
+    if (n > 8) store_lanes<false>(c + i * ldc + 8, hi[i], m1, e, bias_hi);
   }
 }
 
