@@ -162,8 +162,8 @@ void tile(int64_t kp, const void* a_panel, const void* b_panel, float* c, int64_
   const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
   const float* bias_hi = e.bias != nullptr ? e.bias + 16 : nullptr;
   for (int64_t i = 0; i < m; ++i) {
-    store_lanes(c + i * ldc, _mm512_load_ps(&acc[i][0]), m0, e, e.bias);
-    if (m1 != 0) store_lanes(c + i * ldc + 16, _mm512_load_ps(&acc[i][16]), m1, e, bias_hi);
+    store_lanes<false>(c + i * ldc, _mm512_load_ps(&acc[i][0]), m0, e, e.bias);
+    if (m1 != 0) store_lanes<false>(c + i * ldc + 16, _mm512_load_ps(&acc[i][16]), m1, e, bias_hi);
   }
 }
 

@@ -17,12 +17,19 @@ inline __mmask16 lane_mask(int64_t n) {
   return n >= 16 ? __mmask16{0xffff} : n <= 0 ? __mmask16{0} : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Applies e to acc and writes the lanes in mask to c (bias: the same columns' bias values).
+// Applies e to acc and writes the lanes in mask to c (bias: the same columns' bias values);
+// Full: all 16 lanes, with plain loads and stores.
+template <bool Full>
 inline void store_lanes(float* c, __m512 acc, __mmask16 mask, const TileEpilogue& e, const float* bias) {
+  auto load = [&](const float* x) { return Full ? _mm512_loadu_ps(x) : _mm512_maskz_loadu_ps(mask, x); };
   __m512 v = _mm512_mul_ps(acc, _mm512_set1_ps(e.alpha));
-  if (e.beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(e.beta), _mm512_maskz_loadu_ps(mask, c), v);
-  if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias));
-  _mm512_mask_storeu_ps(c, mask, v);
+  if (e.beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(e.beta), load(c), v);
+  if (bias != nullptr) v = _mm512_add_ps(v, load(bias));
+  if (Full) {
+    _mm512_storeu_ps(c, v);
+  } else {
+    _mm512_mask_storeu_ps(c, mask, v);
+  }
 }
 
 // Asks for the lines of a C tile (rows x 32 floats, rows ldc apart) for writing, at the
@@ -42,13 +49,21 @@ inline void prefetch_c_tile(const float* c, int64_t rows, int64_t ldc) {
 template <int M>
 [[gnu::always_inline]] inline void store_tile32(const __m512 (&lo)[M], const __m512 (&hi)[M], float* c, int64_t ldc,
                                                 int64_t n, const TileEpilogue& e) {
-  const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
   const float* bias_hi = e.bias != nullptr ? e.bias + 16 : nullptr;
   // Unrolled like the K loops, so the accumulators stay registers (no copies kept in memory).
+  if (n >= 32) {
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) {
+      store_lanes<true>(c + i * ldc, lo[i], 0, e, e.bias);
+      store_lanes<true>(c + i * ldc + 16, hi[i], 0, e, bias_hi);
+    }
+    return;
+  }
+  const __mmask16 m0 = lane_mask(n), m1 = lane_mask(n - 16);
 #pragma GCC unroll 16
   for (int i = 0; i < M; ++i) {
-    store_lanes(c + i * ldc, lo[i], m0, e, e.bias);
-    if (m1 != 0) store_lanes(c + i * ldc + 16, hi[i], m1, e, bias_hi);
+    store_lanes<false>(c + i * ldc, lo[i], m0, e, e.bias);
+    if (m1 != 0) store_lanes<false>(c + i * ldc + 16, hi[i], m1, e, bias_hi);
   }
 }
 
