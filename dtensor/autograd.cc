@@ -165,15 +165,16 @@ DTensor accumulate_gradients(const DTensor& a, const DTensor& b) {
   return DTensor(add(a.to_local(), moved.to_local()), a.spec());
 }
 
-DTensor add_unreduced(const DTensor& a, const DTensor& b) {
-  DTR_CHECK(a.spec() == b.spec(), ValueError, "add_unreduced: {} and {} differ in spec", a.to_string(), b.to_string());
-  return DTensor(add(a.to_local(), b.to_local()), a.spec());
+void add_unreduced(DTensor& left, const DTensor& right) {
+  DTR_CHECK(left.spec() == right.spec(), ValueError, "add_unreduced: {} and {} differ in spec", left.to_string(),
+            right.to_string());
+  left = DTensor(add(left.to_local(), right.to_local()), left.spec());
 }
 
 void add_unreduced_each(std::vector<DTensor>& left, const std::vector<DTensor>& right) {
   DTR_CHECK(left.size() == right.size(), ValueError, "add_unreduced_each: {} and {} tensors", left.size(),
             right.size());
-  for (size_t i = 0; i < left.size(); ++i) left[i] = add_unreduced(left[i], right[i]);
+  for (size_t i = 0; i < left.size(); ++i) add_unreduced(left[i], right[i]);
 }
 
 bool backward_runs_once() { return t_runs_once; }

@@ -145,10 +145,11 @@ bool in_nested_backward();
 // a + b for gradients meeting in the graph: b is moved to a's placements (no graph).
 DTensor accumulate_gradients(const DTensor& a, const DTensor& b);
 
-// a + b on each rank as they lie (one spec; no graph): a Partial's terms stay unreduced. What
-// a rank's tree over micro-batches adds under --deterministic (kernels/block_reduce.h).
-DTensor add_unreduced(const DTensor& a, const DTensor& b);
-// left[i] = add_unreduced(left[i], right[i]) for each i: a TreeSum's addition of lists.
+// left += right on each rank as they lie (one spec; no graph): a Partial's terms stay
+// unreduced. A TreeSum's addition: what a rank's tree over micro-batches adds under
+// --deterministic (kernels/block_reduce.h).
+void add_unreduced(DTensor& left, const DTensor& right);
+// add_unreduced(left[i], right[i]) for each i: a TreeSum's addition of lists.
 void add_unreduced_each(std::vector<DTensor>& left, const std::vector<DTensor>& right);
 
 }  // namespace dtr

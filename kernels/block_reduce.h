@@ -152,6 +152,17 @@ class TreeSum {
   int64_t first_ = 0, next_ = 0;  // the first block pushed, the first block not pushed yet
 };
 
+// Pushes a micro-batch's sum into `sum`: at this rank's node when `window` is rank-major
+// (BatchWindow::rank_node), else as the next leaf.
+template <class Value>
+void push_micro_batch(TreeSum<Value>& sum, Value value, const BatchWindow& window) {
+  if (window.rank_stride > 0) {
+    sum.push(std::move(value), window.rank_node());
+  } else {
+    sum.push(std::move(value));
+  }
+}
+
 // TreeSum's addition of lists of tensors: position by position, in place; a position
 // undefined on the left stays undefined.
 void add_tensors(std::vector<Tensor>& left, const std::vector<Tensor>& right);

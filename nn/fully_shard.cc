@@ -291,17 +291,14 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
              return zeros;
            };
            std::vector<NodeTerm> terms;  // --deterministic, node_lists: this rank's nodes
+           BatchWindow window;
            if (deterministic_block_tokens() > 0) {
+             window = batch_window();
              std::vector<DTensor> zeros = reduce->sync ? std::vector<DTensor>() : leaf_zeros(g);
              if (!reduce->tree) reduce->tree.emplace(add_unreduced_each);
-             // Rank-major micro-batches: at this rank's node of the step's batch.
-             if (const BatchWindow w = batch_window(); w.rank_stride > 0) {
-               reduce->tree->push(std::move(g), w.rank_node());
-             } else {
-               reduce->tree->push(std::move(g));
-             }
+             push_micro_batch(*reduce->tree, std::move(g), window);
              if (!reduce->sync) return zeros;
-             if (batch_window().node_lists) {
+             if (window.node_lists) {
                for (auto& [node, values] : reduce->tree->take_nodes()) terms.push_back({node, std::move(values)});
              } else {
                g = reduce->tree->finish();
@@ -319,9 +316,9 @@ void FSDPModule::link_to_leaves(std::vector<DTensor>& gathered) {
            }
            reduce->grads.clear();
            wait_for_reduction();
-           std::vector<DTensor> out =
-               terms.empty() ? redistribute_grouped(g, placements, Async::kYes, leaf_device)
-                             : reduce_node_lists(terms, batch_window().rank_stride, batch_window().total, placements);
+           std::vector<DTensor> out = terms.empty()
+                                          ? redistribute_grouped(g, placements, Async::kYes, leaf_device)
+                                          : reduce_node_lists(terms, window.rank_stride, window.total, placements);
            bool cast = false;
            for (size_t i = 0; i < out.size(); ++i) {
              if (out[i].dtype() != dtypes[i]) {

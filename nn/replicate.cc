@@ -117,15 +117,11 @@ void DDPModule::issue_ready_buckets() {
 void DDPModule::push_unsynced(size_t index) {
   DTensor& p = *params_[index];
   std::optional<TreeSum<DTensor>>& tree = unsynced_[index];
-  if (!tree) tree.emplace([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
-  DTensor leaf = partial_grad(p, summed_over_data(p));
-  if (const BatchWindow w = batch_window(); w.rank_stride > 0) {
-    tree->push(std::move(leaf), w.rank_node());
-  } else {
-    tree->push(std::move(leaf));
-  }
+  if (!tree) tree.emplace(add_unreduced);
+  const BatchWindow window = batch_window();
+  push_micro_batch(*tree, partial_grad(p, summed_over_data(p)), window);
   p.set_grad(DTensor());
-  if (!sync_ || batch_window().node_lists) return;
+  if (!sync_ || window.node_lists) return;
   p.set_grad(tree->finish());
   tree.reset();
 }
@@ -147,8 +143,8 @@ void DDPModule::reduce_unsynced_lists() {
     }
     targets.push_back(params_[k]->placements());
   }
-  const std::vector<DTensor> reduced =
-      reduce_node_lists(terms, batch_window().rank_stride, batch_window().total, targets);
+  const BatchWindow window = batch_window();
+  const std::vector<DTensor> reduced = reduce_node_lists(terms, window.rank_stride, window.total, targets);
   for (size_t k = 0; k < params_.size(); ++k) params_[k]->set_grad(reduced[k]);
 }
 

@@ -73,12 +73,8 @@ DTensor rank_sum(TreeSum<DTensor>& sum, const TreePlan& plan) {
   return reduce_node_lists(nodes, plan.share, plan.blocks, replicated).front();
 }
 
-TreeSum<DTensor> unreduced_tree_sum() {
-  return TreeSum<DTensor>([](DTensor& left, const DTensor& right) { left = add_unreduced(left, right); });
-}
-
 LossSum::LossSum(const TreePlan& plan)
-    : plan_(plan), tree_([](float& left, const float& right) { left += right; }), ranks_(unreduced_tree_sum()) {}
+    : plan_(plan), tree_([](float& left, const float& right) { left += right; }), ranks_(add_unreduced) {}
 
 void LossSum::add(const DTensor& loss, const MicroBatchRun& run) {
   if (!plan_.tree) {

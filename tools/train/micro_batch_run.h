@@ -44,9 +44,6 @@ void for_each_micro_batch(const TrainConfig& c, const TreePlan& plan, const std:
                           const WindowOrder& order, int64_t first, const DeviceMesh& mesh,
                           const std::function<void(const MicroBatchRun&)>& body);
 
-// A TreeSum of DTensors added unreduced (add_unreduced): a rank's node of a Partial sum.
-TreeSum<DTensor> unreduced_tree_sum();
-
 // A rank-major sum: this rank's node, or with node lists its nodes reduced over the
 // data-parallel group in the tree (reduce_node_lists), Replicate there. Collective then.
 DTensor rank_sum(TreeSum<DTensor>& sum, const TreePlan& plan);

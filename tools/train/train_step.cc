@@ -90,7 +90,7 @@ StepResult train_step(Model& m, optim::Optimizer& opt, optim::LRScheduler& sched
   const TiedApartScope apart(*m.net, tied);
   LossSum losses(plan);
   TreeSum<std::vector<Tensor>> grads(add_tensors);
-  TreeSum<DTensor> rank_tied_parts = unreduced_tree_sum();
+  TreeSum<DTensor> rank_tied_parts(add_unreduced);
   std::vector<DTensorSpec> grad_specs;
   const nn::SeedState step_seeds = nn::seed_state();
   for_each_micro_batch(c, plan, tokens, order, window, mesh, [&](const MicroBatchRun& run) {
