@@ -33,6 +33,7 @@
 #include "kernels/optimizer_step.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/relu_mask.h"
 #include "kernels/shape_ops.h"
 #include "kernels/softmax.h"
 #include "tools/bench/bench_util.h"
@@ -303,6 +304,41 @@ void add_elementwise_rows(Suite& suite, const Shapes& s) {
                    });
                  }});
     }
+  }
+}
+
+// ReLU's bit mask of the FFN activation (kernels/relu_mask.h): relu_mask reads y and writes
+// a bit per element; apply_relu_mask_ (the backward) reads the bits and rewrites the gradient
+// in place, so applying it again is the same result, which the check reads after the timing.
+void add_relu_mask_rows(Suite& suite, const Shapes& s) {
+  const Shape shape{s.tokens, s.ffn};
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    suite.add({"relu_mask", std::string(dtype_name(dtype)), shape_str(shape), [shape, dtype] {
+                 const Tensor y = pattern(shape, dtype, 24);
+                 auto words = std::make_shared<Tensor>(relu_mask(y));
+                 auto run = [y, words] { remake(*words, [&] { return relu_mask(y); }); };
+                 return memcpy_case(static_cast<double>(y.nbytes() + words->nbytes()), run, [y, words] {
+                   const Tensor y64 = y.to(kFloat64);
+                   const auto* bits = reinterpret_cast<const uint32_t*>(words->data_ptr<int32_t>());
+                   int64_t wrong = 0;
+                   for (int64_t i = 0; i < y.numel(); ++i) {
+                     wrong += ((bits[i / 32] >> (i % 32)) & 1U) != static_cast<uint32_t>(y64.data_ptr<double>()[i] > 0);
+                   }
+                   return wrong == 0 ? std::string() : fmt::format("{} bits differ from y > 0", wrong);
+                 });
+               }});
+    suite.add({"apply_relu_mask_", std::string(dtype_name(dtype)), shape_str(shape), [shape, dtype] {
+                 const Tensor y = pattern(shape, dtype, 25), g = pattern(shape, dtype, 26);
+                 const Tensor words = relu_mask(y);
+                 auto grad = std::make_shared<Tensor>(g.clone());
+                 auto run = [grad, words] { apply_relu_mask_(*grad, words); };
+                 const double bytes = 2.0 * static_cast<double>(g.nbytes()) + static_cast<double>(words.nbytes());
+                 return memcpy_case(bytes, run, [y, g, grad] {
+                   return check_sampled(
+                       *grad, [&](std::span<const int64_t> c) { return element_at(y, c) > 0 ? element_at(g, c) : 0.0; },
+                       0, 0);
+                 });
+               }});
   }
 }
 
@@ -819,6 +855,7 @@ int run_main(int argc, char** argv) {
     add_cat_rows(suite, shapes);
     add_index_rows(suite, shapes);
     add_elementwise_rows(suite, shapes);
+    add_relu_mask_rows(suite, shapes);
     add_reduce_rows(suite, shapes);
     add_matmul_rows(suite, shapes);
     add_row_kernel_rows(suite, shapes);
