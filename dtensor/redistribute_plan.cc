@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "dtensor/chunking.h"
+#include "kernels/block_reduce.h"
 
 namespace dtr {
 
@@ -211,6 +212,36 @@ bool mergeable(const RedistributeStep& a, const RedistributeStep& b) {
   }
 }
 
+// The steps that reduce a Partial (all_reduce, reduce_scatter).
+std::vector<const RedistributeStep*> reductions(const std::vector<RedistributeStep>& steps) {
+  std::vector<const RedistributeStep*> out;
+  for (const RedistributeStep& s : steps) {
+    if (s.from.is_partial() && (s.op == StepOp::kAllReduce || s.op == StepOp::kReduceScatter)) out.push_back(&s);
+  }
+  return out;
+}
+
+// Under --deterministic a Partial reduces in the canonical tree of the blocks its ranks hold
+// (rank r of the reduced mesh dims, row-major, holding block r): one collective over those
+// dims flattened sums its group in that tree (redistribute.cc), and so do collectives per
+// dim from the innermost out while the inner groups are powers of two; outermost first adds
+// blocks that are no node (on 2 x 2: (r0 + r2) + (r1 + r3)). So the candidates are cut to the
+// plans reducing inner dims first, in the fewest collectives.
+template <class Candidate>
+void keep_tree_order(std::vector<Candidate>& candidates) {
+  auto inner_first = [](const std::vector<RedistributeStep>& steps) {
+    const std::vector<const RedistributeStep*> r = reductions(steps);
+    for (size_t i = 1; i < r.size(); ++i) {
+      if (r[i]->mesh_dim + r[i]->num_mesh_dims > r[i - 1]->mesh_dim) return false;
+    }
+    return true;
+  };
+  std::erase_if(candidates, [&](const Candidate& c) { return !inner_first(c.first); });
+  size_t fewest = SIZE_MAX;
+  for (const Candidate& c : candidates) fewest = std::min(fewest, reductions(c.first).size());
+  std::erase_if(candidates, [&](const Candidate& c) { return reductions(c.first).size() > fewest; });
+}
+
 // `steps` with every run of mergeable steps over a range the mesh can flatten made one.
 std::vector<RedistributeStep> merge_steps(const DeviceMesh& mesh, const std::vector<RedistributeStep>& steps) {
   std::vector<RedistributeStep> merged;
@@ -385,6 +416,7 @@ std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sourc
       }
     }
   }
+  if (deterministic_block_tokens() > 0) keep_tree_order(candidates);
   DTR_INTERNAL_ASSERT(!candidates.empty(), "no plan for {} -> {}", first.to_string(), placements_str(dst));
   std::vector<RedistributePlan> plans;
   for (auto& [steps, how] : candidates) {
@@ -496,6 +528,7 @@ RedistributePlan plan_redistribute_coalesced(std::span<const DTensorSpec> source
                                      : 16 + p.shard_dim());
     }
   }
+  key.push_back(deterministic_block_tokens() > 0 ? -100 : -101);  // keep_tree_order's candidates, or all
   for (const DTensorSpec& s : sources) {
     key.push_back(-1 - static_cast<int64_t>(s.dtype()));  // negative: separates the shapes
     key.insert(key.end(), s.shape().begin(), s.shape().end());

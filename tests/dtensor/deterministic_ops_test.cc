@@ -84,6 +84,24 @@ TEST_CASE("--deterministic: a batch's gradients and loss have one rank's bits on
   });
 }
 
+TEST_CASE("--deterministic: a value Partial over a 2 x 2 mesh reduces the inner dim first, the ranks' tree",
+          "[dtensor][deterministic]") {
+  // Rank r = 2 i + j of mesh (i, j) holds the batch's block r (Shard(0) on both dims), so the
+  // canonical tree adds (r0 + r1) + (r2 + r3). These terms round to 2 + 2^-22 that way and to 2
+  // in the other, (r0 + r2) + (r1 + r3): a loss reported from such a value told the layouts apart.
+  testing::run_ranks(4, [](int rank, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"});
+    const float terms[] = {1.0f, 1.0f, std::ldexp(1.0f, -24), std::ldexp(1.5f, -24)};
+    const DTensor partial(full({}, terms[rank], kFloat32), DTensorSpec(mesh, {Partial(), Partial()}, {}, kFloat32));
+    set_deterministic_block_tokens(kSeq);
+    const double tree = partial.item();
+    const Tensor replicated = partial.redistribute({Replicate(), Replicate()}).to_local();
+    set_deterministic_block_tokens(0);
+    CHECK(tree == 2.0 + std::ldexp(1.0, -22));
+    CHECK(replicated.item() == tree);
+  });
+}
+
 TEST_CASE("--deterministic: a sum over the batch is the tree of the sequences' sums, not the rows in order",
           "[dtensor][deterministic]") {
   // 8 sequences of 4 tokens, 2 features: a one, then values an eighth of float32's last

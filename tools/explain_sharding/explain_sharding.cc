@@ -36,6 +36,7 @@
 #include "dtensor/placement.h"
 #include "dtensor/redistribute_plan.h"
 #include "dtensor/visualize_sharding.h"
+#include "kernels/block_reduce.h"
 #include "tools/command_line.h"
 #include "tools/explain_sharding/execute_plan.h"
 #include "tools/launcher/self_launch.h"
@@ -120,9 +121,10 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_flag("--execute", execute,
                "also run it: start the mesh's ranks, redistribute, and compare the collectives measured with the plan");
-  app.add_flag("--deterministic", deterministic,
-               "say how train --deterministic runs each sum: over more than two ranks in the canonical tree of the "
-               "group's members (docs/deterministic.md)");
+  app.add_flag(
+      "--deterministic", deterministic,
+      "plan as train --deterministic does (a Partial's mesh dims reduced innermost first) and say how it runs "
+      "each sum: over more than two ranks in the canonical tree of the group's members (docs/deterministic.md)");
   if (const std::optional<int> exit_code = dtr::parse_command_line("explain_sharding", app, argc, argv))
     return *exit_code;
 
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
     const dtr::DeviceMesh row_major = dtr::DeviceMesh::row_major(dtr::kCPU, mesh_shape, names, 0, world);
     const dtr::DeviceMesh mesh = view.empty() ? row_major : row_major.submesh(view);
     const dtr::DTensorSpec source(mesh, dtr::parse_placements(from), shape, dtype);
+    if (deterministic) dtr::set_deterministic_block_tokens(1);  // plan as the mode does: its sums' order
     const dtr::RedistributePlan plan = dtr::plan_redistribute(source, dtr::parse_placements(to));
     std::optional<dtr::CostModel> cost_model;
     if (!cost_model_path.empty()) cost_model = dtr::CostModel::load(cost_model_path);
