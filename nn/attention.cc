@@ -13,6 +13,7 @@
 #include "dtensor/ops/softmax.h"
 #include "dtensor/ops/view_ops.h"
 #include "dtensor/ops/where.h"
+#include "kernels/block_reduce.h"
 #include "nn/init.h"
 
 namespace dtr::nn {
@@ -65,13 +66,26 @@ Values MultiheadAttention::forward(const Values& inputs) {
   const DTensor q_in = batch_major(inputs[0], "query"), k_in = batch_major(inputs[1], "key"),
                 v_in = batch_major(inputs[2], "value");
   const int64_t b = q_in.size(0), t = q_in.size(1), s = k_in.size(1);
-  const std::vector<DTensor> w = split(in_proj_weight_, e, 0);
-  const std::vector<DTensor> bias = in_proj_bias_.defined() ? split(in_proj_bias_, e, 0) : std::vector<DTensor>(3);
-  auto project = [&](const DTensor& x, int k, int64_t len) {
-    const DTensor y = linear(x, w[k], bias[k].defined() ? std::optional<DTensor>(bias[k]) : std::nullopt);
-    return transpose(reshape(y, {b, len, h, d}), 1, 2);  // [B, H, len, D]
-  };
-  const DTensor q = project(q_in, 0, t), k = project(k_in, 1, s), v = project(v_in, 2, s);
+  auto heads = [&](const DTensor& y, int64_t len) { return transpose(reshape(y, {b, len, h, d}), 1, 2); };
+  auto optional = [](const DTensor& x) { return x.defined() ? std::optional<DTensor>(x) : std::nullopt; };
+  DTensor q, k, v;  // [B, H, len, D]
+  const bool self_attention = inputs[0].is_same(inputs[1]) && inputs[1].is_same(inputs[2]);
+  if (self_attention && in_proj_weight_.spec().is_replicated() && deterministic_feature_blocks() == 1) {
+    // One product of N = 3E whose columns are q, k and v, as PyTorch projects self-attention:
+    // A is packed once, and the input gradient is one product of K = 3E instead of three and
+    // two adds. q, k and v have the bits of a product each (a column's sum does not depend on
+    // N: kernels/cpu/gemm.h). A tensor-parallel in_proj_weight (StridedShard) and
+    // --deterministic's feature blocks take a product per piece below, so that one process
+    // with feature blocks gives a tensor-parallel run's bits.
+    const std::vector<DTensor> qkv = split(linear(q_in, in_proj_weight_, optional(in_proj_bias_)), e, -1);
+    q = heads(qkv[0], t), k = heads(qkv[1], s), v = heads(qkv[2], s);
+  } else {
+    const std::vector<DTensor> w = split(in_proj_weight_, e, 0);
+    const std::vector<DTensor> bias = in_proj_bias_.defined() ? split(in_proj_bias_, e, 0) : std::vector<DTensor>(3);
+    q = heads(linear(q_in, w[0], optional(bias[0])), t);
+    k = heads(linear(k_in, w[1], optional(bias[1])), s);
+    v = heads(linear(v_in, w[2], optional(bias[2])), s);
+  }
   const DTensor& attn_mask = inputs[3];
   const DTensor& key_padding_mask = inputs[4];
   const bool dropping = training() && options_.dropout > 0.0;
