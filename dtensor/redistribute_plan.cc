@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "collectives/reduce_op.h"
 #include "core/error.h"
 #include "dtensor/chunking.h"
 #include "kernels/block_reduce.h"
@@ -212,34 +213,44 @@ bool mergeable(const RedistributeStep& a, const RedistributeStep& b) {
   }
 }
 
-// The steps that reduce a Partial (all_reduce, reduce_scatter).
-std::vector<const RedistributeStep*> reductions(const std::vector<RedistributeStep>& steps) {
+// The steps that sum a Partial (all_reduce, reduce_scatter of sum or avg: the ones whose
+// order rounds, which redistribute.cc runs in the tree under --deterministic).
+std::vector<const RedistributeStep*> sum_reductions(const std::vector<RedistributeStep>& steps) {
   std::vector<const RedistributeStep*> out;
   for (const RedistributeStep& s : steps) {
-    if (s.from.is_partial() && (s.op == StepOp::kAllReduce || s.op == StepOp::kReduceScatter)) out.push_back(&s);
+    const bool reduces = s.op == StepOp::kAllReduce || s.op == StepOp::kReduceScatter;
+    if (reduces && s.from.is_partial() && is_linear(s.from.reduce_op())) out.push_back(&s);
   }
   return out;
 }
 
-// Under --deterministic a Partial reduces in the canonical tree of the blocks its ranks hold
-// (rank r of the reduced mesh dims, row-major, holding block r): one collective over those
-// dims flattened sums its group in that tree (redistribute.cc), and so do collectives per
-// dim from the innermost out while the inner groups are powers of two; outermost first adds
-// blocks that are no node (on 2 x 2: (r0 + r2) + (r1 + r3)). So the candidates are cut to the
-// plans reducing inner dims first, in the fewest collectives.
-template <class Candidate>
-void keep_tree_order(std::vector<Candidate>& candidates) {
+// A candidate plan: its steps and how it was built.
+using Candidates = std::vector<std::pair<std::vector<RedistributeStep>, std::string>>;
+
+// Under --deterministic a Partial sums in the canonical tree of the blocks its ranks hold
+// (rank r of the reduced mesh dims, row-major, holding block r). One collective over those
+// dims flattened does, whatever the group sizes (redistribute.cc's tree over the group);
+// collectives per dim do from the innermost out while the inner groups are powers of two
+// (the only plans where the mesh cannot flatten the dims); outermost first adds blocks that
+// are no node (on 2 x 2: (r0 + r2) + (r1 + r3)). So the candidates are cut to the plans
+// summing inner dims first, in the fewest such steps; none is cut where none would be left.
+void keep_tree_order(Candidates& candidates) {
   auto inner_first = [](const std::vector<RedistributeStep>& steps) {
-    const std::vector<const RedistributeStep*> r = reductions(steps);
+    const std::vector<const RedistributeStep*> r = sum_reductions(steps);
     for (size_t i = 1; i < r.size(); ++i) {
       if (r[i]->mesh_dim + r[i]->num_mesh_dims > r[i - 1]->mesh_dim) return false;
     }
     return true;
   };
-  std::erase_if(candidates, [&](const Candidate& c) { return !inner_first(c.first); });
+  Candidates kept;
+  for (auto& c : candidates) {
+    if (inner_first(c.first)) kept.push_back(c);
+  }
+  if (kept.empty()) return;
   size_t fewest = SIZE_MAX;
-  for (const Candidate& c : candidates) fewest = std::min(fewest, reductions(c.first).size());
-  std::erase_if(candidates, [&](const Candidate& c) { return reductions(c.first).size() > fewest; });
+  for (const auto& c : kept) fewest = std::min(fewest, sum_reductions(c.first).size());
+  std::erase_if(kept, [&](const auto& c) { return sum_reductions(c.first).size() > fewest; });
+  candidates = std::move(kept);
 }
 
 // `steps` with every run of mergeable steps over a range the mesh can flatten made one.
@@ -394,7 +405,7 @@ std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sourc
   if (shard_to_partial)
     s2p_ways = {ShardToPartial::kPadLast, ShardToPartial::kPadFirst, ShardToPartial::kThroughReplicate};
 
-  std::vector<std::pair<std::vector<RedistributeStep>, std::string>> candidates;
+  Candidates candidates;
   auto add = [&](std::vector<RedistributeStep> steps, std::string how) {
     for (const auto& c : candidates) {
       if (same_moves(c.first, steps)) return;

@@ -40,7 +40,7 @@ std::vector<DTensor> recompute(Saved& saved, std::vector<DTensor> grad_outputs) 
   Values inputs;
   inputs.reserve(saved.inputs.size());  // the hooks below point into it
   for (size_t i = 0; i < saved.inputs.size(); ++i) {
-    inputs.push_back(saved.inputs[i].detach());
+    inputs.push_back(saved.inputs[i].defined() ? saved.inputs[i].detach() : DTensor());  // an absent one stays absent
     if (!saved.differentiable[i]) continue;
     DTensor* x = &inputs.back();
     x->requires_grad_();
@@ -114,7 +114,7 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
     // in-place op in the forward (relu_, add_) cannot overwrite what the recompute starts from.
     std::vector<DTensor> recorded;
     for (const DTensor& x : inputs) {
-      saved->inputs.push_back(x.detach());
+      saved->inputs.push_back(x.defined() ? x.detach() : DTensor());
       saved->differentiable.push_back(x.defined() && x.requires_grad());
       recorded.push_back(x);
     }

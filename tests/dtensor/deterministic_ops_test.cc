@@ -99,6 +99,9 @@ TEST_CASE("--deterministic: a value Partial over a 2 x 2 mesh reduces the inner 
     set_deterministic_block_tokens(0);
     CHECK(tree == 2.0 + std::ldexp(1.0, -22));
     CHECK(replicated.item() == tree);
+    // The outer dim first rounds these terms apart: the check above can tell the orders.
+    const float outer_first = (terms[0] + terms[2]) + (terms[1] + terms[3]);
+    CHECK(static_cast<double>(outer_first) != tree);
   });
 }
 

@@ -3,7 +3,8 @@
 // three AdamW steps) on one rank and under fsdp and ddp on 2 and 3 ranks, with exactly the
 // same collectives; checkpointing keeps fewer bytes for backward (the allocator's peak
 // falls: full below selective below none, by bounds from the model's shapes); a forward's
-// in-place ops leave the inputs its recompute starts from.
+// in-place ops leave the inputs its recompute starts from; a MultiheadAttention checkpointed
+// alone (absent masks among its inputs) recomputes its self-attention's bits.
 #include "nn/checkpoint.h"
 
 #include <catch2/catch.hpp>
@@ -324,6 +325,34 @@ TEST_CASE("a checkpointed module's in-place ops leave the inputs its recompute s
     sum(module(std::move(in)).at(0)).backward();
     INFO((checkpointed ? "checkpointed" : "plain"));
     CHECK(testing::to_f64(x.grad().to_local()) == std::vector<double>{4, -2, 8});
+  }
+}
+
+TEST_CASE("a checkpointed self-attention recomputes its one projection: the plain module's bits", "[nn][checkpoint]") {
+  // The recompute hands forward a copy of each input: query, key and value are then three
+  // tensors, but the call's one (projected in one product) decides, so the selective replay
+  // meets the products the forward kept, and the gradients are the plain module's.
+  struct Grads {
+    std::vector<double> x, in_proj;
+  };
+  auto run = [](Checkpointed how) {
+    manual_seed(5);
+    MultiheadAttention attn(8, 2, {.batch_first = true, .dropout = 0.1});
+    if (how != Checkpointed::kNo)
+      checkpoint(attn, how == Checkpointed::kSelective ? selective_policy() : CheckpointOptions{});
+    DTensor x = testing::on_one_rank(testing::random_tensor({2, 5, 8}, kFloat32, 3));
+    x.requires_grad_();
+    const DTensor h = mul(x, 2.0);
+    sum(attn(h, h, h, {.is_causal = true}).first).backward();
+    return Grads{testing::to_f64(x.grad().to_local()),
+                 testing::to_f64(attn.parameter("in_proj_weight").grad().to_local())};
+  };
+  const Grads plain = run(Checkpointed::kNo);
+  for (Checkpointed how : {Checkpointed::kYes, Checkpointed::kSelective}) {
+    INFO((how == Checkpointed::kYes ? "full" : "selective"));
+    const Grads checkpointed = run(how);
+    CHECK(checkpointed.x == plain.x);
+    CHECK(checkpointed.in_proj == plain.in_proj);
   }
 }
 

@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
 
   return dtr::tool_main("explain_sharding", [&] {
     DTR_CHECK(!(execute && deterministic), ValueError,
-              "--execute with --deterministic: the run compares the counter with the planned ring collectives; "
-              "--deterministic only explains how the mode runs the sums, give one of the two");
+              "--execute with --deterministic: the run compares the counter with the planned ring collectives, "
+              "which the mode replaces by its trees; give one of the two");
     const dtr::DType dtype = dtypes.at(dtype_name);
     const std::vector<int64_t> mesh_shape = parse_mesh(mesh_text);
     const dtr::Shape shape = parse_shape(shape_text);
