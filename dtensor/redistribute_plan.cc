@@ -244,10 +244,10 @@ void keep_tree_order(Candidates& candidates) {
   };
   Candidates kept;
   for (auto& c : candidates) {
-    if (inner_first(c.first)) kept.push_back(c);
+    if (inner_first(c.first)) kept.push_back(std::move(c));
   }
   if (kept.empty()) return;
-  size_t fewest = SIZE_MAX;
+  size_t fewest = sum_reductions(kept.front().first).size();
   for (const auto& c : kept) fewest = std::min(fewest, sum_reductions(c.first).size());
   std::erase_if(kept, [&](const auto& c) { return sum_reductions(c.first).size() > fewest; });
   candidates = std::move(kept);

@@ -101,8 +101,8 @@ RedistributePlan plan_redistribute(const DTensorSpec& source, const Placements& 
 // Every distinct plan the planner weighs for the move, in the order it builds them; the
 // chosen one has the fewest max_send_bytes, then the fewest total bytes, collectives and
 // steps, then comes first. Under --deterministic (deterministic_block_tokens() > 0) only the
-// plans that sum Partial mesh dims innermost first, in the fewest summing steps, are weighed:
-// those sum the ranks' blocks in the canonical tree. Same errors as plan_redistribute.
+// plans that sum Partial mesh dims innermost first, in the fewest summing steps, are weighed
+// (all, should none do): those sum the ranks' blocks in the canonical tree. Same errors as plan_redistribute.
 // plan_redistribute caches its choice per thread, keyed by everything the steps depend on
 // (mesh layout and flattened groups, placements, shapes, dtypes, the mode); these always search.
 std::vector<RedistributePlan> plan_alternatives(const DTensorSpec& source, const Placements& target);

@@ -49,7 +49,6 @@ std::string MultiheadAttention::extra_repr() const {
 std::pair<DTensor, DTensor> MultiheadAttention::operator()(const DTensor& query, const DTensor& key,
                                                            const DTensor& value, const AttentionMasks& masks) {
   masks_ = masks;
-  self_attention_ = query.is_same(key) && key.is_same(value);
   Values out = Module::operator()(Values{query, key, value, masks.attn_mask, masks.key_padding_mask});
   return {out.at(0), out.size() > 1 ? out[1] : DTensor()};
 }
@@ -70,7 +69,10 @@ Values MultiheadAttention::forward(const Values& inputs) {
   auto heads = [&](const DTensor& y, int64_t len) { return transpose(reshape(y, {b, len, h, d}), 1, 2); };
   auto optional = [](const DTensor& x) { return x.defined() ? std::optional<DTensor>(x) : std::nullopt; };
   DTensor q, k, v;  // [B, H, len, D]
-  if (self_attention_ && in_proj_weight_.spec().is_replicated() && deterministic_feature_blocks() == 1) {
+  // One tensor as query, key and value; what moves or casts inputs on the way here
+  // (tensor-parallel layouts, fully_shard's cast, checkpoint's recompute) keeps it one.
+  const bool self_attention = inputs[0].is_same(inputs[1]) && inputs[1].is_same(inputs[2]);
+  if (self_attention && in_proj_weight_.spec().is_replicated() && deterministic_feature_blocks() == 1) {
     // One product of N = 3E whose columns are q, k and v, as PyTorch projects self-attention:
     // A is packed once, and the input gradient is one product of K = 3E instead of three and
     // two adds. q, k and v have the bits of a product each (a column's sum does not depend on

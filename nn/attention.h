@@ -45,9 +45,6 @@ class MultiheadAttention : public Module {
   int64_t embed_dim_, num_heads_;
   MultiheadAttentionOptions options_;
   AttentionMasks masks_;  // the current call's flags, read by forward
-  // The current call's query, key and value are one tensor (the caller's: hooks and a
-  // checkpoint's recompute hand forward copies), read by forward.
-  bool self_attention_ = false;
   DTensor& in_proj_weight_;
   DTensor& in_proj_bias_;
   std::shared_ptr<Linear> out_proj_;

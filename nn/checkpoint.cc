@@ -18,7 +18,8 @@ namespace {
 
 // What one checkpointed call keeps for its backward.
 struct Saved {
-  Values inputs;                    // detached
+  Values inputs;                    // detached; one tensor given as several inputs, once
+  std::vector<size_t> first_of;     // per input, the first input that is the same tensor
   std::optional<KeptOutputs> kept;  // selective: the kept ops' results, until the recompute
   std::vector<bool> differentiable;
   SeedState seed;
@@ -40,6 +41,10 @@ std::vector<DTensor> recompute(Saved& saved, std::vector<DTensor> grad_outputs) 
   Values inputs;
   inputs.reserve(saved.inputs.size());  // the hooks below point into it
   for (size_t i = 0; i < saved.inputs.size(); ++i) {
+    if (const size_t first = saved.first_of[i]; first != i) {
+      inputs.push_back(inputs[first]);  // the same leaf again (self-attention's key and value): forward sees one tensor
+      continue;
+    }
     inputs.push_back(saved.inputs[i].defined() ? saved.inputs[i].detach() : DTensor());  // an absent one stays absent
     if (!saved.differentiable[i]) continue;
     DTensor* x = &inputs.back();
@@ -74,7 +79,10 @@ std::vector<DTensor> recompute(Saved& saved, std::vector<DTensor> grad_outputs) 
   grad_outputs.clear();
   if (!roots.empty()) run_backward(std::move(roots), std::move(gradients), RetainGraph::kNo);
   std::vector<DTensor> out;
-  for (size_t i = 0; i < inputs.size(); ++i) out.push_back(saved.differentiable[i] ? inputs[i].grad() : DTensor());
+  // A leaf given as several inputs has their gradients' sum: returned once, at its first.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    out.push_back(saved.differentiable[i] && saved.first_of[i] == i ? inputs[i].grad() : DTensor());
+  }
   out.push_back(DTensor());  // the anchor's
   return out;
 }
@@ -113,8 +121,12 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
     // Saved before the forward runs: the saved copies share the inputs' storage, so an
     // in-place op in the forward (relu_, add_) cannot overwrite what the recompute starts from.
     std::vector<DTensor> recorded;
-    for (const DTensor& x : inputs) {
-      saved->inputs.push_back(x.defined() ? x.detach() : DTensor());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const DTensor& x = inputs[i];
+      size_t first = 0;  // i, unless an earlier input is the same tensor
+      while (first < i && !(x.defined() && inputs[first].is_same(x))) ++first;
+      saved->first_of.push_back(first);
+      saved->inputs.push_back(first != i ? saved->inputs[first] : x.defined() ? x.detach() : DTensor());
       saved->differentiable.push_back(x.defined() && x.requires_grad());
       recorded.push_back(x);
     }

@@ -442,8 +442,14 @@ namespace {
 Values cast_floating(const Values& values, std::optional<DType> dtype) {
   Values out = values;
   if (!dtype) return out;
-  for (DTensor& v : out) {
-    if (v.defined() && is_floating(v.dtype()) && v.dtype() != *dtype) v = to(v, *dtype);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const DTensor& v = values[i];
+    if (!v.defined() || !is_floating(v.dtype()) || v.dtype() == *dtype) continue;
+    // One tensor given as several values (self-attention's query, key and value) is cast once
+    // and stays one.
+    size_t first = 0;
+    while (!values[first].is_same(v)) ++first;
+    out[i] = first < i ? out[first] : to(v, *dtype);
   }
   return out;
 }

@@ -13,6 +13,7 @@
 #include "collectives/collective_counter.h"
 #include "collectives/init.h"
 #include "core/allocator.h"
+#include "core/trace.h"
 #include "dtensor/kept_outputs.h"
 #include "dtensor/ops/elementwise.h"
 #include "dtensor/ops/loss.h"
@@ -329,11 +330,14 @@ TEST_CASE("a checkpointed module's in-place ops leave the inputs its recompute s
 }
 
 TEST_CASE("a checkpointed self-attention recomputes its one projection: the plain module's bits", "[nn][checkpoint]") {
-  // The recompute hands forward a copy of each input: query, key and value are then three
-  // tensors, but the call's one (projected in one product) decides, so the selective replay
-  // meets the products the forward kept, and the gradients are the plain module's.
-  struct Grads {
+  // One tensor given as query, key and value is saved and recomputed as one leaf, so the
+  // recompute projects it in one product as the forward did (the in_proj and out_proj
+  // products: 2 matmul_bias kernels per forward, where three projections would make 4), the
+  // selective replay meets the products the forward kept, and the gradients, the one
+  // leaf's summed once, are the plain module's. Its masks, absent, stay absent.
+  struct Run {
     std::vector<double> x, in_proj;
+    int64_t products = 0;  // matmul_bias kernels in forward and backward
   };
   auto run = [](Checkpointed how) {
     manual_seed(5);
@@ -343,14 +347,20 @@ TEST_CASE("a checkpointed self-attention recomputes its one projection: the plai
     DTensor x = testing::on_one_rank(testing::random_tensor({2, 5, 8}, kFloat32, 3));
     x.requires_grad_();
     const DTensor h = mul(x, 2.0);
+    trace::start(trace::bit(trace::Category::kKernel));
     sum(attn(h, h, h, {.is_causal = true}).first).backward();
-    return Grads{testing::to_f64(x.grad().to_local()),
-                 testing::to_f64(attn.parameter("in_proj_weight").grad().to_local())};
+    Run out{testing::to_f64(x.grad().to_local()), testing::to_f64(attn.parameter("in_proj_weight").grad().to_local())};
+    for (const trace::ThreadEvents& t : trace::stop()) {
+      for (const trace::Event& e : t.events) out.products += e.name == std::string_view("matmul_bias");
+    }
+    return out;
   };
-  const Grads plain = run(Checkpointed::kNo);
+  const Run plain = run(Checkpointed::kNo);
+  CHECK(plain.products == 2);
   for (Checkpointed how : {Checkpointed::kYes, Checkpointed::kSelective}) {
     INFO((how == Checkpointed::kYes ? "full" : "selective"));
-    const Grads checkpointed = run(how);
+    const Run checkpointed = run(how);
+    if (how == Checkpointed::kYes) CHECK(checkpointed.products == 4);  // the forward's two, recomputed
     CHECK(checkpointed.x == plain.x);
     CHECK(checkpointed.in_proj == plain.in_proj);
   }
