@@ -731,6 +731,28 @@ TEST_CASE("an optimizer built before fully_shard steps the sharded leaves, as on
   });
 }
 
+TEST_CASE("cast_forward_inputs casts one tensor given as several inputs once: self-attention stays one product",
+          "[nn][fully_shard]") {
+  // fully_shard with bf16 parameters casts a float32 input; self-attention's query, key and
+  // value, one tensor, become one bf16 tensor, which MultiheadAttention projects in one product
+  // (in_proj and out_proj: 2 matmul_bias kernels), not three copies in three (4).
+  testing::run_ranks(2, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
+    manual_seed(3);
+    MultiheadAttention attn(8, 2, {.batch_first = true});
+    fully_shard(attn, mesh, {.mp_policy = {.param_dtype = kBFloat16, .output_dtype = kFloat32}});
+    const DTensor h = distribute_tensor(testing::random_tensor({4, 5, 8}, kFloat32, 9), mesh, {Shard(0)});
+    trace::start(trace::bit(trace::Category::kKernel));
+    const DTensor out = attn(h, h, h, {.is_causal = true, .need_weights = false}).first;
+    int64_t products = 0;
+    for (const trace::ThreadEvents& t : trace::stop()) {
+      for (const trace::Event& e : t.events) products += e.name == std::string_view("matmul_bias");
+    }
+    CHECK(out.dtype() == kFloat32);
+    CHECK(products == 2);
+  });
+}
+
 TEST_CASE("fully_shard mistakes are typed errors", "[nn][fully_shard]") {
   testing::run_ranks(2, [](int, int) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {2}, {"dp"});
