@@ -138,19 +138,25 @@ RedistributeStep make_step(const DeviceMesh& mesh, const Placements& before, int
 // Whether a greedy pass is pass 4 below, where a Partial target no longer waits.
 enum class LastPass : uint8_t { kNo, kYes };
 
+// Whether a candidate runs pass 2 below (Shard targets first: a reduce-scatter before the
+// all-reduces, on the smaller piece), or leaves every dim to pass 3's order (under
+// --deterministic, so that an inner all-reduce can come before an outer reduce-scatter).
+enum class ShardTargetsFirst : uint8_t { kYes, kNo };
+
 // One candidate: greedy passes, repeated until the target is reached (or nothing moves).
 // 1. If a mesh dim holds a Shard, visit `unshard_order` and move each to its target,
 //    except that a target Shard(d) becomes Replicate when the mesh dims before it shard d
 //    differently now and in the target (misaligned nesting) or when the move is one a
 //    StridedShard makes through Replicate.
-// 2. Visit `order`, moving every mesh dim whose target is a Shard to it.
+// 2. Visit `order`, moving every mesh dim whose target is a Shard to it (ShardTargetsFirst).
 // 3. Visit `order`, moving every mesh dim to its target, a Partial one to Replicate for now.
 // 4. Visit `order`, moving every mesh dim still off its target.
 // A Shard with a Partial target pads in pass 1 (kPadFirst) or 4 (kPadLast), or goes through
 // Replicate. Moves that are not legal yet wait for a later pass. nullopt when stuck.
 std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spec, const Placements& target,
                                                           std::span<const int64_t> unshard_order,
-                                                          std::span<const int64_t> order, ShardToPartial s2p) {
+                                                          std::span<const int64_t> order, ShardToPartial s2p,
+                                                          ShardTargetsFirst shard_first) {
   const DeviceMesh& mesh = spec.mesh();
   std::vector<RedistributeStep> steps;
   Placements current = spec.placements();
@@ -188,7 +194,7 @@ std::optional<std::vector<RedistributeStep>> greedy_steps(const DTensorSpec& spe
       }
     }
     for (int64_t i : order) {
-      if (target[i].splits_a_dim()) try_move(i, target[i]);
+      if (shard_first == ShardTargetsFirst::kYes && target[i].splits_a_dim()) try_move(i, target[i]);
     }
     for (int64_t i : order) try_move(i, waypoint(i, LastPass::kNo));
     for (int64_t i : order) try_move(i, waypoint(i, LastPass::kYes));
@@ -412,22 +418,29 @@ std::vector<RedistributePlan> candidate_plans(std::span<const DTensorSpec> sourc
     }
     candidates.emplace_back(std::move(steps), std::move(how));
   };
+  const bool deterministic = deterministic_block_tokens() > 0;
+  std::vector<ShardTargetsFirst> shard_first_ways = {ShardTargetsFirst::kYes};
+  if (deterministic) shard_first_ways.push_back(ShardTargetsFirst::kNo);
   for (const std::vector<int64_t>& unshard : mesh_dim_orders(mesh.ndim(), MeshDimOrder::kInnerFirst)) {
     for (const std::vector<int64_t>& order : mesh_dim_orders(mesh.ndim(), MeshDimOrder::kOuterFirst)) {
       for (ShardToPartial s2p : s2p_ways) {
-        std::optional<std::vector<RedistributeStep>> steps = greedy_steps(first, dst, unshard, order, s2p);
-        if (!steps) continue;
-        std::string how = mesh.ndim() == 1 ? std::string("one mesh dim")
-                                           : fmt::format("unshard over mesh dims ({}), then ({})", order_str(unshard),
-                                                         order_str(order));
-        if (shard_to_partial) how += fmt::format(", {}", shard_to_partial_name(s2p));
-        std::vector<RedistributeStep> merged = merge_steps(mesh, *steps);
-        if (merged.size() != steps->size()) add(std::move(merged), how + ", merged");
-        add(std::move(*steps), how);
+        for (ShardTargetsFirst shard_first : shard_first_ways) {
+          std::optional<std::vector<RedistributeStep>> steps =
+              greedy_steps(first, dst, unshard, order, s2p, shard_first);
+          if (!steps) continue;
+          std::string how = mesh.ndim() == 1 ? std::string("one mesh dim")
+                                             : fmt::format("unshard over mesh dims ({}), then ({})", order_str(unshard),
+                                                           order_str(order));
+          if (shard_to_partial) how += fmt::format(", {}", shard_to_partial_name(s2p));
+          if (shard_first == ShardTargetsFirst::kNo) how += ", Shard targets in that order";
+          std::vector<RedistributeStep> merged = merge_steps(mesh, *steps);
+          if (merged.size() != steps->size()) add(std::move(merged), how + ", merged");
+          add(std::move(*steps), how);
+        }
       }
     }
   }
-  if (deterministic_block_tokens() > 0) keep_tree_order(candidates);
+  if (deterministic) keep_tree_order(candidates);
   DTR_INTERNAL_ASSERT(!candidates.empty(), "no plan for {} -> {}", first.to_string(), placements_str(dst));
   std::vector<RedistributePlan> plans;
   for (auto& [steps, how] : candidates) {

@@ -93,12 +93,18 @@ TEST_CASE("--deterministic: a value Partial over a 2 x 2 mesh reduces the inner 
     const DeviceMesh mesh = init_device_mesh(kCPU, {2, 2}, {"replicate", "shard"});
     const float terms[] = {1.0f, 1.0f, std::ldexp(1.0f, -24), std::ldexp(1.5f, -24)};
     const DTensor partial(full({}, terms[rank], kFloat32), DTensorSpec(mesh, {Partial(), Partial()}, {}, kFloat32));
+    // A [2] of the same term, reduce-scattered over the outer dim: the inner all-reduce goes
+    // first (the planner's reduce-scatter-first plan would add r0 + r2 first).
+    const DTensor pair(full({2}, terms[rank], kFloat32), DTensorSpec(mesh, {Partial(), Partial()}, {2}, kFloat32));
     set_deterministic_block_tokens(kSeq);
     const double tree = partial.item();
     const Tensor replicated = partial.redistribute({Replicate(), Replicate()}).to_local();
+    const Tensor scattered = pair.redistribute({Shard(0), Replicate()}).to_local();
     set_deterministic_block_tokens(0);
     CHECK(tree == 2.0 + std::ldexp(1.0, -22));
     CHECK(replicated.item() == tree);
+    REQUIRE(scattered.numel() == 1);
+    CHECK(scattered.item() == tree);
     // The outer dim first rounds these terms apart: the check above can tell the orders.
     const float outer_first = (terms[0] + terms[2]) + (terms[1] + terms[3]);
     CHECK(static_cast<double>(outer_first) != tree);

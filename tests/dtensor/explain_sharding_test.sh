@@ -65,7 +65,8 @@ grep -q "CostModel::load: '$model' is not a cost model file" "$err"
 # --deterministic says how the mode runs each sum: in the canonical tree over more than two
 # ranks (an all_to_all, and an all_gather for an all-reduce), as planned over two; it plans
 # as the mode does (a Partial's mesh dims reduced innermost first: on 2 x 2 both in one
-# collective, where the plain plan goes outermost first), and it does not go with --execute.
+# collective, where the plain plan goes outermost first; an inner all-reduce before an outer
+# reduce-scatter, which the plain plan runs first), and it does not go with --execute.
 "$bin" --mesh 4 --shape 8,2 --from P --to S0 --deterministic >"$out"
 grep -q "reduce_scatter(sum) over groups \[\[0, 1, 2, 3\]\]; deterministic: in the canonical tree of the group's members instead: an all_to_all of their blocks, each rank summing the blocks of its part in the tree, the ring's bytes per rank$" "$out"
 "$bin" --mesh 4 --shape 8,2 --from P --to R --deterministic >"$out"
@@ -74,6 +75,8 @@ grep -q "in the tree, then an all_gather of the parts, the ring's bytes per rank
 grep -q "deterministic: as planned (two ranks: one addition, the canonical tree's)$" "$out"
 "$bin" --mesh 2x2 --shape 1 --from P,P --to R,R --deterministic >"$out"
 grep -q "step 1: mesh dims 0-1: P(sum) -> R, all_reduce(sum) over groups \[\[0, 1, 2, 3\]\]" "$out"
+"$bin" --mesh 2x2 --shape 12,12 --from P,P --to S0,R --deterministic >"$out"
+grep -q "step 1: mesh dim 1: P(sum) -> R, all_reduce(sum) over groups \[\[0, 1\], \[2, 3\]\]" "$out"
 "$bin" --mesh 2x2 --shape 1 --from P,P --to R,R >"$out"
 grep -q "step 1: mesh dim 0: P(sum) -> R, all_reduce(sum) over groups \[\[0, 2\], \[1, 3\]\]" "$out"
 "$bin" --mesh 4 --shape 8,2 --from P --to R >"$out"
