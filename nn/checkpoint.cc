@@ -123,8 +123,7 @@ void checkpoint(Module& module, const CheckpointOptions& options) {
     std::vector<DTensor> recorded;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const DTensor& x = inputs[i];
-      size_t first = 0;  // i, unless an earlier input is the same tensor
-      while (first < i && !(x.defined() && inputs[first].is_same(x))) ++first;
+      const size_t first = first_same(inputs, i);
       saved->first_of.push_back(first);
       saved->inputs.push_back(first != i ? saved->inputs[first] : x.defined() ? x.detach() : DTensor());
       saved->differentiable.push_back(x.defined() && x.requires_grad());

@@ -445,10 +445,7 @@ Values cast_floating(const Values& values, std::optional<DType> dtype) {
   for (size_t i = 0; i < out.size(); ++i) {
     const DTensor& v = values[i];
     if (!v.defined() || !is_floating(v.dtype()) || v.dtype() == *dtype) continue;
-    // One tensor given as several values (self-attention's query, key and value) is cast once
-    // and stays one.
-    size_t first = 0;
-    while (!values[first].is_same(v)) ++first;
+    const size_t first = first_same(values, i);  // one tensor given as several values: cast once
     out[i] = first < i ? out[first] : to(v, *dtype);
   }
   return out;

@@ -13,6 +13,12 @@
 
 namespace dtr::nn {
 
+size_t first_same(const Values& values, size_t i) {
+  size_t first = 0;
+  while (first < i && !(values[i].defined() && values[first].is_same(values[i]))) ++first;
+  return first;
+}
+
 struct Module::BackwardState {
   int64_t pending = 0;
 };

@@ -25,6 +25,10 @@ namespace dtr::nn {
 
 // What a module takes and returns: hooks see, and may replace, these.
 using Values = std::vector<DTensor>;
+// The index of the first of `values` that is the same tensor as values[i] (one tensor given
+// as several values, as self-attention's query, key and value): i when none before it is, or
+// when values[i] is undefined. What moves, casts or saves values keeps such a tensor one.
+size_t first_same(const Values& values, size_t i);
 // Parameters and persistent buffers by dotted name, in traversal order.
 using StateDict = std::vector<std::pair<std::string, DTensor>>;
 

@@ -99,11 +99,8 @@ Values lay_out(const Values& values, const PrepareLayouts& layouts, const Device
     const DTensor& v = values[i];
     if (!layouts.arrive[i] && !layouts.desired[i]) continue;
     // One tensor given as several inputs (self-attention's query, key and value) moves once.
-    const auto same = std::find_if(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i),
-                                   [&](const DTensor& u) { return u.defined() && u.is_same(v); });
-    const auto j = static_cast<size_t>(same - values.begin());
-    if (same != values.begin() + static_cast<std::ptrdiff_t>(i) && layouts.arrive[j] == layouts.arrive[i] &&
-        layouts.desired[j] == layouts.desired[i]) {
+    const size_t j = first_same(values, i);
+    if (j < i && layouts.arrive[j] == layouts.arrive[i] && layouts.desired[j] == layouts.desired[i]) {
       out[i] = out[j];
       continue;
     }
