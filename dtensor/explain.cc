@@ -40,8 +40,7 @@ StepCost step_cost(const DeviceMesh& m, const RedistributeStep& s, const CostMod
 // ranks it runs in the canonical tree of the group's members (dtensor/redistribute.cc), not
 // in the ring's order; over two the ring's one addition is the tree's. "" for other steps.
 std::string deterministic_note(const DeviceMesh& m, const RedistributeStep& s, const CostModel* cost_model) {
-  const bool sum = (s.op == StepOp::kReduceScatter || s.op == StepOp::kAllReduce) && is_linear(s.from.reduce_op());
-  if (!sum) return "";
+  if (!sums_partial(s)) return "";
   if (m.group_ranks(s.mesh_dim, s.num_mesh_dims).front().size() <= 2) {
     return "; deterministic: as planned (two ranks: one addition, the canonical tree's)";
   }

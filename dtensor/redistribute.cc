@@ -387,9 +387,7 @@ void PendingRedistribute::advance() {
       recvs.push_back(e.recv);
     }
     const bool single = sends.size() == 1;
-    const bool tree = deterministic_block_tokens() > 0 && group.size() > 2 &&
-                      (step.op == StepOp::kReduceScatter || step.op == StepOp::kAllReduce) &&
-                      is_linear(step.from.reduce_op());
+    const bool tree = deterministic_block_tokens() > 0 && group.size() > 2 && sums_partial(step);
     if (tree) {
       // One collective for the step's tensors when they share a dtype, else one each.
       const bool one_dtype =

@@ -34,6 +34,11 @@ bool is_collective(StepOp op) {
          op == StepOp::kReduceScatter;
 }
 
+bool sums_partial(const RedistributeStep& step) {
+  const bool reduces = step.op == StepOp::kAllReduce || step.op == StepOp::kReduceScatter;
+  return reduces && step.from.is_partial() && is_linear(step.from.reduce_op());
+}
+
 CollectiveKind collective_kind(StepOp op) {
   switch (op) {
     case StepOp::kAllGather: return CollectiveKind::kAllGather;
@@ -219,13 +224,11 @@ bool mergeable(const RedistributeStep& a, const RedistributeStep& b) {
   }
 }
 
-// The steps that sum a Partial (all_reduce, reduce_scatter of sum or avg: the ones whose
-// order rounds, which redistribute.cc runs in the tree under --deterministic).
+// The steps that sum a Partial (sums_partial), in order.
 std::vector<const RedistributeStep*> sum_reductions(const std::vector<RedistributeStep>& steps) {
   std::vector<const RedistributeStep*> out;
   for (const RedistributeStep& s : steps) {
-    const bool reduces = s.op == StepOp::kAllReduce || s.op == StepOp::kReduceScatter;
-    if (reduces && s.from.is_partial() && is_linear(s.from.reduce_op())) out.push_back(&s);
+    if (sums_partial(s)) out.push_back(&s);
   }
   return out;
 }

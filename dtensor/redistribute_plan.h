@@ -64,6 +64,10 @@ struct RedistributeStep {
   std::vector<int64_t> buffer_bytes;
 };
 
+// Whether `step` sums a Partial (an all_reduce or reduce_scatter of sum or avg): the steps
+// whose order rounds, which --deterministic runs in the canonical tree.
+bool sums_partial(const RedistributeStep& step);
+
 class RedistributePlan {
  public:
   // `strategy` says how the planner built the steps (the passes' orders, Shard -> Partial,
