@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "collectives/process_group.h"
@@ -36,6 +37,54 @@ std::pair<int64_t, int64_t> summed_dims(const DTensor& v) {
   return {first, count};
 }
 
+// `inner` as a chunk of `outer`'s local tensor (an empty one at offset 0), or nullopt when
+// it does not lie inside `outer`.
+std::optional<LocalChunk> chunk_within(const LocalChunk& outer, LocalChunk inner) {
+  const bool empty = shape_numel(inner.shape) == 0;
+  for (size_t d = 0; d < inner.shape.size(); ++d) {
+    if (!empty &&
+        (inner.offset[d] < outer.offset[d] || inner.offset[d] + inner.shape[d] > outer.offset[d] + outer.shape[d])) {
+      return std::nullopt;
+    }
+    inner.offset[d] = empty ? 0 : inner.offset[d] - outer.offset[d];
+  }
+  return inner;
+}
+
+// Where each member of this rank's group over mesh dims [first, first + count) keeps its
+// piece of v's sum under `target`, as chunks of this rank's local tensor (member k row-major
+// over the dims): when the target shards the sum over every one of those dims in plain
+// chunks and every rank's chunk lies inside what it holds of the sum (fully_shard's
+// Shard(0)), so that each member sums only its own piece and nothing is gathered. Empty
+// otherwise (Replicate on a reduced dim, a StridedShard, a target that moves elements across
+// the other mesh dims). Every rank of the mesh decides alike, as it checks every rank's chunk.
+std::vector<LocalChunk> owned_chunks(const DTensor& v, const Placements& target, int64_t first, int64_t count) {
+  const DeviceMesh& mesh = v.mesh();
+  for (int64_t d = first; d < first + count; ++d) {
+    if (!target[static_cast<size_t>(d)].is_shard()) return {};
+  }
+  if (!DTensorSpec::is_valid(mesh, target, v.shape(), v.dtype())) return {};
+  const DTensorSpec summed = v.spec().with_placements(reduced_placements(v.placements()));
+  const DTensorSpec split(mesh, target, v.shape(), v.dtype());
+  if (summed.has_strided_pieces() || split.has_strided_pieces()) return {};
+  for (int64_t r = 0; r < mesh.size(); ++r) {
+    const std::vector<int64_t> c = mesh.coordinate_at(r);
+    if (!chunk_within(summed.local_chunk(c), split.local_chunk(c))) return {};
+  }
+  const LocalChunk mine = summed.local_chunk();
+  std::vector<int64_t> coordinate = mesh.coordinate();
+  int64_t n = 1;
+  for (int64_t d = first; d < first + count; ++d) n *= mesh.size(d);
+  std::vector<LocalChunk> chunks;
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t d = first + count, rest = k; d-- > first; rest /= mesh.size(d)) {
+      coordinate[static_cast<size_t>(d)] = rest % mesh.size(d);
+    }
+    chunks.push_back(*chunk_within(mine, split.local_chunk(coordinate)));
+  }
+  return chunks;
+}
+
 }  // namespace
 
 std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64_t share, int64_t blocks,
@@ -55,8 +104,15 @@ std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64
                 terms[s].values[i].to_string(), s, like[i].to_string());
     }
   }
-  // One exchange per mesh, dims and dtype (the tensors that share them, in order), of at most
-  // kGroupElements elements unless one tensor has more: the buffers hold every node's copy.
+  // Per tensor, each member's piece when its target lets the member keep only that.
+  std::vector<std::vector<LocalChunk>> owned;
+  for (size_t i = 0; i < like.size(); ++i) {
+    const auto [m, count] = summed_dims(like[i]);
+    owned.push_back(owned_chunks(like[i], targets[i], m, count));
+  }
+  // One exchange per mesh, dims, dtype and kind of target (the tensors that share them, in
+  // order), of at most kGroupElements elements unless one tensor has more: the buffers hold
+  // every node's copy.
   std::vector<std::vector<size_t>> groups;
   std::vector<int64_t> group_numel;
   for (size_t i = 0; i < like.size(); ++i) {
@@ -64,7 +120,7 @@ std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64
     auto fits = [&](size_t g) {
       const DTensor& o = like[groups[g].front()];
       return o.mesh() == like[i].mesh() && o.dtype() == like[i].dtype() && summed_dims(o) == summed_dims(like[i]) &&
-             group_numel[g] + numel <= kGroupElements;
+             owned[groups[g].front()].empty() == owned[i].empty() && group_numel[g] + numel <= kGroupElements;
     };
     size_t g = 0;
     while (g < groups.size() && !fits(g)) ++g;
@@ -108,14 +164,39 @@ std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64
         "reduce_node_lists: rank {} of {} holds {} node(s) from block {}; its share [{}, {}) is covered by {} "
         "node(s) from block {}",
         j, n, terms.size(), terms.front().node.first(), j * share, (j + 1) * share, mine.size(), mine.front().first());
-    int64_t numel = 0;
-    for (size_t i : members) numel += like[i].to_local().numel();
-    const int64_t part = (numel + n - 1) / n;  // each member owns `part` of the elements
+    // Member k owns `part` elements: its pieces of the tensors laid end to end (split), or
+    // the k-th of n even parts of all their elements laid end to end.
+    const bool split = !owned[members.front()].empty();
+    int64_t part = 0;
+    if (split) {
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t size = 0;
+        for (size_t i : members) size += shape_numel(owned[i][static_cast<size_t>(k)].shape);
+        part = std::max(part, size);
+      }
+    } else {
+      int64_t numel = 0;
+      for (size_t i : members) numel += like[i].to_local().numel();
+      part = (numel + n - 1) / n;
+    }
     const auto k_slots = static_cast<int64_t>(slots);
     const Device device = lead.to_local().device();
     // Block k of the send buffer: each of this rank's nodes' part k (slots it lacks stay zero).
     Tensor send = zeros({n, k_slots, part}, lead.dtype(), device);
     for (size_t s = 0; s < terms.size(); ++s) {
+      if (split) {
+        for (int64_t k = 0; k < n; ++k) {
+          const Tensor block = send.select(0, k).select(0, static_cast<int64_t>(s));
+          int64_t offset = 0;
+          for (size_t i : members) {
+            const LocalChunk& c = owned[i][static_cast<size_t>(k)];
+            const int64_t size = shape_numel(c.shape);
+            if (size > 0) block.narrow(0, offset, size).view(c.shape).copy_(chunk_of(terms[s].values[i].to_local(), c));
+            offset += size;
+          }
+        }
+        continue;
+      }
       Tensor flat = zeros({n * part}, lead.dtype(), device);
       int64_t offset = 0;
       for (size_t i : members) {
@@ -137,6 +218,18 @@ std::vector<DTensor> reduce_node_lists(const std::vector<NodeTerm>& terms, int64
       }
     }
     const Tensor sum = tree.finish();
+    if (split) {  // this rank's pieces are its targets' local tensors
+      int64_t offset = 0;
+      for (size_t i : members) {
+        const LocalChunk& c = owned[i][static_cast<size_t>(j)];
+        const int64_t size = shape_numel(c.shape);
+        const DTensor& v = like[i];
+        out[i] = DTensor(sum.narrow(0, offset, size).view(c.shape).clone(),
+                         DTensorSpec(mesh, targets[i], v.shape(), v.dtype()));
+        offset += size;
+      }
+      continue;
+    }
     Tensor all = Tensor::empty({n * part}, lead.dtype(), device);
     group.all_gather_into_tensor(all, sum).wait();
     int64_t offset = 0;

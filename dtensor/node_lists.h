@@ -32,11 +32,14 @@ struct NodeTerm {
 // node. Member k of those dims' group (row-major) holds the nodes covering blocks
 // [k share, (k + 1) share) of a batch of `blocks` (the group's size times `share`), so every
 // rank knows every member's nodes. Each tensor's sum is laid out as `targets[i]` (Replicate
-// or Shard over the reduced dims). Per mesh, dims and dtype, in exchanges of at most 8 MiB of
-// float32 (their buffers hold every node's copy), one all_to_all carries every member's
-// nodes' part of the elements to its owner (K nodes at most: K times the bytes of a ring
-// reduce-scatter), which pushes them into a TreeSum in order of their blocks, then one
-// all_gather of the parts: (K + 1)(n - 1)/n of the tensors' bytes through each rank.
+// or Shard over the reduced dims). Per mesh, dims, dtype and kind of target, in exchanges of
+// at most 8 MiB of float32 (their buffers hold every node's copy), one all_to_all carries
+// every member's nodes' part of the elements to its owner (K nodes at most: K times the
+// bytes of a ring reduce-scatter), which pushes them into a TreeSum in order of their
+// blocks. Where a target shards the sum over every reduced dim in plain chunks that each
+// rank holds within its local tensor (fully_shard's Shard(0)), a member's part is its own
+// chunk and that is all: K (n - 1)/n of the tensors' bytes through each rank. Otherwise the
+// parts are even splits and one all_gather of them follows: (K + 1)(n - 1)/n.
 // Collective over the group. ValueError, before any communication and on every rank alike,
 // when the group's size times `share` is not `blocks`; on this rank alone (before any
 // communication too) when the tensors' specs differ between nodes, and before a group's

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "collectives/collective_counter.h"
 #include "dtensor/device_mesh.h"
 #include "kernels/elementwise.h"
 #include "kernels/fill.h"
@@ -43,15 +44,33 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 // This rank's share [first, first + share) pushed leaf by leaf from its first block: the
-// nodes covering it, each a Partial term over `partial` on `mesh`.
+// nodes covering it, each a Partial term over `partial` on `mesh` (this rank's chunk of it
+// where `partial` shards it too).
 std::vector<NodeTerm> share_terms(const DeviceMesh& mesh, const Placements& partial, int64_t first, int64_t share) {
   TreeSum<Tensor> sum([](Tensor& left, const Tensor& right) { add_(left, right); });
   for (int64_t i = first; i < first + share; ++i) sum.push(leaf(i), TreeNode{.level = 0, .index = i});
+  const DTensorSpec spec(mesh, partial, {5, 3}, kFloat32);
   std::vector<NodeTerm> terms;
   for (auto& [node, value] : sum.take_nodes()) {
-    terms.push_back({node, {DTensor(value, DTensorSpec(mesh, partial, {5, 3}, kFloat32))}});
+    terms.push_back({node, {DTensor(chunk_of(value, spec.local_chunk()).contiguous(), spec)}});
   }
   return terms;
+}
+
+// The collectives reduce_node_lists issues for `targets`, with its result.
+std::pair<DTensor, std::vector<CollectiveCount>> reduce_counted(const std::vector<NodeTerm>& terms, int64_t share,
+                                                                const Placements& target) {
+  collective_counter().reset();
+  const Placements targets[] = {target};
+  DTensor out = reduce_node_lists(terms, share, kLeaves, targets)[0];
+  return {out, collective_counter().snapshot()};
+}
+
+// How many collectives of `kind` a snapshot holds.
+int64_t calls(const std::vector<CollectiveCount>& counts, CollectiveKind kind) {
+  int64_t total = 0;
+  for (const CollectiveCount& c : counts) total += c.kind == kind ? c.calls : 0;
+  return total;
 }
 
 TEST_CASE("reduce_node_lists: shares that cut the tree's nodes give one rank's tree", "[dtensor][deterministic]") {
@@ -61,11 +80,17 @@ TEST_CASE("reduce_node_lists: shares that cut the tree's nodes give one rank's t
     const std::vector<NodeTerm> terms = share_terms(dp, {Partial()}, rank * share, share);
     CHECK(terms.size() == 2);  // [0, 4) [4, 6); [6, 8) [8, 12); [12, 16) [16, 18)
     const Placements targets[] = {{Replicate()}};
-    const DTensor replicated = reduce_node_lists(terms, share, kLeaves, targets)[0];
+    const auto [replicated, replicate_calls] = reduce_counted(terms, share, {Replicate()});
     CHECK(replicated.placements() == Placements{Replicate()});
     CHECK(same_bits(replicated.to_local(), whole_tree()));
-    const Placements sharded[] = {{Shard(0)}};
-    const DTensor shard = reduce_node_lists(terms, share, kLeaves, sharded)[0];
+    CHECK(calls(replicate_calls, CollectiveKind::kAllToAll) == 1);
+    CHECK(calls(replicate_calls, CollectiveKind::kAllGather) == 1);
+    // A Shard target: each rank sums only its own rows (2, 2 and 1 of the 5), nothing gathered.
+    const auto [shard, shard_calls] = reduce_counted(terms, share, {Shard(0)});
+    CHECK(shard.placements() == Placements{Shard(0)});
+    CHECK(same_bits(shard.to_local(), whole_tree().narrow(0, 2 * rank, rank < 2 ? 2 : 1)));
+    CHECK(calls(shard_calls, CollectiveKind::kAllToAll) == 1);
+    CHECK(issued_collectives() == 1);
     CHECK(same_bits(shard.full_tensor(), whole_tree()));
     // The ranks' sums added in rank order round differently: the test can tell.
     Tensor in_order = leaf(0).clone();
@@ -128,10 +153,34 @@ TEST_CASE("reduce_node_lists: Partial over both dims of a 2 x 3 mesh reduces ove
     const DeviceMesh mesh = init_device_mesh(kCPU, {2, 3}, {"replicate", "shard"});
     const int64_t share = kLeaves / 6;
     const std::vector<NodeTerm> terms = share_terms(mesh, {Partial(), Partial()}, rank * share, share);
-    const Placements targets[] = {{Replicate(), Shard(0)}};
-    const DTensor out = reduce_node_lists(terms, share, kLeaves, targets)[0];
+    const auto [out, out_calls] = reduce_counted(terms, share, {Replicate(), Shard(0)});
     CHECK(out.placements() == Placements{Replicate(), Shard(0)});
     CHECK(same_bits(out.full_tensor(), whole_tree()));
+    CHECK(calls(out_calls, CollectiveKind::kAllGather) == 1);
+    // Sharded over both dims (rows 3 | 2, then 1, 1, 1 | 1, 1, 0: one rank holds none): no
+    // gather.
+    const auto [both, both_calls] = reduce_counted(terms, share, {Shard(0), Shard(0)});
+    CHECK(both.to_local().size(0) == (rank == 5 ? 0 : 1));
+    CHECK(calls(both_calls, CollectiveKind::kAllToAll) == 1);
+    CHECK(calls(both_calls, CollectiveKind::kAllGather) == 0);
+    CHECK(same_bits(both.full_tensor(), whole_tree()));
+  });
+}
+
+TEST_CASE("reduce_node_lists: Partial over dp of a 3 x 2 (dp, tp) mesh, sharded on tp", "[dtensor][deterministic]") {
+  run_ranks(6, [](int, int) {
+    const DeviceMesh mesh = init_device_mesh(kCPU, {3, 2}, {"dp", "tp"});
+    const int64_t share = kLeaves / 3, dp = mesh.coordinate()[0];
+    const std::vector<NodeTerm> terms = share_terms(mesh, {Partial(), Shard(1)}, dp * share, share);
+    // Rows over dp inside each tp rank's columns: no gather.
+    const auto [rows, rows_calls] = reduce_counted(terms, share, {Shard(0), Shard(1)});
+    CHECK(calls(rows_calls, CollectiveKind::kAllGather) == 0);
+    CHECK(same_bits(rows.full_tensor(), whole_tree()));
+    // Columns over dp first, then tp: tp rank 0's dp chunks (columns 0, 1, 2) leave its
+    // columns [0, 2), so every rank gathers and redistributes, whatever its own chunks.
+    const auto [cols, cols_calls] = reduce_counted(terms, share, {Shard(1), Shard(1)});
+    CHECK(calls(cols_calls, CollectiveKind::kAllGather) >= 1);
+    CHECK(same_bits(cols.full_tensor(), whole_tree()));
   });
 }
 
