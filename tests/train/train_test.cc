@@ -902,13 +902,13 @@ TEST_CASE("a rank killed mid-run under --max-restarts resumes from the last chec
   const std::map<int64_t, double> got = losses_by_step(broken / "metrics.jsonl");
   REQUIRE(got.count(300) == 1);
   CHECK(got.at(300) == expected.at(300));
-  // --keep-last 2: only the two newest checkpoints are left.
+  // --keep-last 2: only the two newest checkpoints are left, beside the run's lock file.
   std::vector<std::string> kept;
   for (const fs::directory_entry& e : fs::directory_iterator(broken / "checkpoints")) {
     kept.push_back(e.path().filename().string());
   }
   std::sort(kept.begin(), kept.end());
-  CHECK(kept == std::vector<std::string>{"step_00000250", "step_00000300"});
+  CHECK(kept == std::vector<std::string>{".lock", "step_00000250", "step_00000300"});
 }
 
 }  // namespace dtr

@@ -47,6 +47,7 @@
 #include "tools/tool_main.h"
 #include "tools/train/evaluate.h"
 #include "tools/train/lr_schedule.h"
+#include "tools/train/run_lock.h"
 #include "tools/train/run_summary.h"
 #include "tools/train/start_block.h"
 #include "tools/train/state_digest.h"
@@ -131,6 +132,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   health_check();
   validate(c, world);
   prepare_output_dirs(c);
+  const RunLock lock(c, *group);
   if (c.deterministic) {
     set_deterministic_block_tokens(c.seq_len);  // a block is one sequence
     set_deterministic_feature_blocks(c.feature_blocks);
@@ -153,9 +155,17 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   if (c.use_dcp_checkpointing && !c.resume.empty()) {
     resumed_from = resume_path(c.resume, checkpoint_dir_of(c));
     if (!resumed_from.empty()) {
-      start_at = load_checkpoint(resumed_from, *m.net, opt);
+      start_at = load_checkpoint(resumed_from, *m.net, opt, model_flags(c, vocab));
       for (int64_t s = 0; s < start_at.step; ++s) schedule.step();
+      if (rank0) set_aside_later_checkpoints(checkpoint_dir_of(c), start_at.step);
     }
+  }
+  if (start_at.step >= c.steps) {
+    if (rank0) {
+      fmt::print("train: {} is at step {} and --steps is {}: nothing to train (a larger --steps goes on)\n",
+                 resumed_from, start_at.step, c.steps);
+    }
+    return 0;
   }
   const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, c.data_order, c.seed);
   const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
@@ -174,7 +184,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   collective_counter().reset();
   const auto start = Clock::now();
   std::optional<Checkpointer> checkpoints;
-  if (c.use_dcp_checkpointing) checkpoints.emplace(checkpoint_dir_of(c), c.keep_last);
+  if (c.use_dcp_checkpointing) checkpoints.emplace(checkpoint_dir_of(c), c.keep_last, model_flags(c, vocab));
   int64_t step = start_at.step;
   int64_t window = start_at.window;  // the data position: the next window of the order
   bool stopped = false;

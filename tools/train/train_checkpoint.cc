@@ -1,11 +1,16 @@
 #include "tools/train/train_checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "checkpoint/load.h"
 #include "checkpoint/safetensors_dtype.h"
@@ -23,7 +28,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPrefix = "step_";
+constexpr std::string_view kPrefix = "step_";
+
+// Whether `text` is a decimal number of 1 to `max_digits` digits.
+bool is_decimal(std::string_view text, size_t max_digits) {
+  return !text.empty() && text.size() <= max_digits &&
+         std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
 
 // The committed checkpoints under `dir`, oldest first (a save in progress or killed is a
 // temporary directory, not a step_* one).
@@ -66,8 +77,8 @@ std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
   return (fs::path(checkpoint_dir) / fmt::format("{}{:08d}", kPrefix, step)).string();
 }
 
-Checkpointer::Checkpointer(std::string checkpoint_dir, int64_t keep_last)
-    : dir_(std::move(checkpoint_dir)), keep_last_(keep_last) {}
+Checkpointer::Checkpointer(std::string checkpoint_dir, int64_t keep_last, nlohmann::json model_flags)
+    : dir_(std::move(checkpoint_dir)), keep_last_(keep_last), model_flags_(std::move(model_flags)) {}
 
 void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::Optimizer& opt) {
   commit();
@@ -86,7 +97,8 @@ void Checkpointer::save(const RunPosition& position, nn::Module& model, optim::O
   state.extra = {{"step", position.step},
                  {"window", position.window},
                  {"rng", {{"seed", rng.seed}, {"draws", rng.draws}}},
-                 {"optim", optim}};
+                 {"optim", optim},
+                 {"model", model_flags_}};
   fs::create_directories(dir_);
   const std::string path = checkpoint_path(dir_, position.step);
   in_flight_ = checkpoint::async_save(state, path, progress_printer(path, "written"));
@@ -123,6 +135,25 @@ void Checkpointer::commit() {
   }
 }
 
+void set_aside_later_checkpoints(const std::string& checkpoint_dir, int64_t step) {
+  for (const fs::path& p : committed(checkpoint_dir)) {
+    const std::string name = p.filename().string();
+    const std::string digits = name.substr(kPrefix.size());
+    if (!is_decimal(digits, 18) || std::stoll(digits) <= step) continue;
+    const fs::path aside = p.string() + fmt::format(".abandoned-at-{}", step);
+    std::error_code ec;
+    fs::rename(p, aside, ec);
+    if (ec) {
+      fmt::print("train: cannot set aside {}, a checkpoint after the one resumed: {}\n", p.string(), ec.message());
+    } else {
+      fmt::print(
+          "train: set aside {} (after the step resumed; --resume latest and --keep-last follow this run) as {}\n", name,
+          aside.filename().string());
+    }
+  }
+  std::fflush(stdout);
+}
+
 std::string resume_path(const std::string& resume, const std::string& checkpoint_dir) {
   if (resume != "latest") return resume;
   const std::vector<fs::path> all = committed(checkpoint_dir);
@@ -131,9 +162,121 @@ std::string resume_path(const std::string& resume, const std::string& checkpoint
 
 namespace {
 
-// load_checkpoint, its `extra` read without checking its form.
-RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
-  // The step counts and dtypes of the optimizer's state come first, from `extra`.
+// The largest step, data window and draw count a checkpoint may hold: far beyond any run,
+// and small enough that the arithmetic on them cannot overflow.
+constexpr int64_t kMaxCount = int64_t{1} << 62;
+
+// What `extra` holds for one parameter's optimizer state.
+struct SavedOptimParam {
+  int64_t step = 0;
+  std::map<std::string, DType> dtypes;
+};
+
+// `extra` read and checked: every field there, of its type and in its range.
+struct SavedExtra {
+  RunPosition position;
+  nn::SeedState rng;
+  std::map<int64_t, SavedOptimParam> optim;
+};
+
+// Reads `extra` of the checkpoint at `path` for a model of `num_params` parameters; one
+// ValueError line naming the field and what is legal when it is missing or off.
+class ExtraReader {
+ public:
+  explicit ExtraReader(const std::string& path) : path_(path) {}
+
+  // The object at `where` ("extra.rng"): ValueError unless it is a JSON object.
+  const nlohmann::json& object(const nlohmann::json& parent, const std::string& key, const std::string& where) const {
+    DTR_CHECK(parent.contains(key) && parent.at(key).is_object(), ValueError,
+              "--resume {}: {} is missing or not an object (a checkpoint train wrote holds it)", path_, where);
+    return parent.at(key);
+  }
+
+  // The integer at `where`, in [lo, hi].
+  int64_t integer(const nlohmann::json& parent, const std::string& key, const std::string& where, int64_t lo,
+                  int64_t hi) const {
+    const nlohmann::json* v = parent.contains(key) ? &parent.at(key) : nullptr;
+    const bool whole =
+        v != nullptr && v->is_number_integer() &&
+        (v->is_number_unsigned() ? v->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                       v->get<uint64_t>() >= static_cast<uint64_t>(std::max<int64_t>(lo, 0))
+                                 : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi);
+    DTR_CHECK(whole, ValueError, "--resume {}: {} is {}; legal: a whole number in [{}, {}]", path_, where,
+              v != nullptr ? v->dump() : "missing", lo, hi);
+    return v->get<int64_t>();
+  }
+
+  // The unsigned 64-bit integer at `where`.
+  uint64_t unsigned_integer(const nlohmann::json& parent, const std::string& key, const std::string& where) const {
+    const nlohmann::json* v = parent.contains(key) ? &parent.at(key) : nullptr;
+    DTR_CHECK(v != nullptr && (v->is_number_unsigned() || (v->is_number_integer() && v->get<int64_t>() >= 0)),
+              ValueError, "--resume {}: {} is {}; legal: a whole number in [0, 2^64)", path_, where,
+              v != nullptr ? v->dump() : "missing");
+    return v->get<uint64_t>();
+  }
+
+  // `extra` for a model of `num_params` parameters built from `model_flags`.
+  SavedExtra read(const nlohmann::json& extra, int64_t num_params, const nlohmann::json& model_flags) const {
+    DTR_CHECK(extra.is_object() && extra.contains("step") && extra.contains("optim"), ValueError,
+              "--resume {}: the checkpoint holds no training state (no step, optimizer state or data position: "
+              "checkpoint_tool to-sharded writes such); to start a new run from its weights, export them "
+              "(checkpoint_tool export) and give --init-from",
+              path_);
+    if (extra.contains("model")) check_model_flags(object(extra, "model", "extra.model"), model_flags);
+    SavedExtra out;
+    out.position.step = integer(extra, "step", "extra.step", 0, kMaxCount);
+    out.position.window = integer(extra, "window", "extra.window", 0, kMaxCount);
+    const nlohmann::json& rng = object(extra, "rng", "extra.rng");
+    out.rng = {.seed = unsigned_integer(rng, "seed", "extra.rng.seed"),
+               .draws = static_cast<uint64_t>(integer(rng, "draws", "extra.rng.draws", 0, kMaxCount))};
+    for (const auto& [key, entry] : object(extra, "optim", "extra.optim").items()) {
+      const std::string where = "extra.optim." + key;
+      DTR_CHECK(is_decimal(key, 9) && std::stoll(key) < num_params, ValueError,
+                "--resume {}: {}: the checkpoint has optimizer state for a parameter '{}' but the model's are 0 to "
+                "{} (was it saved with other model flags?)",
+                path_, where, key, num_params - 1);
+      DTR_CHECK(entry.is_object(), ValueError, "--resume {}: {} is not an object", path_, where);
+      SavedOptimParam& param = out.optim[std::stoll(key)];
+      // A parameter's optimizer has stepped at most as often as the run.
+      param.step = integer(entry, "step", where + ".step", 1, std::max<int64_t>(out.position.step, 1));
+      for (const auto& [name, dtype] : object(entry, "dtypes", where + ".dtypes").items()) {
+        const std::optional<DType> d =
+            dtype.is_string() ? dtype_from_safetensors(dtype.get<std::string>()) : std::nullopt;
+        DTR_CHECK(d.has_value(), ValueError, "--resume {}: {}.dtypes.{} is {}; legal: a safetensors dtype (F32, BF16)",
+                  path_, where, name, dtype.dump());
+        param.dtypes[name] = *d;
+      }
+    }
+    return out;
+  }
+
+ private:
+  // ValueError listing every model flag the checkpoint was saved with that this run gives
+  // otherwise.
+  void check_model_flags(const nlohmann::json& saved, const nlohmann::json& ours) const {
+    std::vector<std::string> differ;
+    for (const auto& [flag, value] : ours.items()) {
+      const std::string theirs = saved.contains(flag) && saved.at(flag).is_string() ? saved.at(flag).get<std::string>()
+                                                                                    : std::string("(not recorded)");
+      if (theirs != value.get<std::string>()) {
+        differ.push_back(fmt::format("{} {} (this run: {})", flag, theirs, value.get<std::string>()));
+      }
+    }
+    DTR_CHECK(differ.empty(), ValueError,
+              "--resume {}: the checkpoint was saved with {}; resume with its model flags, or start a new run from "
+              "its weights with --init-from",
+              path_, fmt::join(differ, ", "));
+  }
+
+  const std::string& path_;
+};
+
+}  // namespace
+
+RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
+                            const nlohmann::json& model_flags) {
+  // `extra` first, checked whole before any tensor is read: every rank reads the same
+  // metadata, so a malformed one fails on all of them alike.
   checkpoint::State header;
   checkpoint::load(header, path);
   checkpoint::State state;
@@ -142,20 +285,14 @@ RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Op
     state.tensors.emplace("model." + name, *p);
     params.push_back(p);
   }
+  const SavedExtra extra = ExtraReader(path).read(header.extra, static_cast<int64_t>(params.size()), model_flags);
   optim::OptimizerState saved = opt.state_dict();
-  for (const auto& [key, entry] : header.extra.at("optim").items()) {
-    const int64_t index = std::stoll(key);
-    DTR_CHECK(index >= 0 && index < static_cast<int64_t>(params.size()), ValueError,
-              "train: checkpoint {} has optimizer state for parameter {} but the model has {} parameters", path, index,
-              params.size());
+  for (const auto& [index, entry] : extra.optim) {
     optim::OptimizerState::Param& param = saved.state[index];
-    param.step = entry.at("step").get<int64_t>();
-    for (const auto& [name, dtype] : entry.at("dtypes").items()) {
+    param.step = entry.step;
+    for (const auto& [name, dtype] : entry.dtypes) {
       const DTensorSpec spec = params[static_cast<size_t>(index)]->spec();
-      const std::optional<DType> d = dtype_from_safetensors(dtype.get<std::string>());
-      DTR_CHECK(d.has_value(), ValueError, "train: checkpoint {}: optimizer state '{}' of parameter {} has dtype '{}'",
-                path, name, index, dtype.get<std::string>());
-      const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), *d);
+      const DTensorSpec typed(spec.mesh(), spec.placements(), spec.shape(), dtype);
       // Read beside the parameter (the host under --cpu-offload).
       const Tensor& beside = params[static_cast<size_t>(index)]->to_local();
       const DTensor empty(zeros(typed.local_shape(), typed.dtype(), beside.device()), typed);
@@ -183,22 +320,8 @@ RunPosition load_unchecked(const std::string& path, nn::Module& model, optim::Op
     for (auto& [name, t] : param.tensors) t = state.tensors.at(fmt::format("optim.{}.{}", index, name));
   }
   opt.load_state_dict(saved);
-  const nlohmann::json& rng = state.extra.at("rng");
-  nn::set_seed_state({.seed = rng.at("seed").get<uint64_t>(), .draws = rng.at("draws").get<uint64_t>()});
-  return {.step = state.extra.at("step").get<int64_t>(), .window = state.extra.at("window").get<int64_t>()};
-}
-
-}  // namespace
-
-RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt) {
-  // Every rank reads the same metadata, so a malformed `extra` fails on all of them alike.
-  try {
-    return load_unchecked(path, model, opt);
-  } catch (const nlohmann::json::exception& e) {
-    throw ValueError(fmt::format("train: checkpoint {} was not written by train (its extra: {})", path, e.what()));
-  } catch (const std::invalid_argument& e) {
-    throw ValueError(fmt::format("train: checkpoint {} was not written by train (its extra: {})", path, e.what()));
-  }
+  nn::set_seed_state(extra.rng);
+  return extra.position;
 }
 
 }  // namespace dtr::train

@@ -283,6 +283,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--resume", c.resume,
                  "latest (the newest checkpoint under --checkpoint-dir; none yet: start fresh) or a checkpoint's "
                  "directory; any world size and mesh")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            return text.empty() ? "got ''; legal: latest or a checkpoint's directory" : "";
+          },
+          ""))
       ->group("Checkpoints");
   app.add_option("--trace", c.trace,
                  "FIRST:LAST: trace those steps (1-based, inclusive): OUT/trace/rank<R>.json per rank, "
@@ -533,6 +538,23 @@ void validate(const TrainConfig& c, int64_t world_size) {
   DTR_CHECK(c.deterministic || c.feature_blocks == 1, ValueError,
             "--feature-blocks {}: it fixes the blocks --deterministic sums in; add --deterministic", c.feature_blocks);
   if (c.deterministic) validate_deterministic(c);
+}
+
+nlohmann::json model_flags(const TrainConfig& c, int64_t vocab) {
+  const ArchSwitches a = arch_switches(c);
+  auto text = [](bool on) { return on ? "true" : "false"; };
+  nlohmann::json flags = {{"--dim", std::to_string(c.dim)},
+                          {"--layers", std::to_string(c.layers)},
+                          {"--heads", std::to_string(c.heads)},
+                          {"--vocab", std::to_string(vocab)},
+                          {"--causal", text(a.causal)},
+                          {"--pos-embed", text(a.pos_embed)},
+                          {"--final-norm", text(a.final_norm)},
+                          {"--tie-embeddings", text(a.tie_embeddings)},
+                          {"--tokenizer", flag_value(c.tokenizer)}};
+  if (a.pos_embed) flags["--seq-len"] = std::to_string(c.seq_len);  // the position table's rows
+  if (c.tokenizer == TokenizerKind::kBpe) flags["--bpe-vocab"] = std::to_string(c.bpe_vocab);
+  return flags;
 }
 
 nlohmann::json to_json(const TrainConfig& c) {

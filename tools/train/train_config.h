@@ -167,4 +167,10 @@ void check_vocab(const TrainConfig& config, int64_t tokenizer_vocab);
 
 nlohmann::json to_json(const TrainConfig& config);
 
+// The flags that fix what a checkpoint's tensors mean, as {"--heads": "4", ...} (the
+// vocabulary as built: `vocab`): the shapes, the switches of --arch, the tokenizer. A run
+// resuming a checkpoint must give the same ones; the others (learning rate, batch, layout,
+// dropout, precision) may change.
+nlohmann::json model_flags(const TrainConfig& config, int64_t vocab);
+
 }  // namespace dtr::train

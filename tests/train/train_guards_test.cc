@@ -1,0 +1,159 @@
+// What keeps a user's run and checkpoints from being mixed up, started as users start train:
+// a second run on a directory another run uses is refused at its start; --resume refuses a
+// checkpoint of other model flags, or whose `extra` is malformed, with one line before any
+// tensor is read; a checkpoint at --steps trains nothing and says so; resuming an earlier
+// step sets the later checkpoints aside instead of leaving --resume latest to them.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/file_descriptor.h"
+#include "tests/train/train_runner.h"
+
+namespace dtr {
+namespace {
+
+namespace fs = std::filesystem;
+
+using testing::CommandResult;
+using testing::kTrain;
+
+// The tiny model without --heads, which the cases vary.
+const std::string kFlags =
+    "--dim 16 --layers 1 --seq-len 16 --batch-size 4 --eval-every 0 --log-every 5 --warmup 0 --threads 1 "
+    "--use-dcp-checkpointing";
+
+CommandResult run(const std::string& command, const fs::path& dir) {
+  return testing::run_command(command, dir / "output.txt");
+}
+
+// Rewrites the checkpoint's metadata with `edit` applied to its `extra`.
+template <class Edit>
+void edit_extra(const fs::path& checkpoint, Edit edit) {
+  const fs::path path = checkpoint / ".metadata.json";
+  nlohmann::json metadata = nlohmann::json::parse(testing::read_file(path));
+  edit(metadata["extra"]);
+  std::ofstream(path) << metadata.dump();
+}
+
+TEST_CASE("a second run on an --out another run holds is refused at its start, naming that run's pid",
+          "[train][checkpoint]") {
+  const fs::path dir = testing::fresh_dir("guards_lock");
+  const fs::path out = dir / "out";
+  fs::create_directories(out);
+  // This process stands for the other run: it holds the lock file as train's rank 0 does.
+  const FileDescriptor held(::open((out / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  REQUIRE(held.valid());
+  REQUIRE(::flock(held.get(), LOCK_EX | LOCK_NB) == 0);
+  const std::string pid = std::to_string(::getpid());
+  REQUIRE(::write(held.get(), pid.data(), pid.size()) == static_cast<ssize_t>(pid.size()));
+  const CommandResult r =
+      run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output == fmt::format("[rank 0] train: --out {}: another train run (pid {}) is using this directory; give "
+                                "each run its own --out\n",
+                                out.string(), pid));
+  CHECK_FALSE(fs::exists(out / "metrics.jsonl"));
+  // Once that run ends (its lock dropped), the directory is free again.
+  ::flock(held.get(), LOCK_UN);
+  const CommandResult after =
+      run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
+  INFO(after.output);
+  CHECK(after.exit_code == 0);
+}
+
+TEST_CASE("--resume refuses other model flags and a malformed extra in one line, trains nothing at --steps, and "
+          "sets later checkpoints aside",
+          "[train][checkpoint]") {
+  const fs::path dir = testing::fresh_dir("guards_resume");
+  const fs::path out = dir / "out";
+  const CommandResult saved = run(fmt::format("{} {} --heads 2 --steps 10 --checkpoint-every 5 --keep-last 5 --out {}",
+                                              kTrain, kFlags, out.string()),
+                                  dir);
+  INFO(saved.output);
+  REQUIRE(saved.exit_code == 0);
+  const fs::path step5 = out / "checkpoints" / "step_00000005";
+  const fs::path step10 = out / "checkpoints" / "step_00000010";
+  REQUIRE(fs::exists(step10 / ".metadata.json"));
+  auto resume = [&](const fs::path& from, const std::string& flags) {
+    return run(
+        fmt::format("{} {} {} --resume {} --out {}", kTrain, kFlags, flags, from.string(), (dir / "other").string()),
+        dir);
+  };
+
+  SECTION("other model flags: each named with both values") {
+    const CommandResult r = resume(step5, "--heads 4 --causal false --steps 12");
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(fmt::format("[rank 0] train: --resume {}: the checkpoint was saved with --causal true (this "
+                                    "run: false), --heads 2 (this run: 4); resume with its model flags, or start a "
+                                    "new run from its weights with --init-from\n",
+                                    step5.string())) != std::string::npos);
+  }
+  SECTION("a malformed extra: the field and its legal range, before any tensor is read") {
+    struct Case {
+      std::function<void(nlohmann::json&)> edit;
+      std::string message;
+    };
+    const std::vector<Case> cases = {
+        {[](nlohmann::json& e) { e["window"] = -1; }, "extra.window is -1; legal: a whole number in [0, "},
+        {[](nlohmann::json& e) { e["window"] = 1e30; }, "extra.window is 1e+30; legal: a whole number"},
+        {[](nlohmann::json& e) { e["step"] = 5.5; }, "extra.step is 5.5; legal: a whole number"},
+        {[](nlohmann::json& e) { e["optim"]["0"]["step"] = 6; }, "extra.optim.0.step is 6; legal: a whole number in [1, 5]"},
+        {[](nlohmann::json& e) { e["rng"].erase("draws"); }, "extra.rng.draws is missing"},
+        {[](nlohmann::json& e) { e["optim"]["x"] = e["optim"]["0"]; },
+         "extra.optim.x: the checkpoint has optimizer state for a parameter 'x'"},
+        {[](nlohmann::json& e) { e["optim"]["0"]["dtypes"]["exp_avg"] = "Q8"; },
+         "extra.optim.0.dtypes.exp_avg is \"Q8\"; legal: a safetensors dtype"},
+        {[](nlohmann::json& e) { e = nlohmann::json::object(); }, "the checkpoint holds no training state"},
+    };
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const fs::path copy = dir / fmt::format("edited_{}", i);
+      fs::copy(step5, copy);
+      edit_extra(copy, cases[i].edit);
+      const CommandResult r = resume(copy, "--heads 2 --steps 12");
+      INFO(cases[i].message << "\n" << r.output);
+      CHECK(r.exit_code == 1);
+      CHECK(r.output.find(fmt::format("[rank 0] train: --resume {}: {}", copy.string(), cases[i].message)) !=
+            std::string::npos);
+      CHECK(r.output.find("loaded checkpoint") == std::string::npos);
+    }
+  }
+  SECTION("a checkpoint at --steps: nothing to train, said in a line") {
+    const CommandResult r = resume(step10, "--heads 2 --steps 10");
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find(fmt::format("train: {} is at step 10 and --steps is 10: nothing to train", step10.string())) !=
+          std::string::npos);
+  }
+  SECTION("resuming an earlier step in its own directory sets the later ones aside, and latest follows the run") {
+    const CommandResult r = run(fmt::format("{} {} --heads 2 --steps 7 --checkpoint-every 5 --keep-last 5 --resume {} "
+                                            "--out {}",
+                                            kTrain, kFlags, step5.string(), out.string()),
+                                dir);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("set aside step_00000010") != std::string::npos);
+    CHECK_FALSE(fs::exists(step10));
+    CHECK(fs::exists(out / "checkpoints" / "step_00000010.abandoned-at-5" / ".metadata.json"));
+    CHECK(fs::exists(out / "checkpoints" / "step_00000007" / ".metadata.json"));
+    const CommandResult latest = run(
+        fmt::format("{} {} --heads 2 --steps 8 --resume latest --out {}", kTrain, kFlags, out.string()), dir);
+    INFO(latest.output);
+    CHECK(latest.exit_code == 0);
+    CHECK(latest.output.find("step_00000007: step 7") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace dtr
