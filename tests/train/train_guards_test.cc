@@ -56,8 +56,7 @@ TEST_CASE("a second run on an --out another run holds is refused at its start, n
   REQUIRE(::flock(held.get(), LOCK_EX | LOCK_NB) == 0);
   const std::string pid = std::to_string(::getpid());
   REQUIRE(::write(held.get(), pid.data(), pid.size()) == static_cast<ssize_t>(pid.size()));
-  const CommandResult r =
-      run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
+  const CommandResult r = run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(r.output == fmt::format("[rank 0] train: --out {}: another train run (pid {}) is using this directory; give "
@@ -66,15 +65,15 @@ TEST_CASE("a second run on an --out another run holds is refused at its start, n
   CHECK_FALSE(fs::exists(out / "metrics.jsonl"));
   // Once that run ends (its lock dropped), the directory is free again.
   ::flock(held.get(), LOCK_UN);
-  const CommandResult after =
-      run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
+  const CommandResult after = run(fmt::format("{} {} --heads 2 --steps 3 --out {}", kTrain, kFlags, out.string()), dir);
   INFO(after.output);
   CHECK(after.exit_code == 0);
 }
 
-TEST_CASE("--resume refuses other model flags and a malformed extra in one line, trains nothing at --steps, and "
-          "sets later checkpoints aside",
-          "[train][checkpoint]") {
+TEST_CASE(
+    "--resume refuses other model flags and a malformed extra in one line, trains nothing at --steps, and "
+    "sets later checkpoints aside",
+    "[train][checkpoint]") {
   const fs::path dir = testing::fresh_dir("guards_resume");
   const fs::path out = dir / "out";
   const CommandResult saved = run(fmt::format("{} {} --heads 2 --steps 10 --checkpoint-every 5 --keep-last 5 --out {}",
@@ -109,7 +108,8 @@ TEST_CASE("--resume refuses other model flags and a malformed extra in one line,
         {[](nlohmann::json& e) { e["window"] = -1; }, "extra.window is -1; legal: a whole number in [0, "},
         {[](nlohmann::json& e) { e["window"] = 1e30; }, "extra.window is 1e+30; legal: a whole number"},
         {[](nlohmann::json& e) { e["step"] = 5.5; }, "extra.step is 5.5; legal: a whole number"},
-        {[](nlohmann::json& e) { e["optim"]["0"]["step"] = 6; }, "extra.optim.0.step is 6; legal: a whole number in [1, 5]"},
+        {[](nlohmann::json& e) { e["optim"]["0"]["step"] = 6; },
+         "extra.optim.0.step is 6; legal: a whole number in [1, 5]"},
         {[](nlohmann::json& e) { e["rng"].erase("draws"); }, "extra.rng.draws is missing"},
         {[](nlohmann::json& e) { e["optim"]["x"] = e["optim"]["0"]; },
          "extra.optim.x: the checkpoint has optimizer state for a parameter 'x'"},
@@ -147,8 +147,8 @@ TEST_CASE("--resume refuses other model flags and a malformed extra in one line,
     CHECK_FALSE(fs::exists(step10));
     CHECK(fs::exists(out / "checkpoints" / "step_00000010.abandoned-at-5" / ".metadata.json"));
     CHECK(fs::exists(out / "checkpoints" / "step_00000007" / ".metadata.json"));
-    const CommandResult latest = run(
-        fmt::format("{} {} --heads 2 --steps 8 --resume latest --out {}", kTrain, kFlags, out.string()), dir);
+    const CommandResult latest =
+        run(fmt::format("{} {} --heads 2 --steps 8 --resume latest --out {}", kTrain, kFlags, out.string()), dir);
     INFO(latest.output);
     CHECK(latest.exit_code == 0);
     CHECK(latest.output.find("step_00000007: step 7") != std::string::npos);
