@@ -26,6 +26,33 @@ std::string tensor_context(const std::string& name, const SavedChunk& chunk) {
   return fmt::format("tensor '{}' (chunk at offset {} of shape {})", name, chunk.offset, chunk.shape);
 }
 
+// The chunk offset a file's DCP_SHARDING_INFO ({"<tensor>": {"saved_offsets": [...]}}, parsed)
+// records for tensor `name`, or none where it records none or something else.
+std::optional<Shape> saved_offset(const nlohmann::json& sharding, const std::string& name) {
+  if (!sharding.is_object() || !sharding.contains(name) || !sharding.at(name).is_object()) return std::nullopt;
+  const nlohmann::json offsets = sharding.at(name).value("saved_offsets", nlohmann::json());
+  if (!offsets.is_array()) return std::nullopt;
+  Shape out;
+  for (const nlohmann::json& x : offsets) {
+    if (!x.is_number_integer()) return std::nullopt;
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
+// The overlap of chunk `a` and a saved chunk at `offset` of `shape`, or none when they share
+// no element.
+std::optional<LocalChunk> intersect(const LocalChunk& a, const Shape& offset, const Shape& shape) {
+  LocalChunk out{Shape(a.offset.size()), Shape(a.offset.size())};
+  for (size_t d = 0; d < a.offset.size(); ++d) {
+    const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offset[d] = lo;
+    out.shape[d] = hi - lo;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<WrittenChunk> write_chunk_file(const std::string& path, const std::vector<ChunkToWrite>& chunks,
@@ -89,8 +116,13 @@ ChunkFileReader::OpenFile& ChunkFileReader::open(const std::string& file, const 
     std::string json(static_cast<size_t>(n), '\0');
     DTR_CHECK(read_at(f.fd.get(), json.data(), json.size(), 8, f.path, kLoad) == json.size(), ValueError,
               "safetensors file '{}' ended early (changed while being read?)", f.path);
-    for (const SafetensorsEntry& e : parse_safetensors_header(json, f.size - 8 - n, f.path).entries) {
-      f.entries[e.name] = Entry{e.dtype, e.shape, 8 + n + e.begin, 8 + n + e.end};
+    const SafetensorsHeader header = parse_safetensors_header(json, f.size - 8 - n, f.path);
+    const auto info = header.metadata.find("DCP_SHARDING_INFO");
+    const nlohmann::json sharding = info == header.metadata.end()
+                                        ? nlohmann::json()
+                                        : nlohmann::json::parse(info->second, nullptr, /*allow_exceptions=*/false);
+    for (const SafetensorsEntry& e : header.entries) {
+      f.entries[e.name] = Entry{e.dtype, e.shape, 8 + n + e.begin, 8 + n + e.end, saved_offset(sharding, e.name)};
     }
   } catch (const ValueError& e) {
     throw ValueError(fmt::format("{}: reading {}: {}", kLoad, tensor, e.what()));
@@ -114,6 +146,10 @@ ChunkRows ChunkFileReader::read_rows(const std::string& name, DType dtype, const
             "file from another checkpoint?)",
             where, safetensors_dtype(e.dtype), e.shape, e.begin, e.end, safetensors_dtype(dtype), chunk.shape,
             chunk.begin, chunk.end);
+  DTR_CHECK(e.saved_offset == chunk.offset, ValueError,
+            "{}: the file's header (DCP_SHARDING_INFO) says {} but the metadata says offset {} (corrupt metadata, or "
+            "is the file from another checkpoint?)",
+            where, e.saved_offset ? fmt::format("offset {}", *e.saved_offset) : std::string("no offset"), chunk.offset);
   const int64_t rows = chunk_rows(chunk.shape), row_bytes = chunk_row_bytes(chunk.shape, dtype);
   const int64_t per_block = chunk.rows_per_block;
   const int64_t first_block = row_begin / per_block, end_block = num_blocks(row_end, per_block);
@@ -134,6 +170,40 @@ ChunkRows ChunkFileReader::read_rows(const std::string& name, DType dtype, const
               where, r0, r1, chunk.begin + r0 * row_bytes, chunk.begin + r1 * row_bytes, crc, chunk.crc32c[b]);
   }
   return out;
+}
+
+void ChunkFileReader::read_region(const std::string& name, const SavedTensor& saved, const LocalChunk& wanted,
+                                  const Tensor& dst, const std::function<void(int64_t)>& on_read) {
+  std::vector<LocalChunk> filled;
+  int64_t covered = 0;
+  for (const SavedChunk& chunk : saved.chunks) {
+    const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
+    if (!common) continue;
+    for (const LocalChunk& other : filled) {
+      DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
+                "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir_, name,
+                common->offset);
+    }
+    const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
+    // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
+    const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
+    const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
+    ChunkRows rows = read_rows(name, saved.dtype, chunk, row_begin, row_end);
+    Tensor src = rows.data, part = dst;
+    for (int64_t d = 0; d < ndim; ++d) {
+      const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
+      src = src.narrow(d, src_start, common->shape[d]);
+      part = part.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
+    }
+    part.copy_(src);
+    filled.push_back(*common);
+    covered += shape_numel(common->shape);
+    if (on_read) on_read(shape_numel(common->shape) * static_cast<int64_t>(itemsize(saved.dtype)));
+  }
+  DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
+            "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements to read at offset {} of shape {} "
+            "(corrupt metadata)",
+            kLoad, dir_, name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
 }
 
 }  // namespace dtr::checkpoint::internal

@@ -14,12 +14,14 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "checkpoint/metadata.h"
 #include "core/file_descriptor.h"
 #include "core/tensor.h"
+#include "dtensor/dtensor_spec.h"
 
 namespace dtr::checkpoint::internal {
 
@@ -53,8 +55,9 @@ struct ChunkRows {
 // The chunk files of one checkpoint directory, each opened and its header parsed on first
 // use, with checkpoint/safetensors_header.h's checks. Errors name the file, the tensor and the
 // chunk: a missing file is an OSError; a file whose size is not what its header says
-// (truncated), a header that does not list the chunk as the metadata does, and a checksum
-// block whose CRC32C differs (corrupt) are ValueErrors.
+// (truncated), a header that does not list the chunk as the metadata does (dtype, shape,
+// byte range, and the offset its DCP_SHARDING_INFO records), and a checksum block whose
+// CRC32C differs (corrupt) are ValueErrors.
 class ChunkFileReader {
  public:
   explicit ChunkFileReader(std::string dir) : dir_(std::move(dir)) {}
@@ -63,12 +66,20 @@ class ChunkFileReader {
   ChunkRows read_rows(const std::string& name, DType dtype, const SavedChunk& chunk, int64_t row_begin,
                       int64_t row_end);
 
+  // Fills `dst`, the values of the region `wanted` of tensor `name` (a rank's chunk, or the
+  // whole tensor), from the saved chunks that overlap it, reading only the checksum blocks
+  // that hold the overlaps; a ValueError (corrupt metadata) unless the overlaps are pairwise
+  // disjoint and cover `wanted` exactly. `on_read`, when set, gets the bytes of each overlap.
+  void read_region(const std::string& name, const SavedTensor& saved, const LocalChunk& wanted, const Tensor& dst,
+                   const std::function<void(int64_t)>& on_read = {});
+
  private:
   struct Entry {
     DType dtype;
     Shape shape;
     int64_t begin;  // absolute
     int64_t end;
+    std::optional<Shape> saved_offset;  // DCP_SHARDING_INFO's, where it gives one
   };
   struct OpenFile {
     std::string path;

@@ -1,10 +1,7 @@
 #include "checkpoint/load.h"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <filesystem>
-#include <optional>
 
 #include "checkpoint/chunk_file.h"
 #include "checkpoint/internal/commit.h"
@@ -13,7 +10,6 @@
 #include "checkpoint/metadata.h"
 #include "collectives/all_gather_json.h"
 #include "core/error.h"
-#include "core/posix_file.h"
 
 namespace dtr::checkpoint {
 namespace {
@@ -30,7 +26,15 @@ using internal::ProgressMeter;
 
 CheckpointMetadata read_metadata(const fs::path& target) {
   std::error_code ec;
-  if (!fs::is_directory(target, ec)) {
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::exists(status) && !fs::is_directory(status)) {
+    const fs::path parent = target.parent_path();
+    throw ValueError(fmt::format("{}: '{}' is a file, not a checkpoint directory{}", kLoad, target.string(),
+                                 internal::is_checkpoint(parent)
+                                     ? fmt::format(" (the checkpoint that holds it is '{}')", parent.string())
+                                     : ""));
+  }
+  if (!fs::is_directory(status)) {
     std::string hint;
     for (const fs::path& p : leftover_siblings(target)) {
       if (p.filename().string().starts_with(target.filename().string() + ".old-")) {
@@ -43,16 +47,7 @@ CheckpointMetadata read_metadata(const fs::path& target) {
   DTR_CHECK(fs::exists(fs::symlink_status(path, ec)), ValueError,
             "{}: '{}' has no {}: an incomplete checkpoint (a save that did not finish) or not a checkpoint", kLoad,
             target.string(), internal::kMetadataFile);
-  FileDescriptor fd = open_file(path.string(), O_RDONLY, kLoad);
-  const int64_t size = file_size(fd.get(), path.string(), kLoad);
-  std::string text(static_cast<size_t>(size), '\0');
-  DTR_CHECK(read_at(fd.get(), text.data(), text.size(), 0, path.string(), kLoad) == text.size(), ValueError,
-            "{}: '{}' ended early (changed while being read?)", kLoad, path.string());
-  try {
-    return internal::metadata_from_json(Json::parse(text), path.string());
-  } catch (const Json::exception& e) {
-    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", kLoad, path.string(), e.what()));
-  }
+  return internal::read_metadata_file(path.string(), kLoad);
 }
 
 // Every requested tensor exists with the same shape and dtype, and is not Partial; one
@@ -103,58 +98,9 @@ void check_loadable(const State& state, const CheckpointMetadata& meta, const fs
   throw ValueError(message);
 }
 
-// The overlap of chunk `a` and a saved chunk at `offset` of `shape`, or none when they share
-// no element.
-std::optional<LocalChunk> intersect(const LocalChunk& a, const Shape& offset, const Shape& shape) {
-  LocalChunk out{Shape(a.offset.size()), Shape(a.offset.size())};
-  for (size_t d = 0; d < a.offset.size(); ++d) {
-    const int64_t lo = std::max(a.offset[d], offset[d]), hi = std::min(a.offset[d] + a.shape[d], offset[d] + shape[d]);
-    if (hi <= lo) return std::nullopt;
-    out.offset[d] = lo;
-    out.shape[d] = hi - lo;
-  }
-  return out;
-}
-
-// Fills `dst` (the part of this rank's local tensor that holds `wanted`) from the saved
-// chunks `wanted` overlaps; ValueError unless they cover it exactly once.
-void read_piece(const std::string& name, const LocalChunk& wanted, const Tensor& dst, const SavedTensor& saved,
-                internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
-  std::vector<LocalChunk> filled;
-  int64_t covered = 0;
-  for (const SavedChunk& chunk : saved.chunks) {
-    const std::optional<LocalChunk> common = intersect(wanted, chunk.offset, chunk.shape);
-    if (!common) continue;
-    for (const LocalChunk& other : filled) {
-      DTR_CHECK(!intersect(other, common->offset, common->shape), ValueError,
-                "{}: '{}', tensor '{}': saved chunks overlap at offset {} (corrupt metadata)", kLoad, dir.string(),
-                name, common->offset);
-    }
-    const int64_t ndim = static_cast<int64_t>(wanted.shape.size());
-    // The rows of the saved chunk the overlap spans (a 0-d chunk is one row).
-    const int64_t row_begin = ndim == 0 ? 0 : common->offset[0] - chunk.offset[0];
-    const int64_t row_end = ndim == 0 ? 1 : row_begin + common->shape[0];
-    internal::ChunkRows rows = files.read_rows(name, saved.dtype, chunk, row_begin, row_end);
-    Tensor src = rows.data, part = dst;
-    for (int64_t d = 0; d < ndim; ++d) {
-      const int64_t src_start = common->offset[d] - chunk.offset[d] - (d == 0 ? rows.first_row : 0);
-      src = src.narrow(d, src_start, common->shape[d]);
-      part = part.narrow(d, common->offset[d] - wanted.offset[d], common->shape[d]);
-    }
-    part.copy_(src);
-    filled.push_back(*common);
-    covered += shape_numel(common->shape);
-    meter.add(shape_numel(common->shape) * static_cast<int64_t>(itemsize(saved.dtype)));
-  }
-  DTR_CHECK(covered == shape_numel(wanted.shape), ValueError,
-            "{}: '{}', tensor '{}': the saved chunks cover {} of the {} elements of this rank's chunk at offset {} "
-            "of shape {} (corrupt metadata)",
-            kLoad, dir.string(), name, covered, shape_numel(wanted.shape), wanted.offset, wanted.shape);
-}
-
 // This rank's part of `target`, read piece by piece from the saved chunks it overlaps.
 DTensor load_tensor(const std::string& name, const DTensor& target, const SavedTensor& saved,
-                    internal::ChunkFileReader& files, const fs::path& dir, ProgressMeter& meter) {
+                    internal::ChunkFileReader& files, ProgressMeter& meter) {
   const DTensorSpec& spec = target.spec();
   const std::vector<LocalPiece> pieces = spec.local_pieces();
   // A saved chunk that is exactly this rank's only piece (a load on the mesh and placements
@@ -173,7 +119,8 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
   Tensor local = Tensor::empty(spec.local_shape(), spec.dtype(), kCPU);
   for (const LocalPiece& piece : pieces) {
     if (shape_numel(piece.chunk.shape) == 0) continue;
-    read_piece(name, piece.chunk, chunk_of(local, {piece.local_offset, piece.chunk.shape}), saved, files, dir, meter);
+    files.read_region(name, saved, piece.chunk, chunk_of(local, {piece.local_offset, piece.chunk.shape}),
+                      [&](int64_t bytes) { meter.add(bytes); });
   }
   DTensor out(local.to(target.to_local().device()), spec);
   if (target.requires_grad() && target.is_leaf()) out.requires_grad_(true);
@@ -200,7 +147,7 @@ void load(State& state, const std::string& dir, const ProgressCallback& on_progr
     }
     ProgressMeter meter(on_progress, total);
     for (const auto& [name, t] : state.tensors)
-      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, target, meter);
+      loaded[name] = load_tensor(name, t, meta.tensors.at(name), files, meter);
     meter.finish();
     extra = meta.extra;
   });

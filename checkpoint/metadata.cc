@@ -1,10 +1,15 @@
 #include "checkpoint/metadata.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "checkpoint/safetensors_dtype.h"
+#include "checkpoint/safetensors_header.h"
 #include "core/error.h"
+#include "core/posix_file.h"
 
 namespace dtr::checkpoint::internal {
 namespace {
@@ -46,7 +51,8 @@ SavedChunk chunk_from_json(const Json& j, const SavedTensor& t, const std::strin
   DTR_CHECK(c.offset.size() == t.shape.size() && c.shape.size() == t.shape.size(), ValueError,
             "{}: offset {} and shape {} must have the tensor's {} dims", where, c.offset, c.shape, t.shape.size());
   for (size_t d = 0; d < t.shape.size(); ++d) {
-    DTR_CHECK(c.shape[d] > 0 && c.offset[d] + c.shape[d] <= t.shape[d], ValueError,
+    // offset + shape <= size, written so that it cannot overflow.
+    DTR_CHECK(c.shape[d] > 0 && c.offset[d] <= t.shape[d] && c.shape[d] <= t.shape[d] - c.offset[d], ValueError,
               "{}: the chunk at offset {} of shape {} is empty or outside the tensor's shape {}", where, c.offset,
               c.shape, t.shape);
   }
@@ -138,6 +144,7 @@ CheckpointMetadata metadata_from_json(const Json& json, std::string_view path) {
   m.extra = json.contains("extra") ? json.at("extra") : Json();
   const Json& tensors = field(json, "tensors", top);
   DTR_CHECK(tensors.is_object(), ValueError, "{}: \"tensors\" is not an object", top);
+  int64_t total_bytes = 0;
   for (const auto& [name, j] : tensors.items()) {
     const std::string where = fmt::format("{}, tensor '{}'", top, name);
     SavedTensor t;
@@ -145,6 +152,13 @@ CheckpointMetadata metadata_from_json(const Json& json, std::string_view path) {
     DTR_CHECK(dtype.is_string(), ValueError, "{}: dtype must be a string, not {}", where, dtype.dump());
     t.dtype = dtype_from_name(dtype.get<std::string>(), where);
     t.shape = shape_of(field(j, "shape", where), where, "shape");
+    // Checked first: every element count and byte count below (of the tensor, its chunks
+    // and their sums) is then at most this one.
+    const std::optional<int64_t> bytes = checked_nbytes(t.shape, t.dtype);
+    DTR_CHECK(bytes.has_value(), ValueError,
+              "{}: shape {} has too many elements: its size in bytes as {} overflows int64", where, t.shape, t.dtype);
+    DTR_CHECK(!__builtin_add_overflow(total_bytes, *bytes, &total_bytes), ValueError,
+              "{}: the tensors up to this one hold more than 2^63 - 1 bytes in all", where);
     t.mesh = j.contains("mesh") ? j.at("mesh") : Json();
     if (j.contains("placements") && j.at("placements").is_array()) {
       for (const Json& p : j.at("placements")) t.placements.push_back(p.is_string() ? p.get<std::string>() : p.dump());
@@ -154,16 +168,30 @@ CheckpointMetadata metadata_from_json(const Json& json, std::string_view path) {
     int64_t elements = 0;
     for (size_t i = 0; i < chunks.size(); ++i) {
       t.chunks.push_back(chunk_from_json(chunks[i], t, fmt::format("{}, chunk {}", where, i)));
-      elements += shape_numel(t.chunks.back().shape);
+      DTR_CHECK(!__builtin_add_overflow(elements, shape_numel(t.chunks.back().shape), &elements), ValueError,
+                "{}: the chunks hold more than 2^63 - 1 elements but the tensor of shape {} has {}", where, t.shape,
+                shape_numel(t.shape));
     }
     // With every chunk inside the tensor, a sum equal to its numel leaves holes only where
-    // chunks overlap; load checks the overlaps of the chunks it reads.
+    // chunks overlap; ChunkFileReader::read_region checks the overlaps of the chunks it reads.
     DTR_CHECK(elements == shape_numel(t.shape), ValueError,
               "{}: the chunks hold {} elements but the tensor of shape {} has {}", where, elements, t.shape,
               shape_numel(t.shape));
     m.tensors.emplace(name, std::move(t));
   }
   return m;
+}
+
+CheckpointMetadata read_metadata_file(const std::string& path, std::string_view op) {
+  FileDescriptor fd = open_file(path, O_RDONLY, op);
+  std::string text(static_cast<size_t>(file_size(fd.get(), path, op)), '\0');
+  DTR_CHECK(read_at(fd.get(), text.data(), text.size(), 0, path, op) == text.size(), ValueError,
+            "{}: '{}' ended early (changed while being read?)", op, path);
+  try {
+    return metadata_from_json(Json::parse(text), path);
+  } catch (const Json::exception& e) {
+    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", op, path, escape_bytes(e.what())));
+  }
 }
 
 }  // namespace dtr::checkpoint::internal

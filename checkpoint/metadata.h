@@ -66,9 +66,13 @@ struct CheckpointMetadata {
 DType dtype_from_name(std::string_view name, std::string_view where);
 
 nlohmann::json metadata_to_json(const CheckpointMetadata& metadata);
-// Parses and checks (version, dtypes, chunks within the tensor, byte ranges that match the
-// chunks, one checksum per checksum block, chunk elements summing to the tensor's, file
-// names without directories); every defect is a ValueError naming `path` and the tensor.
+// Parses and checks (version, dtypes, shapes whose element and byte counts fit int64, chunks
+// within the tensor, byte ranges that match the chunks, one checksum per checksum block,
+// chunk elements summing to the tensor's, file names without directories); every defect is
+// a ValueError naming `path` and the tensor.
 CheckpointMetadata metadata_from_json(const nlohmann::json& json, std::string_view path);
+// Reads the file `path` (a .metadata.json) and checks it with metadata_from_json; a file that
+// is not JSON is a ValueError naming it. `op` names the caller in messages.
+CheckpointMetadata read_metadata_file(const std::string& path, std::string_view op);
 
 }  // namespace dtr::checkpoint::internal

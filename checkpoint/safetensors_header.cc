@@ -40,15 +40,16 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, std::string
             "{}: dtype '{}' is not one dtr reads; it reads F32, F64, BF16, F16, I32, I64 and BOOL", where(), dtype);
   SafetensorsEntry entry{name, *known, {}, 0, 0};
   DTR_CHECK(v.contains("shape") && v["shape"].is_array(), ValueError, "{}: no shape array", where());
-  int64_t numel = 1;
   for (const Json& size : v["shape"]) {
     const std::optional<int64_t> s = non_negative(size);
     DTR_CHECK(s.has_value(), ValueError, "{}: shape {} holds '{}', not a size", where(), v["shape"].dump(),
               size.dump());
     entry.shape.push_back(*s);
-    DTR_CHECK(!__builtin_mul_overflow(numel, *s, &numel), ValueError, "{}: shape {} has too many elements", where(),
-              v["shape"].dump());
   }
+  const std::optional<int64_t> bytes = checked_nbytes(entry.shape, entry.dtype);
+  DTR_CHECK(bytes.has_value(), ValueError,
+            "{}: shape {} has too many elements: its size in bytes as {} overflows int64", where(), v["shape"].dump(),
+            dtype);
   DTR_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2, ValueError,
             "{}: data_offsets must be [begin, end]", where());
   const std::optional<int64_t> begin = non_negative(v["data_offsets"][0]), end = non_negative(v["data_offsets"][1]);
@@ -56,15 +57,41 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, std::string
             where(), v["data_offsets"].dump());
   entry.begin = *begin;
   entry.end = *end;
-  int64_t bytes = 0;
-  DTR_CHECK(!__builtin_mul_overflow(numel, static_cast<int64_t>(itemsize(entry.dtype)), &bytes) &&
-                bytes == entry.end - entry.begin,
-            ValueError, "{}: a {} tensor of shape {} needs {} bytes but data_offsets {} hold {}", where(), dtype,
-            entry.shape, bytes, v["data_offsets"].dump(), entry.end - entry.begin);
+  DTR_CHECK(*bytes == entry.end - entry.begin, ValueError,
+            "{}: a {} tensor of shape {} needs {} bytes but data_offsets {} hold {}", where(), dtype, entry.shape,
+            *bytes, v["data_offsets"].dump(), entry.end - entry.begin);
   return entry;
 }
 
 }  // namespace
+
+std::optional<int64_t> checked_numel(std::span<const int64_t> shape) {
+  int64_t numel = 1;
+  for (const int64_t size : shape) {
+    if (__builtin_mul_overflow(numel, size, &numel)) return std::nullopt;
+  }
+  return numel;
+}
+
+std::optional<int64_t> checked_nbytes(std::span<const int64_t> shape, DType dtype) {
+  const std::optional<int64_t> numel = checked_numel(shape);
+  int64_t bytes = 0;
+  if (!numel || __builtin_mul_overflow(*numel, static_cast<int64_t>(itemsize(dtype)), &bytes)) return std::nullopt;
+  return bytes;
+}
+
+std::string escape_bytes(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  return out;
+}
 
 int64_t safetensors_header_length(std::span<const uint8_t> prefix, int64_t file_size, std::string_view file) {
   DTR_CHECK(prefix.size() >= 8 && file_size >= 8, ValueError,
@@ -95,7 +122,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view json, int64_t data_s
   try {
     header = Json::parse(json.begin(), json.end(), callback);
   } catch (const Json::exception& e) {
-    throw ValueError(fmt::format("safetensors file '{}': the header is not valid JSON: {}", file, e.what()));
+    throw ValueError(
+        fmt::format("safetensors file '{}': the header is not valid JSON: {}", file, escape_bytes(e.what())));
   }
   DTR_CHECK(duplicate.empty(), ValueError, "safetensors file '{}': tensor '{}' appears twice in the header", file,
             duplicate);

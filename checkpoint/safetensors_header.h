@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,16 @@ struct SafetensorsHeader {
   std::vector<SafetensorsEntry> entries;  // in offset order
   SafetensorsMetadata metadata;
 };
+
+// The element count of `shape`, or nullopt when it overflows int64; the bytes of a tensor of
+// `shape` and `dtype`, or nullopt when they do. Readers of untrusted headers and metadata
+// check a shape with these before any other arithmetic on it.
+std::optional<int64_t> checked_numel(std::span<const int64_t> shape);
+std::optional<int64_t> checked_nbytes(std::span<const int64_t> shape, DType dtype);
+
+// `text` with every byte outside printable ASCII written as \xNN: a JSON parser's message
+// echoes the bytes it read last, which in a corrupt file may be anything.
+std::string escape_bytes(std::string_view text);
 
 // The header length N from a file's first 8 bytes, checked against the file's size.
 int64_t safetensors_header_length(std::span<const uint8_t> prefix, int64_t file_size, std::string_view file);

@@ -4,7 +4,8 @@
 // placements, and from a 1-D mesh into a 2-D (Replicate, Shard) HSDP mesh and back; each
 // rank file is a plain safetensors file holding exactly its chunks, a Replicate tensor is
 // written once, `extra` round-trips; a flipped byte, a truncated or missing file, missing
-// metadata, a missing tensor and a shape or dtype mismatch are typed errors naming the
+// metadata, a chunk offset its file's DCP_SHARDING_INFO contradicts, a shape whose element
+// count overflows, a missing tensor and a shape or dtype mismatch are typed errors naming the
 // file and the tensor on every rank; a save replaces the previous checkpoint atomically,
 // and a save interrupted (partial temp directory, or a rank killed by the kernel inside
 // write()) leaves it loadable. async_save saves the state at the call while the tensors
@@ -15,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +25,7 @@
 
 #include "checkpoint/internal/crc32c.h"
 #include "checkpoint/load.h"
+#include "checkpoint/metadata.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/save.h"
 #include "collectives/distributed_error.h"
@@ -483,6 +486,78 @@ TEST_CASE("corrupt, truncated and missing files and missing metadata fail on eve
     checkpoint::load(s, good.string());
     check_loaded(s, 3, "the undamaged original");
   });
+}
+
+TEST_CASE(
+    "load checks each chunk's offset against its file's DCP_SHARDING_INFO and names a file given as the "
+    "directory",
+    "[checkpoint]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_offsets");
+  const fs::path good = root / "good";
+  save_at(2, good, 5);
+  // cube's two [4, 3, 3] chunks (Shard(1) at 2 ranks) with their offsets swapped in the
+  // metadata: every check of the metadata alone passes, and the values would load transposed.
+  const fs::path swapped = root / "swapped";
+  fs::copy(good, swapped, fs::copy_options::recursive);
+  Json meta = read_metadata(good);
+  Json& chunks = meta["tensors"]["cube"]["chunks"];
+  REQUIRE(chunks.size() == 2);
+  REQUIRE(chunks[0]["offset"] == Json::array({0, 0, 0}));
+  std::swap(chunks[0]["offset"], chunks[1]["offset"]);
+  std::ofstream(swapped / ".metadata.json", std::ios::trunc) << meta.dump();
+
+  const DeviceMesh mesh = single_rank_mesh();
+  State s = load_targets(mesh);
+  CHECK_THROWS_MATCHES(checkpoint::load(s, swapped.string()), ValueError,
+                       MessageContains(rank_file(0)) && MessageContains("tensor 'cube'") &&
+                           MessageContains("the file's header (DCP_SHARDING_INFO) says offset [0, 0, 0] but the "
+                                           "metadata says offset [0, 3, 0]"));
+  CHECK(s.extra.is_null());  // nothing loaded
+
+  // A file of the checkpoint, not its directory.
+  for (const fs::path& file : {good / rank_file(0), good / ".metadata.json"}) {
+    CHECK_THROWS_MATCHES(checkpoint::load(s, file.string()), ValueError,
+                         MessageContains(fmt::format("'{}' is a file, not a checkpoint directory (the checkpoint "
+                                                     "that holds it is '{}')",
+                                                     file.string(), good.string())));
+  }
+  // Metadata that is not UTF-8: the parser's message echoes the byte, escaped.
+  const fs::path not_utf8 = root / "not_utf8";
+  fs::copy(good, not_utf8, fs::copy_options::recursive);
+  std::ofstream(not_utf8 / ".metadata.json", std::ios::trunc) << "{\"format\": \"\xff\"}";
+  try {
+    checkpoint::load(s, not_utf8.string());
+    FAIL("metadata that is not UTF-8 loaded");
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("not valid checkpoint metadata") && Catch::Contains("\\xff"));
+    CHECK(std::all_of(what.begin(), what.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+  }
+  checkpoint::load(s, good.string());
+  check_loaded(s, 5, "the undamaged original");
+}
+
+TEST_CASE("metadata whose element or byte counts overflow int64 is refused, naming the tensor and shape",
+          "[checkpoint]") {
+  // One float32 tensor w of `shape` with one [256, 16] chunk (one checksum block).
+  const auto metadata = [](const std::string& shape) {
+    return Json::parse(R"({"format": "dtr-checkpoint", "version": 1, "world_size": 1, "checksum": "crc32c",
+        "tensors": {"w": {"dtype": "float32", "shape": )" +
+                       shape + R"(, "chunks": [{"offset": [0, 0], "shape": [256, 16], "file": "__0_0.safetensors",
+        "byte_range": [64, 16448], "rows_per_block": 256, "crc32c": [0]}]}}})");
+  };
+  using checkpoint::internal::metadata_from_json;
+  CHECK(metadata_from_json(metadata("[256, 16]"), "m").tensors.at("w").shape == Shape{256, 16});
+  // (2^60 + 256) * 16 = 2^64 + 4096 wraps to the chunk's 4096 elements.
+  CHECK_THROWS_MATCHES(metadata_from_json(metadata("[1152921504606847232, 16]"), "m"), ValueError,
+                       MessageContains("tensor 'w': shape [1152921504606847232, 16] has too many elements"));
+  // 2^62 * 2^62 wraps to 0.
+  CHECK_THROWS_MATCHES(
+      metadata_from_json(metadata("[4611686018427387904, 4611686018427387904]"), "m"), ValueError,
+      MessageContains("tensor 'w': shape [4611686018427387904, 4611686018427387904] has too many elements"));
+  // 2^62 float32 elements fit int64, their 2^64 bytes do not.
+  CHECK_THROWS_MATCHES(metadata_from_json(metadata("[288230376151711744, 16]"), "m"), ValueError,
+                       MessageContains("has too many elements: its size in bytes as float32 overflows int64"));
 }
 
 // A [24, 131072] bf16 tensor has 256 KiB rows: 4 rows per 1 MiB checksum block, 6 blocks.

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -137,6 +138,15 @@ TEST_CASE("malformed files are typed errors naming the file and the tensor", "[s
   CHECK_THROWS_MATCHES(load(huge + "{}"), ValueError, MessageContains("over the 100000000-byte limit"));
   CHECK_THROWS_MATCHES(load(image("[1]", 0)), ValueError, MessageContains("does not start with '{'"));
   CHECK_THROWS_MATCHES(load(image("{\"w\":", 0)), ValueError, MessageContains("not valid JSON"));
+  // A byte that is not UTF-8 (a corrupt header): the parser's message echoes it, escaped.
+  try {
+    load(image("{\"__metadata\xa0\": 1}", 0));
+    FAIL("a header that is not UTF-8 loaded");
+  } catch (const ValueError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("not valid JSON") && Catch::Contains("'\"__metadata\\xa0'"));
+    CHECK(std::all_of(what.begin(), what.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+  }
   CHECK_THROWS_MATCHES(load(image("{" + w + "," + w + "}", 8)), ValueError,
                        MessageContains("tensor 'w' appears twice"));
   CHECK_THROWS_MATCHES(load(image(R"({"w":{"dtype":"U8","shape":[8],"data_offsets":[0,8]}})", 8)), TypeError,

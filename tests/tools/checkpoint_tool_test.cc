@@ -2,7 +2,9 @@
 // (Shard(0) uneven, Shard(1) bf16, Replicate int64, 3-D float16, 0-d, bool) lists every
 // tensor and chunk; to-full gives the full tensors bit for bit; to-sharded at 3 ranks, then
 // to-full again, and a load at 2 ranks give the same tensors; an existing OUT or checkpoint
-// is replaced only with --force; bad input exits non-zero with one line on stderr.
+// is replaced only with --force, and never an output inside the checkpoint read or (export
+// --hf) a directory that is not an earlier export; list prints a missing mesh as ?; bad input
+// (overlapping chunks among them) exits non-zero with one line on stderr.
 #include <fmt/format.h>
 
 #include <sys/wait.h>
@@ -201,10 +203,9 @@ std::unique_ptr<nn::Transformer> gpt(uint64_t seed) {
   return std::make_unique<nn::Transformer>(testing::small_causal_lm(32, 8));
 }
 
-TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loadable strictly", "[checkpoint_tool]") {
-  const fs::path root = testing::make_temp_dir("checkpoint_tool_export");
-  const fs::path ckpt = root / "step_00000010";
-  // Saved as train's Checkpointer saves: model.<parameter> (a tied one once) and optimizer state.
+// gpt(3) saved by 2 ranks into `dir` as train's Checkpointer saves it: model.<parameter> (a
+// tied one once) and optimizer state.
+void save_train_checkpoint(const fs::path& dir) {
   testing::run_ranks(2, [&](int, int n) {
     const DeviceMesh mesh = init_device_mesh(kCPU, {n}, {"dp"});
     std::unique_ptr<nn::Transformer> model = gpt(3);
@@ -212,8 +213,14 @@ TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loada
     checkpoint::State s;
     for (auto& [name, p] : model->named_parameters()) s.tensors.emplace("model." + name, *p);
     s.tensors.emplace("optim.0.exp_avg", *model->named_parameters().front().second);
-    checkpoint::save(s, ckpt.string());
+    checkpoint::save(s, dir.string());
   });
+}
+
+TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loadable strictly", "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_export");
+  const fs::path ckpt = root / "step_00000010";
+  save_train_checkpoint(ckpt);
   const TensorMap expected = checkpoint::full_state_dict(*gpt(3));
   REQUIRE(expected.contains("output.weight"));
 
@@ -258,6 +265,114 @@ TEST_CASE("export writes a train checkpoint's model under PyTorch's names, loada
   const Run not_train = run_tool(root, fmt::format("export {} {}", plain.string(), (root / "x.safetensors").string()));
   CHECK(not_train.exit_code == 1);
   CHECK_THAT(not_train.err, Catch::Contains("holds no model.* tensors"));
+}
+
+// Checks that `r` failed with exactly one line on stderr holding `what`.
+void check_refused(const Run& r, const std::string& what) {
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("checkpoint_tool: ") && Catch::Contains(what));
+}
+
+TEST_CASE("to-full refuses saved chunks that overlap, even where every file's header agrees", "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_overlap");
+  const fs::path dir = root / "ckpt", out = root / "full.safetensors";
+  save_cases(dir);
+  // layers.0.w [7, 5]: rank 1's chunk [3, 5] moved from offset [4, 0] to [0, 0], in the
+  // metadata and in its file's DCP_SHARDING_INFO alike. Rows 0-2 are then held twice and rows
+  // 4-6 never, with the element count still 35.
+  Json meta = Json::parse(read_text(dir / ".metadata.json"));
+  Json& chunk = meta["tensors"]["layers.0.w"]["chunks"][1];
+  REQUIRE(chunk["offset"] == Json::array({4, 0}));
+  chunk["offset"] = {0, 0};
+  std::ofstream(dir / ".metadata.json", std::ios::trunc) << meta.dump();
+  std::string file = read_text(dir / "__1_0.safetensors");
+  const std::string saved = R"(\"layers.0.w\":{\"saved_offsets\":[4,0]})";
+  const size_t at = file.find(saved);
+  REQUIRE(at != std::string::npos);
+  file.replace(at, saved.size(), R"(\"layers.0.w\":{\"saved_offsets\":[0,0]})");
+  std::ofstream(dir / "__1_0.safetensors", std::ios::binary | std::ios::trunc) << file;
+
+  check_refused(run_tool(root, fmt::format("to-full {} {}", dir.string(), out.string())),
+                "tensor 'layers.0.w': saved chunks overlap at offset [0, 0] (corrupt metadata)");
+  CHECK_FALSE(fs::exists(out));
+}
+
+TEST_CASE("list prints a tensor's informational mesh and placements as ? where missing or of another type",
+          "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_list_mesh");
+  const fs::path dir = root / "ckpt";
+  save_cases(dir);
+  Json meta = Json::parse(read_text(dir / ".metadata.json"));
+  meta["tensors"]["ids"].erase("mesh");
+  meta["tensors"]["ids"].erase("placements");
+  meta["tensors"]["mask"]["mesh"] = "x";
+  meta["tensors"]["mask"]["placements"] = 7;
+  std::ofstream(dir / ".metadata.json", std::ios::trunc) << meta.dump();
+
+  const Run listed = run_tool(root, "list " + dir.string());
+  INFO(listed.out << listed.err);
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.err.empty());
+  CHECK_THAT(listed.out, Catch::Contains("ids: int64 [6, 3] bytes 144 mesh ? placements ? chunks 1\n"));
+  CHECK_THAT(listed.out, Catch::Contains("mask: bool [5, 3] bytes 15 mesh ? placements ? chunks 2\n"));
+  CHECK_THAT(listed.out, Catch::Contains("layers.0.w: float32 [7, 5] bytes 140 mesh cpu [2] ranks [0,1] placements "
+                                         "[S(0)] chunks 2\n"));
+}
+
+TEST_CASE("to-full and export refuse outputs that would destroy their input or another directory, before any work",
+          "[checkpoint_tool]") {
+  const fs::path root = testing::make_temp_dir("checkpoint_tool_outputs");
+  const fs::path ckpt = root / "run" / "checkpoints" / "step_00000010";
+  save_train_checkpoint(ckpt);
+  const std::string rank0 = read_text(ckpt / "__0_0.safetensors");
+  std::ofstream(root / "run" / "metrics.jsonl") << "{}\n";
+
+  // An output inside (or at) the checkpoint it reads, --force or not.
+  for (const std::string& out : {(ckpt / "__0_0.safetensors").string(), ckpt.string(), ckpt.string() + "/"}) {
+    check_refused(
+        run_tool(root, fmt::format("to-full {} {} --force", ckpt.string(), out)),
+        fmt::format("to-full: OUT '{}' is the checkpoint directory '{}' it reads or inside it", out, ckpt.string()));
+  }
+  check_refused(run_tool(root, fmt::format("export {} {}", ckpt.string(), (ckpt / "model.safetensors").string())),
+                "export: OUT");
+  check_refused(run_tool(root, fmt::format("export {} --hf {} --force", ckpt.string(), (ckpt / "hf").string())),
+                "export: --hf");
+  CHECK(read_text(ckpt / "__0_0.safetensors") == rank0);
+  CHECK_FALSE(fs::exists(ckpt / "model.safetensors"));
+  CHECK_FALSE(fs::exists(ckpt / "hf"));
+
+  // --hf --force replaces an earlier export, never a directory holding anything else (here
+  // the training run the checkpoint is in).
+  const fs::path run = root / "run";
+  check_refused(run_tool(root, fmt::format("export {} --hf {} --force", ckpt.string(), run.string())),
+                fmt::format("export: --hf '{}' holds '", run.string()));
+  CHECK(read_text(ckpt / "__0_0.safetensors") == rank0);
+  CHECK(fs::exists(run / "metrics.jsonl"));
+  const fs::path hf = root / "hf";
+  REQUIRE(run_tool(root, fmt::format("export {} --hf {}", ckpt.string(), hf.string())).exit_code == 0);
+  const Run again =
+      run_tool(root, fmt::format("export {} --hf {} --force --max-shard-size 4000", ckpt.string(), hf.string()));
+  INFO(again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(Json::parse(read_text(hf / "model.safetensors.index.json")).at("weight_map").size() > 0);
+  CHECK_FALSE(fs::exists(hf / "model-00001-of-00001.safetensors"));  // the earlier export's one file
+
+  // A file output at an existing directory, refused before anything is assembled.
+  const fs::path dir_out = root / "dir_out";
+  fs::create_directories(dir_out);
+  for (const char* force : {"", " --force"}) {
+    check_refused(run_tool(root, fmt::format("to-full {} {}{}", ckpt.string(), dir_out.string(), force)),
+                  fmt::format("to-full: OUT '{}' is a directory; give the path of the .safetensors file to write",
+                              dir_out.string()));
+  }
+  CHECK_FALSE(fs::exists(dir_out.string() + ".tmp"));
+  // --max-shard-size sizes --hf's files; one OUT file has none.
+  const Run one_file = run_tool(
+      root, fmt::format("export {} {} --max-shard-size 100", ckpt.string(), (root / "one.safetensors").string()));
+  check_refused(one_file, "--max-shard-size requires --hf");
+  CHECK_FALSE(fs::exists(root / "one.safetensors"));
 }
 
 TEST_CASE("checkpoint_tool exits non-zero with one line on bad input", "[checkpoint_tool]") {

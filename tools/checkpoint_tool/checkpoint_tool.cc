@@ -9,12 +9,14 @@
 //                                                            and PyTorch's load_state_dict read it)
 //
 // Neither replaces what is already there (an OUT file, a DIR holding anything) unless
-// --force is given.
+// --force is given; never an output inside the checkpoint it reads, nor (export --hf) a
+// directory that is not an earlier export.
 // to-full streams: the header comes from the metadata, then each tensor is assembled from
-// its chunks (every checksum block verified, as load does) and written before the next is
-// read, so memory holds one full tensor at a time. to-sharded starts N ranks of itself
-// (launch_self) that each take their Shard(0) chunk (Replicate for 0-d tensors) and call
-// checkpoint::save, so the files are exactly what a real N-rank save writes.
+// its chunks with load's own reader (every checksum block verified, the chunks disjoint and
+// covering the tensor) and written before the next is read, so memory holds one full tensor
+// at a time. to-sharded starts N ranks of itself (launch_self) that each take their Shard(0)
+// chunk (Replicate for 0-d tensors) and call checkpoint::save, so the files are exactly what
+// a real N-rank save writes.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -65,26 +67,74 @@ CheckpointMetadata read_metadata(const std::string& dir, std::string_view op) {
   DTR_CHECK(fs::is_regular_file(path, ec), ValueError,
             "{}: '{}' has no {}: not a dtr checkpoint, or an incomplete one (a save that did not finish)", op, dir,
             checkpoint::internal::kMetadataFile);
-  FileDescriptor fd = open_file(path.string(), O_RDONLY, op);
-  std::string text(static_cast<size_t>(file_size(fd.get(), path.string(), op)), '\0');
-  read_at(fd.get(), text.data(), text.size(), 0, path.string(), op);
-  try {
-    return checkpoint::internal::metadata_from_json(Json::parse(text), path.string());
-  } catch (const Json::exception& e) {
-    throw ValueError(fmt::format("{}: '{}' is not valid checkpoint metadata: {}", op, path.string(), e.what()));
+  return checkpoint::internal::read_metadata_file(path.string(), op);
+}
+
+// Whether `path` is `dir` or lies under it, symlinks resolved (a part of `path` that does
+// not exist yet is taken as written).
+bool is_within(const fs::path& path, const fs::path& dir) {
+  const fs::path p = fs::weakly_canonical(path), d = fs::weakly_canonical(dir);
+  return std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first == d.end();
+}
+
+// Refuses an output inside the checkpoint directory it reads: --force would replace a file
+// of the input (or a save would later swap the output away with the checkpoint).
+void check_outside(const std::string& path, const std::string& flag_name, const std::string& dir, std::string_view op) {
+  DTR_CHECK(!is_within(path, dir), ValueError,
+            "{}: {} '{}' is the checkpoint directory '{}' it reads or inside it; write it outside that directory", op,
+            flag_name, path, dir);
+}
+
+// What an output path must be: a file (OUT.safetensors) or a directory.
+enum class Output { kFile, kDirectory };
+
+// Refuses to write over `path` (a file, or a directory that is not empty) without --force;
+// a file output is never written over a directory.
+void check_replace(const std::string& path, const std::string& flag_name, Output kind, bool force,
+                   std::string_view op) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  const bool is_dir = fs::is_directory(path, ec);
+  DTR_CHECK(kind == Output::kDirectory || !is_dir, ValueError,
+            "{}: {} '{}' is a directory; give the path of the .safetensors file to write", op, flag_name, path);
+  DTR_CHECK(force || (is_dir && fs::is_empty(path, ec)), ValueError,
+            "{}: {} '{}' already exists{}; pass --force to replace it", op, flag_name, path,
+            is_dir ? " and is not empty" : "");
+}
+
+// Whether `name` is a file export --hf writes: a shard model-0000k-of-0000N.safetensors or the index.
+bool is_hf_export_file(const std::string& name) {
+  return name == checkpoint::kHfIndexName ||
+         (name.starts_with("model-") && name.ends_with(".safetensors") && name.find("-of-") != std::string::npos);
+}
+
+// --force replaces an earlier export's directory, never one holding anything else (a
+// training run's directory, say).
+void check_hf_export_dir(const std::string& hf_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(hf_dir, ec)) return;
+  for (const fs::directory_entry& e : fs::directory_iterator(hf_dir)) {
+    const std::string name = e.path().filename().string();
+    DTR_CHECK(e.is_regular_file(ec) && is_hf_export_file(name), ValueError,
+              "export: --hf '{}' holds '{}', which export does not write; --force replaces only an earlier export "
+              "(model-*-of-*.safetensors and {}): remove the directory yourself or pick another",
+              hf_dir, name, checkpoint::kHfIndexName);
   }
 }
 
-// Refuses to write over `path` (a file, or a directory that is not empty) without --force.
-void check_replace(const std::string& path, const std::string& flag_name, bool force, std::string_view op) {
-  std::error_code ec;
-  if (force || !fs::exists(path, ec)) return;
-  const bool empty_dir = fs::is_directory(path, ec) && fs::is_empty(path, ec);
-  DTR_CHECK(empty_dir, ValueError, "{}: {} '{}' already exists{}; pass --force to replace it", op, flag_name, path,
-            fs::is_directory(path, ec) ? " and is not empty" : "");
-}
-
 int64_t tensor_bytes(const SavedTensor& t) { return shape_numel(t.shape) * static_cast<int64_t>(itemsize(t.dtype)); }
+
+// A tensor's informational mesh as "cpu [2] ranks [0,1]", with "?" for what is missing or
+// not an object: load never reads it, so list takes what load accepts.
+std::string mesh_text(const Json& mesh) {
+  if (!mesh.is_object()) return "?";
+  const auto field = [&](const char* key) {
+    const auto it = mesh.find(key);
+    if (it == mesh.end()) return std::string("?");
+    return it->is_string() ? it->get<std::string>() : it->dump();
+  };
+  return fmt::format("{} {} ranks {}", field("device_type"), field("shape"), field("ranks"));
+}
 
 int list(const std::string& dir) {
   const CheckpointMetadata meta = read_metadata(dir, "list");
@@ -94,9 +144,9 @@ int list(const std::string& dir) {
              total);
   fmt::print("extra: {}\n", meta.extra.dump());
   for (const auto& [name, t] : meta.tensors) {
-    fmt::print("{}: {} {} bytes {} mesh {} {} ranks {} placements [{}] chunks {}\n", name, dtype_name(t.dtype), t.shape,
-               tensor_bytes(t), t.mesh.value("device_type", "?"), t.mesh.value("shape", Json::array()).dump(),
-               t.mesh.value("ranks", Json::array()).dump(), fmt::join(t.placements, ", "), t.chunks.size());
+    fmt::print("{}: {} {} bytes {} mesh {} placements {} chunks {}\n", name, dtype_name(t.dtype), t.shape,
+               tensor_bytes(t), mesh_text(t.mesh),
+               t.placements.empty() ? "?" : fmt::format("[{}]", fmt::join(t.placements, ", ")), t.chunks.size());
     for (const SavedChunk& c : t.chunks) {
       fmt::print("  offset {} shape {} file {} bytes [{}, {})\n", c.offset, c.shape, c.file, c.begin, c.end);
     }
@@ -104,21 +154,11 @@ int list(const std::string& dir) {
   return 0;
 }
 
-// The full value of tensor `name`, assembled from its chunks (which tile it).
+// The full value of tensor `name`, assembled from its chunks with load's checks: every
+// checksum block verified, the chunks disjoint and covering every element.
 Tensor assemble(const std::string& name, const SavedTensor& t, checkpoint::internal::ChunkFileReader& files) {
   Tensor full = Tensor::empty(t.shape, t.dtype, kCPU);
-  int64_t covered = 0;
-  for (const SavedChunk& c : t.chunks) {
-    checkpoint::internal::ChunkRows rows =
-        files.read_rows(name, t.dtype, c, 0, checkpoint::internal::chunk_rows(c.shape));
-    Tensor dst = full;
-    for (size_t d = 0; d < c.shape.size(); ++d) dst = dst.narrow(static_cast<int64_t>(d), c.offset[d], c.shape[d]);
-    dst.copy_(rows.data);
-    covered += shape_numel(c.shape);
-  }
-  DTR_CHECK(covered == shape_numel(t.shape), ValueError,
-            "to-full: tensor '{}': its chunks cover {} of its {} elements (corrupt metadata)", name, covered,
-            shape_numel(t.shape));
+  files.read_region(name, t, LocalChunk{Shape(t.shape.size(), 0), t.shape}, full);
   return full;
 }
 
@@ -161,7 +201,8 @@ int64_t write_full(const std::string& dir, const CheckpointMetadata& meta, std::
 
 int to_full(const std::string& dir, const std::string& out, bool force) {
   const CheckpointMetadata meta = read_metadata(dir, "to-full");
-  check_replace(out, "OUT", force, "to-full");
+  check_outside(out, "OUT", dir, "to-full");
+  check_replace(out, "OUT", Output::kFile, force, "to-full");
   std::vector<Written> tensors;
   for (const auto& [name, t] : meta.tensors) tensors.push_back({name, name});
   const int64_t bytes = write_full(dir, meta, tensors, out, "to-full");
@@ -196,7 +237,8 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
   DTR_CHECK(out.empty() != hf_dir.empty(), ValueError,
             "export: give OUT.safetensors or --hf DIR (Hugging Face's sharded layout), one of them");
   if (!out.empty()) {
-    check_replace(out, "OUT", force, "export");
+    check_outside(out, "OUT", dir, "export");
+    check_replace(out, "OUT", Output::kFile, force, "export");
     const int64_t bytes = write_full(dir, meta, tensors, out, "export");
     fmt::print("exported {} tensors ({} bytes of data) to {}\n", tensors.size(), bytes, out);
     return 0;
@@ -204,7 +246,9 @@ int export_model(const std::string& dir, const std::string& out, const std::stri
   // Hugging Face's layout: shards of at most max_shard_bytes (a larger tensor alone), in
   // name order, and model.safetensors.index.json, written into a temporary directory that
   // replaces DIR only when complete.
-  check_replace(hf_dir, "--hf", force, "export");
+  check_outside(hf_dir, "--hf", dir, "export");
+  check_replace(hf_dir, "--hf", Output::kDirectory, force, "export");
+  check_hf_export_dir(hf_dir);
   std::vector<int64_t> bytes;
   std::vector<std::string> names;
   for (const Written& w : tensors) {
@@ -282,10 +326,12 @@ int main(int argc, char** argv) {
       "export", "a train checkpoint's model as a full state dict under PyTorch's names (no optimizer state)");
   export_cmd->add_option("CKPT", dir, "a checkpoint the train program saved")->required();
   export_cmd->add_option("OUT", file, "output .safetensors file");
-  export_cmd->add_option("--hf", hf_dir, "write Hugging Face's sharded layout (with its index) into this directory");
+  CLI::Option* hf = export_cmd->add_option("--hf", hf_dir,
+                                           "write Hugging Face's sharded layout (with its index) into this directory");
   export_cmd->add_option("--max-shard-size", max_shard_bytes, "bytes per file of --hf's layout")
       ->check(dtr::whole_number(1))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(hf);
   export_cmd->add_flag("--force", force, "replace OUT or the --hf directory if it exists");
   CLI::App* to_sharded = app.add_subcommand("to-sharded", "write a checkpoint as if saved by N ranks with Shard(0)");
   to_sharded->add_option("IN", file, "input .safetensors file")->required();
@@ -300,7 +346,7 @@ int main(int argc, char** argv) {
     if (*export_cmd) return dtr::tools::export_model(dir, file, hf_dir, max_shard_bytes, force);
     if (dtr::launcher::is_rank_process()) return dtr::tools::to_sharded_rank(file, dir);
     dtr::tools::check_safetensors(file);
-    dtr::tools::check_replace(dir, "DIR", force, "to-sharded");
+    dtr::tools::check_replace(dir, "DIR", dtr::tools::Output::kDirectory, force, "to-sharded");
     const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(ranks, std::span(argv, argc));
     if (result.exit_code != 0) std::cerr << "checkpoint_tool: " << result.failure << "\n";
     return result.exit_code;
