@@ -131,6 +131,12 @@ DTensor load_tensor(const std::string& name, const DTensor& target, const SavedT
 
 bool is_committed_checkpoint(const std::string& dir) { return internal::is_checkpoint(dir); }
 
+std::vector<std::string> saved_tensor_names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : read_metadata(checkpoint_path(dir, kLoad)).tensors) names.push_back(name);
+  return names;
+}
+
 void load(State& state, const std::string& dir, const ProgressCallback& on_progress) {
   const internal::World w = internal::world();
   const fs::path target = checkpoint_path(dir, kLoad);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "checkpoint/state.h"
 
@@ -17,6 +18,10 @@ namespace dtr::checkpoint {
 // truncated file or a checksum mismatch a ValueError naming the file and the tensor.
 // Collective like save; when any rank fails every rank throws and `state` is unchanged.
 void load(State& state, const std::string& dir, const ProgressCallback& on_progress = {});
+
+// The names of the tensors the checkpoint in `dir` holds, sorted: its metadata alone, read
+// and checked as load reads it (on this rank: not collective).
+std::vector<std::string> saved_tensor_names(const std::string& dir);
 
 // Whether `dir` holds a committed checkpoint (its metadata, written last, is there).
 bool is_committed_checkpoint(const std::string& dir);

@@ -2,7 +2,8 @@
 // a second run on a directory another run uses is refused at its start; --resume refuses a
 // checkpoint of other model flags, or whose `extra` is malformed, with one line before any
 // tensor is read; a checkpoint at --steps trains nothing and says so; resuming an earlier
-// step sets the later checkpoints aside instead of leaving --resume latest to them.
+// step sets the later checkpoints aside instead of leaving --resume latest to them; a
+// checkpoint's tensors that the run would not read are named.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
@@ -116,6 +117,8 @@ TEST_CASE(
         {[](nlohmann::json& e) { e["optim"]["0"]["dtypes"]["exp_avg"] = "Q8"; },
          "extra.optim.0.dtypes.exp_avg is \"Q8\"; legal: a safetensors dtype"},
         {[](nlohmann::json& e) { e = nlohmann::json::object(); }, "the checkpoint holds no training state"},
+        {[](nlohmann::json& e) { e["optim"].erase("3"); },
+         "the checkpoint holds 2 tensor(s) this run would not read: optim.3.exp_avg, optim.3.exp_avg_sq; "},
     };
     for (size_t i = 0; i < cases.size(); ++i) {
       const fs::path copy = dir / fmt::format("edited_{}", i);

@@ -271,6 +271,29 @@ class ExtraReader {
   const std::string& path_;
 };
 
+// ValueError unless every tensor the checkpoint holds is one this run reads: a parameter of
+// the model, or optimizer state that `extra` lists (a checkpoint of another model, or an
+// edited one, would otherwise load in part, the rest silently left out).
+void check_saved_names(const std::string& path, const std::vector<std::string>& saved,
+                       const checkpoint::State& model_state, const SavedExtra& extra) {
+  std::vector<std::string> unread;
+  for (const std::string& name : saved) {
+    bool listed = model_state.tensors.contains(name);
+    for (const auto& [index, param] : extra.optim) {
+      for (const auto& [state_name, dtype] : param.dtypes) {
+        listed = listed || name == fmt::format("optim.{}.{}", index, state_name);
+      }
+    }
+    if (!listed) unread.push_back(name);
+  }
+  constexpr size_t kNamed = 4;
+  DTR_CHECK(unread.empty(), ValueError,
+            "--resume {}: the checkpoint holds {} tensor(s) this run would not read: {}{}; a model of other flags "
+            "(--arch and its switches?) or optimizer state extra.optim does not list",
+            path, unread.size(), fmt::join(unread.begin(), unread.begin() + std::min(unread.size(), kNamed), ", "),
+            unread.size() > kNamed ? ", ..." : "");
+}
+
 }  // namespace
 
 RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
@@ -286,6 +309,7 @@ RunPosition load_checkpoint(const std::string& path, nn::Module& model, optim::O
     params.push_back(p);
   }
   const SavedExtra extra = ExtraReader(path).read(header.extra, static_cast<int64_t>(params.size()), model_flags);
+  check_saved_names(path, checkpoint::saved_tensor_names(path), state, extra);
   optim::OptimizerState saved = opt.state_dict();
   for (const auto& [index, entry] : extra.optim) {
     optim::OptimizerState::Param& param = saved.state[index];
