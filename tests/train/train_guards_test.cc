@@ -132,6 +132,17 @@ TEST_CASE(
       CHECK(r.output.find("loaded checkpoint") == std::string::npos);
     }
   }
+  SECTION("a fresh run into the directory: refused, its checkpoints would lose to the earlier run's") {
+    const CommandResult r =
+        run(fmt::format("{} {} --heads 2 --steps 4 --checkpoint-every 2 --out {}", kTrain, kFlags, out.string()), dir);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(fmt::format("--out: {} holds an earlier run's checkpoints (2 of them, step_00000005 to "
+                                    "step_00000010); continue that run with --resume latest",
+                                    (out / "checkpoints").string())) != std::string::npos);
+    CHECK(fs::exists(step5));
+    CHECK(fs::exists(step10));
+  }
   SECTION("a checkpoint at --steps: nothing to train, said in a line") {
     const CommandResult r = resume(step10, "--heads 2 --steps 10");
     INFO(r.output);
@@ -156,6 +167,25 @@ TEST_CASE(
     CHECK(latest.exit_code == 0);
     CHECK(latest.output.find("step_00000007: step 7") != std::string::npos);
   }
+}
+
+TEST_CASE("a signal before the first step ends train at once; in the steps it stops at a step boundary", "[train]") {
+  const fs::path dir = testing::fresh_dir("guards_signal");
+  const fs::path out = dir / "out";
+  // Thousands of blocks: building the model takes seconds, and the signal comes once the
+  // data is loaded, before the model is built.
+  const std::string command = fmt::format(
+      "{} --dim 16 --layers 3000 --heads 2 --seq-len 16 --batch-size 4 --eval-every 0 --threads 1 --steps 2 --out {} "
+      "> {} 2>&1 & pid=$!; "
+      "for i in $(seq 600); do grep -q 'loading data' {} && break; sleep 0.05; done; kill -TERM $pid; wait $pid",
+      kTrain, out.string(), (dir / "train.txt").string(), (dir / "train.txt").string());
+  const CommandResult r = run(command, dir);
+  const std::string output = testing::read_file(dir / "train.txt");
+  INFO(output);
+  CHECK(r.exit_code == 143);
+  CHECK(output.find("loading data") != std::string::npos);
+  CHECK(output.find("stopped after step") == std::string::npos);
+  CHECK_FALSE(fs::exists(out / "summary.json"));
 }
 
 }  // namespace

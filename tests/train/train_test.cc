@@ -142,6 +142,15 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--batch-size 5", "--batch-size 5", 2},
       {"--parallel hsdp --mesh dp=2", "--parallel hsdp takes replicate=R,shard=S (R x S = 2, e.g. replicate=2,shard=1)",
        2},
+      // The dims are read by name: shard=2,replicate=1 would run as replicate=2,shard=1.
+      {"--parallel hsdp --mesh shard=2,replicate=1",
+       "--mesh shard=2,replicate=1: --parallel hsdp takes replicate=R,shard=S (R x S = 2", 2},
+      {"--mesh data=2", "--mesh data=2: --parallel fsdp takes dp=2", 2},
+      {"--seed -1", "train: --seed: got '-1'; legal: a whole number >= 0", 0},
+      {"--seed 99999999999999999999", "train: --seed: got '99999999999999999999'; legal: a whole number >= 0", 0},
+      // Refused before the model is built (its position table would be 4M rows).
+      {"--dim 8 --heads 2 --seq-len 4000000",
+       "the training split's 3800227 tokens hold no window of --seq-len 4000000 + 1 tokens", 2},
       {"--resume latest", "--resume latest: resuming reads distributed checkpoints; add --use-dcp-checkpointing", 0},
       {"--reshard-after-forward maybe",
        "train: --reshard-after-forward: got 'maybe'; legal: true, false or a rank count N >= 1", 0},

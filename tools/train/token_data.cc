@@ -36,14 +36,15 @@ std::vector<uint16_t> read_token_file(const std::string& path) {
   return tokens;
 }
 
-WindowOrder::WindowOrder(int64_t num_tokens, int64_t seq_len, DataOrder order, uint64_t seed)
+WindowOrder::WindowOrder(int64_t num_tokens, int64_t seq_len, DataOrder order, uint64_t seed, std::string_view split)
     : num_windows_(seq_len > 0 && num_tokens > 0 ? (num_tokens - 1) / seq_len : 0),
       seq_len_(seq_len),
       order_(order),
       seed_(seed) {
   DTR_CHECK(num_windows_ > 0, ValueError,
-            "train: {} tokens hold no window of --seq-len {} + 1 tokens; give more data or a shorter --seq-len",
-            num_tokens, seq_len);
+            "the {} split's {} tokens hold no window of --seq-len {} + 1 tokens; give more data (--data) or a shorter "
+            "--seq-len",
+            split, num_tokens, seq_len);
 }
 
 int64_t WindowOrder::start(int64_t i) const {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtr::train {
@@ -26,8 +27,9 @@ std::vector<uint16_t> read_token_file(const std::string& path);
 
 class WindowOrder {
  public:
-  // ValueError when the stream holds no window (n < seq_len + 1).
-  WindowOrder(int64_t num_tokens, int64_t seq_len, DataOrder order, uint64_t seed);
+  // ValueError naming `split` ("training", "held-out") when the stream holds no window
+  // (n < seq_len + 1).
+  WindowOrder(int64_t num_tokens, int64_t seq_len, DataOrder order, uint64_t seed, std::string_view split);
   int64_t num_windows() const { return num_windows_; }
   // The first token of the run's i-th window.
   int64_t start(int64_t i) const;

@@ -67,7 +67,15 @@ using namespace dtr::train;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> g_interrupt_signal{0};  // the SIGINT or SIGTERM this rank received, or 0
-extern "C" void on_interrupt(int signal) { g_interrupt_signal.store(signal); }
+std::atomic<bool> g_stepping{false};     // whether the steps have begun
+// In the steps, the first SIGINT or SIGTERM stops the run at the next step boundary, with a
+// checkpoint and the summary; before them (nothing to save: data, model and optimizer being
+// set up) and at a second signal, the signal's default action ends the process at once.
+extern "C" void on_interrupt(int signal) {
+  if (g_stepping.load() && g_interrupt_signal.exchange(signal) == 0) return;
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -145,6 +153,11 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   TrainData data = load_train_data(c);
   check_vocab(c, data.vocab);
   const int64_t vocab = c.vocab > 0 ? c.vocab : data.vocab;
+  // Before the model, so that a --seq-len the data cannot fill is one line, not an allocation
+  // of its position table.
+  const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, c.data_order, c.seed, "training");
+  const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed,
+                              "held-out");
   const DeviceMesh mesh = training_mesh(c, device.type, world);
   Model m = build_model(c, vocab, mesh);
   optim::AdamW opt({{.params = m.net->parameters(), .lr = c.lr, .weight_decay = c.weight_decay}});
@@ -160,6 +173,9 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
       if (rank0) set_aside_later_checkpoints(checkpoint_dir_of(c), start_at.step);
     }
   }
+  if (c.use_dcp_checkpointing && resumed_from.empty()) {
+    check_no_earlier_checkpoints(checkpoint_dir_of(c), c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir");
+  }
   if (start_at.step >= c.steps) {
     if (rank0) {
       fmt::print("train: {} is at step {} and --steps is {}: nothing to train (a larger --steps goes on)\n",
@@ -167,8 +183,6 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     }
     return 0;
   }
-  const WindowOrder train_order(static_cast<int64_t>(data.train.size()), c.seq_len, c.data_order, c.seed);
-  const WindowOrder val_order(static_cast<int64_t>(data.val.size()), c.seq_len, DataOrder::kSequential, c.seed);
   const Throughput throughput = run_throughput(c, device, world, parameter_count(*m.net));
   const double param_bytes = parameter_bytes(m.net->parameters());
   std::optional<StepLog> log;
@@ -192,6 +206,7 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   double grad_bytes = 0;               // the last step's gradients
   StepTracer tracer(*group, trace_steps(c), c.out);
   double comm_s = 0, exposed_s = 0;
+  g_stepping.store(true);
   for (; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     tracer.begin(step + 1);

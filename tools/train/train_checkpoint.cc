@@ -135,6 +135,15 @@ void Checkpointer::commit() {
   }
 }
 
+void check_no_earlier_checkpoints(const std::string& checkpoint_dir, std::string_view flag) {
+  const std::vector<fs::path> all = committed(checkpoint_dir);
+  DTR_CHECK(all.empty(), ValueError,
+            "{}: {} holds an earlier run's checkpoints ({} of them, {} to {}); continue that run with --resume latest, "
+            "or give this one another {} (its checkpoints would be deleted by --keep-last in favour of those)",
+            flag, checkpoint_dir, all.size(), all.empty() ? "" : all.front().filename().string(),
+            all.empty() ? "" : all.back().filename().string(), flag);
+}
+
 void set_aside_later_checkpoints(const std::string& checkpoint_dir, int64_t step) {
   for (const fs::path& p : committed(checkpoint_dir)) {
     const std::string name = p.filename().string();

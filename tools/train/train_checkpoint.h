@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "checkpoint/save.h"
 #include "nn/module.h"
@@ -62,6 +63,12 @@ class Checkpointer {
 // The checkpoint --resume names: "latest" is the newest committed step_* under
 // checkpoint_dir ("" when there is none yet: a fresh start), anything else a path.
 std::string resume_path(const std::string& resume, const std::string& checkpoint_dir);
+
+// For a run that starts fresh: ValueError (on every rank alike, naming `flag`) when
+// checkpoint_dir already holds committed checkpoints of an earlier run. --keep-last keeps
+// the newest steps, so this run's checkpoints would be deleted in favour of those, and
+// --resume latest would go back to them.
+void check_no_earlier_checkpoints(const std::string& checkpoint_dir, std::string_view flag);
 
 // After resuming at `step`: the committed checkpoints under checkpoint_dir of later steps
 // belong to another line of training (the one rolled back from, or another run's). Each is

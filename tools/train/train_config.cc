@@ -163,6 +163,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--seed", c.seed, "initialisation, dropout and data-order seed")
+      ->check(non_negative)
       ->capture_default_str()
       ->group("Training");
   app.add_option("--init-from", c.init_from,
@@ -501,17 +502,26 @@ void validate(const TrainConfig& c, int64_t world_size) {
   const std::string mesh_text = c.mesh.empty() ? "(default)" : c.mesh;
   DTR_CHECK(mesh_size == world_size, ValueError, "--mesh {}: its dims hold {} ranks but the world has {}", mesh_text,
             mesh_size, world_size);
-  // The data-parallel dims, then the tensor-parallel one.
-  const size_t data_dims = parallel == Parallel::kHsdp ? 2 : parallel == Parallel::kNone && c.tp > 1 ? 0 : 1;
-  const bool tp_last = c.tp == 1 || (!dims.empty() && dims.back() == std::pair{std::string(kTensorParallelDim), c.tp});
-  DTR_CHECK(dims.size() == data_dims + (c.tp > 1 ? 1 : 0) && tp_last, ValueError, "--mesh {}: --parallel {}{} takes {}",
-            mesh_text, flag_value(parallel), c.tp > 1 ? fmt::format(" with --tp {}", c.tp) : "",
+  // The data-parallel dims by name (the model reads them so: hsdp's first is the replicate
+  // dim), then the tensor-parallel one of --tp ranks.
+  std::vector<std::string> expected;
+  if (parallel == Parallel::kHsdp) expected = {"replicate", "shard"};
+  if (parallel == Parallel::kFsdp || parallel == Parallel::kDdp || (parallel == Parallel::kNone && c.tp == 1)) {
+    expected = {"dp"};
+  }
+  if (c.tp > 1) expected.emplace_back(kTensorParallelDim);
+  std::vector<std::string> names;
+  for (const auto& [name, size] : dims) names.push_back(name);
+  const bool tp_sized = c.tp == 1 || (!dims.empty() && dims.back().second == c.tp);
+  DTR_CHECK(names == expected && tp_sized, ValueError, "--mesh {}: --parallel {}{} takes {}", mesh_text,
+            flag_value(parallel), c.tp > 1 ? fmt::format(" with --tp {}", c.tp) : "",
             parallel == Parallel::kHsdp
                 ? fmt::format("replicate=R,shard=S{} (R x S = {}, e.g. {})", tp_dim, data_ranks,
                               data_ranks % 2 == 0 ? fmt::format("replicate=2,shard={}{}", data_ranks / 2, tp_dim)
                                                   : fmt::format("replicate={},shard=1{}", data_ranks, tp_dim))
-            : parallel == Parallel::kNone ? fmt::format("{}={} (or leave --mesh out)", kTensorParallelDim, c.tp)
-                                          : fmt::format("dp={}{} (or leave --mesh out)", data_ranks, tp_dim));
+            : parallel == Parallel::kNone && c.tp > 1
+                ? fmt::format("{}={} (or leave --mesh out)", kTensorParallelDim, c.tp)
+                : fmt::format("dp={}{} (or leave --mesh out)", data_ranks, tp_dim));
   DTR_CHECK(c.batch_size % c.grad_accum == 0, ValueError,
             "--batch-size {} (global sequences per step) does not split into --grad-accum {} micro-batches",
             c.batch_size, c.grad_accum);
