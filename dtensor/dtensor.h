@@ -46,6 +46,9 @@ class DTensor {
   bool is_pending() const;
   // The same DTensor object (not merely equal values).
   bool is_same(const DTensor& other) const { return impl_ == other.impl_; }
+  // The object's identity, equal exactly for handles is_same holds for (null when
+  // undefined): a key for sets of DTensor objects.
+  const void* identity() const { return impl_.get(); }
   // Whether nothing but this handle can read its data: no other handle to this DTensor, no
   // other tensor or view on its local storage, no redistribute in flight. An op may then
   // overwrite it in place (the autograd engine hands a gradient to one backward function,

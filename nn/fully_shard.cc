@@ -459,10 +459,7 @@ FSDPModule* FSDPModule::enclosing_root() const {
   if (root == nullptr || t_open_forwards == 0) return nullptr;
   // Alive (it owns its state through its module) and this module's ancestor: the forward
   // this one runs in. Else the open forward is one that threw, of this model or another.
-  for (const auto& [name, m] : root->module_.named_modules()) {
-    if (m == &module_) return root;
-  }
-  return nullptr;
+  return root->descendants_.contains(&module_) ? root : nullptr;
 }
 
 Values FSDPModule::pre_forward(const Values& inputs) {
@@ -475,7 +472,9 @@ Values FSDPModule::pre_forward(const Values& inputs) {
     t_root = module_.policy_state();
     root_ = this;
     check_ties_once();
+    descendants_.clear();
     for (auto& [name, m] : module_.named_modules()) {
+      descendants_.insert(m);
       FSDPModule* g = fsdp_module(*m);
       if (g == nullptr) continue;
       if (g->linked_) g->reset_to_sharded();

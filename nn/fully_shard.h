@@ -65,6 +65,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -254,6 +255,9 @@ class FSDPModule : public ParallelPolicy {
   FSDPModule* root_ = nullptr;                   // set at the first forward
   std::vector<FSDPModule*> order_, last_order_;  // the root's: this and the last iteration's
   std::vector<FSDPModule*> ended_;               // the root's: this iteration's groups as their forwards ended
+  // The root's: its module and every module under it, as its forward began (enclosing_root's
+  // lookup: searching them per module made a forward quadratic in the modules).
+  std::unordered_set<const Module*> descendants_;
 };
 
 // Shards `module`'s parameters over `mesh` (1-D: FSDP; 2-D: HSDP; see above) and returns its FSDP handle,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "dtensor/autograd.h"
@@ -85,12 +86,12 @@ std::string joined(const std::string& prefix, const std::string& name) {
 
 std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(RemoveDuplicate remove_duplicate) {
   std::vector<std::pair<std::string, DTensor*>> out;
+  std::unordered_set<const void*> listed;
   for (auto& [prefix, m] : named_modules()) {
     for (Slot& s : m->slots_) {
       if (!s.is_parameter || !s.value.defined()) continue;
       // A parameter shared by two modules (tied weights) is listed once, under its first name.
-      const bool seen = remove_duplicate == RemoveDuplicate::kYes &&
-                        std::any_of(out.begin(), out.end(), [&](const auto& p) { return p.second->is_same(s.value); });
+      const bool seen = remove_duplicate == RemoveDuplicate::kYes && !listed.insert(s.value.identity()).second;
       if (!seen) out.emplace_back(joined(prefix, s.name), &s.value);
     }
   }
@@ -299,11 +300,14 @@ void Module::arm_post_backward_hooks() {
   // Counts down the parameters that require a gradient; each new parameter object (the
   // first call, or after load_state_dict or to() replaced one) gets the accumulate hook.
   int64_t pending = 0;
-  for (DTensor* p : parameters()) {
+  const std::vector<DTensor*> current = parameters();
+  std::unordered_set<const void*> armed, present;
+  for (const DTensor& a : armed_) armed.insert(a.identity());
+  for (DTensor* p : current) {
+    present.insert(p->identity());
     if (!p->requires_grad()) continue;
     ++pending;
-    const bool armed = std::any_of(armed_.begin(), armed_.end(), [&](const DTensor& a) { return a.is_same(*p); });
-    if (armed) continue;
+    if (armed.contains(p->identity())) continue;
     std::weak_ptr<BackwardState> state = backward_state_;
     p->register_post_accumulate_grad_hook([this, state](const DTensor&) {
       const std::shared_ptr<BackwardState> s = state.lock();
@@ -314,10 +318,7 @@ void Module::arm_post_backward_hooks() {
     armed_.push_back(*p);
   }
   // Forget parameters that were replaced, so the module does not keep them alive.
-  const std::vector<DTensor*> current = parameters();
-  std::erase_if(armed_, [&](const DTensor& a) {
-    return std::none_of(current.begin(), current.end(), [&](const DTensor* p) { return p->is_same(a); });
-  });
+  std::erase_if(armed_, [&](const DTensor& a) { return !present.contains(a.identity()); });
   backward_state_->pending = pending;
 }
 
