@@ -427,6 +427,9 @@ void PendingRedistribute::advance() {
 }
 
 const std::vector<Tensor>& PendingRedistribute::wait() {
+  // Each result's to_local() waits: after the first, nothing is left to do (a coalesced
+  // bucket's P results would otherwise revisit all P, P times).
+  if (done_) return locals_;
   while (in_flight_) {
     for (const Work& w : in_flight_->works) w.wait();
     for (size_t i = 0; i < locals_.size(); ++i) locals_[i] = in_flight_->exchanges[i].unpack();
@@ -437,6 +440,7 @@ const std::vector<Tensor>& PendingRedistribute::wait() {
     if (locals_[i].dtype() != plan_.sources()[i].dtype()) locals_[i] = locals_[i].to(plan_.sources()[i].dtype());
     locals_[i] = locals_[i].to(homes_[i]);
   }
+  done_ = true;
   return locals_;
 }
 

@@ -51,6 +51,7 @@ class PendingRedistribute {
   std::vector<Device> homes_;  // each result's device
   size_t next_step_ = 0;
   std::unique_ptr<InFlight> in_flight_;
+  bool done_ = false;  // wait() has finished: locals_ are the results
 };
 
 // Runs the whole plan and returns the new locals (blocking).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/trace.h"
@@ -30,6 +31,9 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
             mesh.to_string());
   DTR_CHECK(options.bucket_cap_mb > 0, ValueError, "replicate: bucket_cap_mb is {}; it must be positive",
             options.bucket_cap_mb);
+  // Every slot by the parameter object it holds (tied slots hold one), before any is moved.
+  std::unordered_map<const void*, std::vector<DTensor*>> slots;
+  for (auto& [name, slot] : module.named_parameters(RemoveDuplicate::kNo)) slots[slot->identity()].push_back(slot);
   for (auto& [name, p] : module.named_parameters()) {
     const bool tp = is_tensor_parallel(*p, mesh, fmt::format("replicate: {} parameter '{}'", module.type_name(), name));
     DTR_CHECK(tp || p->spec().is_replicated(), ValueError,
@@ -45,10 +49,7 @@ DDPModule::DDPModule(Module& module, const DeviceMesh& mesh, const ReplicateOpti
       DTensor moved(p->to_local().to(on.device()), DTensorSpec(on, placements, p->shape(), p->dtype()));
       moved.requires_grad_(p->requires_grad());
       // Tied slots hold the same DTensor: every slot holding it gets the moved one.
-      for (auto& [other, slot] : module.named_parameters(RemoveDuplicate::kNo)) {
-        if (slot != p && slot->is_same(*p)) *slot = moved;
-      }
-      *p = moved;
+      for (DTensor* slot : slots.at(p->identity())) *slot = moved;
     }
     if (p->requires_grad()) params_.push_back(p);
   }
