@@ -31,9 +31,22 @@ std::string error_line(std::string_view tool, const CLI::App& app, const CLI::Pa
   return what;
 }
 
+// Makes a flag given twice an error, as an option given twice is: CLI11 keeps a flag's last
+// value, so "--mixed-precision --mixed-precision=false" would turn it off without a word.
+void refuse_repeated_flags(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    // A flag (no value expected) that keeps its last value, as CLI11's bool flags do.
+    if (o->get_expected_max() == 0 && o->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast) {
+      o->multi_option_policy(CLI::MultiOptionPolicy::Throw);
+    }
+  }
+  for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) refuse_repeated_flags(*sub);
+}
+
 }  // namespace
 
 std::optional<int> parse_command_line(std::string_view tool, CLI::App& app, int argc, char** argv) {
+  refuse_repeated_flags(app);
   try {
     app.parse(argc, argv);
     return std::nullopt;

@@ -313,6 +313,14 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "redistribute and the op that caused it (nn::CommDebugMode)")
       ->check(positive)
       ->group("Data and output");
+  // Flags that only tune another: given without it they would do nothing, silently
+  // (CLI11 says "--keep-last requires --use-dcp-checkpointing").
+  for (const auto& [flag, needs] :
+       {std::pair{"--checkpoint-dir", "--use-dcp-checkpointing"},
+        std::pair{"--checkpoint-every", "--use-dcp-checkpointing"}, std::pair{"--keep-last", "--use-dcp-checkpointing"},
+        std::pair{"--ac-every", "--activation-checkpoint"}, std::pair{"--bpe-vocab", "--tokenizer"}}) {
+    app.get_option(flag)->needs(app.get_option(needs));
+  }
 }
 
 std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& c) {
