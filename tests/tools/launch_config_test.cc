@@ -74,7 +74,10 @@ TEST_CASE("parse_launch_config rejects mistakes, naming the flag and what is leg
   using Catch::Contains;
   CHECK_THROWS_WITH(parse({}), Contains("no program to run"));
   CHECK_THROWS_WITH(parse({"--nproc-per-node", "3"}), Contains("no program to run"));
-  CHECK_THROWS_WITH(parse({"--nproc-per-node", "0", "train"}), Contains("--nproc-per-node must be at least 1, got 0"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "0", "train"}),
+                    Contains("--nproc-per-node must be from 1 to 1024, got 0"));
+  CHECK_THROWS_WITH(parse({"--nproc-per-node", "100000", "train"}),
+                    Contains("--nproc-per-node must be from 1 to 1024, got 100000"));
   CHECK_THROWS_WITH(parse({"--nnodes", "-1", "train"}), Contains("--nnodes must be at least 1, got -1"));
   CHECK_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "-1", "--master-port", "1", "train"}),
                     Contains("--node-rank -1 is out of range for --nnodes 2 (0 .. 1)"));

@@ -471,7 +471,7 @@ TEST_CASE("bad command lines exit non-zero with a message naming the mistake") {
   };
   const std::vector<Case> cases = {
       {{"--nproc-per-node", "2"}, 2, "[dtrrun] error: no program to run"},
-      {{"--nproc-per-node", "0", kProbe}, 2, "--nproc-per-node must be at least 1, got 0"},
+      {{"--nproc-per-node", "0", kProbe}, 2, "--nproc-per-node must be from 1 to 1024, got 0"},
       {{"--nnodes", "0", kProbe}, 2, "--nnodes must be at least 1, got 0"},
       {{"--nnodes", "2", kProbe}, 2, "--master-port is required with --nnodes 2: every node must pass the same port"},
       {{"--nnodes", "2", "--node-rank", "2", "--master-port", "29500", kProbe},

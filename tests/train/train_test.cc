@@ -147,6 +147,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
        "--mesh shard=2,replicate=1: --parallel hsdp takes replicate=R,shard=S (R x S = 2", 2},
       {"--mesh data=2", "--mesh data=2: --parallel fsdp takes dp=2", 2},
       {"--seed -1", "train: --seed: got '-1'; legal: a whole number >= 0", 0},
+      {"--vocab abc", "train: --vocab: got 'abc'; legal: a whole number >= 0", 0},
       {"--mixed-precision --mixed-precision=false", "train: --mixed-precision: given more than once; give it once", 0},
       {"--keep-last 3", "train: --keep-last requires --use-dcp-checkpointing", 0},
       {"--ac-every 2", "train: --ac-every requires --activation-checkpoint", 0},

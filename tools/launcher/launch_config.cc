@@ -7,6 +7,7 @@ namespace dtr::launcher {
 namespace {
 
 constexpr double kMaxKillGraceSeconds = 3600;
+constexpr int kMaxRanksPerNode = 1024;
 
 }  // namespace
 
@@ -50,8 +51,11 @@ LaunchConfig parse_launch_config(CLI::App& app, int argc, const char* const* arg
   if (config.command.empty()) {
     throw CLI::ValidationError("no program to run");
   }
-  if (config.nproc_per_node < 1) {
-    throw CLI::ValidationError(fmt::format("--nproc-per-node must be at least 1, got {}", config.nproc_per_node));
+  // The upper bound keeps a typo from forking thousands of processes (each with its pipes)
+  // before the node runs out of descriptors.
+  if (config.nproc_per_node < 1 || config.nproc_per_node > kMaxRanksPerNode) {
+    throw CLI::ValidationError(
+        fmt::format("--nproc-per-node must be from 1 to {}, got {}", kMaxRanksPerNode, config.nproc_per_node));
   }
   if (config.nnodes < 1) {
     throw CLI::ValidationError(fmt::format("--nnodes must be at least 1, got {}", config.nnodes));

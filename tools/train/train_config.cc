@@ -114,6 +114,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Model");
   app.add_option("--vocab", c.vocab, "vocabulary size (default: the tokenizer's; at least the tokenizer's)")
+      ->check(non_negative)
       ->group("Model");
   app.add_option("--seq-len", c.seq_len, "tokens per sequence")->check(positive)->capture_default_str()->group("Model");
   add_choice(app, "--arch", c.arch, kArchs,
