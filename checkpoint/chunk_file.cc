@@ -146,10 +146,11 @@ ChunkRows ChunkFileReader::read_rows(const std::string& name, DType dtype, const
             "file from another checkpoint?)",
             where, safetensors_dtype(e.dtype), e.shape, e.begin, e.end, safetensors_dtype(dtype), chunk.shape,
             chunk.begin, chunk.end);
-  DTR_CHECK(e.saved_offset == chunk.offset, ValueError,
-            "{}: the file's header (DCP_SHARDING_INFO) says {} but the metadata says offset {} (corrupt metadata, or "
-            "is the file from another checkpoint?)",
-            where, e.saved_offset ? fmt::format("offset {}", *e.saved_offset) : std::string("no offset"), chunk.offset);
+  // Files written before dtr recorded DCP_SHARDING_INFO have no offset to compare.
+  DTR_CHECK(!e.saved_offset || *e.saved_offset == chunk.offset, ValueError,
+            "{}: the file's header (DCP_SHARDING_INFO) says offset {} but the metadata says offset {} (corrupt "
+            "metadata, or is the file from another checkpoint?)",
+            where, *e.saved_offset, chunk.offset);
   const int64_t rows = chunk_rows(chunk.shape), row_bytes = chunk_row_bytes(chunk.shape, dtype);
   const int64_t per_block = chunk.rows_per_block;
   const int64_t first_block = row_begin / per_block, end_block = num_blocks(row_end, per_block);

@@ -195,6 +195,16 @@ TEST_CASE("checkpoint_tool replaces an existing OUT or checkpoint only with --fo
   const fs::path empty = root / "empty";
   fs::create_directories(empty);
   CHECK(run_tool(root, fmt::format("to-sharded {} {} --ranks 2", full.string(), empty.string())).exit_code == 0);
+  // An input inside the directory --force would replace: refused, the input kept.
+  const fs::path inside = empty / "in.safetensors";
+  fs::copy_file(full, inside);
+  const Run over_input =
+      run_tool(root, fmt::format("to-sharded {} {} --ranks 2 --force", inside.string(), empty.string()));
+  INFO(over_input.err);
+  CHECK(over_input.exit_code == 1);
+  CHECK_THAT(over_input.err,
+             Catch::Contains(fmt::format("to-sharded: IN '{}' is inside DIR '{}'", inside.string(), empty.string())));
+  CHECK(fs::exists(inside));
 }
 
 // The causal LM train --arch gpt builds (the output tied to the embedding), small.

@@ -346,6 +346,9 @@ int main(int argc, char** argv) {
     if (*export_cmd) return dtr::tools::export_model(dir, file, hf_dir, max_shard_bytes, force);
     if (dtr::launcher::is_rank_process()) return dtr::tools::to_sharded_rank(file, dir);
     dtr::tools::check_safetensors(file);
+    DTR_CHECK(!dtr::tools::is_within(file, dir), ValueError,
+              "to-sharded: IN '{}' is inside DIR '{}', which the checkpoint replaces; give a DIR that does not hold IN",
+              file, dir);
     dtr::tools::check_replace(dir, "DIR", dtr::tools::Output::kDirectory, force, "to-sharded");
     const dtr::launcher::SelfLaunchResult result = dtr::launcher::launch_self(ranks, std::span(argv, argc));
     if (result.exit_code != 0) std::cerr << "checkpoint_tool: " << result.failure << "\n";
