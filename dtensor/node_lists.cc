@@ -56,12 +56,16 @@ std::optional<LocalChunk> chunk_within(const LocalChunk& outer, LocalChunk inner
 // over the dims): when the target shards the sum over every one of those dims in plain
 // chunks and every rank's chunk lies inside what it holds of the sum (fully_shard's
 // Shard(0)), so that each member sums only its own piece and nothing is gathered. Empty
-// otherwise (Replicate on a reduced dim, a StridedShard, a target that moves elements across
-// the other mesh dims). Every rank of the mesh decides alike, as it checks every rank's chunk.
+// otherwise (Replicate on a reduced dim, a StridedShard, a Partial, a target that moves
+// elements across the other mesh dims). Every rank of the mesh decides alike, as it checks every rank's chunk.
 std::vector<LocalChunk> owned_chunks(const DTensor& v, const Placements& target, int64_t first, int64_t count) {
   const DeviceMesh& mesh = v.mesh();
   for (int64_t d = first; d < first + count; ++d) {
     if (!target[static_cast<size_t>(d)].is_shard()) return {};
+  }
+  // A Partial elsewhere would make each rank's sum a term again: redistribute's to make.
+  for (const Placement& p : target) {
+    if (p.is_partial()) return {};
   }
   if (!DTensorSpec::is_valid(mesh, target, v.shape(), v.dtype())) return {};
   const DTensorSpec summed = v.spec().with_placements(reduced_placements(v.placements()));
