@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -143,12 +144,25 @@ TEST_CASE(
     CHECK(fs::exists(step5));
     CHECK(fs::exists(step10));
   }
-  SECTION("a checkpoint at --steps: nothing to train, said in a line") {
+  SECTION("a checkpoint at --steps: nothing to train, said in a line; past --steps: refused; nothing set aside") {
     const CommandResult r = resume(step10, "--heads 2 --steps 10");
     INFO(r.output);
     CHECK(r.exit_code == 0);
-    CHECK(r.output.find(fmt::format("train: {} is at step 10 and --steps is 10: nothing to train", step10.string())) !=
+    CHECK(r.output.find(fmt::format("train: {} is at step 10, --steps: nothing to train", step10.string())) !=
           std::string::npos);
+    const CommandResult past = run(
+        fmt::format("{} {} --heads 2 --steps 5 --resume {} --out {}", kTrain, kFlags, step10.string(), out.string()),
+        dir);
+    INFO(past.output);
+    CHECK(past.exit_code == 1);
+    CHECK(past.output.find(fmt::format("--steps 5: {} is at step 10, past the run's end; give --steps 10 or more",
+                                       step10.string())) != std::string::npos);
+    const CommandResult at5 =
+        run(fmt::format("{} {} --heads 2 --steps 5 --resume {} --out {}", kTrain, kFlags, step5.string(), out.string()),
+            dir);
+    INFO(at5.output);
+    CHECK(at5.exit_code == 0);
+    CHECK(fs::exists(step10));  // a resume that trains nothing moves nothing
   }
   SECTION("resuming an earlier step in its own directory sets the later ones aside, and latest follows the run") {
     const CommandResult r = run(fmt::format("{} {} --heads 2 --steps 7 --checkpoint-every 5 --keep-last 5 --resume {} "
@@ -161,24 +175,42 @@ TEST_CASE(
     CHECK_FALSE(fs::exists(step10));
     CHECK(fs::exists(out / "checkpoints" / "step_00000010.abandoned-at-5" / ".metadata.json"));
     CHECK(fs::exists(out / "checkpoints" / "step_00000007" / ".metadata.json"));
-    const CommandResult latest =
-        run(fmt::format("{} {} --heads 2 --steps 8 --resume latest --out {}", kTrain, kFlags, out.string()), dir);
+    const CommandResult latest = run(
+        fmt::format("{} {} --heads 2 --steps 8 --keep-last 5 --resume latest --out {}", kTrain, kFlags, out.string()),
+        dir);
     INFO(latest.output);
     CHECK(latest.exit_code == 0);
     CHECK(latest.output.find("step_00000007: step 7") != std::string::npos);
+    // Rolled back to step 5 again, past a new step 10: that one is set aside under another name.
+    const CommandResult again = run(fmt::format("{} {} --heads 2 --steps 10 --checkpoint-every 5 --keep-last 5 "
+                                                "--resume latest --out {}",
+                                                kTrain, kFlags, out.string()),
+                                    dir);
+    INFO(again.output);
+    REQUIRE(again.exit_code == 0);
+    REQUIRE(fs::exists(step10));
+    const CommandResult second =
+        run(fmt::format("{} {} --heads 2 --steps 6 --resume {} --out {}", kTrain, kFlags, step5.string(), out.string()),
+            dir);
+    INFO(second.output);
+    CHECK(second.exit_code == 0);
+    CHECK(fs::exists(out / "checkpoints" / "step_00000010.abandoned-at-5-2" / ".metadata.json"));
+    CHECK_FALSE(fs::exists(step10));
   }
 }
 
-TEST_CASE("a signal before the first step ends train at once; in the steps it stops at a step boundary", "[train]") {
+TEST_CASE("a signal before the set-up is done ends train at once", "[train]") {
   const fs::path dir = testing::fresh_dir("guards_signal");
   const fs::path out = dir / "out";
-  // Thousands of blocks: building the model takes seconds, and the signal comes once the
-  // data is loaded, before the model is built.
+  // The data is a FIFO nobody writes: train blocks opening it, after its "loading data" line,
+  // until the signal. (Before, it waited on in the open: the shell's timeout killed it.)
+  const fs::path fifo = dir / "data.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   const std::string command = fmt::format(
-      "{} --dim 16 --layers 3000 --heads 2 --seq-len 16 --batch-size 4 --eval-every 0 --threads 1 --steps 2 --out {} "
-      "> {} 2>&1 & pid=$!; "
+      "timeout -s KILL 60 {} --dim 16 --layers 1 --heads 2 --seq-len 16 --batch-size 4 --eval-every 0 --threads 1 "
+      "--steps 2 --data {} --out {} > {} 2>&1 & pid=$!; "
       "for i in $(seq 600); do grep -q 'loading data' {} && break; sleep 0.05; done; kill -TERM $pid; wait $pid",
-      kTrain, out.string(), (dir / "train.txt").string(), (dir / "train.txt").string());
+      kTrain, fifo.string(), out.string(), (dir / "train.txt").string(), (dir / "train.txt").string());
   const CommandResult r = run(command, dir);
   const std::string output = testing::read_file(dir / "train.txt");
   INFO(output);

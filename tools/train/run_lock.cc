@@ -35,10 +35,7 @@ int64_t holder_pid(int fd) {
 }  // namespace
 
 RunLock::RunLock(const TrainConfig& c, ProcessGroup& group) {
-  std::vector<std::pair<std::string, std::string>> dirs = {{"--out", c.out}};
-  if (c.use_dcp_checkpointing) {
-    dirs.emplace_back(c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir", checkpoint_dir_of(c));
-  }
+  const std::vector<std::pair<std::string, std::string>> dirs = output_dirs(c);
   // Rank 0's finding, shared: the directory (its index in dirs), its state, the holder's pid
   // or errno.
   std::vector<double> found(3, 0.0);
@@ -46,7 +43,8 @@ RunLock::RunLock(const TrainConfig& c, ProcessGroup& group) {
     std::set<fs::path> seen;  // one lock per directory: a second flock of it here would fail
     for (size_t i = 0; i < dirs.size(); ++i) {
       std::error_code ec;
-      const fs::path dir = fs::weakly_canonical(dirs[i].second, ec);
+      fs::path dir = fs::weakly_canonical(dirs[i].second, ec);
+      if (ec) dir = dirs[i].second;  // the path as given still names the directory
       if (!seen.insert(dir).second) continue;
       const std::string path = (dir / ".lock").string();
       FileDescriptor fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));

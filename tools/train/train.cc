@@ -67,10 +67,11 @@ using namespace dtr::train;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int> g_interrupt_signal{0};  // the SIGINT or SIGTERM this rank received, or 0
-std::atomic<bool> g_stepping{false};     // whether the steps have begun
-// In the steps, the first SIGINT or SIGTERM stops the run at the next step boundary, with a
-// checkpoint and the summary; before them (nothing to save: data, model and optimizer being
-// set up) and at a second signal, the signal's default action ends the process at once.
+std::atomic<bool> g_stepping{false};     // whether the set-up is done (the log and the steps)
+// Once the set-up is done, the first SIGINT or SIGTERM stops the run at the next step
+// boundary, with a checkpoint and the summary; before (nothing to save: data, model,
+// optimizer and checkpoint being loaded) and at a second signal, the signal's default
+// action ends the process at once.
 extern "C" void on_interrupt(int signal) {
   if (g_stepping.load() && g_interrupt_signal.exchange(signal) == 0) return;
   std::signal(signal, SIG_DFL);
@@ -169,20 +170,23 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
     resumed_from = resume_path(c.resume, checkpoint_dir_of(c));
     if (!resumed_from.empty()) {
       start_at = load_checkpoint(resumed_from, *m.net, opt, model_flags(c, vocab));
+      DTR_CHECK(start_at.step <= c.steps, ValueError,
+                "--steps {}: {} is at step {}, past the run's end; give --steps {} or more to go on", c.steps,
+                resumed_from, start_at.step, start_at.step);
+      if (start_at.step == c.steps) {  // a finished run started again (a restart, say): nothing moves
+        if (rank0) fmt::print("train: {} is at step {}, --steps: nothing to train\n", resumed_from, start_at.step);
+        return 0;
+      }
       for (int64_t s = 0; s < start_at.step; ++s) schedule.step();
       if (rank0) set_aside_later_checkpoints(checkpoint_dir_of(c), start_at.step);
     }
   }
   if (c.use_dcp_checkpointing && resumed_from.empty()) {
-    check_no_earlier_checkpoints(checkpoint_dir_of(c), c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir");
+    check_no_earlier_checkpoints(checkpoint_dir_of(c), checkpoint_dir_flag(c));
   }
-  if (start_at.step >= c.steps) {
-    if (rank0) {
-      fmt::print("train: {} is at step {} and --steps is {}: nothing to train (a larger --steps goes on)\n",
-                 resumed_from, start_at.step, c.steps);
-    }
-    return 0;
-  }
+  // From here a signal stops the run at a step boundary: what follows rewrites metrics.jsonl
+  // (a resumed run keeps its lines up to the step), which must not be cut short.
+  g_stepping.store(true);
   const Throughput throughput = run_throughput(c, device, world, parameter_count(*m.net));
   const double param_bytes = parameter_bytes(m.net->parameters());
   std::optional<StepLog> log;
@@ -206,7 +210,6 @@ int run(const TrainConfig& c, const std::vector<std::string>& argv) {
   double grad_bytes = 0;               // the last step's gradients
   StepTracer tracer(*group, trace_steps(c), c.out);
   double comm_s = 0, exposed_s = 0;
-  g_stepping.store(true);
   for (; step < c.steps; ++step) {
     const auto t0 = Clock::now();
     tracer.begin(step + 1);

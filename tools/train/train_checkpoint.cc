@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "checkpoint/load.h"
@@ -149,7 +150,9 @@ void set_aside_later_checkpoints(const std::string& checkpoint_dir, int64_t step
     const std::string name = p.filename().string();
     const std::string digits = name.substr(kPrefix.size());
     if (!is_decimal(digits, 18) || std::stoll(digits) <= step) continue;
-    const fs::path aside = p.string() + fmt::format(".abandoned-at-{}", step);
+    // Unique: the same step may be resumed again after a newer line wrote this step anew.
+    fs::path aside = p.string() + fmt::format(".abandoned-at-{}", step);
+    for (int k = 2; fs::exists(aside); ++k) aside = p.string() + fmt::format(".abandoned-at-{}-{}", step, k);
     std::error_code ec;
     fs::rename(p, aside, ec);
     if (ec) {
@@ -285,15 +288,14 @@ class ExtraReader {
 // edited one, would otherwise load in part, the rest silently left out).
 void check_saved_names(const std::string& path, const std::vector<std::string>& saved,
                        const checkpoint::State& model_state, const SavedExtra& extra) {
+  std::unordered_set<std::string> read;
+  for (const auto& [name, t] : model_state.tensors) read.insert(name);
+  for (const auto& [index, param] : extra.optim) {
+    for (const auto& [state_name, dtype] : param.dtypes) read.insert(fmt::format("optim.{}.{}", index, state_name));
+  }
   std::vector<std::string> unread;
   for (const std::string& name : saved) {
-    bool listed = model_state.tensors.contains(name);
-    for (const auto& [index, param] : extra.optim) {
-      for (const auto& [state_name, dtype] : param.dtypes) {
-        listed = listed || name == fmt::format("optim.{}.{}", index, state_name);
-      }
-    }
-    if (!listed) unread.push_back(name);
+    if (!read.contains(name)) unread.push_back(name);
   }
   constexpr size_t kNamed = 4;
   DTR_CHECK(unread.empty(), ValueError,

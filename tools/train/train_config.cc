@@ -374,11 +374,18 @@ std::string checkpoint_dir_of(const TrainConfig& c) {
   return c.checkpoint_dir.empty() ? c.out + "/checkpoints" : c.checkpoint_dir;
 }
 
-void prepare_output_dirs(const TrainConfig& c) {
+std::string checkpoint_dir_flag(const TrainConfig& c) {
+  return c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir";
+}
+
+std::vector<std::pair<std::string, std::string>> output_dirs(const TrainConfig& c) {
   std::vector<std::pair<std::string, std::string>> dirs = {{"--out", c.out}};
-  if (c.use_dcp_checkpointing)
-    dirs.emplace_back(c.checkpoint_dir.empty() ? "--out" : "--checkpoint-dir", checkpoint_dir_of(c));
-  for (const auto& [flag, dir] : dirs) {
+  if (c.use_dcp_checkpointing) dirs.emplace_back(checkpoint_dir_flag(c), checkpoint_dir_of(c));
+  return dirs;
+}
+
+void prepare_output_dirs(const TrainConfig& c) {
+  for (const auto& [flag, dir] : output_dirs(c)) {
     std::error_code ec;
     DTR_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), ValueError,
               "{} {}: a file is there; it names a directory (give a new path or an existing directory)", flag, dir);

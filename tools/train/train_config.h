@@ -135,8 +135,12 @@ std::string flag_value(TokenizerKind tokenizer);
 // The dtype of the matrix products: bfloat16 under --mixed-precision, else float32.
 DType compute_dtype(const TrainConfig& config);
 
-// --checkpoint-dir, or <out>/checkpoints.
+// --checkpoint-dir, or <out>/checkpoints; and the flag that names it in messages.
 std::string checkpoint_dir_of(const TrainConfig& config);
+std::string checkpoint_dir_flag(const TrainConfig& config);
+// The directories the run writes, each with the flag that names it: --out, and the
+// checkpoint directory when checkpointing.
+std::vector<std::pair<std::string, std::string>> output_dirs(const TrainConfig& config);
 
 // The steps --trace names, [first, last] (1-based); nullopt when it is off. ValueError for
 // a malformed range.
