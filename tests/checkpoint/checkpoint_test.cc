@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "checkpoint/internal/crc32c.h"
@@ -533,6 +534,22 @@ TEST_CASE(
     CHECK_THAT(what, Catch::Contains("not valid checkpoint metadata") && Catch::Contains("\\xff"));
     CHECK(std::all_of(what.begin(), what.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
   }
+  // Files written before dtr recorded DCP_SHARDING_INFO (its key renamed, the header's
+  // length kept) load: there is no offset to compare.
+  const fs::path older = root / "older";
+  fs::copy(good, older, fs::copy_options::recursive);
+  for (const fs::directory_entry& e : fs::directory_iterator(older)) {
+    if (e.path().extension() != ".safetensors") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    const size_t at = bytes.find("DCP_SHARDING_INFO");
+    REQUIRE(at != std::string::npos);
+    bytes.replace(at, 17, "DCP_SHARDING_INFX");
+    std::ofstream(e.path(), std::ios::binary | std::ios::trunc) << bytes;
+  }
+  checkpoint::load(s, older.string());
+  check_loaded(s, 5, "a checkpoint without DCP_SHARDING_INFO");
   checkpoint::load(s, good.string());
   check_loaded(s, 5, "the undamaged original");
 }
