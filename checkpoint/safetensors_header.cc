@@ -63,6 +63,35 @@ SafetensorsEntry parse_entry(const std::string& name, const Json& v, std::string
   return entry;
 }
 
+// A SAX pass over a JSON text that finds the first key given twice in its top-level object.
+// (nlohmann's parser keeps the last of duplicate keys; its callback form, which sees them,
+// rescans the parent object at every nested object's end: quadratic in a header's tensors.)
+class TopLevelKeys : public Json::json_sax_t {
+ public:
+  std::string duplicate;  // empty when none
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(Json::number_integer_t) override { return true; }
+  bool number_unsigned(Json::number_unsigned_t) override { return true; }
+  bool number_float(Json::number_float_t, const Json::string_t&) override { return true; }
+  bool string(Json::string_t&) override { return true; }
+  bool binary(Json::binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_ > 0; }
+  bool key(Json::string_t& name) override {
+    if (depth_ == 1 && !names_.insert(name).second && duplicate.empty()) duplicate = name;
+    return true;
+  }
+  bool end_object() override { return --depth_ >= 0; }
+  bool start_array(std::size_t) override { return ++depth_ > 0; }
+  bool end_array() override { return --depth_ >= 0; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  int depth_ = 0;
+  std::set<std::string> names_;
+};
+
 }  // namespace
 
 std::optional<int64_t> checked_numel(std::span<const int64_t> shape) {
@@ -109,24 +138,18 @@ int64_t safetensors_header_length(std::span<const uint8_t> prefix, int64_t file_
 SafetensorsHeader parse_safetensors_header(std::string_view json, int64_t data_size, std::string_view file) {
   DTR_CHECK(!json.empty() && json.front() == '{', ValueError,
             "safetensors file '{}': the header does not start with '{{' (not a safetensors file?)", file);
-  // Duplicate names would hide a tensor: the parser's callback sees every top-level key.
-  std::set<std::string> names;
-  std::string duplicate;
-  const auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth == 1 && event == Json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
   Json header;
   try {
-    header = Json::parse(json.begin(), json.end(), callback);
+    header = Json::parse(json.begin(), json.end());
   } catch (const Json::exception& e) {
     throw ValueError(
         fmt::format("safetensors file '{}': the header is not valid JSON: {}", file, escape_bytes(e.what())));
   }
-  DTR_CHECK(duplicate.empty(), ValueError, "safetensors file '{}': tensor '{}' appears twice in the header", file,
-            duplicate);
+  // Duplicate names would hide a tensor (the parser keeps the last).
+  TopLevelKeys keys;
+  Json::sax_parse(json.begin(), json.end(), &keys);
+  DTR_CHECK(keys.duplicate.empty(), ValueError, "safetensors file '{}': tensor '{}' appears twice in the header", file,
+            keys.duplicate);
   DTR_CHECK(header.is_object(), ValueError, "safetensors file '{}': the header is not a JSON object", file);
   SafetensorsHeader out;
   for (const auto& [name, value] : header.items()) {
