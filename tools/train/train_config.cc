@@ -314,14 +314,6 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "redistribute and the op that caused it (nn::CommDebugMode)")
       ->check(positive)
       ->group("Data and output");
-  // Flags that only tune another: given without it they would do nothing, silently
-  // (CLI11 says "--keep-last requires --use-dcp-checkpointing").
-  for (const auto& [flag, needs] :
-       {std::pair{"--checkpoint-dir", "--use-dcp-checkpointing"},
-        std::pair{"--checkpoint-every", "--use-dcp-checkpointing"}, std::pair{"--keep-last", "--use-dcp-checkpointing"},
-        std::pair{"--ac-every", "--activation-checkpoint"}, std::pair{"--bpe-vocab", "--tokenizer"}}) {
-    app.get_option(flag)->needs(app.get_option(needs));
-  }
 }
 
 std::optional<std::pair<int64_t, int64_t>> trace_steps(const TrainConfig& c) {
@@ -489,6 +481,23 @@ void validate(const TrainConfig& c, int64_t world_size) {
             c.steps);
   DTR_CHECK(c.resume.empty() || c.use_dcp_checkpointing, ValueError,
             "--resume {}: resuming reads distributed checkpoints; add --use-dcp-checkpointing", c.resume);
+  // Flags that only tune another, set off their defaults while it is off: they would do
+  // nothing, silently.
+  const TrainConfig defaults;
+  const std::pair<bool, std::string> idle[] = {
+      {!c.use_dcp_checkpointing && !c.checkpoint_dir.empty(),
+       fmt::format("--checkpoint-dir {}: checkpoints are off; add --use-dcp-checkpointing", c.checkpoint_dir)},
+      {!c.use_dcp_checkpointing && c.checkpoint_every != defaults.checkpoint_every,
+       fmt::format("--checkpoint-every {}: checkpoints are off; add --use-dcp-checkpointing", c.checkpoint_every)},
+      {!c.use_dcp_checkpointing && c.keep_last != defaults.keep_last,
+       fmt::format("--keep-last {}: checkpoints are off; add --use-dcp-checkpointing", c.keep_last)},
+      {c.activation_checkpoint == ActivationCheckpoint::kNone && c.ac_every != defaults.ac_every,
+       fmt::format("--ac-every {}: no block is checkpointed; add --activation-checkpoint full or selective",
+                   c.ac_every)},
+      {c.tokenizer != TokenizerKind::kBpe && c.bpe_vocab != defaults.bpe_vocab,
+       fmt::format("--bpe-vocab {}: it sizes the BPE tokenizer; add --tokenizer bpe", c.bpe_vocab)},
+  };
+  for (const auto& [off, message] : idle) DTR_CHECK(!off, ValueError, "{}", message);
   DTR_CHECK(c.dim % c.heads == 0, ValueError, "--heads {} does not divide --dim {}; pick heads dividing the width",
             c.heads, c.dim);
   DTR_CHECK(c.vocab <= 65536, ValueError, "--vocab {}: tokens are uint16, so at most 65536", c.vocab);
