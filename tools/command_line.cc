@@ -72,6 +72,17 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
       max == INT64_MAX ? fmt::format("INT>={}", min) : fmt::format("INT in [{}, {}]", min, max));
 }
 
+CLI::Validator unsigned_whole_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t n = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+        const bool ok = !text.empty() && error == std::errc() && end == text.data() + text.size();
+        return ok ? "" : fmt::format("got '{}'; legal: a whole number from 0 to {}", text, UINT64_MAX);
+      },
+      "UINT");
+}
+
 CLI::Validator finite_number(double min, Bound bound, double max) {
   const std::string lower = fmt::format("{} {}", bound == Bound::kOpen ? ">" : ">=", min);
   const std::string legal =

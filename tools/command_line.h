@@ -20,6 +20,8 @@ std::optional<int> parse_command_line(std::string_view tool, CLI::App& app, int 
 
 // A whole number in [min, max].
 CLI::Validator whole_number(int64_t min, int64_t max = INT64_MAX);
+// A whole number in [0, 2^64) (seeds).
+CLI::Validator unsigned_whole_number();
 // A finite real number above `min` (Bound::kOpen) or at least `min` (kClosed), at most `max`.
 enum class Bound { kOpen, kClosed };
 CLI::Validator finite_number(double min, Bound bound, double max = 1e300);

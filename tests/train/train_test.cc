@@ -146,7 +146,7 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--parallel hsdp --mesh shard=2,replicate=1",
        "--mesh shard=2,replicate=1: --parallel hsdp takes replicate=R,shard=S (R x S = 2", 2},
       {"--mesh data=2", "--mesh data=2: --parallel fsdp takes dp=2", 2},
-      {"--seed -1", "train: --seed: got '-1'; legal: a whole number >= 0", 0},
+      {"--seed -1", "train: --seed: got '-1'; legal: a whole number from 0 to 18446744073709551615", 0},
       {"--vocab abc", "train: --vocab: got 'abc'; legal: a whole number >= 0", 0},
       {"--mixed-precision --mixed-precision=false", "train: --mixed-precision: given more than once; give it once", 0},
       {"--keep-last 3", "--keep-last 3: checkpoints are off; add --use-dcp-checkpointing", 0},
@@ -155,7 +155,8 @@ TEST_CASE("train rejects bad flags with one line naming the flag", "[train]") {
       {"--activation-checkpoint none --ac-every 2",
        "--ac-every 2: no block is checkpointed; add --activation-checkpoint full or selective", 0},
       {"--tokenizer byte --bpe-vocab 300", "--bpe-vocab 300: it sizes the BPE tokenizer; add --tokenizer bpe", 0},
-      {"--seed 99999999999999999999", "train: --seed: got '99999999999999999999'; legal: a whole number >= 0", 0},
+      {"--seed 99999999999999999999",
+       "train: --seed: got '99999999999999999999'; legal: a whole number from 0 to 18446744073709551615", 0},
       // Refused before the model is built (its position table would be 4M rows).
       {"--dim 8 --heads 2 --seq-len 4000000",
        "the training split's 3800227 tokens hold no window of --seq-len 4000000 + 1 tokens", 2},

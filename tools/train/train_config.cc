@@ -164,7 +164,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str()
       ->group("Training");
   app.add_option("--seed", c.seed, "initialisation, dropout and data-order seed")
-      ->check(non_negative)
+      ->check(unsigned_whole_number())
       ->capture_default_str()
       ->group("Training");
   app.add_option("--init-from", c.init_from,
