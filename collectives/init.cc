@@ -59,6 +59,12 @@ void check_no_default_group(const World& w) {
             w.group ? w.group->size() : 0, w.group ? w.group->backend_name() : "");
 }
 
+// ValueError unless 0 <= rank < world_size.
+void check_rank(int rank, int world_size) {
+  DTR_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ValueError,
+            "init_process_group: rank {} is not in [0, {}) for a world of {} ranks", rank, world_size, world_size);
+}
+
 Backend backend_of(const ProcessGroup& group) {
   return group.backend_name() == backend_name(Backend::kNccl) ? Backend::kNccl : Backend::kGloo;
 }
@@ -79,8 +85,7 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend, std::shared_pt
   World& w = world();
   std::lock_guard<std::mutex> lock(w.mutex);
   check_no_default_group(w);
-  DTR_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ValueError,
-            "init_process_group: rank {} is not in [0, {}) for a world of {} ranks", rank, world_size, world_size);
+  check_rank(rank, world_size);
   GroupOptions options{
       .name = "default_pg", .global_ranks = {}, .timeout = w.timeout, .device_index = device_for(backend, rank)};
   auto prefixed = std::make_shared<PrefixStore>(fmt::format("default_pg.{}", w.generation++), std::move(store));
@@ -98,6 +103,7 @@ std::shared_ptr<ProcessGroup> init_process_group(Backend backend) {
   }
   const int rank = env_int("RANK");
   const int world_size = env_int("WORLD_SIZE");
+  check_rank(rank, world_size);  // before waiting on a store that no rank 0 may serve
   const int port = env_int("MASTER_PORT");
   DTR_CHECK(port > 0 && port < 65536, ValueError, "init_process_group: MASTER_PORT={} is not a TCP port", port);
   const char* addr_env = std::getenv("MASTER_ADDR");

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <thread>
 
 #include "collectives/distributed_error.h"
@@ -50,6 +51,17 @@ TEST_CASE("a rank that never joins makes init_process_group fail on the others",
                                  Catch::Contains("did not join within 2000 ms"));
       },
       short_timeouts());
+}
+
+TEST_CASE("a RANK outside WORLD_SIZE is refused before any store is reached", "[collectives][failure]") {
+  // No rank 0 serves this port: a store connection would wait out the timeout and blame it.
+  setenv("RANK", "5", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "1", 1);
+  CHECK_THROWS_MATCHES(init_process_group(Backend::kGloo), ValueError,
+                       Catch::Matchers::Message("init_process_group: rank 5 is not in [0, 2) for a world of 2 ranks"));
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) unsetenv(name);
 }
 
 // 1 Ki floats take the all_reduce's gather path; 256 Ki floats (1 MiB) dtr's ring, whose
