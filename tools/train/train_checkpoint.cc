@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -208,11 +209,10 @@ class ExtraReader {
   int64_t integer(const nlohmann::json& parent, const std::string& key, const std::string& where, int64_t lo,
                   int64_t hi) const {
     const nlohmann::json* v = parent.contains(key) ? &parent.at(key) : nullptr;
-    const bool whole =
-        v != nullptr && v->is_number_integer() &&
-        (v->is_number_unsigned() ? v->get<uint64_t>() <= static_cast<uint64_t>(hi) &&
-                                       v->get<uint64_t>() >= static_cast<uint64_t>(std::max<int64_t>(lo, 0))
-                                 : v->get<int64_t>() >= lo && v->get<int64_t>() <= hi);
+    // An unsigned value past int64's range would read as negative.
+    const bool whole = v != nullptr && v->is_number_integer() &&
+                       !(v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) &&
+                       v->get<int64_t>() >= lo && v->get<int64_t>() <= hi;
     DTR_CHECK(whole, ValueError, "--resume {}: {} is {}; legal: a whole number in [{}, {}]", path_, where,
               v != nullptr ? v->dump() : "missing", lo, hi);
     return v->get<int64_t>();

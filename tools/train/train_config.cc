@@ -334,17 +334,23 @@ ArchSwitches arch_switches(const TrainConfig& c) {
           .tie_embeddings = c.tie_embeddings.value_or(gpt)};
 }
 
+namespace {
+
+// --parallel's mesh without --mesh: its dims' names are the ones --mesh must give too.
+std::vector<std::pair<std::string, int64_t>> default_mesh_dims(const TrainConfig& c, int64_t world_size) {
+  const std::pair<std::string, int64_t> tp{std::string(kTensorParallelDim), c.tp};
+  const int64_t data = world_size / c.tp;  // the data-parallel ranks
+  if (c.tp > 1 && c.parallel == Parallel::kNone) return {tp};
+  std::vector<std::pair<std::string, int64_t>> dims = {{"dp", data}};
+  if (c.parallel == Parallel::kHsdp) dims = {{"replicate", 2}, {"shard", data / 2}};
+  if (c.tp > 1) dims.push_back(tp);
+  return dims;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, int64_t>> mesh_dims(const TrainConfig& c, int64_t world_size) {
-  const Parallel parallel = c.parallel;
-  if (c.mesh.empty()) {
-    const std::pair<std::string, int64_t> tp{std::string(kTensorParallelDim), c.tp};
-    const int64_t data = world_size / c.tp;  // the data-parallel ranks
-    if (c.tp > 1 && parallel == Parallel::kNone) return {tp};
-    std::vector<std::pair<std::string, int64_t>> dims = {{"dp", data}};
-    if (parallel == Parallel::kHsdp) dims = {{"replicate", 2}, {"shard", data / 2}};
-    if (c.tp > 1) dims.push_back(tp);
-    return dims;
-  }
+  if (c.mesh.empty()) return default_mesh_dims(c, world_size);
   std::vector<std::pair<std::string, int64_t>> dims;
   size_t at = 0;
   while (at <= c.mesh.size()) {
@@ -527,15 +533,10 @@ void validate(const TrainConfig& c, int64_t world_size) {
   const std::string mesh_text = c.mesh.empty() ? "(default)" : c.mesh;
   DTR_CHECK(mesh_size == world_size, ValueError, "--mesh {}: its dims hold {} ranks but the world has {}", mesh_text,
             mesh_size, world_size);
-  // The data-parallel dims by name (the model reads them so: hsdp's first is the replicate
-  // dim), then the tensor-parallel one of --tp ranks.
-  std::vector<std::string> expected;
-  if (parallel == Parallel::kHsdp) expected = {"replicate", "shard"};
-  if (parallel == Parallel::kFsdp || parallel == Parallel::kDdp || (parallel == Parallel::kNone && c.tp == 1)) {
-    expected = {"dp"};
-  }
-  if (c.tp > 1) expected.emplace_back(kTensorParallelDim);
-  std::vector<std::string> names;
+  // The default mesh's dims by name (the model reads them so: hsdp's first is the replicate
+  // dim), the tensor-parallel one of --tp ranks.
+  std::vector<std::string> expected, names;
+  for (const auto& [name, size] : default_mesh_dims(c, world_size)) expected.push_back(name);
   for (const auto& [name, size] : dims) names.push_back(name);
   const bool tp_sized = c.tp == 1 || (!dims.empty() && dims.back().second == c.tp);
   DTR_CHECK(names == expected && tp_sized, ValueError, "--mesh {}: --parallel {}{} takes {}", mesh_text,
